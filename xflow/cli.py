@@ -1,0 +1,171 @@
+"""The ``xflow`` command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+
+from xflow.errors import XflowError
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(f"xflow: error: {message}", err=True)
+    sys.exit(code)
+
+
+def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn XflowError into one line on stderr and exit code 2 (no traceback)."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except XflowError as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted; nothing written", 130)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="xflow")
+def main() -> None:
+    """xflow: a graph-substitution superoptimizer for ONNX models.
+
+    Rewrites a model with substitution rules that were generated and proved (z3) beforehand,
+    chooses rewrites by costs measured with ONNX Runtime, and writes the result only after checking
+    that it computes the same outputs and runs faster.
+    """
+
+
+@main.command()
+@click.argument("in_path", metavar="IN.onnx", type=click.Path(dir_okay=True))
+@click.argument("out_path", metavar="OUT.onnx", type=click.Path())
+@click.option("--rules", "rules_path", type=click.Path(), default=None,
+              help="Rule file (default: the shipped rules/default.json).")
+@click.option("--alpha", type=float, default=1.05, show_default=True,
+              help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
+@click.option("--budget", type=int, default=300, show_default=True, help="Most graphs the search expands.")
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit in seconds.")
+@click.option("--cost", "cost_kind", type=click.Choice(["analytic"]), default="analytic", show_default=True,
+              help="Cost model for the search.")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="ONNX Runtime execution provider for verification and timing.")
+@click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1xD2...",
+              help="Fix a dynamic input's shape, e.g. --input-shape input=1x3x224x224. Repeatable.")
+@click.option("--inputs", "inputs_npz", type=click.Path(), default=None,
+              help="An .npz of input arrays for the equivalence check and timing (default: seeded random).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--keep-if-slower", is_flag=True, help="Write the optimized model even if it measured slower.")
+@click.option("--report", "report_path", type=click.Path(), default=None,
+              help="Write every figure of the run to this JSON file.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+@user_errors
+def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, time_limit: float,
+             cost_kind: str, provider: str, threads: int | None, input_shapes: tuple[str, ...],
+             inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool) -> None:
+    """Optimize IN.onnx and write OUT.onnx.
+
+    The result is checked against the original on the same inputs with ONNX Runtime and timed against
+    it (interleaved runs); if it is not faster, the original is written and the run says so.
+    """
+    from xflow.onnx_io import parse_input_shapes
+    from xflow.optimize import OptimizeOptions, optimize_file
+
+    options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, time_limit=time_limit,
+                              provider=provider, threads=threads, input_shapes=parse_input_shapes(input_shapes),
+                              inputs_npz=inputs_npz, seed=seed, keep_if_slower=keep_if_slower)
+    say = (lambda _m: None) if quiet else click.echo
+    progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None
+    if report_path:
+        _check_writable(report_path)
+    report = optimize_file(in_path, out_path, options, say=say, progress=progress)
+    if progress is not None:
+        click.echo("", err=True)
+    if not quiet:
+        _print_summary(report)
+    if report_path:
+        _write_json(report_path, report.to_json())
+
+
+def _search_progress() -> Callable[[Any], None]:
+    def show(result: Any) -> None:
+        click.echo(f"\rsearch: {result.explored} expanded, {result.generated} generated, "
+                   f"best cost {result.best_cost * 1e3:.3f} ms ({result.seconds:.1f} s)", err=True, nl=False)
+
+    return show
+
+
+def _print_summary(report: Any) -> None:
+    click.echo(f"{report.input}: {report.nodes_before} nodes -> {report.nodes_after} nodes "
+               f"({report.rules_loaded} rules, search {report.search_seconds:.2f} s, stop: {report.search_stop})")
+    if report.rules_applied:
+        applied = ", ".join(f"{name} x{count}" for name, count in sorted(report.rules_applied.items()))
+        click.echo(f"  rewrites: {applied}")
+        click.echo(f"  estimated cost ({report.cost_model}): {report.cost_before * 1e3:.3f} ms -> "
+                   f"{report.cost_after * 1e3:.3f} ms")
+    if report.verified:
+        worst = max(report.max_abs_diff.values(), default=0.0)
+        click.echo(f"  outputs match the original (max abs diff {worst:.2e})")
+    if report.latency_before_ms is not None:
+        click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
+                   f"({report.speedup:.3f}x, median of {report.timed_runs} interleaved runs)")
+    click.echo(f"  wrote {report.output}: {report.decision}")
+
+
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+        raise XflowError(path, "cannot write here (directory missing or not writable)")
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = f"{path}.xflow-tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
+@main.command()
+@click.argument("name")
+@click.argument("out_path", metavar="OUT.onnx", type=click.Path())
+@click.option("--small", is_flag=True, help="A reduced variant (fewer layers/channels) for quick runs.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random weights.")
+@user_errors
+def zoo(name: str, out_path: str, small: bool, seed: int) -> None:
+    """Write benchmark model NAME from the built-in zoo to OUT.onnx.
+
+    Models: resnet50, resnext50, inception_v3, squeezenet, bert, nasnet_a, nasrnn.
+    """
+    import onnx
+
+    from xflow import zoo as zoo_models
+
+    if name not in zoo_models.MODELS:
+        raise XflowError(None, f"unknown zoo model {name!r}; choose one of {', '.join(sorted(zoo_models.MODELS))}")
+    _check_writable(out_path)
+    model = zoo_models.build(name, small=small, seed=seed)
+    tmp = f"{out_path}.xflow-tmp"
+    try:
+        onnx.save(model, tmp)
+        os.replace(tmp, out_path)
+    except OSError as exc:
+        raise XflowError(out_path, f"cannot write: {exc.strerror or exc}") from None
+    click.echo(f"wrote {out_path}: {name}{' (small)' if small else ''}, {len(model.graph.node)} nodes")
+
+
+if __name__ == "__main__":
+    main()

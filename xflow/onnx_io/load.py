@@ -1,0 +1,316 @@
+"""Load an ONNX model into the IR: op-table ops are decoded, everything else stays opaque."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import numpy_helper
+
+from xflow.errors import XflowError
+from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
+from xflow.ops import DECODERS, OPS, ShapeError
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def read_model(path: str) -> onnx.ModelProto:
+    """Parse and check an ONNX file (external data is left on disk); XflowError on any problem."""
+    if not os.path.exists(path):
+        raise XflowError(path, "no such file")
+    if os.path.isdir(path):
+        raise XflowError(path, "is a directory, not an ONNX file")
+    if os.path.getsize(path) == 0:
+        raise XflowError(path, "empty file, not an ONNX model")
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise XflowError(path, f"not an ONNX model (protobuf parse failed: {exc})") from None
+    except OSError as exc:
+        raise XflowError(path, f"cannot read: {exc.strerror or exc}") from None
+    if model.ir_version <= 0 or not model.opset_import or not model.HasField("graph"):
+        raise XflowError(path, "not an ONNX model (no IR version, opset imports or graph)")
+    try:
+        onnx.checker.check_model(path)
+    except Exception as exc:  # the checker raises several unrelated types
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise XflowError(path, f"invalid ONNX model: {first_line}") from None
+    return model
+
+
+def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Parse ``name=1x3x224x224`` options into a dict."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split("x")) if dims else ()
+            if any(d < 0 for d in shapes[name]):
+                raise ValueError
+        except ValueError:
+            raise XflowError(None, f"--input-shape {spec!r}: expected NAME=D1xD2x... with non-negative ints") \
+                from None
+    return shapes
+
+
+def _type_from_value_info(vi: onnx.ValueInfoProto) -> TensorType | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return TensorType(tt.elem_type, None)
+    dims = tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in tt.shape.dim)
+    return TensorType(tt.elem_type, dims)
+
+
+def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], path: str) -> None:
+    inputs = {vi.name: vi for vi in model.graph.input}
+    for name, dims in shapes.items():
+        if name not in inputs:
+            raise XflowError(path, f"--input-shape names {name!r}, which is not an input (inputs: {sorted(inputs)})")
+        if not inputs[name].type.HasField("tensor_type"):
+            raise XflowError(path, f"--input-shape {name}: the input is not a tensor")
+        tensor_type = inputs[name].type.tensor_type
+        if not tensor_type.HasField("shape"):  # rank unknown: the option gives it
+            tensor_type.shape.SetInParent()
+            for _ in dims:
+                tensor_type.shape.dim.add()
+        shape = tensor_type.shape
+        if len(shape.dim) != len(dims):
+            raise XflowError(path, f"--input-shape {name}: rank {len(dims)} but the input has rank {len(shape.dim)}")
+        for d, value in zip(shape.dim, dims, strict=True):
+            if d.HasField("dim_value") and d.dim_value != value:
+                raise XflowError(path, f"--input-shape {name}: dim {d.dim_value} is fixed in the model, not {value}")
+            d.Clear()
+            d.dim_value = value
+
+
+def _subgraph_captures(node: onnx.NodeProto) -> tuple[str, ...]:
+    """Outer-scope names that the node's subgraphs read."""
+    captured: list[str] = []
+
+    def visit(graph: onnx.GraphProto, bound: set[str]) -> None:
+        local = bound | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        local |= {t.values.name for t in graph.sparse_initializer}
+        for n in graph.node:
+            for name in n.input:
+                if name and name not in local and name not in captured:
+                    captured.append(name)
+            for attr in n.attribute:
+                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                    visit(sub, local)
+            local |= set(n.output)
+
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            visit(sub, set())
+    return tuple(captured)
+
+
+class _Decoder:
+    """The DecodeContext the op table's decoders see while a graph is loaded."""
+
+    def __init__(self, model: onnx.ModelProto, types: dict[str, TensorType], constants: dict[str, Constant],
+                 const_nodes: dict[str, onnx.TensorProto], opset: int, base_dir: str) -> None:
+        self.opset = opset
+        self.types = types
+        self.constants = constants
+        self.const_nodes = const_nodes
+        self.base_dir = base_dir
+        self.taken = {vi.name for vi in model.graph.input} | set(types) | set(constants)
+        for n in model.graph.node:
+            self.taken.update(n.output)
+        self.counter = itertools.count()
+        self.added: list[str] = []
+
+    def type_of(self, name: str) -> TensorType | None:
+        return self.types.get(name)
+
+    def constant_value(self, name: str) -> np.ndarray | None:
+        if name in self.constants:
+            c = self.constants[name]
+            return c.value() if c.nbytes <= 1 << 20 else None
+        if name in self.const_nodes:
+            return numpy_helper.to_array(self.const_nodes[name])
+        return None
+
+    def fresh_name(self, hint: str) -> str:
+        while True:
+            name = f"{hint}__xf{next(self.counter)}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def add_constant(self, array: np.ndarray, hint: str) -> str:
+        name = self.fresh_name(hint)
+        self.constants[name] = Constant.from_array(array)
+        self.types[name] = self.constants[name].type
+        self.added.append(name)
+        return name
+
+
+def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
+    """Decode one ONNX node into op-table nodes, or None when it must stay opaque."""
+    if proto.domain not in DEFAULT_DOMAINS or proto.op_type not in DECODERS or not proto.input:
+        return None
+    names = [n for n in (*proto.input, *proto.output) if n]
+    for name in names:
+        t = ctx.types.get(name)
+        if t is None or not t.is_static:
+            return None
+    if ctx.types[proto.input[0]].dtype not in FLOAT_DTYPES:
+        return None
+    mark = len(ctx.added)
+    try:
+        nodes = DECODERS[proto.op_type](proto, ctx)
+        if nodes is None:
+            return None
+        produced: dict[str, TensorType] = {}
+        for n in nodes:
+            entry = OPS[n.op]
+            shapes = [(produced.get(i) or ctx.types[i]).static_shape for i in n.inputs if i]
+            out_shapes = entry.infer(shapes, n.attrs)
+            dtype = (produced.get(n.inputs[0]) or ctx.types[n.inputs[0]]).dtype if n.inputs else proto_dtype(proto, ctx)
+            for name, shape in zip(n.outputs, out_shapes, strict=True):
+                produced[name] = TensorType(dtype, shape)
+        for name in proto.output:
+            if name and produced.get(name) != ctx.types[name]:
+                raise ShapeError(f"decoded type {produced.get(name)} differs from ONNX's {ctx.types[name]}")
+    except (ShapeError, KeyError, ValueError, IndexError):
+        for name in ctx.added[mark:]:
+            ctx.types.pop(name, None)
+            ctx.constants.pop(name, None)
+        del ctx.added[mark:]
+        return None
+    ctx.types.update(produced)
+    if all(n.origin is None for n in nodes):  # one origin for the group: saved as the original node
+        origin = Origin(proto, len(nodes))
+        nodes = [Node(n.op, n.inputs, n.outputs, n.attrs, n.name, origin) for n in nodes]
+    return nodes
+
+
+def proto_dtype(proto: onnx.NodeProto, ctx: _Decoder) -> int:
+    """The element type of the node's first output."""
+    return ctx.types[proto.output[0]].dtype
+
+
+def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
+                     input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    """Build the IR from a parsed model (shapes inferred; op-table ops decoded, others opaque).
+
+    ``model`` is not modified (``input_shapes`` are applied to the graph's copy of the inputs); the
+    graph's constants refer to its initializers, so it must not be modified while the graph is used.
+    ``base_dir`` is where relative external-data locations are resolved (the model file's folder)."""
+    if input_shapes:
+        saved = [onnx.ValueInfoProto() for _ in model.graph.input]
+        for copy, vi in zip(saved, model.graph.input, strict=True):
+            copy.CopyFrom(vi)
+        try:
+            _fix_input_shapes(model, input_shapes, path)
+            return _build_graph(model, base_dir, path)
+        finally:
+            for copy, vi in zip(saved, model.graph.input, strict=True):
+                vi.CopyFrom(copy)
+    return _build_graph(model, base_dir, path)
+
+
+def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_inference_model(model), strict_mode=False,
+                                                     data_prop=True)
+    except Exception:  # shape inference is best effort: unknown shapes just keep nodes opaque
+        inferred = model
+    g = inferred.graph
+    types: dict[str, TensorType] = {}
+    for vi in itertools.chain(g.input, g.value_info, g.output):
+        t = _type_from_value_info(vi)
+        if t is not None:
+            types[vi.name] = t
+    constants: dict[str, Constant] = {}
+    for tensor in model.graph.initializer:
+        constants[tensor.name] = Constant.from_proto(tensor, base_dir)
+        types[tensor.name] = constants[tensor.name].type
+    const_nodes = {n.output[0]: n.attribute[0].t for n in model.graph.node
+                   if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and len(n.attribute) == 1
+                   and n.attribute[0].name == "value" and len(n.output) == 1}
+    ctx = _Decoder(model, types, constants, const_nodes, _default_opset(model), base_dir)
+    nodes: list[Node] = []
+    for proto in model.graph.node:
+        decoded = _decode_node(proto, ctx)
+        if decoded is None:
+            decoded = [Node(OPAQUE, tuple(proto.input), tuple(proto.output), Attrs(), proto.name,
+                            Origin(proto, 1), _subgraph_captures(proto))]
+        nodes.extend(decoded)
+    template = _without_nodes(model)
+    inputs = tuple(vi.name for vi in model.graph.input if vi.name not in constants)
+    outputs = tuple(vi.name for vi in model.graph.output)
+    context = ModelContext(template, base_dir, path)
+    return Graph(tuple(nodes), inputs, outputs, types, constants, context)
+
+
+INFERENCE_INLINE_ELEMENTS = 4096  # initializers up to this size are given to shape inference with data
+
+
+def _inference_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as shape inference sees it: large inline initializers become typed graph inputs.
+
+    ``infer_shapes`` serializes the whole model; without this, every weight would be copied (twice
+    the memory) and models near protobuf's 2 GB limit would fail inference. Only small tensors (shape
+    targets, axes, ...) matter for data propagation, so those are kept with their values."""
+    big = [t for t in model.graph.initializer
+           if t.data_location != onnx.TensorProto.EXTERNAL and _elements(t) > INFERENCE_INLINE_ELEMENTS]
+    if not big:
+        return model
+    shell = onnx.ModelProto()
+    _copy_fields(model, shell, skip=("graph",))
+    _copy_fields(model.graph, shell.graph, skip=("initializer",))
+    big_names = {t.name for t in big}
+    shell.graph.initializer.extend(t for t in model.graph.initializer if t.name not in big_names)
+    declared = {vi.name for vi in model.graph.input}
+    for t in big:
+        if t.name not in declared:
+            shell.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return shell
+
+
+def _elements(tensor: onnx.TensorProto) -> int:
+    return int(np.prod(list(tensor.dims), dtype=np.int64))
+
+
+def _without_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the model without graph nodes and initializers (so weights are not copied)."""
+    shell = onnx.ModelProto()
+    _copy_fields(model, shell, skip=("graph",))
+    _copy_fields(model.graph, shell.graph, skip=("node", "initializer"))
+    return shell
+
+
+def _copy_fields(src, dst, skip: tuple[str, ...]) -> None:  # noqa: ANN001 - any protobuf message
+    for field, value in src.ListFields():
+        if field.name in skip:
+            continue
+        if field.is_repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return int(imp.version)
+    return 1
+
+
+def load(path: str, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    """Read an ONNX file into the IR; external data stays on disk until needed."""
+    model = read_model(path)
+    return graph_from_model(model, os.path.dirname(os.path.abspath(path)), path, input_shapes)

@@ -1,0 +1,265 @@
+"""Write the IR back to ONNX: unchanged nodes as their original protos, new ones via the op table."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from xflow.errors import XflowError
+from xflow.ir import Constant, Graph, Node
+from xflow.ops import OPS
+
+EXTERNAL_THRESHOLD = 1 << 30  # bytes of inline weights above which we write external data anyway
+MIN_EXTERNAL_TENSOR = 1024  # tensors smaller than this stay inline even in external-data models
+
+
+class _Encoder:
+    """The EncodeContext the op table's encoders see while a graph is written."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.opset = graph.context.opset if graph.context else 17
+        self.taken = set(graph.types) | set(graph.constants) | set(graph.producers)
+        self.counter = itertools.count()
+        self.new_constants: dict[str, np.ndarray] = {}
+
+    def fresh_name(self, hint: str) -> str:
+        while True:
+            name = f"{hint}__xf{next(self.counter)}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def add_constant(self, array: np.ndarray, hint: str) -> str:
+        name = self.fresh_name(hint)
+        self.new_constants[name] = array
+        return name
+
+
+def _opaque_proto(node: Node) -> onnx.NodeProto:
+    proto = node.origin.proto  # type: ignore[union-attr]
+    if tuple(proto.input) == node.inputs and tuple(proto.output) == node.outputs:
+        return proto
+    copy = onnx.NodeProto()
+    copy.CopyFrom(proto)
+    del copy.input[:]
+    copy.input.extend(node.inputs)
+    del copy.output[:]
+    copy.output.extend(node.outputs)
+    return copy
+
+
+def _reusable_origins(graph: Graph) -> set[int]:
+    """ids of the origins whose original ONNX node can be written in place of their IR nodes: every
+    member is still in the graph, no value internal to the group is read outside it, and nothing reads
+    the group's outputs before its last member (where the original node is written)."""
+    members: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        if not node.is_opaque and node.origin is not None:
+            members.setdefault(id(node.origin), []).append(node)
+    reusable: set[int] = set()
+    for key, group in members.items():
+        origin = group[0].origin
+        assert origin is not None
+        if len(group) != origin.size:
+            continue
+        if len(group) > 1:
+            produced = {o for n in group for o in n.outputs if o}
+            proto_outputs = {o for o in origin.proto.output if o}
+            if not proto_outputs <= produced:
+                continue
+            member_ids = {id(n) for n in group}
+            last = max(graph.position[n] for n in group)
+            if any(name in graph.output_set for name in produced - proto_outputs):
+                continue
+            if any(id(user) not in member_ids and (name not in proto_outputs or graph.position[user] < last)
+                   for name in produced for user, _ in graph.users.get(name, ())):
+                continue
+        reusable.add(key)
+    return reusable
+
+
+def encode_nodes(graph: Graph, reuse_protos: bool = True) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+    """ONNX nodes for the graph, in order, and the new constants the encoders asked for.
+
+    With ``reuse_protos`` an op-table node whose whole origin survives is written as the original
+    ONNX node (exact round trip); otherwise every op-table node is re-encoded from the IR."""
+    ctx = _Encoder(graph)
+    reusable = _reusable_origins(graph) if reuse_protos else set()
+    remaining = {key: node.origin.size for node in graph.nodes  # type: ignore[union-attr]
+                 if (key := id(node.origin)) in reusable}
+    protos: list[onnx.NodeProto] = []
+    for node in graph.nodes:
+        if node.is_opaque:
+            protos.append(_opaque_proto(node))
+            continue
+        key = id(node.origin)
+        if key in reusable:
+            remaining[key] -= 1
+            if remaining[key] == 0:  # the last member: all inputs of the group exist by now
+                protos.append(node.origin.proto)  # type: ignore[union-attr]
+            continue
+        protos.extend(OPS[node.op].encode(node, ctx))
+    return protos, ctx.new_constants
+
+
+def to_model_proto(graph: Graph, reuse_protos: bool = True) -> onnx.ModelProto:
+    """Build a ModelProto for the graph; initializers that live in external files stay references."""
+    if graph.context is None:
+        raise ValueError("graph has no model context (it was not loaded from ONNX)")
+    model = onnx.ModelProto()
+    model.CopyFrom(graph.context.template)
+    nodes, new_constants = encode_nodes(graph, reuse_protos)
+    model.graph.node.extend(nodes)
+    used = {name for n in nodes for name in n.input} | set(graph.outputs)
+    for n in graph.nodes:
+        used.update(n.implicit)
+    for name, const in graph.constants.items():
+        if name in used:
+            model.graph.initializer.append(_tensor_proto(name, const))
+    for name, array in new_constants.items():
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+    written = {t.name for t in model.graph.initializer}
+    # Old IR versions list initializers among the inputs: drop the ones no longer written (they would
+    # become required runtime inputs), and list new ones there (the checker requires it before IR 4).
+    kept_inputs = [vi for vi in model.graph.input if vi.name in graph.inputs or vi.name in written]
+    del model.graph.input[:]
+    model.graph.input.extend(kept_inputs)
+    if model.ir_version < 4:
+        listed = {vi.name for vi in model.graph.input}
+        for tensor in model.graph.initializer:
+            if tensor.name not in listed:
+                model.graph.input.append(onnx.helper.make_tensor_value_info(
+                    tensor.name, tensor.data_type, list(tensor.dims)))
+    live = set(graph.types) & ({o for n in graph.nodes for o in n.outputs})
+    kept_info = [vi for vi in model.graph.value_info if vi.name in live]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept_info)
+    return model
+
+
+def _tensor_proto(name: str, const: Constant) -> onnx.TensorProto:
+    if const.proto is not None:
+        if const.proto.name == name:
+            return const.proto
+        proto = onnx.TensorProto()
+        proto.CopyFrom(const.proto)
+        proto.name = name
+        return proto
+    return numpy_helper.from_array(const.value(), name)
+
+
+def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, force: bool) -> bool:
+    """Move weights into ``data_path``: original external tensors are streamed from their files
+    (never two copies in memory), large inline ones written out. Returns True if any was written."""
+    default_dir = graph.context.base_dir if graph.context else ""
+    if not force and model.ByteSize() < EXTERNAL_THRESHOLD:
+        return False
+    wrote = False
+    location = os.path.basename(data_path).removeprefix(".").split(".xflow-tmp")[0]
+    with open(data_path, "wb") as out:
+        for tensor in model.graph.initializer:
+            if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                info = {e.key: e.value for e in tensor.external_data}
+                const = graph.constants.get(tensor.name)
+                base_dir = const.base_dir if const is not None and const.base_dir else default_dir
+                src = os.path.join(base_dir, info["location"])
+                offset, length = int(info.get("offset", 0)), info.get("length")
+                try:
+                    f = open(src, "rb")  # closed by the with below
+                except OSError as exc:
+                    raise XflowError(src, f"cannot read external data: {exc.strerror or exc}") from None
+                with f:
+                    f.seek(offset)
+                    remaining = int(length) if length is not None else os.path.getsize(src) - offset
+                    start = _align(out)
+                    while remaining > 0:
+                        chunk = f.read(min(remaining, 64 << 20))
+                        if not chunk:
+                            raise XflowError(src, "external data file is shorter than the model says")
+                        out.write(chunk)
+                        remaining -= len(chunk)
+                    size = out.tell() - start
+            elif tensor.data_type == onnx.TensorProto.STRING:  # strings cannot be stored externally
+                continue
+            else:
+                if not tensor.HasField("raw_data"):  # typed fields: their raw (packed, little-endian) form
+                    raw = numpy_helper.from_array(numpy_helper.to_array(tensor)).raw_data
+                else:
+                    raw = tensor.raw_data
+                if len(raw) < MIN_EXTERNAL_TENSOR:
+                    continue
+                start = _align(out)
+                out.write(raw)
+                size = len(raw)
+                _clear_data(tensor)
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", location), ("offset", str(start)), ("length", str(size))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+            wrote = True
+    return wrote
+
+
+def _align(f, alignment: int = 64) -> int:  # noqa: ANN001 - binary file
+    pos = f.tell()
+    pad = (-pos) % alignment
+    if pad:
+        f.write(b"\0" * pad)
+    return pos + pad
+
+
+def _clear_data(tensor: onnx.TensorProto) -> None:
+    for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
+                  "string_data"):
+        tensor.ClearField(field)
+
+
+def save(graph: Graph, path: str, reuse_protos: bool = True, external_data: bool | None = None) -> None:
+    """Write the graph to ``path`` atomically (temp file + rename; nothing left on failure).
+
+    Weights go to ``<path>.data`` when the source model kept them external, when ``external_data``
+    is True, or when they would exceed protobuf's size limit."""
+    model = to_model_proto(graph, reuse_protos)
+    has_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    write_model_atomically(model, graph, path, force_external=bool(external_data) or has_external)
+
+
+def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, force_external: bool) -> None:
+    """Serialize ``model`` next to ``path`` in temp files, then rename them into place."""
+    directory = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(directory):
+        raise XflowError(path, "output directory does not exist")
+    data_name = os.path.basename(path) + ".data"
+    tmp_model = tmp_data = None
+    try:
+        fd, tmp_model = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".xflow-tmp", dir=directory)
+        os.close(fd)
+        tmp_data = os.path.join(directory, f".{data_name}.xflow-tmp{os.getpid()}")
+        wrote_data = _externalize(model, graph, tmp_data, force_external)
+        if wrote_data:
+            for tensor in model.graph.initializer:
+                for entry in tensor.external_data:
+                    if entry.key == "location":
+                        entry.value = data_name
+        with open(tmp_model, "wb") as f:
+            f.write(model.SerializeToString())
+        if wrote_data:
+            os.replace(tmp_data, os.path.join(directory, data_name))
+        os.replace(tmp_model, path)
+        tmp_model = None
+    except OSError as exc:
+        raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
+    except ValueError as exc:  # protobuf refuses messages over 2 GB
+        raise XflowError(path, f"cannot serialize model: {exc}") from None
+    finally:
+        for leftover in (tmp_model, tmp_data):
+            if leftover and os.path.exists(leftover):
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)

@@ -1,0 +1,151 @@
+"""The op-table entry type and the contexts its ONNX codecs work in.
+
+An ``OpDef`` is the one place an operator's meaning lives: its ONNX mapping both ways, attributes,
+shape rule, reference kernel, integer fingerprint variant, algebraic properties and z3 symbol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+
+from xflow.ir import Attrs, Node, Shape, TensorType
+
+
+class ShapeError(ValueError):
+    """An operator was applied to shapes or attributes it does not accept."""
+
+
+class DecodeContext(Protocol):
+    """What a decoder may ask about the graph being loaded."""
+
+    opset: int
+
+    def type_of(self, name: str) -> TensorType | None: ...
+
+    def constant_value(self, name: str) -> np.ndarray | None: ...
+
+    def fresh_name(self, hint: str) -> str: ...
+
+    def add_constant(self, array: np.ndarray, hint: str) -> str: ...
+
+
+class EncodeContext(Protocol):
+    """What an encoder may ask of the model being written."""
+
+    opset: int
+
+    def add_constant(self, array: np.ndarray, hint: str) -> str: ...
+
+    def fresh_name(self, hint: str) -> str: ...
+
+
+ShapeRule = Callable[[Sequence[Shape], Attrs], list[Shape]]
+Kernel = Callable[[Any, Sequence[Any], Attrs], list[Any]]
+Decoder = Callable[[onnx.NodeProto, DecodeContext], list[Node] | None]
+Encoder = Callable[[Node, EncodeContext], list[onnx.NodeProto]]
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attribute of an op: its name, its default and, when finite, its allowed values."""
+
+    name: str
+    default: Any = None
+    choices: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """An operator of the substitution algebra."""
+
+    name: str
+    onnx_types: tuple[str, ...]
+    min_inputs: int
+    max_inputs: int
+    attrs: tuple[AttrSpec, ...]
+    shape: ShapeRule
+    kernel: Kernel
+    decode: Decoder | None
+    encode: Encoder
+    doc: str = ""
+    int_kernel: Kernel | None = None
+    num_outputs: Callable[[Attrs], int] = field(default=lambda attrs: 1)
+    commutative: bool = False
+    associative: bool = False
+    elementwise: bool = False
+    weights_only: bool = False  # applied only to constants (enlarge, TASO's constant tensors)
+    z3_symbol: str = ""
+    flops: Callable[[Sequence[Shape], Sequence[Shape], Attrs], int] | None = None  # default: one per output element
+
+    @property
+    def attr_names(self) -> frozenset[str]:
+        """Names of the attributes this op takes."""
+        return frozenset(a.name for a in self.attrs)
+
+    def normalize_attrs(self, attrs: Mapping[str, Any]) -> Attrs:
+        """Fill defaults and reject unknown attributes or values out of their domain."""
+        unknown = set(attrs) - self.attr_names
+        if unknown:
+            raise ShapeError(f"{self.name}: unknown attribute(s) {sorted(unknown)}")
+        out: dict[str, Any] = {}
+        for spec in self.attrs:
+            value = attrs.get(spec.name, spec.default)
+            if value is None:
+                raise ShapeError(f"{self.name}: attribute {spec.name!r} is required")
+            if spec.choices is not None and value not in spec.choices:
+                raise ShapeError(f"{self.name}: {spec.name}={value!r} not in {spec.choices}")
+            out[spec.name] = value
+        return Attrs(out)
+
+    def infer(self, shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+        """Output shapes for these input shapes; raises ShapeError when they are invalid."""
+        if not self.min_inputs <= len(shapes) <= self.max_inputs:
+            raise ShapeError(f"{self.name}: takes {self.min_inputs}..{self.max_inputs} inputs, got {len(shapes)}")
+        return [tuple(int(d) for d in s) for s in self.shape(shapes, attrs)]
+
+    def count_flops(self, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape], attrs: Attrs) -> int:
+        """Arithmetic operations of one application (multiply-adds count two)."""
+        if self.flops is not None:
+            return int(self.flops(in_shapes, out_shapes, attrs))
+        return int(sum(np.prod(s, dtype=np.int64) for s in out_shapes))
+
+    def evaluate(self, xp: Any, arrays: Sequence[Any], attrs: Attrs) -> list[Any]:
+        """Run the reference kernel on float arrays of module ``xp`` (numpy or cupy)."""
+        return self.kernel(xp, arrays, attrs)
+
+    def evaluate_int(self, xp: Any, arrays: Sequence[Any], attrs: Attrs) -> list[Any]:
+        """Run the integer fingerprint variant (wrap-around int64 arithmetic)."""
+        return (self.int_kernel or self.kernel)(xp, arrays, attrs)
+
+
+def make_node(proto_or_name: onnx.NodeProto | str, op: str, inputs: Sequence[str], outputs: Sequence[str],
+              attrs: Mapping[str, Any] | None = None) -> Node:
+    """Build an IR node of an op-table op (attributes normalized by the table)."""
+    from xflow.ops.registry import OPS
+
+    name = proto_or_name if isinstance(proto_or_name, str) else proto_or_name.name
+    return Node(op, tuple(inputs), tuple(outputs), OPS[op].normalize_attrs(attrs or {}), name)
+
+
+def onnx_attrs(proto: onnx.NodeProto) -> dict[str, Any]:
+    """The attributes of an ONNX node as python values (graphs left out)."""
+    return {a.name: onnx.helper.get_attribute_value(a) for a in proto.attribute
+            if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
+
+
+def static_shape(ctx: DecodeContext, name: str) -> Shape | None:
+    """The static shape of a value, or None when unknown or symbolic."""
+    t = ctx.type_of(name)
+    return t.static_shape if t is not None and t.is_static else None
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """Map a possibly negative axis into [0, rank); raises ShapeError when out of range."""
+    if not -rank <= axis < rank:
+        raise ShapeError(f"axis {axis} out of range for rank {rank}")
+    return axis % rank

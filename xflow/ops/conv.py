@@ -1,0 +1,266 @@
+"""Convolution: 2-D conv with TASO's fused activation, and enlarge (zero-pad a kernel to a larger size).
+
+Also the sliding-window and auto_pad helpers the pooling ops share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from xflow.ir import Attrs, Node, Shape
+from xflow.ops.base import (
+    AttrSpec,
+    DecodeContext,
+    EncodeContext,
+    OpDef,
+    ShapeError,
+    make_node,
+    onnx_attrs,
+    static_shape,
+)
+from xflow.ops.elementwise import _relu_int
+
+# ---- shared window helpers (used by pool.py too) ------------------------------------------------
+
+
+def window_output(op: str, spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                  pads: Sequence[int]) -> Shape:
+    """Output (OH, OW) of a dilation-1, floor-mode window; raises ShapeError on invalid geometry."""
+    if len(kernel) != 2 or min(kernel) < 1:
+        raise ShapeError(f"{op}: kernel {tuple(kernel)} must be two positive ints")
+    if len(strides) != 2 or min(strides) < 1:
+        raise ShapeError(f"{op}: strides {tuple(strides)} must be two positive ints")
+    if len(pads) != 4 or min(pads) < 0:
+        raise ShapeError(f"{op}: pads {tuple(pads)} must be four non-negative (top, left, bottom, right)")
+    out = tuple((d + pads[i] + pads[i + 2] - k) // s + 1
+                for i, (d, k, s) in enumerate(zip(spatial, kernel, strides, strict=True)))
+    if min(out) < 1:
+        raise ShapeError(f"{op}: kernel {tuple(kernel)} exceeds input {tuple(spatial)} padded {tuple(pads)}")
+    return out
+
+
+def sliding_windows(xp: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+                    fill: Any = 0) -> Any:
+    """Windows of an NCHW array padded with ``fill``, as a strided view of shape (N, C, OH, OW, kh, kw)."""
+    top, left, bottom, right = pads
+    if top or left or bottom or right:
+        x = xp.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), mode="constant", constant_values=fill)
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw) = kernel, strides
+    shape = (n, c, (h - kh) // sh + 1, (w - kw) // sw + 1, kh, kw)
+    s = x.strides
+    return xp.lib.stride_tricks.as_strided(x, shape, (s[0], s[1], s[2] * sh, s[3] * sw, s[2], s[3]))
+
+
+def decode_geometry(attrs: Mapping[str, Any], spatial: Shape, kernel: Shape) -> tuple[Shape, Shape] | None:
+    """(strides, pads) of an ONNX Conv/Pool node with auto_pad resolved against static shapes, or None
+    when the attributes are outside what the op table handles (dilation != 1, wrong rank, ...)."""
+    strides = tuple(int(s) for s in attrs.get("strides", (1, 1)))
+    pads = tuple(int(p) for p in attrs.get("pads", (0, 0, 0, 0)))
+    dilations = tuple(int(d) for d in attrs.get("dilations", (1, 1)))
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
+    if len(strides) != 2 or min(strides) < 1 or len(pads) != 4 or dilations != (1, 1):
+        return None
+    if auto_pad == "NOTSET":
+        return strides, pads
+    if any(pads) or auto_pad not in ("VALID", "SAME_UPPER", "SAME_LOWER"):
+        return None
+    if auto_pad == "VALID":
+        return strides, (0, 0, 0, 0)
+    begin, end = [], []
+    for d, k, s in zip(spatial, kernel, strides, strict=True):
+        total = max(0, (-(-d // s) - 1) * s + k - d)
+        small, big = total // 2, total - total // 2
+        begin.append(small if auto_pad == "SAME_UPPER" else big)
+        end.append(big if auto_pad == "SAME_UPPER" else small)
+    return strides, tuple(begin + end)
+
+
+def accepts(node: Node, ctx: DecodeContext) -> bool:
+    """True when every input of a decoded node has a static shape that the op's shape rule accepts."""
+    from xflow.ops.registry import OPS
+
+    shapes = [static_shape(ctx, name) for name in node.inputs]
+    if any(s is None for s in shapes):
+        return False
+    try:
+        OPS[node.op].infer(shapes, node.attrs)  # type: ignore[arg-type]
+    except ShapeError:
+        return False
+    return True
+
+
+def known_shape(ctx: EncodeContext, name: str) -> Shape | None:
+    """The static shape of a value when the encode context can tell it (its protocol does not promise to)."""
+    type_of = getattr(ctx, "type_of", None)
+    t = type_of(name) if type_of is not None else None
+    return t.static_shape if t is not None and t.is_static else None
+
+
+def present_inputs(proto: onnx.NodeProto) -> list[str] | None:
+    """The node's inputs without trailing missing ("") ones; None when one in the middle is missing."""
+    inputs = list(proto.input)
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return None if "" in inputs else inputs
+
+
+# ---- conv ---------------------------------------------------------------------------------------
+
+
+def conv_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+    """conv(x [N,C,H,W], w [M,C/group,kh,kw], b [M]?) -> [N,M,OH,OW]."""
+    x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise ShapeError(f"conv: input and weight must be 4-D, got {x} and {w}")
+    group = attrs["group"]
+    if group < 1 or x[1] % group or w[0] % group or w[1] * group != x[1]:
+        raise ShapeError(f"conv: group {group} does not fit input channels {x[1]} and weight {w}")
+    if len(shapes) > 2 and tuple(shapes[2]) != (w[0],):
+        raise ShapeError(f"conv: bias shape {shapes[2]} is not ({w[0]},)")
+    return [(x[0], w[0]) + window_output("conv", x[2:], w[2:], attrs["strides"], attrs["pads"])]
+
+
+def _conv_linear(xp, a, attrs):
+    x, w = a[0], a[1]
+    group = attrs["group"]
+    m, cg, kh, kw = w.shape
+    win = sliding_windows(xp, x, (kh, kw), attrs["strides"], attrs["pads"])
+    n, _, oh, ow = win.shape[:4]
+    cols = win.reshape(n, group, cg, oh, ow, kh, kw).transpose(0, 1, 3, 4, 2, 5, 6)
+    cols = cols.reshape(n, group, oh * ow, cg * kh * kw)
+    kernel = w.reshape(group, m // group, cg * kh * kw).transpose(0, 2, 1)
+    out = xp.matmul(cols, kernel).transpose(0, 1, 3, 2).reshape(n, m, oh, ow)
+    if len(a) > 2:
+        out = out + a[2].reshape(1, m, 1, 1)
+    return out
+
+
+def _conv(xp, a, attrs):
+    out = _conv_linear(xp, a, attrs)
+    return [xp.maximum(out, 0) if attrs["act"] == "relu" else out]
+
+
+def _conv_int(xp, a, attrs):
+    out = _conv_linear(xp, a, attrs)
+    return _relu_int(xp, [out], attrs) if attrs["act"] == "relu" else [out]
+
+
+def decode_conv(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """2-D Conv with dilation 1 and static shapes; auto_pad made explicit."""
+    inputs = present_inputs(proto)
+    if inputs is None or len(inputs) not in (2, 3) or len(proto.output) != 1:
+        return None
+    attrs = onnx_attrs(proto)
+    if set(attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}:
+        return None
+    x, w = static_shape(ctx, inputs[0]), static_shape(ctx, inputs[1])
+    if x is None or w is None or len(x) != 4 or len(w) != 4:
+        return None
+    if tuple(attrs.get("kernel_shape", w[2:])) != w[2:]:
+        return None
+    geometry = decode_geometry(attrs, x[2:], w[2:])
+    if geometry is None:
+        return None
+    strides, pads = geometry
+    node = make_node(proto, "conv", inputs, proto.output,
+                     {"strides": strides, "pads": pads, "group": int(attrs.get("group", 1))})
+    return [node] if accepts(node, ctx) else None
+
+
+def encode_conv(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+    """ONNX Conv with explicit geometry, followed by a Relu when the activation is fused."""
+    name = node.name or ctx.fresh_name("Conv")
+    relu = node.attrs["act"] == "relu"
+    out = ctx.fresh_name(f"{node.outputs[0]}_preact") if relu else node.outputs[0]
+    extra: dict[str, Any] = {}
+    w = known_shape(ctx, node.inputs[1])
+    if w is not None:
+        extra["kernel_shape"] = list(w[2:])
+    nodes = [onnx.helper.make_node("Conv", list(node.inputs), [out], name=name,
+                                   strides=list(node.attrs["strides"]), pads=list(node.attrs["pads"]),
+                                   group=node.attrs["group"], **extra)]
+    if relu:
+        nodes.append(onnx.helper.make_node("Relu", [out], list(node.outputs),
+                                           name=ctx.fresh_name(f"{name}_relu")))
+    return nodes
+
+
+# ---- enlarge ------------------------------------------------------------------------------------
+
+
+def enlarge_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+    """enlarge(w [M,C,kh,kw]) -> [M,C,size...], growing each kernel dim by an even amount."""
+    (w,) = shapes
+    size = tuple(attrs["size"])
+    if len(w) != 4 or len(size) != 2:
+        raise ShapeError(f"enlarge: needs a 4-D kernel and a 2-D size, got {w} and {size}")
+    if any(s < k or (s - k) % 2 for s, k in zip(size, w[2:], strict=True)):
+        raise ShapeError(f"enlarge: cannot center kernel {w[2:]} in size {size} (growth must be even, >= 0)")
+    return [w[:2] + size]
+
+
+def _enlarge_pads(kernel: Sequence[int], size: Sequence[int]) -> tuple[int, int]:
+    return (size[0] - kernel[0]) // 2, (size[1] - kernel[1]) // 2
+
+
+def _enlarge(xp, a, attrs):
+    dh, dw = _enlarge_pads(a[0].shape[2:], attrs["size"])
+    return [xp.pad(a[0], ((0, 0), (0, 0), (dh, dh), (dw, dw)), mode="constant")]
+
+
+def _enlarge_dynamic_pads(node: Node, ctx: EncodeContext, name: str) -> tuple[list[onnx.NodeProto], str]:
+    """Pads [0,0,dh,dw,0,0,dh,dw] computed from the kernel's runtime shape (when no static shape is known)."""
+    kh2, kw2 = node.attrs["size"]
+    shape, masked, grow, half, pads = (ctx.fresh_name(f"{name}_{s}")
+                                       for s in ("shape", "hw", "grow", "half", "pads"))
+    mask = ctx.add_constant(np.array([0, 0, 1, 1], dtype=np.int64), f"{name}_mask")
+    target = ctx.add_constant(np.array([0, 0, kh2, kw2], dtype=np.int64), f"{name}_size")
+    two = ctx.add_constant(np.array(2, dtype=np.int64), f"{name}_two")
+    make = onnx.helper.make_node
+    nodes = [make("Shape", [node.inputs[0]], [shape], name=ctx.fresh_name(f"{name}_shape")),
+             make("Mul", [shape, mask], [masked], name=ctx.fresh_name(f"{name}_mask")),
+             make("Sub", [target, masked], [grow], name=ctx.fresh_name(f"{name}_sub")),
+             make("Div", [grow, two], [half], name=ctx.fresh_name(f"{name}_div")),
+             make("Concat", [half, half], [pads], name=ctx.fresh_name(f"{name}_concat"), axis=0)]
+    return nodes, pads
+
+
+def encode_enlarge(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+    """ONNX Pad (constant mode); the pads come from the kernel's static shape when the context knows it."""
+    name = node.name or ctx.fresh_name("Pad")
+    w = known_shape(ctx, node.inputs[0])
+    if w is None:
+        if ctx.opset < 11:
+            raise ShapeError(f"enlarge: encoding {name} before opset 11 needs the kernel's static shape")
+        nodes, pads_name = _enlarge_dynamic_pads(node, ctx, name)
+        return nodes + [onnx.helper.make_node("Pad", [node.inputs[0], pads_name], list(node.outputs),
+                                              name=name, mode="constant")]
+    dh, dw = _enlarge_pads(w[2:], node.attrs["size"])
+    pads = [0, 0, dh, dw, 0, 0, dh, dw]
+    if ctx.opset < 11:
+        return [onnx.helper.make_node("Pad", list(node.inputs), list(node.outputs), name=name,
+                                      mode="constant", pads=pads)]
+    pads_name = ctx.add_constant(np.array(pads, dtype=np.int64), f"{name}_pads")
+    return [onnx.helper.make_node("Pad", [node.inputs[0], pads_name], list(node.outputs), name=name,
+                                  mode="constant")]
+
+
+CONV = OpDef(
+    name="conv", onnx_types=("Conv",), min_inputs=2, max_inputs=3,
+    attrs=(AttrSpec("strides", (1, 1)), AttrSpec("pads", (0, 0, 0, 0)), AttrSpec("group", 1),
+           AttrSpec("act", "none", ("none", "relu"))),
+    shape=conv_shape, kernel=_conv, int_kernel=_conv_int, decode=decode_conv, encode=encode_conv,
+    doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv")
+
+ENLARGE = OpDef(
+    name="enlarge", onnx_types=("Pad",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("size"),),
+    shape=enlarge_shape, kernel=_enlarge, decode=None, encode=encode_enlarge,
+    doc="zero-pad a conv kernel, centered, to a larger kernel size", weights_only=True, z3_symbol="enlarge")
+
+OPS = (CONV, ENLARGE)

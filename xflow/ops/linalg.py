@@ -1,0 +1,127 @@
+"""Linear algebra: batched matmul, transpose, and Gemm decoded into the algebra."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+from xflow.ir import Attrs, Node, Origin, Shape
+from xflow.ops.base import (
+    AttrSpec,
+    DecodeContext,
+    EncodeContext,
+    OpDef,
+    ShapeError,
+    make_node,
+    onnx_attrs,
+    static_shape,
+)
+from xflow.ops.elementwise import simple_decoder, simple_encoder
+
+
+def matmul_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+    """numpy.matmul over rank >= 2 operands with broadcast batch dims."""
+    a, b = shapes
+    if len(a) < 2 or len(b) < 2:
+        raise ShapeError(f"matmul: operands must have rank >= 2, got {a} and {b}")
+    if a[-1] != b[-2]:
+        raise ShapeError(f"matmul: inner dims differ: {a} @ {b}")
+    try:
+        batch = tuple(np.broadcast_shapes(a[:-2], b[:-2]))
+    except ValueError as exc:
+        raise ShapeError(f"matmul: batch dims of {a} and {b} do not broadcast") from exc
+    return [batch + (a[-2], b[-1])]
+
+
+def _matmul(xp, a, attrs):
+    return [xp.matmul(a[0], a[1])]
+
+
+def decode_matmul(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """MatMul with rank >= 2 operands (1-D MatMul stays opaque)."""
+    shapes = [static_shape(ctx, n) for n in proto.input]
+    if len(shapes) != 2 or any(s is None or len(s) < 2 for s in shapes):
+        return None
+    return simple_decoder("matmul", 2)(proto, ctx)
+
+
+def transpose_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+    """Permute dims by ``perm``."""
+    (x,) = shapes
+    perm = attrs["perm"]
+    if sorted(perm) != list(range(len(x))):
+        raise ShapeError(f"transpose: perm {perm} is not a permutation of rank {len(x)}")
+    return [tuple(x[p] for p in perm)]
+
+
+def decode_transpose(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """Transpose, with the default (reversed) perm made explicit."""
+    shape = static_shape(ctx, proto.input[0])
+    if shape is None:
+        return None
+    perm = onnx_attrs(proto).get("perm", list(reversed(range(len(shape)))))
+    return [make_node(proto, "transpose", proto.input, proto.output, {"perm": tuple(perm)})]
+
+
+def encode_transpose(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+    """ONNX Transpose with an explicit perm."""
+    return [onnx.helper.make_node("Transpose", list(node.inputs), list(node.outputs),
+                                  name=node.name or ctx.fresh_name("Transpose"), perm=list(node.attrs["perm"]))]
+
+
+def decode_gemm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """Gemm(A, B, C) = alpha * op(A) @ op(B) + beta * C, as transpose / matmul / smul / add nodes."""
+    attrs = onnx_attrs(proto)
+    shapes = [static_shape(ctx, n) if n else None for n in proto.input]
+    if len(proto.input) < 2 or shapes[0] is None or shapes[1] is None:
+        return None
+    alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))
+    dtype = ctx.type_of(proto.input[0]).np_dtype  # type: ignore[union-attr]
+    nodes: list[Node] = []
+
+    def operand(index: int, transposed: bool) -> str:
+        name = proto.input[index]
+        if not transposed:
+            return name
+        out = ctx.fresh_name(f"{name}_T")
+        nodes.append(make_node(proto.name, "transpose", [name], [out], {"perm": (1, 0)}))
+        return out
+
+    a = operand(0, bool(attrs.get("transA", 0)))
+    b = operand(1, bool(attrs.get("transB", 0)))
+    has_c = len(proto.input) > 2 and proto.input[2] != "" and beta != 0.0
+    out = proto.output[0]
+    product = ctx.fresh_name(f"{out}_mm") if (alpha != 1.0 or has_c) else out
+    nodes.append(make_node(proto.name, "matmul", [a, b], [product]))
+    if alpha != 1.0:
+        scaled = ctx.fresh_name(f"{out}_alpha") if has_c else out
+        alpha_name = ctx.add_constant(np.array(alpha, dtype=dtype), "alpha")
+        nodes.append(make_node(proto.name, "smul", [product, alpha_name], [scaled]))
+        product = scaled
+    if has_c:
+        c = proto.input[2]
+        if beta != 1.0:
+            c_scaled = ctx.fresh_name(f"{c}_beta")
+            beta_name = ctx.add_constant(np.array(beta, dtype=dtype), "beta")
+            nodes.append(make_node(proto.name, "smul", [c, beta_name], [c_scaled]))
+            c = c_scaled
+        nodes.append(make_node(proto.name, "add", [product, c], [out]))
+    origin = Origin(proto, len(nodes))
+    return [Node(n.op, n.inputs, n.outputs, n.attrs, n.name, origin) for n in nodes]
+
+
+MATMUL = OpDef(
+    name="matmul", onnx_types=("MatMul",), min_inputs=2, max_inputs=2, attrs=(), shape=matmul_shape,
+    kernel=_matmul, decode=decode_matmul, encode=simple_encoder("MatMul"),
+    flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * ins[0][-1],
+    doc="batched matrix multiply (numpy.matmul semantics, rank >= 2)", z3_symbol="matmul")
+
+TRANSPOSE = OpDef(
+    name="transpose", onnx_types=("Transpose",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("perm"),),
+    shape=transpose_shape, kernel=lambda xp, a, attrs: [xp.transpose(a[0], attrs["perm"])],
+    decode=decode_transpose, encode=encode_transpose, doc="permute dimensions", z3_symbol="transpose")
+
+OPS = (MATMUL, TRANSPOSE)
+DECODERS = {"Gemm": decode_gemm}

@@ -1,0 +1,146 @@
+"""Data movement: concat, split, reshape (constant target shape)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+from xflow.ir import Attrs, Node, Shape
+from xflow.ops.base import (
+    AttrSpec,
+    DecodeContext,
+    EncodeContext,
+    OpDef,
+    ShapeError,
+    make_node,
+    normalize_axis,
+    onnx_attrs,
+    static_shape,
+)
+
+
+def concat_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+    """Inputs agree on every dim but ``axis``, which adds up."""
+    axis = attrs["axis"]
+    first = shapes[0]
+    if not 0 <= axis < len(first):
+        raise ShapeError(f"concat: axis {axis} out of range for rank {len(first)}")
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first, strict=True)) if i != axis):
+            raise ShapeError(f"concat: shapes {list(shapes)} differ off axis {axis}")
+    return [first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1:]]
+
+
+def decode_concat(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """Concat with a normalized (non-negative) axis."""
+    shape = static_shape(ctx, proto.input[0])
+    if shape is None:
+        return None
+    axis = normalize_axis(int(onnx_attrs(proto)["axis"]), len(shape))
+    return [make_node(proto, "concat", proto.input, proto.output, {"axis": axis})]
+
+
+def encode_concat(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+    """ONNX Concat."""
+    return [onnx.helper.make_node("Concat", list(node.inputs), list(node.outputs),
+                                  name=node.name or ctx.fresh_name("Concat"), axis=node.attrs["axis"])]
+
+
+def split_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+    """Cut ``axis`` into pieces of the sizes in ``split``."""
+    (x,) = shapes
+    axis, sizes = attrs["axis"], attrs["split"]
+    if not 0 <= axis < len(x):
+        raise ShapeError(f"split: axis {axis} out of range for rank {len(x)}")
+    if any(s < 0 for s in sizes) or sum(sizes) != x[axis]:
+        raise ShapeError(f"split: sizes {sizes} do not add up to dim {x[axis]} of {x}")
+    return [x[:axis] + (s,) + x[axis + 1:] for s in sizes]
+
+
+def _split(xp, a, attrs):
+    bounds = np.cumsum(attrs["split"])[:-1].tolist()
+    return list(xp.split(a[0], bounds, axis=attrs["axis"]))
+
+
+def decode_split(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """Split with sizes from the attribute (opset < 13), the constant input, or num_outputs."""
+    shape = static_shape(ctx, proto.input[0])
+    if shape is None or any(not o for o in proto.output):
+        return None
+    attrs = onnx_attrs(proto)
+    axis = normalize_axis(int(attrs.get("axis", 0)), len(shape))
+    n = len(proto.output)
+    if "split" in attrs:
+        sizes = [int(s) for s in attrs["split"]]
+    elif len(proto.input) > 1 and proto.input[1]:
+        value = ctx.constant_value(proto.input[1])
+        if value is None:
+            return None
+        sizes = [int(s) for s in value.reshape(-1)]
+    else:
+        step = -(-shape[axis] // n)  # ONNX: ceil division, last piece smaller
+        sizes = [min(step, shape[axis] - i * step) for i in range(n)]
+    if len(sizes) != n:
+        return None
+    return [make_node(proto, "split", proto.input[:1], proto.output, {"axis": axis, "split": tuple(sizes)})]
+
+
+def encode_split(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+    """ONNX Split: sizes as an attribute before opset 13, as a constant input from 13 on."""
+    name = node.name or ctx.fresh_name("Split")
+    sizes = list(node.attrs["split"])
+    if ctx.opset < 13:
+        return [onnx.helper.make_node("Split", list(node.inputs), list(node.outputs), name=name,
+                                      axis=node.attrs["axis"], split=sizes)]
+    sizes_name = ctx.add_constant(np.array(sizes, dtype=np.int64), f"{name}_sizes")
+    return [onnx.helper.make_node("Split", [node.inputs[0], sizes_name], list(node.outputs), name=name,
+                                  axis=node.attrs["axis"])]
+
+
+def reshape_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
+    """Reshape to the explicit ``shape`` (no 0 or -1: decoding resolves them)."""
+    (x,) = shapes
+    target = tuple(attrs["shape"])
+    if any(d < 0 for d in target) or int(np.prod(target, dtype=np.int64)) != int(np.prod(x, dtype=np.int64)):
+        raise ShapeError(f"reshape: cannot reshape {x} to {target}")
+    return [target]
+
+
+def decode_reshape(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """Reshape whose target shape is a constant; 0 and -1 are resolved against the static input."""
+    shape = static_shape(ctx, proto.input[0])
+    target = ctx.constant_value(proto.input[1]) if len(proto.input) > 1 else None
+    out = static_shape(ctx, proto.output[0])
+    if shape is None or target is None or out is None:
+        return None
+    if int(onnx_attrs(proto).get("allowzero", 0)) and 0 in target.tolist():
+        return None
+    return [make_node(proto, "reshape", proto.input[:1], proto.output, {"shape": tuple(out)})]
+
+
+def encode_reshape(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+    """ONNX Reshape with the target shape as a constant input."""
+    name = node.name or ctx.fresh_name("Reshape")
+    shape_name = ctx.add_constant(np.array(node.attrs["shape"], dtype=np.int64), f"{name}_shape")
+    return [onnx.helper.make_node("Reshape", [node.inputs[0], shape_name], list(node.outputs), name=name)]
+
+
+CONCAT = OpDef(
+    name="concat", onnx_types=("Concat",), min_inputs=1, max_inputs=1 << 16, attrs=(AttrSpec("axis"),),
+    shape=concat_shape, kernel=lambda xp, a, attrs: [xp.concatenate(list(a), axis=attrs["axis"])],
+    decode=decode_concat, encode=encode_concat, doc="concatenate along axis", z3_symbol="concat")
+
+SPLIT = OpDef(
+    name="split", onnx_types=("Split",), min_inputs=1, max_inputs=1,
+    attrs=(AttrSpec("axis"), AttrSpec("split")), shape=split_shape, kernel=_split, decode=decode_split,
+    encode=encode_split, num_outputs=lambda attrs: len(attrs["split"]), doc="split along axis into sizes",
+    z3_symbol="split")
+
+RESHAPE = OpDef(
+    name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("shape"),),
+    shape=reshape_shape, kernel=lambda xp, a, attrs: [xp.reshape(a[0], attrs["shape"])],
+    decode=decode_reshape, encode=encode_reshape, doc="reshape to a constant shape", z3_symbol="reshape")
+
+OPS = (CONCAT, SPLIT, RESHAPE)

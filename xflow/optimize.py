@@ -1,0 +1,219 @@
+"""The optimize pipeline: load, search, fold, check equivalence in ORT, measure A/B, write."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xflow.cost import AnalyticCost, GraphCoster
+from xflow.cost.base import CostModel
+from xflow.errors import XflowError
+from xflow.ir import Graph
+from xflow.onnx_io import load, save
+from xflow.rewrite import fold_constants
+from xflow.rules import Rule, default_rules_path, load_rules
+from xflow.runtime import make_session, measure_ab, random_feeds
+from xflow.search import SearchResult, backtracking_search
+
+
+class EquivalenceError(XflowError):
+    """The optimized model computes something else than the original."""
+
+
+@dataclass
+class OptimizeOptions:
+    """Everything a user can set for one optimization."""
+
+    rules_path: str | None = None
+    alpha: float = 1.05
+    budget: int = 300
+    time_limit: float = 60.0
+    provider: str = "cpu"
+    threads: int | None = None
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    inputs_npz: str | None = None
+    seed: int = 0
+    keep_if_slower: bool = False
+    measure: bool = True
+    verify: bool = True
+
+
+@dataclass
+class OptimizeReport:
+    """Every figure of one run, as written by ``--report``."""
+
+    input: str
+    output: str
+    rules_file: str
+    rules_loaded: int
+    nodes_before: int
+    nodes_after: int
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    cost_model: str
+    cost_before: float
+    cost_after: float
+    search_seconds: float
+    search_stop: str
+    graphs_explored: int
+    graphs_generated: int
+    cost_cache_lookups: int
+    cost_cache_hits: int
+    rules_applied: dict[str, int]
+    steps: list[dict[str, Any]]
+    verified: bool = False
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+    latency_before_ms: float | None = None
+    latency_after_ms: float | None = None
+    speedup: float | None = None
+    timed_runs: int = 0
+    decision: str = ""
+    total_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def tolerance(dtype: np.dtype) -> tuple[float, float]:
+    """(rtol, atol) for comparing outputs of rewritten models: reassociation changes rounding."""
+    if dtype == np.float16:
+        return 1e-2, 1e-2
+    if dtype == np.float32:
+        return 1e-3, 1e-4
+    if dtype == np.float64:
+        return 1e-9, 1e-10
+    return 0.0, 0.0
+
+
+def compare_outputs(names: list[str], expected: list[np.ndarray], actual: list[np.ndarray]) -> dict[str, float]:
+    """Max abs difference per output; EquivalenceError naming the first output out of tolerance."""
+    diffs: dict[str, float] = {}
+    for name, a, b in zip(names, expected, actual, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise EquivalenceError(None, f"output {name!r} changed from {a.dtype}{a.shape} to {b.dtype}{b.shape}")
+        if a.size == 0:
+            diffs[name] = 0.0
+            continue
+        if np.issubdtype(a.dtype, np.floating):
+            if not np.array_equal(np.isnan(a), np.isnan(b)):
+                raise EquivalenceError(None, f"output {name!r}: NaN positions differ")
+            finite = ~np.isnan(a)
+            diff = float(np.max(np.abs(a[finite].astype(np.float64) - b[finite]), initial=0.0))
+            rtol, atol = tolerance(a.dtype)
+            bound = atol + rtol * float(np.max(np.abs(a[finite]), initial=0.0))
+            diffs[name] = diff
+            if diff > bound:
+                raise EquivalenceError(None, f"output {name!r} differs by {diff:.3g} (tolerance {bound:.3g})")
+        else:
+            if not np.array_equal(a, b):
+                raise EquivalenceError(None, f"output {name!r} differs (integer/boolean values changed)")
+            diffs[name] = 0.0
+    return diffs
+
+
+def _feeds(session, options: OptimizeOptions) -> dict[str, np.ndarray]:  # noqa: ANN001
+    if options.inputs_npz:
+        try:
+            with np.load(options.inputs_npz) as data:
+                return {k: data[k] for k in data.files}
+        except (OSError, ValueError) as exc:
+            raise XflowError(options.inputs_npz, f"cannot read inputs: {exc}") from None
+    return random_feeds(session, options.seed, options.input_shapes)
+
+
+def check_output_path(in_path: str, out_path: str) -> None:
+    """Refuse IN == OUT and outputs that cannot be written, before any work is done."""
+    if os.path.abspath(in_path) == os.path.abspath(out_path) or (
+            os.path.exists(out_path) and os.path.samefile(in_path, out_path)):
+        raise XflowError(out_path, "output is the input file; choose another output path")
+    directory = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(directory):
+        raise XflowError(out_path, "output directory does not exist")
+    if not os.access(directory, os.W_OK):
+        raise XflowError(out_path, "output directory is not writable")
+    if os.path.isdir(out_path):
+        raise XflowError(out_path, "output is a directory")
+
+
+def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,
+                  say: Callable[[str], None] = print,
+                  progress: Callable[[SearchResult], None] | None = None) -> OptimizeReport:
+    """Optimize ``in_path`` into ``out_path``; the written model is verified equal and never slower
+    (unless ``keep_if_slower``). Raises XflowError for bad input; writes nothing on failure."""
+    started = time.perf_counter()
+    check_output_path(in_path, out_path)
+    graph = load(in_path, options.input_shapes)
+    rules_file = options.rules_path or str(default_rules_path())
+    rules: list[Rule] = load_rules(options.rules_path)
+    coster = GraphCoster(cost_model or AnalyticCost())
+    result = backtracking_search(graph, rules, coster, options.alpha, options.budget, options.time_limit,
+                                 progress=progress)
+    optimized = fold_constants(result.graph) if result.steps else graph
+    report = OptimizeReport(
+        input=in_path, output=out_path, rules_file=rules_file, rules_loaded=len(rules),
+        nodes_before=len(graph.nodes), nodes_after=len(optimized.nodes), ops_before=graph.op_counts(),
+        ops_after=optimized.op_counts(), cost_model=coster.model.name, cost_before=result.initial_cost,
+        cost_after=result.best_cost, search_seconds=result.seconds, search_stop=result.stop_reason,
+        graphs_explored=result.explored, graphs_generated=result.generated,
+        cost_cache_lookups=result.cost_lookups, cost_cache_hits=result.cost_hits,
+        rules_applied=dict(Counter(s.rule for s in result.steps)),
+        steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in result.steps])
+    if not rules:
+        say(f"no rules in {rules_file}: the model is copied through unchanged")
+        report.decision = "copied (no rules)"
+    elif not result.steps:
+        say(f"no rewrite lowers the cost ({len(rules)} rules, {result.explored} graphs explored): "
+            "the model is copied through unchanged")
+        report.decision = "copied (no improving rewrite)"
+    if not result.steps:
+        save(graph, out_path)
+        report.total_seconds = time.perf_counter() - started
+        return report
+    _verify_measure_write(graph, optimized, in_path, out_path, options, report, say)
+    report.total_seconds = time.perf_counter() - started
+    return report
+
+
+def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_path: str,
+                          options: OptimizeOptions, report: OptimizeReport, say: Callable[[str], None]) -> None:
+    scratch = tempfile.mkdtemp(prefix=".xflow-", dir=os.path.dirname(os.path.abspath(out_path)))
+    try:
+        candidate_path = os.path.join(scratch, "candidate.onnx")
+        save(optimized, candidate_path)
+        session_a = make_session(in_path, options.provider, options.threads)
+        session_b = make_session(candidate_path, options.provider, options.threads)
+        feeds = _feeds(session_a, options)
+        names = [o.name for o in session_a.get_outputs()]
+        if options.verify:
+            try:
+                report.max_abs_diff = compare_outputs(names, session_a.run(None, feeds), session_b.run(None, feeds))
+            except EquivalenceError as exc:
+                raise EquivalenceError(in_path, f"optimized model is not equivalent, nothing written: {exc.problem}") \
+                    from None
+            report.verified = True
+        keep_optimized = True
+        if options.measure:
+            ab = measure_ab(session_a, session_b, feeds)
+            report.latency_before_ms, report.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
+            report.speedup, report.timed_runs = ab.speedup, ab.runs
+            keep_optimized = ab.b_median < ab.a_median or options.keep_if_slower
+        if keep_optimized:
+            save(optimized, out_path)
+            report.decision = "optimized"
+        else:
+            save(original, out_path)
+            report.decision = "copied (optimized model was not faster)"
+            say(f"the optimized model was not faster ({report.latency_after_ms:.3f} ms vs "
+                f"{report.latency_before_ms:.3f} ms): wrote the original (use --keep-if-slower to override)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,34 @@
+"""Fold constant-only subgraphs made by rewrites (concatenated weights, enlarged kernels, scaled
+weights, TASO's constant tensors) into new initializers."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xflow.ir import Constant, Graph, Node
+from xflow.ops import OPS
+
+
+def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
+    """Evaluate every new op-table node whose inputs are all constants with the reference kernel
+    (numpy) and replace it by initializers. Nodes from the source model are left alone: folding the
+    user's own constant subgraphs is not ours to do."""
+    constants: dict[str, Constant] = {}
+    values: dict[str, np.ndarray] = {}
+    kept: list[Node] = []
+    for node in graph.nodes:
+        foldable = (not node.is_opaque and node.origin is None
+                    and all(i in constants or graph.is_constant(i) for i in node.inputs if i)
+                    and all(o not in graph.output_set for o in node.outputs))
+        if not foldable or sum(graph.types[o].size * graph.types[o].np_dtype.itemsize for o in node.outputs) > max_bytes:
+            kept.append(node)
+            continue
+        arrays = [values[i] if i in values else graph.constants[i].value() for i in node.inputs if i]
+        results = OPS[node.op].evaluate(np, arrays, node.attrs)
+        for name, array in zip(node.outputs, results, strict=True):
+            array = np.asarray(array, dtype=graph.types[name].np_dtype)
+            values[name] = array
+            constants[name] = Constant.from_array(array)
+    if not constants:
+        return graph
+    return graph.with_nodes(kept, constants=constants)

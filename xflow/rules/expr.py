@@ -1,0 +1,159 @@
+"""The small expression language of rule attributes and conditions.
+
+An expression is Python syntax restricted to: integers, tuples/lists, attribute variables (bound by
+``?name`` in the source pattern), ``rank(t)``, ``dim(t, i)``, ``shape(t)`` of pattern tensors,
+``len/sum/min/max/abs/all/any``, arithmetic (+ - * // %), comparisons, ``and/or/not``, subscripts
+and ``a if c else b``. Parsed once when a rule is loaded; evaluated per match.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+_PURE_FUNCS: dict[str, Callable[..., Any]] = {
+    "len": len, "sum": sum, "min": min, "max": max, "abs": abs, "all": all, "any": any,
+    "tuple": tuple,
+}
+_SHAPE_FUNCS = ("rank", "dim", "shape")
+
+
+class ExprError(ValueError):
+    """An expression is malformed or refers to something unbound."""
+
+
+class ShapeEnv:
+    """What an expression can read: attribute variables and the shapes of pattern tensors."""
+
+    def __init__(self, variables: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.variables = variables
+        self.shapes = shapes
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A parsed expression with the variables and tensors it mentions."""
+
+    source: str
+
+    @cached_property
+    def tree(self) -> ast.expr:
+        try:
+            tree = ast.parse(self.source, mode="eval").body
+        except SyntaxError as exc:
+            raise ExprError(f"bad expression {self.source!r}: {exc.msg}") from None
+        _check(tree, self.source)
+        return tree
+
+    @cached_property
+    def variables(self) -> frozenset[str]:
+        """Attribute variables read (names outside shape functions)."""
+        return frozenset(_names(self.tree, tensors=False))
+
+    @cached_property
+    def tensors(self) -> frozenset[str]:
+        """Pattern tensors whose shapes are read."""
+        return frozenset(_names(self.tree, tensors=True))
+
+    def evaluate(self, env: ShapeEnv) -> Any:
+        """The value of the expression in ``env``."""
+        return _eval(self.tree, env, self.source)
+
+
+def _check(node: ast.AST, source: str) -> None:
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Call, ast.Name, ast.Constant,
+               ast.Tuple, ast.List, ast.Subscript, ast.Slice, ast.IfExp, ast.Load, ast.USub, ast.Not, ast.And,
+               ast.Or, *_BINOPS, *_CMPOPS)
+    for sub in ast.walk(node):
+        if not isinstance(sub, allowed):
+            raise ExprError(f"{source!r}: {type(sub).__name__} is not allowed in rule expressions")
+        if isinstance(sub, ast.Call):
+            if not isinstance(sub.func, ast.Name) or sub.func.id not in (*_PURE_FUNCS, *_SHAPE_FUNCS):
+                raise ExprError(f"{source!r}: unknown function {ast.unparse(sub.func)}")
+            if sub.func.id in _SHAPE_FUNCS and (not sub.args or not isinstance(sub.args[0], ast.Name)):
+                raise ExprError(f"{source!r}: {sub.func.id}() takes a pattern tensor name first")
+        if isinstance(sub, ast.Constant) and not isinstance(sub.value, int | str | bool):
+            raise ExprError(f"{source!r}: only integer, bool and string literals are allowed")
+
+
+def _names(tree: ast.AST, tensors: bool) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node: ast.AST, in_shape_arg: bool) -> None:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            for k, arg in enumerate(node.args):
+                visit(arg, node.func.id in _SHAPE_FUNCS and k == 0)
+            return
+        if isinstance(node, ast.Name):
+            if in_shape_arg == tensors:
+                found.add(node.id)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, False)
+
+    visit(tree, False)
+    return found
+
+
+def _eval(node: ast.AST, env: ShapeEnv, source: str) -> Any:
+    match node:
+        case ast.Constant(value=value):
+            return value
+        case ast.Name(id=name):
+            if name not in env.variables:
+                raise ExprError(f"{source!r}: variable {name!r} is not bound")
+            return env.variables[name]
+        case ast.Tuple(elts=elts) | ast.List(elts=elts):
+            return tuple(_eval(e, env, source) for e in elts)
+        case ast.UnaryOp(op=ast.USub(), operand=operand):
+            return -_eval(operand, env, source)
+        case ast.UnaryOp(op=ast.Not(), operand=operand):
+            return not _eval(operand, env, source)
+        case ast.BinOp(left=left, op=op, right=right):
+            return _BINOPS[type(op)](_eval(left, env, source), _eval(right, env, source))
+        case ast.BoolOp(op=ast.And(), values=values):
+            return all(_eval(v, env, source) for v in values)
+        case ast.BoolOp(op=ast.Or(), values=values):
+            return any(_eval(v, env, source) for v in values)
+        case ast.Compare(left=left, ops=ops, comparators=comparators):
+            current = _eval(left, env, source)
+            for op, right in zip(ops, comparators, strict=True):
+                value = _eval(right, env, source)
+                if not _CMPOPS[type(op)](current, value):
+                    return False
+                current = value
+            return True
+        case ast.IfExp(test=test, body=body, orelse=orelse):
+            return _eval(body if _eval(test, env, source) else orelse, env, source)
+        case ast.Subscript(value=value, slice=index):
+            container = _eval(value, env, source)
+            if isinstance(index, ast.Slice):
+                parts = [None if p is None else _eval(p, env, source) for p in (index.lower, index.upper, index.step)]
+                return container[slice(*parts)]
+            return container[_eval(index, env, source)]
+        case ast.Call(func=ast.Name(id=fname), args=args):
+            if fname in _SHAPE_FUNCS:
+                tensor = args[0].id  # type: ignore[attr-defined]
+                if tensor not in env.shapes:
+                    raise ExprError(f"{source!r}: tensor {tensor!r} has no known shape")
+                shape = env.shapes[tensor]
+                if fname == "rank":
+                    return len(shape)
+                if fname == "shape":
+                    return tuple(shape)
+                index = _eval(args[1], env, source)
+                return shape[index]
+            return _PURE_FUNCS[fname](*(_eval(a, env, source) for a in args))
+    raise ExprError(f"{source!r}: cannot evaluate {ast.unparse(node)}")

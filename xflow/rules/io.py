@@ -1,0 +1,76 @@
+"""Reading and writing rule files, and finding the shipped rule set."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from xflow.errors import XflowError
+from xflow.rules.model import Rule, RuleError, parse_rule
+
+FORMAT = "xflow.rules/1"
+
+
+def default_rules_path() -> Path:
+    """The shipped rule file: ``rules/default.json`` of the source tree, or the installed copy."""
+    candidates = [Path(__file__).resolve().parents[2] / "rules" / "default.json",
+                  Path(sys.prefix) / "share" / "xflow" / "rules" / "default.json"]
+    for path in candidates:
+        if path.exists():
+            return path
+    return candidates[0]
+
+
+def load_rules(path: str | os.PathLike[str] | None = None) -> list[Rule]:
+    """Parse and check every rule of a file; XflowError naming the file on any problem.
+    A missing default file means an empty rule set."""
+    if path is None:
+        path = default_rules_path()
+        if not Path(path).exists():
+            return []
+    path = str(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise XflowError(path, "no such rule file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise XflowError(path, f"cannot read rule file: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise XflowError(path, f"not a JSON rule file: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("rules"), list):
+        raise XflowError(path, f"not an xflow rule file (expected {{\"format\": \"{FORMAT}\", \"rules\": [...]}})")
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for raw in data["rules"]:
+        try:
+            rule = parse_rule(raw)
+        except RuleError as exc:
+            raise XflowError(path, str(exc)) from None
+        if rule.name in seen:
+            raise XflowError(path, f"rule name {rule.name!r} appears twice")
+        seen.add(rule.name)
+        rules.append(rule)
+    return rules
+
+
+def dump_rules(rules: Iterable[Rule], path: str | os.PathLike[str], meta: dict[str, Any] | None = None) -> None:
+    """Write rules as a rule file (deterministic order and formatting)."""
+    data = {"format": FORMAT, **(meta or {}), "rules": [r.to_json() for r in rules]}
+    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def rules_from_json(items: list[dict[str, Any]]) -> list[Rule]:
+    """Parse rules given as JSON-like dicts (tests, embedded rule sets)."""
+    return [parse_rule(item) for item in items]
+
+
+__all__ = ["FORMAT", "Rule", "RuleError", "default_rules_path", "dump_rules", "load_rules", "rules_from_json"]

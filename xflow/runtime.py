@@ -1,0 +1,112 @@
+"""ONNX Runtime helpers: sessions with fair timing settings, random feeds, A/B latency."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+def session_options(threads: int | None = None, optimization: str = "all"):  # noqa: ANN201 - ort type
+    """Session options used for every measurement: intra-op spinning off (two sessions in one
+    process otherwise steal each other's cores), a fixed thread count, ORT_ENABLE_ALL."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads or os.cpu_count() or 1
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
+    opts.graph_optimization_level = level
+    opts.log_severity_level = 3
+    return opts
+
+
+def make_session(model: onnx.ModelProto | str | bytes, provider: str = "cpu", threads: int | None = None,
+                 optimization: str = "all"):  # noqa: ANN201 - ort type
+    """An InferenceSession on ``provider`` with the measurement settings."""
+    import onnxruntime as ort
+
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
+    return ort.InferenceSession(source, sess_options=session_options(threads, optimization), providers=providers)
+
+
+_INT_DTYPES = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+def random_feeds(session, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] | None = None  # noqa: ANN001
+                 ) -> dict[str, np.ndarray]:
+    """Seeded random inputs for a session: floats in [-1, 1], integers in [0, 2), booleans."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for inp in session.get_inputs():
+        shape = (shapes or {}).get(inp.name) or tuple(d if isinstance(d, int) and d >= 0 else 1 for d in inp.shape)
+        kind = inp.type.removeprefix("tensor(").removesuffix(")")
+        np_type = {"float": np.float32, "double": np.float64, "float16": np.float16, "bool": np.bool_,
+                   "int64": np.int64, "int32": np.int32, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
+                   "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64}.get(kind)
+        if np_type is None:
+            raise ValueError(f"input {inp.name!r} has type {inp.type}, which random inputs cannot fill")
+        if np_type is np.bool_:
+            feeds[inp.name] = rng.random(shape) < 0.5
+        elif np_type in _INT_DTYPES:
+            feeds[inp.name] = rng.integers(0, 2, size=shape).astype(np_type)
+        else:
+            feeds[inp.name] = rng.uniform(-1, 1, size=shape).astype(np_type)
+    return feeds
+
+
+@dataclass(frozen=True)
+class ABResult:
+    """Interleaved A/B latency: medians in seconds, and how many timed runs each."""
+
+    a_median: float
+    b_median: float
+    runs: int
+
+    @property
+    def speedup(self) -> float:
+        """a / b: above 1 means b is faster."""
+        return self.a_median / self.b_median if self.b_median > 0 else float("inf")
+
+
+def measure_ab(session_a, session_b, feeds: Mapping[str, np.ndarray], min_runs: int = 10,  # noqa: ANN001
+               max_runs: int = 200, target_seconds: float = 3.0, warmup: int = 3) -> ABResult:
+    """Median latencies of two sessions over interleaved runs (A, B, A, B, ...) after warm-up."""
+    for _ in range(warmup):
+        session_a.run(None, dict(feeds))
+        session_b.run(None, dict(feeds))
+    times_a: list[float] = []
+    times_b: list[float] = []
+    start = time.perf_counter()
+    while len(times_a) < max_runs and (len(times_a) < min_runs or time.perf_counter() - start < target_seconds):
+        first, second, t_first, t_second = ((session_a, session_b, times_a, times_b) if len(times_a) % 2 == 0
+                                            else (session_b, session_a, times_b, times_a))
+        for sess, times in ((first, t_first), (second, t_second)):
+            t0 = time.perf_counter()
+            sess.run(None, dict(feeds))
+            times.append(time.perf_counter() - t0)
+    return ABResult(statistics.median(times_a), statistics.median(times_b), len(times_a))
+
+
+def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, warmup: int = 3) -> float:  # noqa: ANN001
+    """Median latency of one session in seconds."""
+    for _ in range(warmup):
+        session.run(None, dict(feeds))
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        session.run(None, dict(feeds))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

@@ -1,0 +1,150 @@
+"""TASO's cost-based backtracking search over rule applications.
+
+A priority queue of graphs ordered by cost; pop the cheapest, apply every rule at every match,
+keep new graphs whose cost is below alpha x best, skip graphs seen before (structural hash), reject
+cycles and graphs grown past a cap; stop at the budget (graphs popped) or the time limit.
+Matching is incremental: a derived graph keeps its parent's matches that do not touch the changed
+region and searches anew only from the nodes around it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from xflow.cost.base import GraphCoster
+from xflow.ir import Graph, Node
+from xflow.rewrite import Match, apply_match, find_matches
+from xflow.rules import Rule
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rule application on the path from the input graph to a result."""
+
+    rule: str
+    nodes: tuple[str, ...]  # names (or first outputs) of the matched nodes
+
+
+@dataclass
+class SearchResult:
+    """The best graph found and how the search went."""
+
+    graph: Graph
+    initial_cost: float
+    best_cost: float
+    steps: tuple[Step, ...]
+    stop_reason: str  # "exhausted" | "budget" | "time" | "no-rules"
+    explored: int
+    generated: int
+    seconds: float
+    cost_lookups: int = 0
+    cost_hits: int = 0
+    trace: list[tuple[float, float]] = field(default_factory=list)  # (elapsed s, best cost)
+
+
+@dataclass
+class _Entry:
+    graph: Graph
+    steps: tuple[Step, ...]
+    parent: _Entry | None = None
+    applied: Match | None = None
+    matches: list[Match] | None = None
+
+
+def _step(match: Match) -> Step:
+    return Step(match.rule.name, tuple(n.name or n.outputs[0] for n in match.nodes))
+
+
+def initial_matches(graph: Graph, rules: Sequence[Rule]) -> list[Match]:
+    """All matches of all rules (rules whose ops are absent from the graph are skipped)."""
+    present = set(graph.by_op)
+    out: list[Match] = []
+    for rule in rules:
+        if {p.op for p in rule.src} <= present:
+            out.extend(find_matches(graph, rule))
+    return out
+
+
+def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, child: Graph,
+                    rules: Sequence[Rule]) -> list[Match]:
+    """Matches of ``child`` = parent matches away from the change + matches through changed nodes."""
+    parent_ids = {id(n) for n in parent.nodes}
+    new_nodes = [n for n in child.nodes if id(n) not in parent_ids]
+    anchor: dict[int, Node] = {id(n): n for n in new_nodes}
+    touched_values = {i for n in (*applied.nodes, *new_nodes) for i in n.inputs if i}
+    touched_values |= {o for n in new_nodes for o in n.outputs}
+    for name in touched_values:
+        producer = child.producers.get(name)
+        if producer is not None:
+            anchor[id(producer)] = producer
+        for user, _ in child.users.get(name, []):
+            anchor[id(user)] = user
+    child_ids = {id(n) for n in child.nodes}
+    kept = [m for m in parent_matches
+            if all(id(n) in child_ids and id(n) not in anchor for n in m.nodes)]
+    anchor_ops = {n.op for n in anchor.values()}
+    present = set(child.by_op)
+    for rule in rules:
+        ops = {p.op for p in rule.src}
+        if ops & anchor_ops and ops <= present:
+            kept.extend(find_matches(child, rule, anchor=anchor.values()))
+    return kept
+
+
+def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float = 1.05,
+                        budget: int = 1000, time_limit: float = 60.0, max_growth: float = 2.0,
+                        progress: Callable[[SearchResult], None] | None = None) -> SearchResult:
+    """Search for the cheapest equivalent graph reachable by applying ``rules``."""
+    start = time.perf_counter()
+    initial_cost = coster.cost(graph)
+    result = SearchResult(graph, initial_cost, initial_cost, (), "exhausted", 0, 0, 0.0)
+    if not rules:
+        result.stop_reason = "no-rules"
+        return result
+    cap = max(int(len(graph.nodes) * max_growth), len(graph.nodes) + 4)
+    counter = itertools.count()
+    root = _Entry(graph, (), matches=initial_matches(graph, rules))
+    queue: list[tuple[float, int, _Entry]] = [(initial_cost, next(counter), root)]
+    seen = {graph.structural_hash}
+    while queue:
+        if result.explored >= budget:
+            result.stop_reason = "budget"
+            break
+        if time.perf_counter() - start > time_limit:
+            result.stop_reason = "time"
+            break
+        cost, _, entry = heapq.heappop(queue)
+        result.explored += 1
+        if entry.matches is None:
+            assert entry.parent is not None and entry.parent.matches is not None and entry.applied is not None
+            entry.matches = derived_matches(entry.parent.graph, entry.parent.matches, entry.applied, entry.graph,
+                                            rules)
+        entry.parent = None  # the parent's matches are no longer needed through this entry
+        for match in entry.matches:
+            if time.perf_counter() - start > time_limit:
+                break
+            child = apply_match(entry.graph, match)
+            if child is None or len(child.nodes) > cap:
+                continue
+            digest = child.structural_hash
+            if digest in seen:
+                continue
+            seen.add(digest)
+            result.generated += 1
+            child_cost = coster.cost(child)
+            child_entry = _Entry(child, entry.steps + (_step(match),), entry, match)
+            if child_cost < result.best_cost:
+                result.graph, result.best_cost, result.steps = child, child_cost, child_entry.steps
+                result.trace.append((time.perf_counter() - start, child_cost))
+            if child_cost < alpha * result.best_cost:
+                heapq.heappush(queue, (child_cost, next(counter), child_entry))
+        if progress is not None:
+            result.seconds = time.perf_counter() - start
+            progress(result)
+    result.seconds = time.perf_counter() - start
+    result.cost_lookups, result.cost_hits = coster.lookups, coster.hits
+    return result

@@ -39,4 +39,15 @@ CONCAT_SPLIT_CANCEL = {
     "where": ["sizes == (dim(a, axis), dim(b, axis))"],
 }
 
-ALL = rules_from_json([MATMUL_MERGE, CONV_RELU_FOLD, CONCAT_SPLIT_CANCEL])
+SPLIT_SPLIT_MERGE = {
+    "name": "split_split_merge",
+    "doc": "split the first part of a split again -> one three-way split",
+    "inputs": {"y": "any"},
+    "src": [{"op": "split", "in": ["y"], "out": ["p", "q"], "attrs": {"axis": "?ax", "split": "?s1"}},
+            {"op": "split", "in": ["p"], "out": ["r", "t"], "attrs": {"axis": "?ax", "split": "?s2"}}],
+    "dst": [{"op": "split", "in": ["y"], "out": ["r2", "t2", "q2"],
+             "attrs": {"axis": "?ax", "split": "=(s2[0], s2[1], s1[1])"}}],
+    "outputs": {"r": "r2", "t": "t2", "q": "q2"},
+}
+
+ALL = rules_from_json([MATMUL_MERGE, CONV_RELU_FOLD, CONCAT_SPLIT_CANCEL, SPLIT_SPLIT_MERGE])

@@ -137,7 +137,8 @@ def concat_split_model(sizes: list[int], as_output: bool) -> onnx.ModelProto:
         outs = ["r1", "r2"]
     return make_model(nodes, [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 5])],
-                      [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2, 3] if o.endswith("1") else [2, 5]) for o in outs],
+                      [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2, 3] if o.endswith("1") else [2, 5])
+                       for o in outs],
                       [split])
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from xflow.ir import Graph, Node, TensorType
@@ -37,8 +37,19 @@ class GraphCoster:
 
     def cost(self, graph: Graph) -> float:
         """Total cost of the graph."""
-        keys = [node_key(graph, n) for n in graph.nodes]
-        missing = [(k, n) for k, n in zip(keys, graph.nodes, strict=True) if k not in self.memo]
+        return sum(self._costs(graph, graph.nodes))
+
+    def derived_cost(self, parent: Graph, parent_cost: float, child: Graph) -> float:
+        """Cost of a graph made by ``Graph.derive`` from ``parent``: only changed nodes are costed."""
+        change = child.__dict__.get("last_change")
+        if change is None:
+            return self.cost(child)
+        removed, added = change
+        return parent_cost - sum(self._costs(parent, removed)) + sum(self._costs(child, added))
+
+    def _costs(self, graph: Graph, nodes: Sequence[Node]) -> list[float]:
+        keys = [node_key(graph, n) for n in nodes]
+        missing = [(k, n) for k, n in zip(keys, nodes, strict=True) if k not in self.memo]
         self.lookups += len(keys)
         self.hits += len(keys) - len(missing)
         if missing:
@@ -47,7 +58,7 @@ class GraphCoster:
                 unique.setdefault(k, n)
             for k, c in zip(unique, self.model.node_costs(graph, unique.values()), strict=True):
                 self.memo[k] = c
-        return sum(self.memo[k] for k in keys)
+        return [self.memo[k] for k in keys]
 
 
 def value_bytes(t: TensorType | None) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
 from collections.abc import Iterable, Mapping
@@ -170,22 +169,51 @@ class Graph:
 
     # ---- identity ---------------------------------------------------------------------------
     @cached_property
+    def hash_sum(self) -> int:
+        """Sum of the nodes' local hashes (mod 2**128) plus the outputs: order-independent and
+        updated incrementally by ``derive``."""
+        total = sum(n.local_hash for n in self.nodes)
+        return (total + hash(self.outputs)) % (1 << 128)
+
+    @property
     def structural_hash(self) -> str:
-        """A hash of ops, attributes and edges, independent of internal value names and of the
-        order of independent nodes; constants are identified by name (they are immutable)."""
-        labels: dict[str, str] = {}
-        for name in self.inputs:
-            labels[name] = f"in:{name}"
-        for name in self.constants:
-            labels[name] = f"const:{name}"
-        for n in self.nodes:
-            ins = ",".join(labels.get(i, f"?{i}") if i else "" for i in n.inputs)
-            digest = hashlib.blake2b(repr((n.signature(), ins)).encode(), digest_size=16).hexdigest()
-            for k, out in enumerate(n.outputs):
-                labels[out] = f"{digest}.{k}"
-        outs = "|".join(labels.get(o, o) for o in self.outputs)
-        node_multiset = sorted(labels[o] for n in self.nodes for o in n.outputs[:1] if o) or []
-        return hashlib.blake2b((outs + "#" + ";".join(node_multiset)).encode(), digest_size=16).hexdigest()
+        """The graph's identity as hex: equal for graphs with the same nodes on the same values."""
+        return f"{self.hash_sum:032x}"
+
+    def derive(self, removed: Iterable[Node], added: Iterable[Node], types: Mapping[str, TensorType]) -> Graph:
+        """A new graph without ``removed`` and with ``added`` (which must be in topological order among
+        themselves). Splices them in place when the order allows, else sorts the whole graph; raises
+        CycleError when no order exists. The hash is updated, not recomputed."""
+        removed = list(removed)
+        added = list(added)
+        gone = {id(n) for n in removed}
+        position = self.position
+        new_outputs = {o for n in added for o in n.outputs}
+        earliest = len(self.nodes)
+        for o in new_outputs:
+            for user, _ in self.users.get(o, []):
+                if id(user) not in gone:
+                    earliest = min(earliest, position[user])
+        latest = -1
+        for n in added:
+            for i in (*n.inputs, *n.implicit):
+                producer = self.producers.get(i)
+                if producer is not None and id(producer) not in gone and i not in new_outputs:
+                    latest = max(latest, position[producer])
+        kept = [n for n in self.nodes if id(n) not in gone]
+        if latest < earliest:
+            cut = sum(1 for n in self.nodes[:latest + 1] if id(n) not in gone)
+            nodes = kept[:cut] + added + kept[cut:]
+        else:
+            nodes = topological_sort(kept + added, self.inputs, self.constants.keys())
+        new_types = dict(self.types)
+        new_types.update(types)
+        graph = Graph(tuple(nodes), self.inputs, self.outputs, new_types, self.constants, self.context, self._fresh)
+        if "hash_sum" in self.__dict__:
+            delta = sum(n.local_hash for n in added) - sum(n.local_hash for n in removed)
+            graph.__dict__["hash_sum"] = (self.hash_sum + delta) % (1 << 128)
+        graph.__dict__["last_change"] = (tuple(removed), tuple(added))
+        return graph
 
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op (opaque ones by ONNX type)."""

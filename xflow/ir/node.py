@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import onnx
 
@@ -54,6 +56,10 @@ class Node:
 
     def signature(self) -> tuple:
         """Structural identity without names: op, attributes and, for opaque nodes, the proto bytes."""
+        return self._signature
+
+    @cached_property
+    def _signature(self) -> tuple:
         if self.is_opaque and self.origin is not None:
             body = self.origin.proto
             stripped = onnx.NodeProto()
@@ -63,6 +69,14 @@ class Node:
             stripped.name = ""
             return (self.op, stripped.SerializeToString(deterministic=True))
         return (self.op, self.attrs)
+
+    @cached_property
+    def local_hash(self) -> int:
+        """A 128-bit hash of the node with its value names; a graph's hash is the sum over its nodes.
+        Names identify computations: original values keep their names through rewrites and new ones
+        are named after their content (see ``xflow.rewrite.apply``)."""
+        text = repr((self._signature, self.inputs, self.outputs, self.implicit)).encode()
+        return int.from_bytes(hashlib.blake2b(text, digest_size=16).digest(), "little")
 
     def __repr__(self) -> str:
         attrs = "" if not self.attrs else f" {dict(self.attrs)}"

@@ -93,6 +93,12 @@ def encode_nodes(graph: Graph, reuse_protos: bool = True) -> tuple[list[onnx.Nod
     reusable = _reusable_origins(graph) if reuse_protos else set()
     remaining = {key: node.origin.size for node in graph.nodes  # type: ignore[union-attr]
                  if (key := id(node.origin)) in reusable}
+    # Node names written as they were (original protos) are never changed; a re-encoded node whose
+    # name is already taken (several IR nodes decoded from one ONNX node share its name, and rewrites
+    # copy names) gets a fresh one: ONNX Runtime rejects models with two nodes of the same name.
+    names = {n.origin.proto.name for n in graph.nodes  # type: ignore[union-attr]
+             if n.origin is not None and (n.is_opaque or id(n.origin) in reusable)}
+    names.discard("")
     protos: list[onnx.NodeProto] = []
     for node in graph.nodes:
         if node.is_opaque:
@@ -104,8 +110,21 @@ def encode_nodes(graph: Graph, reuse_protos: bool = True) -> tuple[list[onnx.Nod
             if remaining[key] == 0:  # the last member: all inputs of the group exist by now
                 protos.append(node.origin.proto)  # type: ignore[union-attr]
             continue
-        protos.extend(OPS[node.op].encode(node, ctx))
+        for proto in OPS[node.op].encode(node, ctx):
+            if proto.name in names:
+                proto.name = _fresh_node_name(proto.name, names)
+            if proto.name:
+                names.add(proto.name)
+            protos.append(proto)
     return protos, ctx.new_constants
+
+
+def _fresh_node_name(name: str, taken: set[str]) -> str:
+    for k in itertools.count(1):
+        candidate = f"{name}__{k}"
+        if candidate not in taken:
+            return candidate
+    raise AssertionError("unreachable")
 
 
 def to_model_proto(graph: Graph, reuse_protos: bool = True) -> onnx.ModelProto:
@@ -236,8 +255,10 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
     directory = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(directory):
         raise XflowError(path, "output directory does not exist")
+    if os.path.isdir(path):
+        raise XflowError(path, "is a directory")
     data_name = os.path.basename(path) + ".data"
-    tmp_model = tmp_data = None
+    tmp_model = tmp_data = placed_data = None
     try:
         fd, tmp_model = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".xflow-tmp", dir=directory)
         os.close(fd)
@@ -251,15 +272,16 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
         with open(tmp_model, "wb") as f:
             f.write(model.SerializeToString())
         if wrote_data:
-            os.replace(tmp_data, os.path.join(directory, data_name))
+            placed_data = os.path.join(directory, data_name)
+            os.replace(tmp_data, placed_data)
         os.replace(tmp_model, path)
-        tmp_model = None
+        tmp_model = placed_data = None
     except OSError as exc:
         raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
     except ValueError as exc:  # protobuf refuses messages over 2 GB
         raise XflowError(path, f"cannot serialize model: {exc}") from None
     finally:
-        for leftover in (tmp_model, tmp_data):
+        for leftover in (tmp_model, tmp_data, placed_data):  # placed_data: the model's rename failed
             if leftover and os.path.exists(leftover):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)

@@ -256,7 +256,8 @@ CONV = OpDef(
     attrs=(AttrSpec("strides", (1, 1)), AttrSpec("pads", (0, 0, 0, 0)), AttrSpec("group", 1),
            AttrSpec("act", "none", ("none", "relu"))),
     shape=conv_shape, kernel=_conv, int_kernel=_conv_int, decode=decode_conv, encode=encode_conv,
-    doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv")
+    doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv",
+    flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * int(np.prod(ins[1][1:], dtype=np.int64)))
 
 ENLARGE = OpDef(
     name="enlarge", onnx_types=("Pad",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("size"),),

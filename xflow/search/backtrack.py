@@ -135,7 +135,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
                 continue
             seen.add(digest)
             result.generated += 1
-            child_cost = coster.cost(child)
+            child_cost = coster.derived_cost(entry.graph, cost, child)
             child_entry = _Entry(child, entry.steps + (_step(match),), entry, match)
             if child_cost < result.best_cost:
                 result.graph, result.best_cost, result.steps = child, child_cost, child_entry.steps

@@ -117,7 +117,9 @@ def _print_summary(report: Any) -> None:
     if report.verified:
         worst = max(report.max_abs_diff.values(), default=0.0)
         click.echo(f"  outputs match the original (max abs diff {worst:.2e})")
-    if report.latency_before_ms is not None:
+    if report.latency_before_ms is not None and not report.steps:
+        click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms (model unchanged)")
+    elif report.latency_before_ms is not None:
         click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
                    f"({report.speedup:.3f}x, median of {report.timed_runs} interleaved runs)")
     click.echo(f"  wrote {report.output}: {report.decision}")

@@ -20,7 +20,7 @@ from xflow.ir import Graph
 from xflow.onnx_io import load, save
 from xflow.rewrite import fold_constants
 from xflow.rules import Rule, default_rules_path, load_rules
-from xflow.runtime import make_session, measure_ab, random_feeds
+from xflow.runtime import make_session, measure_ab, median_latency, random_feeds
 from xflow.search import SearchResult, backtracking_search
 
 
@@ -177,6 +177,11 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
         report.decision = "copied (no improving rewrite)"
     if not result.steps:
         save(graph, out_path)
+        if options.measure:
+            session = make_session(in_path, options.provider, options.threads)
+            latency = median_latency(session, _feeds(session, options)) * 1e3
+            report.latency_before_ms = report.latency_after_ms = latency
+            report.speedup, report.timed_runs = 1.0, 20
         report.total_seconds = time.perf_counter() - started
         return report
     _verify_measure_write(graph, optimized, in_path, out_path, options, report, say)

@@ -1,0 +1,161 @@
+"""The verifier: axioms hold numerically and are consistent; good rules prove, unsound ones do not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import z3
+
+from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
+from verifier import AXIOMS, check_consistency, encode_rule, numeric_check, prove_rule, verify_rule
+from verifier.axioms import Axiom, _same
+from verifier.encode import Unsupported
+from xflow.rules import parse_rule
+
+GOOD = [MATMUL_MERGE, CONV_RELU_FOLD, CONCAT_SPLIT_CANCEL]
+
+MATMUL_COMM = {
+    "name": "matmul_comm_unsound", "inputs": {"a": "any", "b": "any"},
+    "src": [{"op": "matmul", "in": ["a", "b"], "out": ["y"]}],
+    "dst": [{"op": "matmul", "in": ["b", "a"], "out": ["z"]}],
+    "outputs": {"y": "z"},
+}
+
+SPLIT_CONCAT_SWAP = {
+    "name": "split_concat_swap_unsound", "doc": "concat(s2, s1) of split(x) -> x: pieces in the wrong order",
+    "inputs": {"x": "any"},
+    "src": [{"op": "split", "in": ["x"], "out": ["s1", "s2"], "attrs": {"axis": "?axis", "split": "?sizes"}},
+            {"op": "concat", "in": ["s2", "s1"], "out": ["y"], "attrs": {"axis": "?axis"}}],
+    "dst": [],
+    "outputs": {"y": "x"},
+}
+
+# split(concat(a, b)) -> a, b with no where condition: the split sizes need not match a's dim, but the
+# matcher rejects a rewrite that changes an output's shape, so the rule holds wherever it applies.
+SPLIT_CONCAT_UNGUARDED = {
+    "name": "split_concat_unguarded", "inputs": {"a": "any", "b": "any"},
+    "src": [{"op": "concat", "in": ["a", "b"], "out": ["c"], "attrs": {"axis": "?axis"}},
+            {"op": "split", "in": ["c"], "out": ["s1", "s2"], "attrs": {"axis": "?axis", "split": "?sizes"}}],
+    "dst": [],
+    "outputs": {"s1": "a", "s2": "b"},
+}
+
+CONV_MERGE = {
+    "name": "conv_merge_shared_input", "inputs": {"x": "any", "w1": "const", "w2": "const"},
+    "src": [{"op": "conv", "in": ["x", "w1"], "out": ["y1"], "attrs": {"strides": "?s", "pads": "?p", "act": "?a"}},
+            {"op": "conv", "in": ["x", "w2"], "out": ["y2"], "attrs": {"strides": "?s", "pads": "?p", "act": "?a"}}],
+    "dst": [{"op": "concat", "in": ["w1", "w2"], "out": ["w"], "attrs": {"axis": 0}},
+            {"op": "conv", "in": ["x", "w"], "out": ["y"], "attrs": {"strides": "?s", "pads": "?p", "act": "?a"}},
+            {"op": "split", "in": ["y"], "out": ["z1", "z2"],
+             "attrs": {"axis": 1, "split": "=(dim(w1, 0), dim(w2, 0))"}}],
+    "outputs": {"y1": "z1", "y2": "z2"},
+}
+
+TRANSPOSE_MATMUL = {
+    "name": "transpose_matmul", "inputs": {"a": "any", "b": "any"},
+    "src": [{"op": "transpose", "in": ["a"], "out": ["at"], "attrs": {"perm": [1, 0]}},
+            {"op": "transpose", "in": ["b"], "out": ["bt"], "attrs": {"perm": [1, 0]}},
+            {"op": "matmul", "in": ["bt", "at"], "out": ["y"]}],
+    "dst": [{"op": "matmul", "in": ["a", "b"], "out": ["m"]},
+            {"op": "transpose", "in": ["m"], "out": ["z"], "attrs": {"perm": [1, 0]}}],
+    "outputs": {"y": "z"},
+}
+
+MATMUL_FACTOR = {
+    "name": "matmul_factor", "inputs": {"x": "any", "a": "any", "b": "any", "s": "any"},
+    "src": [{"op": "matmul", "in": ["x", "a"], "out": ["p"]}, {"op": "matmul", "in": ["x", "b"], "out": ["q"]},
+            {"op": "add", "in": ["p", "q"], "out": ["r"]}, {"op": "smul", "in": ["r", "s"], "out": ["y"]}],
+    "dst": [{"op": "add", "in": ["b", "a"], "out": ["ab"]}, {"op": "smul", "in": ["ab", "s"], "out": ["abs"]},
+            {"op": "matmul", "in": ["x", "abs"], "out": ["z"]}],
+    "outputs": {"y": "z"},
+}
+
+AVGPOOL_AS_CONV = {
+    "name": "avgpool_as_conv", "inputs": {"x": "any"},
+    "src": [{"op": "avgpool", "in": ["x"], "out": ["y"],
+             "attrs": {"kernel": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1], "count_include_pad": 1}}],
+    "dst": [{"op": "const_pool", "out": ["k"], "attrs": {"shape": ["=dim(x, 1)", 1, 3, 3], "dtype": 11}},
+            {"op": "conv", "in": ["x", "k"], "out": ["z"],
+             "attrs": {"strides": [1, 1], "pads": [1, 1, 1, 1], "group": "=dim(x, 1)"}}],
+    "outputs": {"y": "z"},
+}
+
+MORE_GOOD = [SPLIT_CONCAT_UNGUARDED, CONV_MERGE, TRANSPOSE_MATMUL, MATMUL_FACTOR, AVGPOOL_AS_CONV]
+
+GROUPED_CONV_MERGE = {
+    "name": "grouped_conv_merge_unguarded", "inputs": {"x": "any", "y": "any", "z": "any", "w": "any"},
+    "src": [{"op": "conv", "in": ["x", "y"], "out": ["c1"], "attrs": {"strides": "?s", "pads": "?p", "group": 1}},
+            {"op": "conv", "in": ["z", "w"], "out": ["c2"], "attrs": {"strides": "?s", "pads": "?p", "group": 1}},
+            {"op": "concat", "in": ["c1", "c2"], "out": ["c"], "attrs": {"axis": 1}}],
+    "dst": [{"op": "concat", "in": ["x", "z"], "out": ["xz"], "attrs": {"axis": 1}},
+            {"op": "concat", "in": ["y", "w"], "out": ["yw"], "attrs": {"axis": 0}},
+            {"op": "conv", "in": ["xz", "yw"], "out": ["d"], "attrs": {"strides": "?s", "pads": "?p", "group": 2}}],
+    "outputs": {"c": "d"},
+}
+
+RELU_OVER_ADD = {
+    "name": "relu_distributes_over_add_unsound", "inputs": {"a": "any", "b": "any"},
+    "src": [{"op": "add", "in": ["a", "b"], "out": ["s"]}, {"op": "relu", "in": ["s"], "out": ["y"]}],
+    "dst": [{"op": "relu", "in": ["a"], "out": ["ra"]}, {"op": "relu", "in": ["b"], "out": ["rb"]},
+            {"op": "add", "in": ["ra", "rb"], "out": ["z"]}],
+    "outputs": {"y": "z"},
+}
+
+UNSOUND = [MATMUL_COMM, SPLIT_CONCAT_SWAP, GROUPED_CONV_MERGE, RELU_OVER_ADD]
+
+
+def test_axiom_count_and_names():
+    assert len(AXIOMS) >= 43
+    assert len({a.name for a in AXIOMS}) == len(AXIOMS)
+
+
+@pytest.mark.parametrize("axiom", AXIOMS, ids=lambda a: a.name)
+def test_axiom_holds_numerically(axiom: Axiom):
+    rng = np.random.default_rng(sum(map(ord, axiom.name)))
+    for _ in range(3):
+        assert axiom.check(rng) <= 1e-9
+    assert isinstance(axiom.formula(), z3.QuantifierRef)
+
+
+def test_axioms_consistent():
+    result = check_consistency(timeout_ms=2000)
+    assert result.consistent, result.answers
+
+
+def test_consistency_catches_a_bad_axiom():
+    # "x + y = x" collapses every pair of tensors together with ewadd_comm; its numeric check fails too
+    bogus = Axiom("ewadd_absorbs", ("add", {}, "x", "y"), "x", ("x", "y"), (), _same("x y"))
+    assert bogus.check(np.random.default_rng(0)) > 1e-3
+    result = check_consistency(AXIOMS + (bogus,), timeout_ms=3000)
+    assert not result.consistent, result.answers
+
+
+@pytest.mark.parametrize("raw", [*GOOD, *MORE_GOOD], ids=lambda r: r["name"])
+def test_example_rules_proved(raw):
+    rule = parse_rule(raw)
+    result = prove_rule(rule, timeout_ms=10000)
+    assert result.status == "proved", result
+    assert numeric_check(rule).ok
+    assert verify_rule(rule).status == "proved"
+
+
+@pytest.mark.parametrize("raw", UNSOUND, ids=lambda r: r["name"])
+def test_unsound_rules_rejected(raw):
+    rule = parse_rule(raw)
+    proof = prove_rule(rule, timeout_ms=1500)
+    assert proof.status != "proved", proof
+    numeric = numeric_check(rule, trials=20)
+    assert numeric.trials_run >= 1 and not numeric.ok, numeric
+    assert verify_rule(rule).status == "refuted"
+
+
+def test_unsupported_is_never_proved():
+    raw = {"name": "reshape_shape_expr", "inputs": {"a": "any"},
+           "src": [{"op": "relu", "in": ["a"], "out": ["y"]}],
+           "dst": [{"op": "reshape", "in": ["a"], "out": ["r"], "attrs": {"shape": "=shape(a)"}},
+                   {"op": "relu", "in": ["r"], "out": ["z"]}],
+           "outputs": {"y": "z"}}
+    rule = parse_rule(raw)
+    with pytest.raises(Unsupported):
+        encode_rule(rule)
+    assert prove_rule(rule).status == "unsupported"

@@ -1,0 +1,601 @@
+"""TASO-style axioms over the op table, each with a z3 formula and a numeric checker.
+
+An axiom is written once as two terms of a tiny language and turned into both a universally
+quantified z3 formula (``Axiom.formula``) and a concrete check (``Axiom.check``) that evaluates both
+sides with the op table's float64 kernels on shapes and attributes drawn by the axiom's generator.
+
+Terms: a tensor variable name (``str``); ``(op, attrs, *args)`` with ``op`` an op-table name, or
+``"split:i"`` for output i of a split, or ``"rank"`` / ``"dim"`` for shape terms (``("dim", t, i)``).
+Attribute values: literals, ``P(name)`` (an Int parameter, universally quantified), ``F(fn)`` with
+``fn(env)`` computing a value from parameters and shapes, or tuples of those.
+
+Axioms hold whenever both sides are well-formed (the op shape rules accept them) and the guard holds;
+shape conditions are guards over ``rank``/``dim`` and the Int parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import z3
+
+from verifier.encode import DIM, RANK, T, apply_op, z3_and, z3_max
+
+DOUBLE = 11  # onnx.TensorProto.DOUBLE
+
+
+@dataclass(frozen=True)
+class P:
+    """An Int parameter of an axiom."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class F:
+    """An attribute value computed from parameters and shapes: ``fn(env)``."""
+
+    fn: Callable[[Any], Any]
+
+
+class NumEnv:
+    """Evaluation environment for guards and ``F`` values on concrete arrays."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def p(self, name: str) -> Any:
+        return self.values[name]
+
+    def rank(self, t: str) -> int:
+        return self.values[t].ndim
+
+    def dim(self, t: str, i: Any) -> int:
+        return self.values[t].shape[i]
+
+    And = staticmethod(lambda *xs: all(xs))
+    Not = staticmethod(lambda x: not x)
+    If = staticmethod(lambda c, a, b: a if c else b)
+    max = staticmethod(max)
+    div = staticmethod(lambda a, b: a // b)
+
+
+class Z3Env:
+    """Evaluation environment for guards and ``F`` values in z3."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def p(self, name: str) -> Any:
+        return self.values[name]
+
+    def rank(self, t: str) -> Any:
+        return RANK(self.values[t])
+
+    def dim(self, t: str, i: Any) -> Any:
+        return DIM(self.values[t], i)
+
+    And = staticmethod(z3_and)
+    Not = staticmethod(z3.Not)
+    If = staticmethod(z3.If)
+    max = staticmethod(z3_max)
+    div = staticmethod(lambda a, b: a / b)
+
+
+def _attr(value: Any, env: Any) -> Any:
+    if isinstance(value, P):
+        return env.p(value.name)
+    if isinstance(value, F):
+        return value.fn(env)
+    if isinstance(value, tuple):
+        return tuple(_attr(v, env) for v in value)
+    return value
+
+
+def _eval_num(term: Any, env: NumEnv) -> Any:
+    from xflow.ops import OPS
+
+    if isinstance(term, F):
+        return term.fn(env)
+    if isinstance(term, str):
+        return env.values[term]
+    op, attrs, *args = term
+    vals = [_eval_num(a, env) for a in args]
+    if op == "rank":
+        return vals[0].ndim
+    if op == "dim":
+        return vals[0].shape[_attr(attrs, env)]
+    name, _, index = op.partition(":")
+    entry = OPS[name]
+    concrete = entry.normalize_attrs({k: _attr(v, env) for k, v in attrs.items()})
+    entry.infer([v.shape for v in vals], concrete)  # raises ShapeError on an ill-formed instance
+    outs = entry.evaluate(np, vals, concrete)
+    return outs[int(index) if index else 0]
+
+
+def _eval_z3(term: Any, env: Z3Env) -> Any:
+    if isinstance(term, F):
+        return term.fn(env)
+    if isinstance(term, str):
+        return env.values[term]
+    op, attrs, *args = term
+    vals = [_eval_z3(a, env) for a in args]
+    if op == "rank":
+        return RANK(vals[0])
+    if op == "dim":
+        return DIM(vals[0], _attr(attrs, env))
+    name, _, index = op.partition(":")
+    values = {k: _attr(v, env) for k, v in attrs.items()}
+    n_out = len(values["split"]) if name == "split" else 1
+    return apply_op(name, values, vals, n_out)[int(index) if index else 0]
+
+
+def _plain(term: Any) -> bool:
+    """True when a term holds no computed (``F``) attribute, so it can serve as a trigger pattern."""
+    if isinstance(term, str):
+        return True
+    if isinstance(term, F):
+        return False
+    _, attrs, *args = term
+    values = attrs.values() if isinstance(attrs, dict) else [attrs]
+
+    def ok(v: Any) -> bool:
+        return not isinstance(v, F) and (not isinstance(v, tuple) or all(ok(x) for x in v))
+
+    return all(ok(v) for v in values) and all(_plain(a) for a in args)
+
+
+def _names(term: Any, out: set[str]) -> set[str]:
+    if isinstance(term, str):
+        out.add(term)
+        return out
+    _, attrs, *args = term
+
+    def visit(v: Any) -> None:
+        if isinstance(v, P):
+            out.add(v.name)
+        elif isinstance(v, tuple):
+            for x in v:
+                visit(x)
+
+    for v in (attrs.values() if isinstance(attrs, dict) else [attrs]):
+        visit(v)
+    for a in args:
+        _names(a, out)
+    return out
+
+
+@dataclass(frozen=True)
+class Axiom:
+    """One universally quantified equation ``guard -> lhs == rhs`` with its numeric check."""
+
+    name: str
+    lhs: Any
+    rhs: Any
+    tensors: tuple[str, ...]
+    params: tuple[str, ...]
+    gen: Callable[[np.random.Generator], dict[str, Any]]
+    guard: Callable[[Any], Any] | None = None
+    doc: str = ""
+    pattern: Any = None  # trigger term; default: lhs (and rhs) when usable
+    shape: bool = field(default=False)  # an equation between Ints (rank/dim facts)
+
+    def formula(self) -> z3.BoolRef:
+        """The axiom as a z3 ForAll."""
+        values: dict[str, Any] = {t: z3.Const(t, T) for t in self.tensors}
+        values.update({p: z3.Int(p) for p in self.params})
+        env = Z3Env(values)
+        lhs, rhs = _eval_z3(self.lhs, env), _eval_z3(self.rhs, env)
+        body: Any = lhs == rhs
+        if self.guard is not None:
+            g = self.guard(env)
+            if g is not True:
+                body = z3.Implies(g, body)
+        bound = [values[n] for n in (*self.tensors, *self.params)]
+        everything = set(self.tensors) | set(self.params)
+        pats = []
+        candidates = [self.pattern] if self.pattern is not None else [self.lhs, self.rhs]
+        for term in candidates:
+            if not isinstance(term, str | F) and _plain(term) and _names(term, set()) >= everything:
+                pats.append(_eval_z3(term, env))
+        return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
+
+    def check(self, rng: np.random.Generator) -> float:
+        """Instantiate on random shapes; return the max abs difference (0 for exact shape facts)."""
+        env = NumEnv(self.gen(rng))
+        if self.guard is not None and not self.guard(env):
+            raise AssertionError(f"{self.name}: generator broke the guard")
+        lhs, rhs = _eval_num(self.lhs, env), _eval_num(self.rhs, env)
+        if self.shape:
+            return 0.0 if lhs == rhs else float("inf")
+        lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+        if lhs.shape != rhs.shape:
+            return float("inf")
+        return float(np.max(np.abs(lhs - rhs))) if lhs.size else 0.0
+
+
+# ---- generators --------------------------------------------------------------------------------
+
+
+def _arr(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.uniform(-1.0, 1.0, size=shape)
+
+
+def _pick(rng: np.random.Generator, seq: Any) -> Any:
+    return seq[int(rng.integers(len(seq)))]
+
+
+def _same(names: str, rank: tuple[int, ...] = (1, 2, 3)) -> Callable[[np.random.Generator], dict[str, Any]]:
+    def gen(rng):
+        shape = tuple(int(d) for d in rng.integers(1, 4, size=_pick(rng, rank)))
+        return {n: _arr(rng, *shape) for n in names.split()}
+    return gen
+
+
+def _scalar(rng):
+    return _arr(rng, *_pick(rng, [(), (1,)]))
+
+
+def _conv_params(rng, k=(1, 3)) -> dict[str, Any]:
+    kh, kw = _pick(rng, k), _pick(rng, k)
+    return {"sh": _pick(rng, [1, 2]), "sw": _pick(rng, [1, 2]), "pt": int(rng.integers(0, 2)),
+            "pl": int(rng.integers(0, 2)), "pb": int(rng.integers(0, 2)), "pr": int(rng.integers(0, 2)),
+            "kh": kh, "kw": kw}
+
+
+def _conv_shapes(rng, group_choices=(1, 2)) -> dict[str, Any]:
+    d = _conv_params(rng)
+    g = _pick(rng, group_choices)
+    n, cin, m = _pick(rng, [1, 2]), g * _pick(rng, [1, 2]), g * _pick(rng, [1, 2])
+    d.update(g=g, act=_pick(rng, ["none", "relu"]), n=n, cin=cin, m=m, h=int(rng.integers(3, 6)),
+             w_=int(rng.integers(3, 6)))
+    return d
+
+
+STRIDES = (P("sh"), P("sw"))
+PADS = (P("pt"), P("pl"), P("pb"), P("pr"))
+CONV_PARAMS = ("sh", "sw", "pt", "pl", "pb", "pr", "g")
+
+
+def _conv(act: Any = P("act"), group: Any = P("g"), pads: Any = PADS, strides: Any = STRIDES) -> dict[str, Any]:
+    return {"strides": strides, "pads": pads, "group": group, "act": act}
+
+
+def _conv_gen(extra: Callable[[np.random.Generator, dict[str, Any]], dict[str, Any]], group_choices=(1, 2)):
+    def gen(rng):
+        d = _conv_shapes(rng, group_choices)
+        d.update(extra(rng, d))
+        return d
+    return gen
+
+
+def _img(rng, d, c=None):
+    return _arr(rng, d["n"], d["cin"] if c is None else c, d["h"], d["w_"])
+
+
+def _ker(rng, d, m=None, c=None):
+    return _arr(rng, d["m"] if m is None else m, (d["cin"] // d["g"]) if c is None else c, d["kh"], d["kw"])
+
+
+def _mat_gen(spec: str) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Matrices from a spec like 'x:ab y:bc z:cd' with random sizes per letter (and s: scalars)."""
+    def gen(rng):
+        sizes = {ch: int(rng.integers(1, 4)) for ch in "abcdefgh"}
+        out: dict[str, Any] = {}
+        for item in spec.split():
+            name, dims = item.split(":")
+            out[name] = _scalar(rng) if dims == "s" else _arr(rng, *(sizes[c] for c in dims))
+        return out
+    return gen
+
+
+def _concat_gen(names: str, rank=(1, 2, 3), vary=True, scalar: str = ""):
+    """Tensors that agree except on a random axis ``ax`` (params ax, and axes of their shapes)."""
+    def gen(rng):
+        r = _pick(rng, rank)
+        base = [int(d) for d in rng.integers(1, 4, size=r)]
+        ax = int(rng.integers(r))
+        out: dict[str, Any] = {"ax": ax}
+        for n in names.split():
+            shape = list(base)
+            if vary:
+                shape[ax] = int(rng.integers(1, 4))
+            out[n] = _arr(rng, *shape)
+        if scalar:
+            out[scalar] = _scalar(rng)
+        return out
+    return gen
+
+
+def _split_gen(rng):
+    r = _pick(rng, (1, 2, 3))
+    shape = [int(d) for d in rng.integers(1, 4, size=r)]
+    ax = int(rng.integers(r))
+    shape[ax] = int(rng.integers(2, 6))
+    s1 = int(rng.integers(0, shape[ax] + 1))
+    return {"x": _arr(rng, *shape), "ax": ax, "s1": s1, "s2": shape[ax] - s1}
+
+
+def _split_concat_gen(rng):
+    d = _concat_gen("a b")(rng)
+    d["s1"], d["s2"] = d["a"].shape[d["ax"]], d["b"].shape[d["ax"]]
+    return d
+
+
+def _geometry_gen(rng):
+    r = _pick(rng, (2, 3))
+    ax1, ax2 = (int(v) for v in rng.choice(r, size=2, replace=False))
+    base = [int(d) for d in rng.integers(1, 4, size=r)]
+    u1, u2, v1, v2 = (int(d) for d in rng.integers(1, 4, size=4))
+
+    def shape(i, j):
+        s = list(base)
+        s[ax1], s[ax2] = i, j
+        return s
+
+    return {"ax1": ax1, "ax2": ax2, "a": _arr(rng, *shape(u1, v1)), "b": _arr(rng, *shape(u1, v2)),
+            "c": _arr(rng, *shape(u2, v1)), "d": _arr(rng, *shape(u2, v2))}
+
+
+def _batched_mm_gen(rng):
+    rx, ry = _pick(rng, [2, 3]), _pick(rng, [2, 3])
+    batch = [2] * (max(rx, ry) - 2)
+    n, k, m1, m2 = (int(v) for v in rng.integers(1, 4, size=4))
+    return {"x": _arr(rng, *batch[:rx - 2], n, k), "y": _arr(rng, *batch[:ry - 2], k, m1),
+            "z": _arr(rng, *batch[:ry - 2], k, m2), "ax": ry - 1}
+
+
+def _batched_mm_rows_gen(rng):
+    rx, ry = _pick(rng, [2, 3]), _pick(rng, [2, 3])
+    batch = [2] * (max(rx, ry) - 2)
+    n1, n2, k, m = (int(v) for v in rng.integers(1, 4, size=4))
+    return {"x": _arr(rng, *batch[:rx - 2], n1, k), "z": _arr(rng, *batch[:rx - 2], n2, k),
+            "y": _arr(rng, *batch[:ry - 2], k, m), "ax": rx - 2}
+
+
+def _pool_gen(rng, cip=None):
+    kh, kw = _pick(rng, [1, 2, 3]), _pick(rng, [1, 2, 3])
+    d = {"kh": kh, "kw": kw, "sh": _pick(rng, [1, 2]), "sw": _pick(rng, [1, 2]),
+         "pt": int(rng.integers(0, kh)), "pl": int(rng.integers(0, kw)), "pb": int(rng.integers(0, kh)),
+         "pr": int(rng.integers(0, kw)), "cip": _pick(rng, [0, 1]) if cip is None else cip}
+    n, h, w = _pick(rng, [1, 2]), int(rng.integers(3, 6)), int(rng.integers(3, 6))
+    ca, cb = _pick(rng, [1, 2]), _pick(rng, [1, 2])
+    d.update(x=_arr(rng, n, ca, h, w), y=_arr(rng, n, ca, h, w), b=_arr(rng, n, cb, h, w))
+    return d
+
+
+POOL = {"kernel": (P("kh"), P("kw")), "strides": STRIDES, "pads": PADS}
+AVG = {**POOL, "count_include_pad": P("cip")}
+POOL_PARAMS = ("kh", "kw", "sh", "sw", "pt", "pl", "pb", "pr")
+T10 = {"perm": (1, 0)}
+
+
+def _t(x: Any) -> Any:
+    return ("transpose", T10, x)
+
+
+def _add(a: Any, b: Any) -> Any:
+    return ("add", {}, a, b)
+
+
+def _mul(a: Any, b: Any) -> Any:
+    return ("mul", {}, a, b)
+
+
+def _smul(a: Any, b: Any) -> Any:
+    return ("smul", {}, a, b)
+
+
+def _mm(a: Any, b: Any) -> Any:
+    return ("matmul", {}, a, b)
+
+
+def _cat(ax: Any, a: Any, b: Any) -> Any:
+    return ("concat", {"axis": ax}, a, b)
+
+
+def _split(i: int, x: Any, ax: Any = P("ax"), sizes: Any = (P("s1"), P("s2"))) -> Any:
+    return (f"split:{i}", {"axis": ax, "split": sizes}, x)
+
+
+def _relu(a: Any) -> Any:
+    return ("relu", {}, a)
+
+
+def _cv(x: Any, w: Any, **kw: Any) -> Any:
+    return ("conv", _conv(**kw), x, w)
+
+
+def _build() -> list[Axiom]:
+    A = Axiom
+    ax = [
+        # -- element-wise algebra
+        A("ewadd_assoc", _add("x", _add("y", "z")), _add(_add("x", "y"), "z"), ("x", "y", "z"), (), _same("x y z")),
+        A("ewadd_comm", _add("x", "y"), _add("y", "x"), ("x", "y"), (), _same("x y")),
+        A("ewmul_assoc", _mul("x", _mul("y", "z")), _mul(_mul("x", "y"), "z"), ("x", "y", "z"), (), _same("x y z")),
+        A("ewmul_comm", _mul("x", "y"), _mul("y", "x"), ("x", "y"), (), _same("x y")),
+        A("ewmul_distrib_ewadd", _mul(_add("x", "y"), "z"), _add(_mul("x", "z"), _mul("y", "z")),
+          ("x", "y", "z"), (), _same("x y z")),
+        A("smul_assoc", _smul(_smul("x", "s"), "t"), _smul("x", _smul("s", "t")), ("x", "s", "t"), (),
+          lambda rng: {**_same("x")(rng), "s": _scalar(rng), "t": _scalar(rng).reshape(1)}),
+        A("smul_distrib_ewadd", _smul(_add("x", "y"), "s"), _add(_smul("x", "s"), _smul("y", "s")),
+          ("x", "y", "s"), (), lambda rng: {**_same("x y")(rng), "s": _scalar(rng)}),
+        A("smul_ewmul", _mul(_smul("x", "s"), "y"), _smul(_mul("x", "y"), "s"), ("x", "y", "s"), (),
+          lambda rng: {**_same("x y")(rng), "s": _scalar(rng)}),
+        A("identity_elim", ("identity", {}, "x"), "x", ("x",), (), _same("x")),
+        A("relu_idempotent", _relu(_relu("x")), _relu("x"), ("x",), (), _same("x")),
+        A("transpose_relu", _t(_relu("x")), _relu(_t("x")), ("x",), (), _same("x", (2,))),
+        # -- matmul / transpose
+        A("matmul_assoc", _mm("x", _mm("y", "z")), _mm(_mm("x", "y"), "z"), ("x", "y", "z"), (),
+          _mat_gen("x:ab y:bc z:cd")),
+        A("matmul_ewadd_rhs", _mm("x", _add("y", "z")), _add(_mm("x", "y"), _mm("x", "z")), ("x", "y", "z"), (),
+          _mat_gen("x:ab y:bc z:bc")),
+        A("matmul_ewadd_lhs", _mm(_add("x", "y"), "z"), _add(_mm("x", "z"), _mm("y", "z")), ("x", "y", "z"), (),
+          _mat_gen("x:ab y:ab z:bc")),
+        A("matmul_smul_rhs", _mm("x", _smul("y", "s")), _smul(_mm("x", "y"), "s"), ("x", "y", "s"), (),
+          _mat_gen("x:ab y:bc s:s")),
+        A("matmul_smul_lhs", _mm(_smul("x", "s"), "y"), _smul(_mm("x", "y"), "s"), ("x", "y", "s"), (),
+          _mat_gen("x:ab y:bc s:s")),
+        A("transpose_involution", _t(_t("x")), "x", ("x",), (), _mat_gen("x:ab")),
+        A("transpose_matmul", _t(_mm("x", "y")), _mm(_t("y"), _t("x")), ("x", "y"), (), _mat_gen("x:ab y:bc")),
+        A("transpose_ewadd", _t(_add("x", "y")), _add(_t("x"), _t("y")), ("x", "y"), (), _mat_gen("x:ab y:ab")),
+        A("transpose_ewmul", _t(_mul("x", "y")), _mul(_t("x"), _t("y")), ("x", "y"), (), _mat_gen("x:ab y:ab")),
+        A("transpose_smul", _t(_smul("x", "s")), _smul(_t("x"), "s"), ("x", "s"), (), _mat_gen("x:ab s:s")),
+        # -- conv
+        A("conv_ewadd_input", _cv(_add("x", "y"), "w", act="none"), _add(_cv("x", "w", act="none"),
+                                                                         _cv("y", "w", act="none")),
+          ("x", "y", "w"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)})),
+        A("conv_ewadd_weight", _cv("x", _add("w", "v"), act="none"), _add(_cv("x", "w", act="none"),
+                                                                          _cv("x", "v", act="none")),
+          ("x", "w", "v"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)})),
+        A("conv_smul_input", _cv(_smul("x", "s"), "w", act="none"), _smul(_cv("x", "w", act="none"), "s"),
+          ("x", "w", "s"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "s": _scalar(rng)})),
+        A("conv_smul_weight", _cv("x", _smul("w", "s"), act="none"), _smul(_cv("x", "w", act="none"), "s"),
+          ("x", "w", "s"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "s": _scalar(rng)})),
+        A("conv_relu", _cv("x", "w", act="relu"), _relu(_cv("x", "w", act="none")), ("x", "w"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
+        A("conv_cpool_avgpool",
+          _cv("x", ("const_pool", {"shape": (P("c"), 1, P("kh"), P("kw")), "dtype": P("dt")}), act="none",
+              group=P("c")),
+          ("avgpool", {**POOL, "count_include_pad": 1}, "x"),
+          ("x",), ("sh", "sw", "pt", "pl", "pb", "pr", "c", "kh", "kw", "dt"),
+          lambda rng: (lambda d: {**d, "c": d["x"].shape[1], "dt": DOUBLE})(_pool_gen(rng)),
+          guard=lambda e: e.dim("x", 1) == e.p("c")),
+        A("conv_iconv_identity",
+          _cv("x", ("const_iconv", {"shape": (P("c"), P("c"), P("kh"), P("kw")), "dtype": P("dt")}), act="none",
+              group=1, strides=(1, 1),
+              pads=(F(lambda e: e.div(e.p("kh"), 2)), F(lambda e: e.div(e.p("kw"), 2)),
+                    F(lambda e: e.p("kh") - 1 - e.div(e.p("kh"), 2)),
+                    F(lambda e: e.p("kw") - 1 - e.div(e.p("kw"), 2)))),
+          "x", ("x",), ("c", "kh", "kw", "dt"),
+          lambda rng: (lambda x, k: {"x": x, "c": x.shape[1], "kh": k[0], "kw": k[1], "dt": DOUBLE})(
+              _arr(rng, 1, _pick(rng, [1, 2, 3]), 4, 5), (_pick(rng, [1, 2, 3]), _pick(rng, [1, 3]))),
+          guard=lambda e: e.And(e.p("kh") >= 1, e.p("kw") >= 1)),
+        A("enlarge_conv",
+          _cv("x", "w"),
+          _cv("x", ("enlarge", {"size": (P("eh"), P("ew"))}, "w"),
+              pads=(F(lambda e: e.p("pt") + e.div(e.p("eh") - e.dim("w", 2), 2)),
+                    F(lambda e: e.p("pl") + e.div(e.p("ew") - e.dim("w", 3), 2)),
+                    F(lambda e: e.p("pb") + e.div(e.p("eh") - e.dim("w", 2), 2)),
+                    F(lambda e: e.p("pr") + e.div(e.p("ew") - e.dim("w", 3), 2)))),
+          ("x", "w"), (*CONV_PARAMS, "act", "eh", "ew"),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])})),
+        A("conv_concat_out_channels",
+          _cat(1, _cv("x", "w", group=1), _cv("x", "v", group=1)), _cv("x", _cat(0, "w", "v"), group=1),
+          ("x", "w", "v"), ("sh", "sw", "pt", "pl", "pb", "pr", "act"),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d, m=_pick(rng, [1, 3]))},
+                    group_choices=(1,))),
+        A("conv_concat_batch",
+          _cat(0, _cv("x", "w"), _cv("y", "w")), _cv(_cat(0, "x", "y"), "w"),
+          ("x", "y", "w"), (*CONV_PARAMS, "act"),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _arr(rng, 3, d["cin"], d["h"], d["w_"]),
+                                    "w": _ker(rng, d)})),
+        A("conv_concat_in_channels",
+          _cv(_cat(1, "x", "y"), _cat(1, "w", "v"), act="none", group=1),
+          _add(_cv("x", "w", act="none", group=1), _cv("y", "v", act="none", group=1)),
+          ("x", "y", "w", "v"), ("sh", "sw", "pt", "pl", "pb", "pr"),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "y": _img(rng, d, c=3),
+                                    "v": _ker(rng, d, c=3)}, group_choices=(1,)),
+          guard=lambda e: e.dim("x", 1) == e.dim("w", 1)),
+        # -- concat / split
+        A("split_concat_0", _split(0, _cat(P("ax"), "a", "b")), "a", ("a", "b"), ("ax", "s1", "s2"),
+          _split_concat_gen, guard=lambda e: e.And(e.p("s1") == e.dim("a", e.p("ax")),
+                                                   e.p("s2") == e.dim("b", e.p("ax")))),
+        A("split_concat_1", _split(1, _cat(P("ax"), "a", "b")), "b", ("a", "b"), ("ax", "s1", "s2"),
+          _split_concat_gen, guard=lambda e: e.And(e.p("s1") == e.dim("a", e.p("ax")),
+                                                   e.p("s2") == e.dim("b", e.p("ax")))),
+        A("concat_split", _cat(P("ax"), _split(0, "x"), _split(1, "x")), "x", ("x",), ("ax", "s1", "s2"),
+          _split_gen, guard=lambda e: e.And(e.p("s1") >= 0, e.p("s2") >= 0,
+                                            e.p("s1") + e.p("s2") == e.dim("x", e.p("ax")))),
+        A("concat_geometry", _cat(P("ax1"), _cat(P("ax2"), "a", "b"), _cat(P("ax2"), "c", "d")),
+          _cat(P("ax2"), _cat(P("ax1"), "a", "c"), _cat(P("ax1"), "b", "d")), ("a", "b", "c", "d"), ("ax1", "ax2"),
+          _geometry_gen, guard=lambda e: e.And(e.Not(e.p("ax1") == e.p("ax2")),
+                                               e.dim("a", e.p("ax2")) == e.dim("c", e.p("ax2")))),
+        A("concat_ewadd", _cat(P("ax"), _add("a", "b"), _add("c", "d")), _add(_cat(P("ax"), "a", "c"),
+                                                                             _cat(P("ax"), "b", "d")),
+          ("a", "b", "c", "d"), ("ax",),
+          lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
+              _concat_gen("a c")(rng))),
+        A("concat_ewmul", _cat(P("ax"), _mul("a", "b"), _mul("c", "d")), _mul(_cat(P("ax"), "a", "c"),
+                                                                             _cat(P("ax"), "b", "d")),
+          ("a", "b", "c", "d"), ("ax",),
+          lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
+              _concat_gen("a c")(rng))),
+        A("concat_smul", _cat(P("ax"), _smul("a", "s"), _smul("b", "s")), _smul(_cat(P("ax"), "a", "b"), "s"),
+          ("a", "b", "s"), ("ax",), _concat_gen("a b", scalar="s")),
+        A("concat_relu", _cat(P("ax"), _relu("a"), _relu("b")), _relu(_cat(P("ax"), "a", "b")), ("a", "b"),
+          ("ax",), _concat_gen("a b")),
+        A("split_relu_0", _split(0, _relu("x")), _relu(_split(0, "x")), ("x",), ("ax", "s1", "s2"), _split_gen),
+        A("split_relu_1", _split(1, _relu("x")), _relu(_split(1, "x")), ("x",), ("ax", "s1", "s2"), _split_gen),
+        A("concat_transpose", _t(_cat(P("ax"), "a", "b")), _cat(F(lambda e: 1 - e.p("ax")), _t("a"), _t("b")),
+          ("a", "b"), ("ax",), _concat_gen("a b", rank=(2,)), guard=lambda e: e.rank("a") == 2),
+        A("concat_matmul_shared_lhs", _mm("x", _cat(P("ax"), "y", "z")),
+          _cat(F(lambda e: e.max(e.rank("x"), e.rank("y")) - 1), _mm("x", "y"), _mm("x", "z")),
+          ("x", "y", "z"), ("ax",), _batched_mm_gen,
+          guard=lambda e: e.And(e.p("ax") == e.rank("y") - 1, e.rank("y") == e.rank("z"), e.rank("y") >= 2,
+                                e.rank("x") >= 2)),
+        A("concat_matmul_shared_rhs", _mm(_cat(P("ax"), "x", "z"), "y"),
+          _cat(F(lambda e: e.max(e.rank("x"), e.rank("y")) - 2), _mm("x", "y"), _mm("z", "y")),
+          ("x", "y", "z"), ("ax",), _batched_mm_rows_gen,
+          guard=lambda e: e.And(e.p("ax") == e.rank("x") - 2, e.rank("x") == e.rank("z"), e.rank("y") >= 2,
+                                e.rank("x") >= 2)),
+        A("matmul_concat_inner", _mm(_cat(1, "x", "z"), _cat(0, "y", "w")), _add(_mm("x", "y"), _mm("z", "w")),
+          ("x", "y", "z", "w"), (), _mat_gen("x:ab z:ac y:bd w:cd"),
+          guard=lambda e: e.And(e.rank("x") == 2, e.rank("z") == 2, e.rank("y") == 2, e.rank("w") == 2,
+                                e.dim("x", 1) == e.dim("y", 0))),
+        # -- pooling
+        A("avgpool_concat", ("avgpool", AVG, _cat(1, "x", "b")), _cat(1, ("avgpool", AVG, "x"), ("avgpool", AVG, "b")),
+          ("x", "b"), (*POOL_PARAMS, "cip"), _pool_gen),
+        A("maxpool_concat", ("maxpool", POOL, _cat(1, "x", "b")),
+          _cat(1, ("maxpool", POOL, "x"), ("maxpool", POOL, "b")), ("x", "b"), POOL_PARAMS, _pool_gen),
+        A("maxpool_relu", ("maxpool", POOL, _relu("x")), _relu(("maxpool", POOL, "x")), ("x",), POOL_PARAMS, _pool_gen),
+        A("avgpool_ewadd", ("avgpool", AVG, _add("x", "y")), _add(("avgpool", AVG, "x"), ("avgpool", AVG, "y")),
+          ("x", "y"), (*POOL_PARAMS, "cip"), _pool_gen),
+        # -- shape facts
+        A("rank_matmul", ("rank", None, _mm("x", "y")), F(lambda e: e.max(e.rank("x"), e.rank("y"))), ("x", "y"), (),
+          _batched_mm_gen, shape=True, pattern=_mm("x", "y")),
+        A("dim_matmul_last", ("dim", F(lambda e: e.max(e.rank("x"), e.rank("y")) - 1), _mm("x", "y")),
+          ("dim", F(lambda e: e.rank("y") - 1), "y"), ("x", "y"), (), _batched_mm_gen, shape=True,
+          pattern=_mm("x", "y")),
+        A("dim_matmul_rows", ("dim", F(lambda e: e.max(e.rank("x"), e.rank("y")) - 2), _mm("x", "y")),
+          ("dim", F(lambda e: e.rank("x") - 2), "x"), ("x", "y"), (), _batched_mm_gen, shape=True,
+          pattern=_mm("x", "y")),
+        A("rank_conv", ("rank", None, _cv("x", "w")), F(lambda e: 4), ("x", "w"), (*CONV_PARAMS, "act"),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}), shape=True, pattern=_cv("x", "w")),
+        A("dim_conv_channels", ("dim", 1, _cv("x", "w")), ("dim", 0, "w"), ("x", "w"), (*CONV_PARAMS, "act"),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}), shape=True, pattern=_cv("x", "w")),
+        A("rank_concat", ("rank", None, _cat(P("ax"), "a", "b")), ("rank", None, "a"), ("a", "b"), ("ax",),
+          _concat_gen("a b"), shape=True),
+        A("dim_concat_axis", ("dim", P("ax"), _cat(P("ax"), "a", "b")),
+          F(lambda e: e.dim("a", e.p("ax")) + e.dim("b", e.p("ax"))), ("a", "b"), ("ax",), _concat_gen("a b"),
+          shape=True, pattern=_cat(P("ax"), "a", "b")),
+        A("rank_relu", ("rank", None, _relu("x")), ("rank", None, "x"), ("x",), (), _same("x"), shape=True),
+        A("dim_relu", ("dim", P("i"), _relu("x")), ("dim", P("i"), "x"), ("x",), ("i",),
+          lambda rng: (lambda d: {**d, "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),
+        A("rank_split_0", ("rank", None, _split(0, "x")), ("rank", None, "x"), ("x",), ("ax", "s1", "s2"), _split_gen,
+          shape=True),
+        A("dim_split_0_axis", ("dim", P("ax"), _split(0, "x")), F(lambda e: e.p("s1")), ("x",), ("ax", "s1", "s2"),
+          _split_gen, shape=True),
+        A("dim_split_1_axis", ("dim", P("ax"), _split(1, "x")), F(lambda e: e.p("s2")), ("x",), ("ax", "s1", "s2"),
+          _split_gen, shape=True),
+    ]
+    names = [a.name for a in ax]
+    assert len(names) == len(set(names)), "duplicate axiom names"
+    return ax
+
+
+AXIOMS: tuple[Axiom, ...] = tuple(_build())
+eval_z3 = _eval_z3
+
+
+def axiom_formulas(axioms: tuple[Axiom, ...] = AXIOMS) -> list[z3.BoolRef]:
+    """The z3 formulas of ``axioms``."""
+    return [a.formula() for a in axioms]

@@ -1,0 +1,417 @@
+"""Translate op-table terms and rules (``xflow.rules.Rule``) into z3.
+
+Tensors are the uninterpreted sort ``T``. Each op is an uninterpreted function named by its
+``z3_symbol`` whose leading arguments are its attributes as z3 Ints (see ``ATTR_LAYOUT``) and whose
+trailing arguments are its input tensors. Multi-output ops (split) get one function per output.
+Shapes are modelled by ``rank(T) -> Int`` and ``dim(T, Int) -> Int``.
+
+Attribute kinds: an int n (n Int slots; tuples of length n), ``"act"`` (one Int: none 0, relu 1),
+``"code"`` (one Int: an injective code of a tuple literal, for perm and shapes whose length varies)
+and ``"sizes"`` (split sizes: one Int per output). What cannot be expressed raises ``Unsupported``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from xflow.ops import OPS
+from xflow.rules.expr import Expr
+from xflow.rules.model import Rule, Var
+
+T = z3.DeclareSort("T")
+RANK = z3.Function("rank", T, z3.IntSort())
+DIM = z3.Function("dim", T, z3.IntSort(), z3.IntSort())
+
+ACT_CODES = {"none": 0, "relu": 1}
+
+ATTR_LAYOUT: dict[str, tuple[tuple[str, Any], ...]] = {
+    "add": (), "mul": (), "smul": (), "relu": (), "sigmoid": (), "tanh": (), "identity": (), "matmul": (),
+    "transpose": (("perm", "code"),),
+    "conv": (("strides", 2), ("pads", 4), ("group", 1), ("act", "act")),
+    "enlarge": (("size", 2),),
+    "maxpool": (("kernel", 2), ("strides", 2), ("pads", 4)),
+    "avgpool": (("kernel", 2), ("strides", 2), ("pads", 4), ("count_include_pad", 1)),
+    "concat": (("axis", 1),),
+    "split": (("axis", 1), ("split", "sizes")),
+    "reshape": (("shape", "code"),),
+    "const_pool": (("shape", 4), ("dtype", 1)),
+    "const_iconv": (("shape", 4), ("dtype", 1)),
+    "const_imatmul": (("shape", 2), ("dtype", 1)),
+    "const_ones": (("shape", "code"), ("dtype", 1)),
+}
+
+
+class Unsupported(Exception):
+    """The encoder cannot express this rule or term; it must be reported, never proved."""
+
+
+def tuple_code(values: Sequence[int]) -> int:
+    """An injective code of a tuple of small non-negative ints (< 999), length included."""
+    code = len(values)
+    for v in values:
+        if not isinstance(v, int) or not 0 <= v < 999:
+            raise Unsupported(f"cannot code tuple element {v!r}")
+        code = code * 1000 + v + 1
+    return code
+
+
+_FUNCS: dict[tuple[str, int, int, int, int], z3.FuncDeclRef] = {}
+
+
+def op_function(op: str, n_ints: int, n_tensors: int, out: int = 0, n_out: int = 1) -> z3.FuncDeclRef:
+    """The uninterpreted function of ``op`` with this arity (one per output of a multi-output op)."""
+    key = (op, n_ints, n_tensors, out, n_out)
+    if key not in _FUNCS:
+        if op not in ATTR_LAYOUT:
+            raise Unsupported(f"op {op!r} has no z3 encoding")
+        sym = OPS[op].z3_symbol or op
+        name = sym if n_out == 1 else f"{sym}{n_out}_{out}"
+        entry = OPS[op]
+        if entry.min_inputs != entry.max_inputs:
+            name = f"{name}_{n_tensors}"
+        _FUNCS[key] = z3.Function(name, *([z3.IntSort()] * n_ints), *([T] * n_tensors), T)
+    return _FUNCS[key]
+
+
+def _int(v: Any) -> z3.ArithRef:
+    if isinstance(v, z3.ArithRef):
+        return v
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise Unsupported(f"attribute value {v!r} is not an int")
+    return z3.IntVal(v)
+
+
+def flatten_attr(op: str, kind: Any, value: Any, n_out: int) -> list[z3.ArithRef]:
+    """The Int slots of one attribute value (python literal or z3 / tuple of z3)."""
+    if kind == "act":
+        if isinstance(value, str):
+            if value not in ACT_CODES:
+                raise Unsupported(f"{op}: unknown activation {value!r}")
+            return [z3.IntVal(ACT_CODES[value])]
+        return [_int(value)]
+    if kind == "code":
+        if isinstance(value, z3.ArithRef):
+            return [value]
+        if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+            return [z3.IntVal(tuple_code(value))]
+        raise Unsupported(f"{op}: tuple attribute {value!r} is not a literal")
+    width = n_out if kind == "sizes" else kind
+    if width == 1 and not isinstance(value, tuple):
+        return [_int(value)]
+    if not isinstance(value, tuple) or len(value) != width:
+        raise Unsupported(f"{op}: attribute value {value!r} does not have {width} entries")
+    return [_int(v) for v in value]
+
+
+def apply_op(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], n_out: int = 1) -> list[z3.ExprRef]:
+    """The z3 terms of the outputs of ``op`` applied to ``args`` (attribute defaults filled)."""
+    if op not in ATTR_LAYOUT:
+        raise Unsupported(f"op {op!r} has no z3 encoding")
+    entry = OPS[op]
+    ints: list[z3.ArithRef] = []
+    for name, kind in ATTR_LAYOUT[op]:
+        value = attrs.get(name, next(a.default for a in entry.attrs if a.name == name))
+        if value is None:
+            raise Unsupported(f"{op}: attribute {name} missing")
+        ints.extend(flatten_attr(op, kind, value, n_out))
+    return [op_function(op, len(ints), len(args), i, n_out)(*ints, *args) for i in range(n_out)]
+
+
+def var_value(op: str, attr: str, name: str, n_out: int) -> Any:
+    """A fresh z3 value for attribute variable ``name`` used as ``op.attr``."""
+    kind = dict(ATTR_LAYOUT[op])[attr]
+    if kind in ("act", "code") or kind == 1:
+        return z3.Int(name)
+    width = n_out if kind == "sizes" else kind
+    return tuple(z3.Int(f"{name}_{i}") for i in range(width))
+
+
+# ---- expressions -------------------------------------------------------------------------------
+
+
+def _is_z3(v: Any) -> bool:
+    return isinstance(v, z3.ExprRef)
+
+
+def z3_eq(a: Any, b: Any) -> Any:
+    """Equality of values that may be ints, z3 terms or tuples of them."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if not (isinstance(a, tuple) and isinstance(b, tuple)):
+            raise Unsupported(f"cannot compare {a!r} with {b!r}")
+        if len(a) != len(b):
+            return False
+        return z3_and(*[z3_eq(x, y) for x, y in zip(a, b, strict=True)])
+    if _is_z3(a) or _is_z3(b):
+        return a == b
+    return a == b
+
+
+def z3_and(*parts: Any) -> Any:
+    """Conjunction of python bools and z3 Bools (python bools folded)."""
+    rest = []
+    for p in parts:
+        if isinstance(p, bool):
+            if not p:
+                return False
+        else:
+            rest.append(p)
+    return True if not rest else (rest[0] if len(rest) == 1 else z3.And(*rest))
+
+
+def z3_or(*parts: Any) -> Any:
+    """Disjunction of python bools and z3 Bools."""
+    rest = []
+    for p in parts:
+        if isinstance(p, bool):
+            if p:
+                return True
+        else:
+            rest.append(p)
+    return False if not rest else (rest[0] if len(rest) == 1 else z3.Or(*rest))
+
+
+def z3_not(a: Any) -> Any:
+    """Negation of a python bool or z3 Bool."""
+    return (not a) if isinstance(a, bool) else z3.Not(a)
+
+
+def z3_max(a: Any, b: Any) -> Any:
+    """max of ints or z3 Ints."""
+    if _is_z3(a) or _is_z3(b):
+        return z3.If(_int(a) >= _int(b), _int(a), _int(b))
+    return max(a, b)
+
+
+def z3_min(a: Any, b: Any) -> Any:
+    """min of ints or z3 Ints."""
+    if _is_z3(a) or _is_z3(b):
+        return z3.If(_int(a) <= _int(b), _int(a), _int(b))
+    return min(a, b)
+
+
+def z3_if(c: Any, a: Any, b: Any) -> Any:
+    """A conditional value."""
+    if isinstance(c, bool):
+        return a if c else b
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)):
+            raise Unsupported("conditional tuples of different lengths")
+        return tuple(z3_if(c, x, y) for x, y in zip(a, b, strict=True))
+    return z3.If(c, a, b)
+
+
+def dim_term(t: z3.ExprRef, i: Any) -> z3.ArithRef:
+    """``dim(t, i)`` with python's negative indexing."""
+    if isinstance(i, int):
+        return DIM(t, z3.IntVal(i) if i >= 0 else RANK(t) + i)
+    return DIM(t, z3.If(i < 0, RANK(t) + i, i))
+
+
+_CMP = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
+        ast.GtE: lambda a, b: a >= b}
+
+
+def translate_expr(expr: Expr, variables: dict[str, Any], tensors: dict[str, z3.ExprRef]) -> Any:
+    """The z3 value (Int, Bool, python int or tuple) of a rule expression."""
+
+    def tr(node: ast.AST) -> Any:
+        match node:
+            case ast.Constant(value=value):
+                if isinstance(value, str):
+                    if value in ACT_CODES:
+                        return ACT_CODES[value]
+                    raise Unsupported(f"string literal {value!r}")
+                return value
+            case ast.Name(id=name):
+                if name not in variables:
+                    raise Unsupported(f"variable {name!r} has no encoding")
+                return variables[name]
+            case ast.Tuple(elts=elts) | ast.List(elts=elts):
+                return tuple(tr(e) for e in elts)
+            case ast.UnaryOp(op=ast.USub(), operand=operand):
+                return -tr(operand)
+            case ast.UnaryOp(op=ast.Not(), operand=operand):
+                return z3_not(tr(operand))
+            case ast.BinOp(left=left, op=op, right=right):
+                a, b = tr(left), tr(right)
+                if isinstance(a, tuple) or isinstance(b, tuple):
+                    if isinstance(op, ast.Add) and isinstance(a, tuple) and isinstance(b, tuple):
+                        return a + b
+                    raise Unsupported("arithmetic on tuples")
+                if isinstance(op, ast.Add):
+                    return a + b
+                if isinstance(op, ast.Sub):
+                    return a - b
+                if isinstance(op, ast.Mult):
+                    return a * b
+                if isinstance(op, ast.FloorDiv):
+                    return a // b if not (_is_z3(a) or _is_z3(b)) else _int(a) / _int(b)
+                if isinstance(op, ast.Mod):
+                    return a % b
+            case ast.BoolOp(op=ast.And(), values=values):
+                return z3_and(*[tr(v) for v in values])
+            case ast.BoolOp(op=ast.Or(), values=values):
+                return z3_or(*[tr(v) for v in values])
+            case ast.Compare(left=left, ops=ops, comparators=comparators):
+                parts, current = [], tr(left)
+                for op, right in zip(ops, comparators, strict=True):
+                    value = tr(right)
+                    if isinstance(op, ast.Eq):
+                        parts.append(z3_eq(current, value))
+                    elif isinstance(op, ast.NotEq):
+                        parts.append(z3_not(z3_eq(current, value)))
+                    elif isinstance(op, ast.In | ast.NotIn):
+                        if not isinstance(value, tuple):
+                            raise Unsupported("'in' over a non-tuple")
+                        found = z3_or(*[z3_eq(current, v) for v in value])
+                        parts.append(found if isinstance(op, ast.In) else z3_not(found))
+                    elif type(op) in _CMP and not isinstance(current, tuple) and not isinstance(value, tuple):
+                        parts.append(_CMP[type(op)](current, value))
+                    else:
+                        raise Unsupported(f"comparison {ast.unparse(node)}")
+                    current = value
+                return z3_and(*parts)
+            case ast.IfExp(test=test, body=body, orelse=orelse):
+                return z3_if(tr(test), tr(body), tr(orelse))
+            case ast.Subscript(value=value, slice=index):
+                container = tr(value)
+                if not isinstance(container, tuple) or isinstance(index, ast.Slice):
+                    raise Unsupported(f"subscript {ast.unparse(node)}")
+                i = tr(index)
+                if not isinstance(i, int):
+                    raise Unsupported("symbolic subscript")
+                return container[i]
+            case ast.Call(func=ast.Name(id=fname), args=args):
+                if fname in ("rank", "dim", "shape"):
+                    tname = args[0].id  # type: ignore[attr-defined]
+                    if tname not in tensors:
+                        raise Unsupported(f"tensor {tname!r} has no term")
+                    if fname == "rank":
+                        return RANK(tensors[tname])
+                    if fname == "dim":
+                        return dim_term(tensors[tname], tr(args[1]))
+                    raise Unsupported("shape() has no fixed length")
+                vals = [tr(a) for a in args]
+                if fname in ("tuple",) and len(vals) == 1 and isinstance(vals[0], tuple):
+                    return vals[0]
+                if fname == "len" and len(vals) == 1 and isinstance(vals[0], tuple):
+                    return len(vals[0])
+                if fname == "sum" and len(vals) == 1 and isinstance(vals[0], tuple):
+                    total: Any = 0
+                    for v in vals[0]:
+                        total = total + v
+                    return total
+                if fname in ("min", "max"):
+                    items = vals[0] if len(vals) == 1 and isinstance(vals[0], tuple) else tuple(vals)
+                    if not items:
+                        raise Unsupported(f"{fname}() of nothing")
+                    best = items[0]
+                    for v in items[1:]:
+                        best = z3_max(best, v) if fname == "max" else z3_min(best, v)
+                    return best
+                if fname == "abs" and len(vals) == 1 and not isinstance(vals[0], tuple):
+                    v = vals[0]
+                    return z3.If(v >= 0, v, -v) if _is_z3(v) else abs(v)
+                if fname in ("all", "any") and len(vals) == 1 and isinstance(vals[0], tuple):
+                    return z3_and(*vals[0]) if fname == "all" else z3_or(*vals[0])
+        raise Unsupported(f"cannot translate {ast.unparse(node)}")
+
+    return tr(expr.tree)
+
+
+# ---- rules -------------------------------------------------------------------------------------
+
+
+@dataclass
+class EncodedRule:
+    """A rule in z3: input constants, a term per pattern tensor, hypotheses and goals."""
+
+    inputs: dict[str, z3.ExprRef]
+    variables: dict[str, Any]
+    terms: dict[str, z3.ExprRef]
+    hypotheses: list[Any] = field(default_factory=list)
+    goals: list[tuple[str, str, z3.ExprRef, z3.ExprRef]] = field(default_factory=list)
+
+
+def _template_value(template: Any, op: str, attr: str, n_out: int, variables: dict[str, Any],
+                    terms: dict[str, z3.ExprRef], source: bool) -> Any:
+    if isinstance(template, Var):
+        if template.name not in variables:
+            if not source:
+                raise Unsupported(f"variable ?{template.name} is unbound")
+            variables[template.name] = var_value(op, attr, template.name, n_out)
+        return variables[template.name]
+    if isinstance(template, Expr):
+        return translate_expr(template, variables, terms)
+    if isinstance(template, tuple):
+        if any(isinstance(t, Var | Expr) for t in template) and dict(ATTR_LAYOUT.get(op, ())).get(attr) == "code":
+            raise Unsupported(f"{op}.{attr}: symbolic entries in a coded tuple")
+        return tuple(_template_value(t, op, attr, n_out, variables, terms, source) for t in template)
+    return template
+
+
+def encode_rule(rule: Rule) -> EncodedRule:
+    """Encode ``rule``; raises ``Unsupported`` when some part has no z3 translation."""
+    inputs = {name: z3.Const(f"in_{name}", T) for name in rule.inputs}
+    variables: dict[str, Any] = {}
+    terms: dict[str, z3.ExprRef] = dict(inputs)
+    hyps: list[Any] = []
+    src_terms = _encode_nodes(rule.src, variables, terms, source=True, facts=hyps)
+    for cond in rule.where:
+        value = translate_expr(cond, variables, src_terms)
+        if value is False:
+            hyps.append(z3.BoolVal(False))
+        elif value is not True:
+            if not isinstance(value, z3.BoolRef):
+                raise Unsupported(f"condition {cond.source!r} is not boolean")
+            hyps.append(value)
+    dst_terms = _encode_nodes(rule.dst, variables, dict(src_terms), source=False)
+    goals = [(s, d, src_terms[s], dst_terms[d]) for s, d in rule.outputs.items()]
+    i = z3.Int("out_dim_index")
+    for _, _, a, b in goals:  # the matcher rejects a rewrite that changes an output's type
+        hyps.append(RANK(a) == RANK(b))
+        hyps.append(z3.ForAll([i], DIM(a, i) == DIM(b, i)))
+    return EncodedRule(inputs, variables, {**src_terms, **dst_terms}, hyps, goals)
+
+
+def well_formed(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef]) -> list[Any]:
+    """Facts the op's shape rule guarantees when this application exists in a valid graph."""
+    facts: list[Any] = []
+    if op == "matmul":
+        facts += [RANK(args[0]) >= 2, RANK(args[1]) >= 2]
+    elif op in ("concat", "split") and "axis" in attrs:
+        axis = attrs["axis"]
+        facts += [axis >= 0, axis < RANK(args[0])] if _is_z3(axis) else [RANK(args[0]) > axis]
+        if op == "concat":
+            facts += [RANK(a) == RANK(args[0]) for a in args[1:]]
+        sizes = attrs.get("split")
+        if op == "split" and isinstance(sizes, tuple):
+            facts += [_int(v) >= 0 for v in sizes]
+            total: Any = 0
+            for v in sizes:
+                total = total + v
+            facts.append(_int(total) == dim_term(args[0], axis))
+    elif op in ("conv", "maxpool", "avgpool"):
+        facts.append(RANK(args[0]) == 4)
+    return [f for f in facts if not isinstance(f, bool)]
+
+
+def _encode_nodes(nodes: Sequence[Any], variables: dict[str, Any], terms: dict[str, z3.ExprRef],
+                  source: bool, facts: list[Any] | None = None) -> dict[str, z3.ExprRef]:
+    for node in nodes:
+        if node.op not in ATTR_LAYOUT:
+            raise Unsupported(f"op {node.op!r} has no z3 encoding")
+        n_out = len(node.outputs)
+        attrs = {k: _template_value(t, node.op, k, n_out, variables, terms, source) for k, t in node.attrs.items()}
+        args = [terms[i] for i in node.inputs]
+        if facts is not None:
+            facts.extend(well_formed(node.op, attrs, args))
+        outs = apply_op(node.op, attrs, args, n_out)
+        for name, term in zip(node.outputs, outs, strict=True):
+            terms[name] = term
+    return terms

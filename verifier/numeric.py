@@ -1,0 +1,239 @@
+"""Numeric check of a rule: instantiate it on random small shapes and compare both sides in float64."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xflow.ops import OPS, ShapeError
+from xflow.rewrite.match import evaluate_template
+from xflow.rules.expr import ExprError, ShapeEnv
+from xflow.rules.model import PatternNode, Rule, Var
+
+DOUBLE = 11  # onnx.TensorProto.DOUBLE
+
+
+def _pick_backend() -> Any:
+    """cupy when it imports and a real call succeeds, else numpy (decided once, at import)."""
+    try:
+        import cupy  # type: ignore[import-not-found]
+
+        if float(cupy.asnumpy(cupy.arange(3, dtype=cupy.float64).sum())) != 3.0:
+            return np
+        return cupy
+    except Exception:  # noqa: BLE001 - any failure means no usable GPU
+        return np
+
+
+XP = _pick_backend()
+
+
+@dataclass(frozen=True)
+class NumericResult:
+    """``ok`` when at least one instance ran and every instance agreed within tolerance."""
+
+    ok: bool
+    max_abs_err: float
+    shapes: list[dict[str, tuple[int, ...]]] = field(default_factory=list)
+    trials_run: int = 0
+    reason: str = ""
+
+
+class _Skip(Exception):
+    """This random instance does not apply (shapes, where conditions); draw another."""
+
+
+class _Cannot(Exception):
+    """The checker cannot instantiate this rule at all."""
+
+
+def _to_numpy(a: Any) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _roles(rule: Rule) -> dict[str, str]:
+    roles: dict[str, str] = {}
+    for node in rule.src:
+        for pos, name in enumerate(node.inputs):
+            if name not in rule.inputs or name in roles:
+                continue
+            if node.op in ("conv", "maxpool", "avgpool") and pos == 0:
+                roles[name] = "image"
+            elif (node.op == "conv" and pos == 1) or node.op == "enlarge":
+                roles[name] = "kernel"
+            elif node.op == "conv" and pos == 2:
+                roles[name] = "bias"
+            elif node.op == "smul" and pos == 1:
+                roles[name] = "scalar"
+            elif node.op in ("matmul", "transpose"):
+                roles[name] = "matrix"
+            else:
+                roles[name] = "generic"
+    return roles
+
+
+def _pick(rng: np.random.Generator, seq: Any) -> Any:
+    return seq[int(rng.integers(len(seq)))]
+
+
+def _shape(rng: np.random.Generator, role: str) -> tuple[int, ...]:
+    if role == "image":
+        hw = _pick(rng, [4, 5])
+        return (_pick(rng, [1, 2]), _pick(rng, [1, 2, 4]), hw, hw)
+    if role == "kernel":
+        k = _pick(rng, [1, 3])
+        return (_pick(rng, [1, 2, 4]), _pick(rng, [1, 2, 4]), k, k)
+    if role == "bias":
+        return (_pick(rng, [1, 2, 4]),)
+    if role == "scalar":
+        return _pick(rng, [(), (1,)])
+    if role == "matrix":
+        return tuple(int(d) for d in rng.integers(2, 4, size=_pick(rng, [2, 2, 3])))
+    return tuple(int(d) for d in rng.integers(2, 4, size=_pick(rng, [1, 2, 2, 3, 4])))
+
+
+def _sample_attr(rng: np.random.Generator, op: str, attr: str, shapes: list[tuple[int, ...]],
+                 chosen: dict[str, Any], n_out: int) -> Any:
+    rank = len(shapes[0]) if shapes else 0
+    if attr == "axis":
+        if rank == 0:
+            raise _Skip
+        return int(rng.integers(rank))
+    if attr == "split":
+        total = shapes[0][chosen["axis"]]
+        if n_out > total:
+            raise _Skip
+        cuts = sorted(int(c) for c in rng.choice(np.arange(1, total), size=n_out - 1, replace=False)) \
+            if n_out > 1 else []
+        bounds = [0, *cuts, total]
+        return tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+    if attr == "strides":
+        return _pick(rng, [(1, 1), (1, 1), (2, 2)])
+    if attr == "pads":
+        return _pick(rng, [(0, 0, 0, 0), (1, 1, 1, 1), (0, 0, 0, 0)])
+    if attr == "group":
+        return _pick(rng, [1, 1, 2])
+    if attr == "act":
+        return _pick(rng, ["none", "relu"])
+    if attr == "perm":
+        return tuple(int(p) for p in rng.permutation(rank))
+    if attr == "kernel":
+        return _pick(rng, [(1, 1), (2, 2), (3, 3)])
+    if attr == "size" and op == "enlarge":
+        return tuple(k + 2 * _pick(rng, [0, 1]) for k in shapes[0][2:])
+    if attr == "count_include_pad":
+        return _pick(rng, [0, 1])
+    raise _Cannot(f"cannot sample attribute {op}.{attr}")
+
+
+def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[int, ...]],
+                variables: dict[str, Any]) -> dict[str, Any]:
+    entry = OPS[node.op]
+    chosen: dict[str, Any] = {}
+    for spec in entry.attrs:
+        if spec.name not in node.attrs:
+            continue
+        template = node.attrs[spec.name]
+        if isinstance(template, Var):
+            if template.name not in variables:
+                variables[template.name] = _sample_attr(rng, node.op, spec.name, shapes, chosen, len(node.outputs))
+            chosen[spec.name] = variables[template.name]
+        elif isinstance(template, tuple) and any(isinstance(t, Var) for t in template):
+            values = []
+            for t in template:
+                if isinstance(t, Var):
+                    variables.setdefault(t.name, _pick(rng, [0, 1, 2]))
+                    values.append(variables[t.name])
+                else:
+                    values.append(t)
+            chosen[spec.name] = tuple(values)
+        else:
+            chosen[spec.name] = template
+    if node.op.startswith("const_") and chosen.get("dtype", 1) == 1:
+        chosen["dtype"] = DOUBLE
+    return chosen
+
+
+def _run(xp: Any, op: str, attrs: dict[str, Any], arrays: list[Any], shapes: dict[str, tuple[int, ...]],
+         inputs: tuple[str, ...], outputs: tuple[str, ...], values: dict[str, Any]) -> None:
+    entry = OPS[op]
+    normal = entry.normalize_attrs(attrs)
+    out_shapes = entry.infer([shapes[i] for i in inputs], normal)
+    if len(out_shapes) != len(outputs):
+        raise _Skip
+    outs = entry.evaluate(xp, arrays, normal)
+    for name, shape, arr in zip(outputs, out_shapes, outs, strict=True):
+        shapes[name] = shape
+        values[name] = arr
+
+
+def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str]
+              ) -> tuple[float, float, dict[str, tuple[int, ...]]]:
+    shapes = {name: _shape(rng, roles.get(name, "generic")) for name in rule.inputs}
+    values: dict[str, Any] = {name: xp.asarray(rng.uniform(-1.0, 1.0, size=shapes[name])) for name in rule.inputs}
+    variables: dict[str, Any] = {}
+    try:
+        for node in rule.src:
+            attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables)
+            _run(xp, node.op, attrs, [values[i] for i in node.inputs], shapes, node.inputs, node.outputs, values)
+        env = ShapeEnv(variables, shapes)
+        for cond in rule.where:
+            if not cond.evaluate(env):
+                raise _Skip
+        dst_shapes, dst_values = dict(shapes), dict(values)
+        for node in rule.dst:
+            local = ShapeEnv(variables, dst_shapes)
+            attrs = {k: evaluate_template(t, local) for k, t in node.attrs.items()}
+            if node.op.startswith("const_") and attrs.get("dtype", 1) == 1:
+                attrs["dtype"] = DOUBLE
+            _run(xp, node.op, attrs, [dst_values[i] for i in node.inputs], dst_shapes, node.inputs, node.outputs,
+                 dst_values)
+    except (ShapeError, ExprError, IndexError, TypeError, ZeroDivisionError, KeyError, ValueError) as exc:
+        if isinstance(exc, _Cannot):
+            raise
+        raise _Skip from exc
+    err, scale = 0.0, 1.0
+    for s, d in rule.outputs.items():
+        if shapes[s] != dst_shapes[d]:
+            raise _Skip  # the matcher would reject a type change
+        a, b = _to_numpy(values[s]), _to_numpy(dst_values[d])
+        if a.size:
+            err = max(err, float(np.max(np.abs(a - b))))
+            scale = max(scale, float(np.max(np.abs(a))))
+    return err, scale, {k: v for k, v in shapes.items() if k in rule.inputs}
+
+
+def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, attempts: int = 4000,
+                  rtol: float = 1e-9) -> NumericResult:
+    """Evaluate ``rule`` on ``trials`` random valid instances (drawn from up to ``attempts`` tries).
+
+    An instance is valid when the source evaluates, the where conditions hold, the target's shape rules
+    accept it and every mapped output keeps its shape. ``ok`` is False on any mismatch, or when no
+    valid instance was found (``trials_run`` 0, ``reason`` says why).
+    """
+    xp = XP if xp is None else xp
+    rng = np.random.default_rng(seed)
+    roles = _roles(rule)
+    worst, seen, run = 0.0, [], 0
+    for _ in range(attempts):
+        try:
+            err, scale, shapes = _instance(rule, rng, xp, roles)
+        except _Skip:
+            continue
+        except _Cannot as exc:
+            return NumericResult(False, 0.0, seen, run, str(exc))
+        run += 1
+        seen.append(shapes)
+        worst = max(worst, err)
+        if err > rtol * scale:
+            return NumericResult(False, worst, seen, run, f"mismatch {err:.3g} on shapes {shapes}")
+        if run >= trials:
+            break
+    if run == 0:
+        return NumericResult(False, 0.0, [], 0, f"no valid instance in {attempts} attempts")
+    return NumericResult(True, worst, seen, run, "" if run >= trials else f"only {run} valid instances")
+
+
+__all__ = ["NumericResult", "XP", "numeric_check"]

@@ -141,6 +141,39 @@ def _write_json(path: str, data: Any) -> None:
         raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
 
 
+@main.command("verify-rules")
+@click.argument("rules_path", metavar="RULES.json", type=click.Path())
+@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
+              help="z3 time limit per rule in seconds; unknown or timeout = not proved.")
+@click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the numeric check.")
+@user_errors
+def verify_rules(rules_path: str, timeout_s: float, trials: int, seed: int) -> None:
+    """Re-prove (z3, from the operator axioms) and re-check numerically every rule of RULES.json.
+
+    Prints one line per rule that fails, with its reason, and a summary; exits 1 if any rule fails.
+    """
+    import time
+
+    from verifier import verify_rule
+    from xflow.rules import load_rules
+
+    rules = load_rules(rules_path)
+    started = time.perf_counter()
+    failures = 0
+    for rule in rules:
+        result = verify_rule(rule, timeout_ms=int(timeout_s * 1000), trials=trials, seed=seed)
+        if result.status != "proved":
+            failures += 1
+            reason = result.proof.reason or (result.numeric.reason if result.numeric else "")
+            click.echo(f"FAIL {rule.name}: {result.status}: {reason}")
+    seconds = time.perf_counter() - started
+    click.echo(f"{len(rules) - failures} of {len(rules)} rules proved and checked in {seconds:.1f} s"
+               f" ({failures} failed)")
+    if failures:
+        sys.exit(1)
+
+
 @main.command()
 @click.argument("name")
 @click.argument("out_path", metavar="OUT.onnx", type=click.Path())

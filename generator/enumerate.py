@@ -1,0 +1,321 @@
+"""Enumerate every operator graph of up to ``max_ops`` operators over TASO's algebra (as the op table has it).
+
+A graph is a tuple of op applications ``(op, attrs, operands)``; ``operands`` index the graph's tensors:
+first the fixed inputs of ``INPUTS`` (in order), then each op's outputs in application order. The
+graph's outputs are the op outputs no later op consumes (a graph of no op outputs a set of inputs).
+
+Pruning while enumerating (TASO's generator): an op applies only where the op table's shape rule accepts
+the operand shapes; commutative operands come in index order; within an input family ``x1`` is used
+before ``x2``; two independent neighbouring ops come in key order; an op identical to one already in the
+graph is skipped; a graph whose new tensor equals (by fingerprint) one it already has is reported but not
+extended. Operands are typed as in TASO (``roles_ok``). The walk is depth-first and streams graphs:
+nothing but the current path is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xflow.ir import Attrs
+from xflow.ops import OPS, ShapeError
+
+# ---- the menu: inputs and parameter values per op ------------------------------------------------------
+
+#: (name, family, kind, shape). Inputs of one family are interchangeable (renamed canonically).
+INPUTS: tuple[tuple[str, str, str, tuple[int, ...]], ...] = (
+    ("x1", "x", "any", (4, 4)), ("x2", "x", "any", (4, 4)), ("x3", "x", "any", (4, 4)),
+    ("w1", "w", "const", (4, 4)), ("w2", "w", "const", (4, 4)), ("w3", "w", "const", (4, 4)),
+    ("i1", "i", "any", (1, 4, 7, 7)), ("i2", "i", "any", (1, 4, 7, 7)),
+    ("k33", "k33", "const", (4, 4, 3, 3)), ("k13", "k13", "const", (4, 4, 1, 3)),
+    ("k31", "k31", "const", (4, 4, 3, 1)), ("k11", "k11", "const", (4, 4, 1, 1)),
+    ("kd", "kd", "const", (4, 1, 3, 3)),
+    ("s", "s", "const", ()),
+)
+
+#: Parameter menu per op. ``padding`` same/valid and ``group`` 1/depthwise are resolved from operand shapes;
+#: ``split`` cuts the axis in two halves.
+MENU: dict[str, list[dict[str, Any]]] = {
+    "add": [{}],
+    "mul": [{}],
+    "smul": [{}],
+    "matmul": [{}],
+    "relu": [{}],
+    "transpose": [{"perm": (1, 0)}],
+    "conv": [{"strides": (s, s), "padding": p, "act": a, "group": g}
+             for s in (1, 2) for p in ("same", "valid") for a in ("none", "relu") for g in ("1", "depthwise")],
+    "enlarge": [{"size": (3, 3)}],
+    "avgpool": [{"kernel": (3, 3), "strides": (s, s), "padding": p, "count_include_pad": 1}
+                for s in (1, 2) for p in ("same", "valid")],
+    "maxpool": [{"kernel": (3, 3), "strides": (s, s), "padding": p} for s in (1, 2) for p in ("same", "valid")],
+    "concat": [{"axis": 0}, {"axis": 1}],
+    "split": [{"axis": 0}, {"axis": 1}],
+    "const_pool": [{"shape": (4, 1, 3, 3)}],
+    "const_iconv": [{"shape": (4, 4, 3, 3)}, {"shape": (4, 4, 1, 1)}],
+    "const_imatmul": [{"shape": (4, 4)}],
+    "const_ones": [{"shape": (4, 4)}],
+}
+
+ARITY: dict[str, int] = {"add": 2, "mul": 2, "smul": 2, "matmul": 2, "conv": 2, "concat": 2}
+
+Op = tuple[str, Attrs, tuple[int, ...]]
+Graph = tuple[Op, ...]
+
+
+def arity(op: str) -> int:
+    """Operands one application of ``op`` takes in the enumeration."""
+    if op.startswith("const_"):
+        return 0
+    return ARITY.get(op, 1)
+
+
+def _same_pads(kernel: tuple[int, ...]) -> tuple[int, int, int, int]:
+    ph, pw = (kernel[0] - 1) // 2, (kernel[1] - 1) // 2
+    return (ph, pw, kernel[0] - 1 - ph, kernel[1] - 1 - pw)
+
+
+def resolve(op: str, params: dict[str, Any], shapes: tuple[tuple[int, ...], ...]) -> Attrs | None:
+    """The concrete attributes of one menu entry on these operand shapes, or None when it does not apply."""
+    attrs = dict(params)
+    if op == "conv":
+        kernel = shapes[1][2:] if len(shapes[1]) == 4 else (1, 1)
+        if len(shapes[0]) != 4 or len(shapes[1]) != 4:
+            return None
+        attrs["pads"] = _same_pads(kernel) if attrs.pop("padding") == "same" else (0, 0, 0, 0)
+        attrs["group"] = 1 if attrs["group"] == "1" else shapes[0][1]
+        if attrs["group"] != 1 and shapes[1][1] != 1:
+            return None
+    elif op in ("avgpool", "maxpool"):
+        attrs["pads"] = _same_pads(attrs["kernel"]) if attrs.pop("padding") == "same" else (0, 0, 0, 0)
+    elif op == "split":
+        axis = attrs["axis"]
+        if not shapes or axis >= len(shapes[0]) or shapes[0][axis] < 2:
+            return None
+        d = shapes[0][axis]
+        attrs["split"] = (d // 2, d - d // 2)
+    try:
+        return OPS[op].normalize_attrs(attrs)
+    except ShapeError:
+        return None
+
+
+@dataclass(frozen=True)
+class Application:
+    """One menu entry of the enumeration: op name, its menu index (the order key) and raw parameters."""
+
+    key: int
+    op: str
+    params: dict[str, Any]
+
+
+APPLICATIONS: tuple[Application, ...] = tuple(
+    Application(i, op, params) for i, (op, params) in
+    enumerate((op, p) for op in sorted(MENU) for p in MENU[op]))
+
+
+class IntEvaluator:
+    """Fixed random int64 inputs (seeded) and per-tensor fingerprints."""
+
+    def __init__(self, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        info = np.iinfo(np.int64)
+        self.inputs = [rng.integers(info.min, info.max, size=shape, dtype=np.int64, endpoint=True)
+                       for _, _, _, shape in INPUTS]
+
+
+def tensor_fp(array: np.ndarray) -> int:
+    """A 64-bit fingerprint of one integer tensor (shape and values)."""
+    import hashlib
+
+    a = np.ascontiguousarray(array)
+    h = hashlib.blake2b(repr(a.shape).encode() + a.tobytes(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
+
+
+def graph_fp(output_fps: list[int]) -> int:
+    """Order-independent fingerprint of a graph from its output tensors' fingerprints (a multiset)."""
+    import hashlib
+
+    h = hashlib.blake2b(repr(sorted(output_fps)).encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
+
+
+@dataclass
+class Visit:
+    """One enumerated graph as the walk reports it."""
+
+    graph: Graph
+    fingerprint: int
+    outputs: tuple[int, ...]
+    output_fps: tuple[int, ...]
+    inputs_used: frozenset[int]
+
+
+def _family_prev() -> list[int | None]:
+    prev: list[int | None] = []
+    last: dict[str, int] = {}
+    for i, (_, fam, _, _) in enumerate(INPUTS):
+        prev.append(last.get(fam))
+        last[fam] = i
+    return prev
+
+
+FAMILY_PREV = _family_prev()
+WEIGHT_INPUT = tuple(kind == "const" for _, _, kind, _ in INPUTS)
+
+
+def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int], bool] | None = None,
+                     stats: dict[str, int] | None = None) -> Iterator[Visit]:
+    """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
+
+    ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
+    the no-op graphs come only from the walk that takes application 0."""
+    ev = IntEvaluator(seed)
+    n_in = len(INPUTS)
+    shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
+    values: list[np.ndarray] = list(ev.inputs)
+    fps: list[int] = [tensor_fp(v) for v in values]
+    weight: list[bool] = list(WEIGHT_INPUT)
+    consumers: list[int] = [0] * n_in
+    graph: list[Op] = []
+    op_keys: list[tuple[int, tuple[int, ...]]] = []
+    producers: list[int] = []  # per op: first output tensor index
+    used = [0] * n_in
+    st = stats if stats is not None else {}
+    resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]]] | None] = {}
+    counter = [0]
+
+    def cached(app: Application, in_shapes: tuple[tuple[int, ...], ...]):
+        key = (app.key, in_shapes)
+        if key not in resolve_cache:
+            attrs = resolve(app.op, app.params, in_shapes)
+            result = None
+            if attrs is not None:
+                try:
+                    result = (attrs, OPS[app.op].infer(in_shapes, attrs))
+                except ShapeError:
+                    result = None
+            resolve_cache[key] = result
+        return resolve_cache[key]
+
+    def operand_tuples(k: int) -> Iterator[tuple[int, ...]]:
+        n = len(shapes)
+        if k == 0:
+            yield ()
+        elif k == 1:
+            for a in range(n):
+                yield (a,)
+        else:
+            for a in range(n):
+                for b in range(n):
+                    yield (a, b)
+
+    def input_order_ok(operands: tuple[int, ...]) -> bool:
+        seen = set()
+        for t in operands:
+            if t < n_in and not used[t]:
+                prev = FAMILY_PREV[t]
+                if prev is not None and not used[prev] and prev not in seen:
+                    return False
+                seen.add(t)
+        return True
+
+    def roles_ok(op: str, operands: tuple[int, ...]) -> bool:
+        # TASO's typing: conv/pool read activations and conv kernels are weights; ewadd/ewmul take equal
+        # shapes (no broadcasting); smul scales a tensor by the scalar.
+        if op == "conv":
+            return not weight[operands[0]] and weight[operands[1]]
+        if op in ("avgpool", "maxpool"):
+            return not weight[operands[0]]
+        if op in ("add", "mul"):
+            return shapes[operands[0]] == shapes[operands[1]]
+        if op == "smul":
+            return shapes[operands[1]] == () and shapes[operands[0]] != ()
+        return True
+
+    def walk(depth: int) -> Iterator[Visit]:
+        for app in APPLICATIONS:
+            if depth == 0 and first_ops is not None and not first_ops(app.key):
+                continue
+            entry = OPS[app.op]
+            for operands in operand_tuples(arity(app.op)):
+                if entry.commutative and operands[0] > operands[1]:
+                    continue
+                key = (app.key, operands)
+                if graph:
+                    prev_first = producers[-1]
+                    depends = any(t >= prev_first for t in operands)
+                    if not depends and key <= op_keys[-1]:
+                        continue
+                if key in op_keys:
+                    continue
+                if entry.weights_only and operands and not all(weight[t] for t in operands):
+                    continue
+                if not roles_ok(app.op, operands) or not input_order_ok(operands):
+                    continue
+                res = cached(app, tuple(shapes[t] for t in operands))
+                if res is None:
+                    continue
+                attrs, out_shapes = res
+                with np.errstate(over="ignore"):
+                    outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
+                st["applications"] = st.get("applications", 0) + 1
+                new_fps = [tensor_fp(o) for o in outs]
+                existing = set(fps)
+                duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
+                # apply
+                first = len(shapes)
+                is_w = all(weight[t] for t in operands)
+                for o, s, f in zip(outs, out_shapes, new_fps, strict=True):
+                    shapes.append(tuple(s))
+                    values.append(o)
+                    fps.append(f)
+                    weight.append(is_w)
+                    consumers.append(0)
+                for t in operands:
+                    consumers[t] += 1
+                    if t < n_in:
+                        used[t] += 1
+                graph.append((app.op, attrs, operands))
+                op_keys.append(key)
+                producers.append(first)
+                outputs = tuple(t for t in range(n_in, len(shapes)) if consumers[t] == 0)
+                out_fps = tuple(fps[t] for t in outputs)
+                counter[0] += 1
+                yield Visit(tuple(graph), graph_fp(list(out_fps)), outputs, out_fps,
+                            frozenset(i for i in range(n_in) if used[i]))
+                if duplicate:
+                    st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
+                elif depth + 1 < max_ops:
+                    yield from walk(depth + 1)
+                # undo
+                producers.pop()
+                op_keys.pop()
+                graph.pop()
+                for t in operands:
+                    consumers[t] -= 1
+                    if t < n_in:
+                        used[t] -= 1
+                del shapes[first:], values[first:], fps[first:], weight[first:], consumers[first:]
+
+    yield from walk(0)
+    if first_ops is None or first_ops(0):
+        yield from _input_sets(fps[:n_in])
+    st["graphs"] = st.get("graphs", 0) + counter[0]
+
+
+def _input_sets(fps: list[int]) -> Iterator[Visit]:
+    """Graphs of no op: canonical sets of 1..3 inputs (each its own output)."""
+    from itertools import combinations
+
+    n = len(INPUTS)
+    for k in (1, 2, 3):
+        for combo in combinations(range(n), k):
+            chosen = set(combo)
+            if any(FAMILY_PREV[t] is not None and FAMILY_PREV[t] not in chosen for t in combo):
+                continue
+            out_fps = tuple(fps[t] for t in combo)
+            yield Visit((), graph_fp(list(out_fps)), combo, out_fps, frozenset(combo))

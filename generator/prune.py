@@ -1,0 +1,121 @@
+"""TASO's pruning of candidate pairs: input renaming and common subgraphs.
+
+* Input renaming: two pairs that differ only by a renaming of inputs within a family (x1 <-> x2, ...)
+  are one substitution; the key is the smallest text over all renamings.
+* Common subgraphs: a pair is dropped when
+  - some output is the same expression on both sides (the pair without it is smaller), or
+  - at every output both sides apply the same op (same attributes, same output slot) to operands of
+    equal value: the pair is implied by the smaller pair(s) of operands ("root"), or
+  - both sides contain the same subexpression T, of the shape of some input, and the sides stay equal
+    when T is replaced by a fresh random tensor: the more general pair with T as an input (which the
+    enumeration also finds, having fewer ops) implies it ("common").
+"""
+
+from __future__ import annotations
+
+from itertools import permutations, product
+
+import numpy as np
+
+from generator.enumerate import INPUTS, IntEvaluator, tensor_fp
+from generator.fingerprint import N_IN, Entry, Pair, evaluate, expressions, match_outputs
+from xflow.ops import OPS
+
+_FAMILIES: dict[str, list[str]] = {}
+for _name, _fam, _, _ in INPUTS:
+    _FAMILIES.setdefault(_fam, []).append(_name)
+INPUT_SHAPES = frozenset(shape for _, _, _, shape in INPUTS)
+
+
+def _renamings(used: frozenset[int]) -> list[list[str]]:
+    names = [n for n, _, _, _ in INPUTS]
+    families = [members for members in _FAMILIES.values()
+                if len(members) > 1 and any(names.index(m) in used for m in members)]
+    out = []
+    for perms in product(*(permutations(members) for members in families)):
+        mapping = {n: n for n in names}
+        for members, perm in zip(families, perms, strict=True):
+            mapping.update(dict(zip(members, perm, strict=True)))
+        out.append([mapping[n] for n in names])
+    return out
+
+
+def _text(entry: Entry, names: list[str]) -> str:
+    texts = expressions(entry.graph, names)
+    return " ; ".join(sorted(texts[t] for t in entry.outputs))
+
+
+def renaming_key(pair: Pair) -> tuple[str, str]:
+    """The pair's canonical text, minimal over renamings of inputs within their families."""
+    best: tuple[str, str] | None = None
+    for names in _renamings(pair.a.inputs_used | pair.b.inputs_used):
+        key = (_text(pair.a, names), _text(pair.b, names))
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    return best
+
+
+def _producers(entry: Entry) -> dict[int, tuple[int, int]]:
+    out: dict[int, tuple[int, int]] = {}
+    t = N_IN
+    for i, (op, attrs, _) in enumerate(entry.graph):
+        for k in range(OPS[op].num_outputs(attrs)):
+            out[t] = (i, k)
+            t += 1
+    return out
+
+
+class CommonSubgraph:
+    """Decides the common-subgraph pruning of pairs on the seeded int inputs."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.inputs = IntEvaluator(seed).inputs
+        self.rng = np.random.default_rng(seed + 7)
+
+    def reason(self, pair: Pair) -> str | None:
+        """Why the pair is redundant ("root" or "common"), or None to keep it."""
+        a, b = pair.a, pair.b
+        mapping = match_outputs(a, b)
+        if mapping is None:
+            return "mismatch"
+        va = evaluate(a.graph, self.inputs, integer=True)
+        vb = evaluate(b.graph, self.inputs, integer=True)
+        ta_text, tb_text = expressions(a.graph), expressions(b.graph)
+        if any(ta_text[x] == tb_text[y] for x, y in mapping):
+            return "root"  # an output both sides compute alike: the pair without it is smaller
+        if self._root_implied(a, b, mapping, va, vb, ta_text, tb_text):
+            return "root"
+        common = (set(ta_text[N_IN:]) & set(tb_text[N_IN:]))
+        for text in sorted(common):
+            shape = va[ta_text.index(text)].shape
+            if tuple(shape) not in INPUT_SHAPES:
+                continue
+            info = np.iinfo(np.int64)
+            fresh = self.rng.integers(info.min, info.max, size=shape, dtype=np.int64, endpoint=True)
+            ga = evaluate(a.graph, self.inputs, integer=True, override={text: fresh})
+            gb = evaluate(b.graph, self.inputs, integer=True, override={text: fresh})
+            if all(tensor_fp(ga[x]) == tensor_fp(gb[y]) for x, y in mapping):
+                return "common"
+        return None
+
+    @staticmethod
+    def _root_implied(a: Entry, b: Entry, mapping, va, vb, ta_text, tb_text) -> bool:
+        pa, pb = _producers(a), _producers(b)
+        for x, y in mapping:
+            if ta_text[x] == tb_text[y]:
+                continue
+            if x not in pa or y not in pb:
+                return False
+            (ia, ka), (ib, kb) = pa[x], pb[y]
+            opa, attrsa, insa = a.graph[ia]
+            opb, attrsb, insb = b.graph[ib]
+            if opa != opb or attrsa != attrsb or ka != kb or len(insa) != len(insb):
+                return False
+            fa = [tensor_fp(va[t]) for t in insa]
+            fb = [tensor_fp(vb[t]) for t in insb]
+            if OPS[opa].commutative:
+                fa, fb = sorted(fa), sorted(fb)
+            if fa != fb:
+                return False
+        return True

@@ -1,0 +1,123 @@
+"""The TASO-style rule generator: enumeration, fingerprints, pruning, emitted rules."""
+
+from __future__ import annotations
+
+import resource
+import time
+
+import numpy as np
+import pytest
+
+from generator import generate
+from generator.enumerate import INPUTS, enumerate_graphs
+from generator.fingerprint import Buckets, Entry, candidate_pairs, canonical_text, evaluate, match_outputs
+from generator.run import format_table
+from xflow.ir import Attrs
+from xflow.ops import OPS
+from xflow.rules import parse_rule
+
+IDX = {name: i for i, (name, _, _, _) in enumerate(INPUTS)}
+N = len(INPUTS)
+
+
+def _attrs(op: str, **kw) -> Attrs:
+    return OPS[op].normalize_attrs(kw)
+
+
+@pytest.fixture(scope="module")
+def two() -> dict:
+    start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    first = generate(max_ops=2, seed=0)
+    elapsed = time.perf_counter() - start
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    return {"result": first, "seconds": elapsed, "grown_mb": grown_mb}
+
+
+@pytest.fixture(scope="module")
+def pairs_two():
+    raw, pairs = candidate_pairs(Buckets().extend(enumerate_graphs(2, seed=0)))
+    texts = {(canonical_text(p.a), canonical_text(p.b)) for p in pairs}
+    return raw, texts
+
+
+def test_max_ops_two_is_small_and_fast(two):
+    assert two["seconds"] < 40
+    assert two["grown_mb"] < 400
+    steps = [s for s, _, _ in two["result"].table]
+    assert steps[0] == "graphs enumerated" and steps[-1] == "rules emitted"
+    counts = [c for _, c, _ in two["result"].table[1:-1]]
+    assert counts == sorted(counts, reverse=True)  # each pruning step only removes
+    assert "graphs enumerated" in format_table(two["result"].table)
+
+
+def test_known_identities_are_candidates(pairs_two):
+    _, texts = pairs_two
+    joined = "\n".join(f"{a} => {b}" for a, b in texts)
+    # split(concat(x1, x2)) gives back x1 and x2
+    split = "split[axis=0,split=(4, 4)](concat[axis=0](x1,x2))"
+    assert f"{split}#0 ; {split}#1 => x1 ; x2" in joined
+    # enlarge leaves a SAME conv unchanged
+    assert ("conv[act=none,group=1,pads=(1, 1, 1, 1),strides=(1, 1)](i1,enlarge[size=(3, 3)](k13)) => "
+            "conv[act=none,group=1,pads=(0, 1, 0, 1),strides=(1, 1)](i1,k13)") in joined
+    # conv with Cpool is avgpool
+    assert any(a.startswith("conv[act=none,group=4,pads=(0, 0, 0, 0),strides=(1, 1)](i1,const_pool")
+               and b.startswith("avgpool[count_include_pad=1,kernel=(3, 3),pads=(0, 0, 0, 0),strides=(1, 1)](i1)")
+               for a, b in texts)
+    # conv(relu) folds
+    assert any(a.startswith("relu[](conv[act=none") and b.startswith("conv[act=relu") for a, b in texts)
+
+
+def test_commutativity_is_not_a_candidate(pairs_two):
+    _, texts = pairs_two
+    assert not any(a == b for a, b in texts)
+    assert not any(a in ("add[](x1,x2)", "add[](x2,x1)") and b in ("add[](x1,x2)", "add[](x2,x1)") for a, b in texts)
+
+
+def _entry(graph) -> Entry:
+    values = evaluate(graph, [np.zeros(s) for _, _, _, s in INPUTS], integer=False)
+    produced = set(range(N, len(values)))
+    consumed = {t for _, _, ins in graph for t in ins}
+    from generator.enumerate import IntEvaluator, tensor_fp
+    ints = evaluate(graph, IntEvaluator(0).inputs, integer=True)
+    outs = tuple(sorted(produced - consumed))
+    return Entry(graph, outs, tuple(tensor_fp(ints[t]) for t in outs), frozenset(t for t in consumed if t < N))
+
+
+def test_fingerprint_tells_relu_of_sum_from_sum_of_relus():
+    x1, x2 = IDX["x1"], IDX["x2"]
+    add, relu = _attrs("add"), _attrs("relu")
+    relu_of_sum = _entry((("add", add, (x1, x2)), ("relu", relu, (N,))))
+    sum_of_relus = _entry((("relu", relu, (x1,)), ("relu", relu, (x2,)), ("add", add, (N, N + 1))))
+    assert match_outputs(relu_of_sum, sum_of_relus) is None
+    # while a true identity matches: relu(concat(a, b)) == concat(relu(a), relu(b))
+    cat = _attrs("concat", axis=0)
+    lhs = _entry((("concat", cat, (x1, x2)), ("relu", relu, (N,))))
+    rhs = _entry((("relu", relu, (x1,)), ("relu", relu, (x2,)), ("concat", cat, (N, N + 1))))
+    assert match_outputs(lhs, rhs) is not None
+
+
+def test_deterministic_and_every_rule_parses(two):
+    rules = two["result"].rules
+    assert rules
+    again = generate(max_ops=2, seed=0).rules
+    assert again == rules
+    names = [r["name"] for r in rules]
+    assert len(set(names)) == len(names)
+    for raw in rules:
+        rule = parse_rule(raw)
+        assert rule.provenance["generator"]["max_ops"] == 2
+        assert raw["name"].startswith("g2_")
+
+
+def test_rules_generalize_shared_attributes(two):
+    rules = two["result"].rules
+    assert any(n.get("attrs", {}).get("strides") == "?cs" for r in rules for n in r["src"] if n["op"] == "conv")
+    assert any(n.get("attrs", {}).get("axis") == "?axis" for r in rules for n in r["src"])
+
+
+def test_jobs_give_the_same_rules():
+    one = generate(max_ops=1, seed=3)
+    two = generate(max_ops=1, seed=3, jobs=2)
+    assert two.rules == one.rules
+    assert [c for _, c, _ in two.table] == [c for _, c, _ in one.table]

@@ -169,8 +169,8 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
     mark = len(ctx.added)
     try:
         nodes = DECODERS[proto.op_type](proto, ctx)
-        if nodes is None:
-            return None
+        if not nodes:  # the decoder declined (after perhaps adding constants: they are dropped below)
+            raise ShapeError(f"{proto.op_type} stays opaque")
         produced: dict[str, TensorType] = {}
         for n in nodes:
             entry = OPS[n.op]

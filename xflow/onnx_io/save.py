@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import tempfile
+import secrets
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -24,7 +25,8 @@ class _Encoder:
 
     def __init__(self, graph: Graph) -> None:
         self.opset = graph.context.opset if graph.context else 17
-        self.taken = set(graph.types) | set(graph.constants) | set(graph.producers)
+        self.taken = set(graph.types) | set(graph.constants) | set(graph.producers) | set(graph.inputs)
+        self.taken.update(name for n in graph.nodes for name in (*n.inputs, *n.implicit))
         self.counter = itertools.count()
         self.new_constants: dict[str, np.ndarray] = {}
 
@@ -173,14 +175,26 @@ def _tensor_proto(name: str, const: Constant) -> onnx.TensorProto:
     return numpy_helper.from_array(const.value(), name)
 
 
-def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, force: bool) -> bool:
-    """Move weights into ``data_path``: original external tensors are streamed from their files
-    (never two copies in memory), large inline ones written out. Returns True if any was written."""
+@dataclass
+class _Streamed:
+    """An external tensor of the source copied into the new data file."""
+
+    const: Constant | None
+    source: str  # the file it was read from
+    base_dir: str  # the folder its location was relative to
+    offset: int  # where it now is in the new data file
+    length: int
+
+
+def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, location: str, force: bool,
+                 streamed: list[_Streamed]) -> bool:
+    """Move weights into ``data_path`` (referred to as ``location`` in the model): original external
+    tensors are streamed from their files (never two copies in memory; listed in ``streamed``), large
+    inline ones written out. Returns True if any was written."""
     default_dir = graph.context.base_dir if graph.context else ""
     if not force and model.ByteSize() < EXTERNAL_THRESHOLD:
         return False
     wrote = False
-    location = os.path.basename(data_path).removeprefix(".").split(".xflow-tmp")[0]
     with open(data_path, "wb") as out:
         for tensor in model.graph.initializer:
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -204,6 +218,7 @@ def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, force: bo
                         out.write(chunk)
                         remaining -= len(chunk)
                     size = out.tell() - start
+                streamed.append(_Streamed(const, src, base_dir, start, size))
             elif tensor.data_type == onnx.TensorProto.STRING:  # strings cannot be stored externally
                 continue
             else:
@@ -224,6 +239,22 @@ def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, force: bo
                 entry.key, entry.value = key, value
             wrote = True
     return wrote
+
+
+def _repoint_overwritten(streamed: list[_Streamed], data_path: str) -> None:
+    """When the new data file replaced a file the graph's constants were read from (saving over the
+    source model), point those constants at their bytes in the new file: the old offsets are gone.
+    (Constants of the source that this graph no longer has cannot be repointed.)"""
+    target = os.path.realpath(data_path)
+    for item in streamed:
+        if item.const is None or item.const.proto is None or os.path.realpath(item.source) != target:
+            continue
+        proto = item.const.proto
+        location = os.path.relpath(target, os.path.realpath(item.base_dir or "."))
+        del proto.external_data[:]
+        for key, value in (("location", location), ("offset", str(item.offset)), ("length", str(item.length))):
+            entry = proto.external_data.add()
+            entry.key, entry.value = key, value
 
 
 def _align(f, alignment: int = 64) -> int:  # noqa: ANN001 - binary file
@@ -259,16 +290,16 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
         raise XflowError(path, "is a directory")
     data_name = os.path.basename(path) + ".data"
     tmp_model = tmp_data = placed_data = None
+    streamed: list[_Streamed] = []
     try:
-        fd, tmp_model = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".xflow-tmp", dir=directory)
-        os.close(fd)
-        tmp_data = os.path.join(directory, f".{data_name}.xflow-tmp{os.getpid()}")
-        wrote_data = _externalize(model, graph, tmp_data, force_external)
-        if wrote_data:
-            for tensor in model.graph.initializer:
-                for entry in tensor.external_data:
-                    if entry.key == "location":
-                        entry.value = data_name
+        # Temp names made here (not mkstemp, whose 0600 mode the renamed model would keep): the files
+        # get the usual umask-based permissions.
+        token = f"{os.getpid()}.{secrets.token_hex(6)}"
+        tmp_model = os.path.join(directory, f".{os.path.basename(path)}.{token}.xflow-tmp")
+        tmp_data = os.path.join(directory, f".{data_name}.{token}.xflow-tmp")
+        with open(tmp_model, "xb"):
+            pass
+        wrote_data = _externalize(model, graph, tmp_data, data_name, force_external, streamed)
         with open(tmp_model, "wb") as f:
             f.write(model.SerializeToString())
         if wrote_data:
@@ -276,6 +307,8 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
             os.replace(tmp_data, placed_data)
         os.replace(tmp_model, path)
         tmp_model = placed_data = None
+        if wrote_data:
+            _repoint_overwritten(streamed, os.path.join(directory, data_name))
     except OSError as exc:
         raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
     except ValueError as exc:  # protobuf refuses messages over 2 GB

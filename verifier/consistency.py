@@ -10,6 +10,7 @@ import z3
 
 from verifier.axioms import AXIOMS, Axiom, Z3Env, axiom_formulas, eval_z3
 from verifier.encode import T
+from verifier.prove import make_solver
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,7 @@ def check_consistency(axioms: tuple[Axiom, ...] = AXIOMS, timeout_ms: int = 5000
     seeded = [seen(t) for t in probes]
     for label, extra in (("false", []), ("x==y", [x != y])):
         for mbqi in (False, True):
-            solver = z3.Solver()
-            if not mbqi:
-                solver.set("auto_config", False)
-                solver.set("smt.mbqi", False)
-            solver.set("timeout", timeout_ms)
-            solver.add(*formulas)
+            solver = make_solver(formulas, mbqi, timeout_ms)
             solver.add(*seeded)
             solver.add(*extra)
             answer = str(solver.check())

@@ -51,6 +51,17 @@ def _formulas(axioms: tuple[Axiom, ...]) -> list[z3.BoolRef]:
     return _FORMULAS[key]
 
 
+def make_solver(formulas: list[z3.BoolRef], mbqi: bool, timeout_ms: int) -> z3.Solver:
+    """A solver holding the axioms: cheap E-matching only, or z3's default model-based instantiation."""
+    solver = z3.Solver()
+    if not mbqi:
+        solver.set("auto_config", False)
+        solver.set("smt.mbqi", False)
+    solver.set("timeout", timeout_ms)
+    solver.add(*formulas)
+    return solver
+
+
 def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = AXIOMS) -> ProofResult:
     """Prove every mapped output of ``rule`` equal under the axioms and the rule's where conditions.
 
@@ -70,12 +81,7 @@ def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = 
             left_ms = int(timeout_ms - 1000 * (time.monotonic() - start))
             if left_ms <= 0:
                 break
-            solver = z3.Solver()
-            if not mbqi:
-                solver.set("auto_config", False)
-                solver.set("smt.mbqi", False)
-            solver.set("timeout", left_ms)
-            solver.add(*formulas)
+            solver = make_solver(formulas, mbqi, left_ms)
             solver.add(*enc.hypotheses)
             solver.add(src != dst)
             answer = solver.check()

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import onnx
@@ -51,7 +50,6 @@ class Graph:
     types: Mapping[str, TensorType]
     constants: Mapping[str, Constant]
     context: ModelContext | None = None
-    _fresh: itertools.count = field(default_factory=lambda: itertools.count(), repr=False)
 
     # ---- indexes (computed once per graph) -------------------------------------------------
     @cached_property
@@ -125,13 +123,6 @@ class Graph:
         """The type of a value, or None when unknown."""
         return self.types.get(name)
 
-    def fresh_name(self, hint: str = "xf") -> str:
-        """A value name not used in this graph."""
-        while True:
-            name = f"{hint}_{next(self._fresh)}"
-            if name not in self.types and name not in self.producers and name not in self.constants:
-                return name
-
     # ---- derived graphs ---------------------------------------------------------------------
     def with_nodes(self, nodes: Iterable[Node], types: Mapping[str, TensorType] | None = None,
                    constants: Mapping[str, Constant] | None = None, outputs: tuple[str, ...] | None = None,
@@ -144,7 +135,7 @@ class Graph:
         new_constants = dict(self.constants)
         new_constants.update(constants or {})
         graph = Graph(tuple(ordered), self.inputs, outputs or self.outputs, new_types, new_constants,
-                      self.context, self._fresh)
+                      self.context)
         return graph.pruned() if prune else graph
 
     def pruned(self) -> Graph:
@@ -165,7 +156,7 @@ class Graph:
         constants = {k: v for k, v in self.constants.items() if k in used}
         if len(keep) == len(self.nodes) and len(types) == len(self.types) and len(constants) == len(self.constants):
             return self
-        return Graph(tuple(keep), self.inputs, self.outputs, types, constants, self.context, self._fresh)
+        return Graph(tuple(keep), self.inputs, self.outputs, types, constants, self.context)
 
     # ---- identity ---------------------------------------------------------------------------
     @cached_property
@@ -208,7 +199,7 @@ class Graph:
             nodes = topological_sort(kept + added, self.inputs, self.constants.keys())
         new_types = dict(self.types)
         new_types.update(types)
-        graph = Graph(tuple(nodes), self.inputs, self.outputs, new_types, self.constants, self.context, self._fresh)
+        graph = Graph(tuple(nodes), self.inputs, self.outputs, new_types, self.constants, self.context)
         if "hash_sum" in self.__dict__:
             delta = sum(n.local_hash for n in added) - sum(n.local_hash for n in removed)
             graph.__dict__["hash_sum"] = (self.hash_sum + delta) % (1 << 128)

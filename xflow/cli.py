@@ -2,38 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 import click
 
+from xflow.cli_common import check_writable, user_errors, write_json
 from xflow.errors import XflowError
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"xflow: error: {message}", err=True)
-    sys.exit(code)
-
-
-def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn XflowError into one line on stderr and exit code 2 (no traceback)."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except XflowError as exc:
-            _fail(str(exc))
-        except KeyboardInterrupt:
-            _fail("interrupted; nothing written", 130)
-
-    return wrapper
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -88,14 +65,14 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     say = (lambda _m: None) if quiet else click.echo
     progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None
     if report_path:
-        _check_writable(report_path)
+        check_writable(report_path)
     report = optimize_file(in_path, out_path, options, say=say, progress=progress)
     if progress is not None:
         click.echo("", err=True)
     if not quiet:
         _print_summary(report)
     if report_path:
-        _write_json(report_path, report.to_json())
+        write_json(report_path, report.to_json())
 
 
 def _search_progress() -> Callable[[Any], None]:
@@ -123,22 +100,6 @@ def _print_summary(report: Any) -> None:
         click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
                    f"({report.speedup:.3f}x, median of {report.timed_runs} interleaved runs)")
     click.echo(f"  wrote {report.output}: {report.decision}")
-
-
-def _check_writable(path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-        raise XflowError(path, "cannot write here (directory missing or not writable)")
-
-
-def _write_json(path: str, data: Any) -> None:
-    tmp = f"{path}.xflow-tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
 
 
 @main.command("verify-rules")
@@ -191,7 +152,7 @@ def zoo(name: str, out_path: str, small: bool, seed: int) -> None:
 
     if name not in zoo_models.MODELS:
         raise XflowError(None, f"unknown zoo model {name!r}; choose one of {', '.join(sorted(zoo_models.MODELS))}")
-    _check_writable(out_path)
+    check_writable(out_path)
     model = zoo_models.build(name, small=small, seed=seed)
     tmp = f"{out_path}.xflow-tmp"
     try:
@@ -201,6 +162,17 @@ def zoo(name: str, out_path: str, small: bool, seed: int) -> None:
         raise XflowError(out_path, f"cannot write: {exc.strerror or exc}") from None
     click.echo(f"wrote {out_path}: {name}{' (small)' if small else ''}, {len(model.graph.node)} nodes")
 
+
+def _add_command_modules() -> None:
+    """Commands of the later stages live in their own modules, one per area."""
+    from xflow import cli_bench, cli_place, cli_rules
+
+    for module in (cli_rules, cli_bench, cli_place):
+        for command in module.COMMANDS:
+            main.add_command(command)
+
+
+_add_command_modules()
 
 if __name__ == "__main__":
     main()

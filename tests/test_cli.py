@@ -65,7 +65,8 @@ def test_optimize_end_to_end_writes_equivalent_model(tmp_path):
     out = tmp_path / "out.onnx"
     report = tmp_path / "r.json"
     rules = write_rules(tmp_path / "rules.json", [MATMUL_MERGE, CONV_BIAS_RELU_FOLD])
-    result = invoke("optimize", src, str(out), "--rules", rules, "--report", str(report), "--keep-if-slower")
+    result = invoke("optimize", src, str(out), "--rules", rules, "--report", str(report), "--keep-if-slower",
+                    "--cost", "analytic")
     assert result.exit_code == 0, result.output
     assert "conv_bias_relu_fold x1" in result.output and "measured latency" in result.output
     data = json.loads(report.read_text())

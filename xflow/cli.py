@@ -33,10 +33,13 @@ def main() -> None:
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
 @click.option("--budget", type=int, default=300, show_default=True, help="Most graphs the search expands.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit in seconds.")
-@click.option("--cost", "cost_kind", type=click.Choice(["analytic"]), default="analytic", show_default=True,
-              help="Cost model for the search.")
+@click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
+              show_default=True, help="Cost model for the search: node costs measured with ONNX Runtime "
+              "(cached) or an analytic estimate.")
+@click.option("--cost-db", type=click.Path(dir_okay=False), default=None,
+              help="SQLite cache of measured costs (default: $XDG_CACHE_HOME/xflow/costs.sqlite).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
-              help="ONNX Runtime execution provider for verification and timing.")
+              help="ONNX Runtime execution provider for cost measurement, verification and timing.")
 @click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1xD2...",
               help="Fix a dynamic input's shape, e.g. --input-shape input=1x3x224x224. Repeatable.")
@@ -49,7 +52,7 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, time_limit: float,
-             cost_kind: str, provider: str, threads: int | None, input_shapes: tuple[str, ...],
+             cost_kind: str, cost_db: str | None, provider: str, threads: int | None, input_shapes: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
@@ -57,10 +60,11 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     it (interleaved runs); if it is not faster, the original is written and the run says so.
     """
     from xflow.onnx_io import parse_input_shapes
-    from xflow.optimize import OptimizeOptions, optimize_file
+    from xflow.pipeline import OptimizeOptions, optimize_file
 
     options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, time_limit=time_limit,
-                              provider=provider, threads=threads, input_shapes=parse_input_shapes(input_shapes),
+                              provider=provider, threads=threads, cost=cost_kind, cost_db=cost_db,
+                              input_shapes=parse_input_shapes(input_shapes),
                               inputs_npz=inputs_npz, seed=seed, keep_if_slower=keep_if_slower)
     say = (lambda _m: None) if quiet else click.echo
     progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None
@@ -91,6 +95,9 @@ def _print_summary(report: Any) -> None:
         click.echo(f"  rewrites: {applied}")
         click.echo(f"  estimated cost ({report.cost_model}): {report.cost_before * 1e3:.3f} ms -> "
                    f"{report.cost_after * 1e3:.3f} ms")
+    if report.cost_db is not None:
+        click.echo(f"  cost cache: {report.cost_db_hits} hits, {report.nodes_measured} node configurations measured "
+                   f"in {report.measure_sessions} sessions ({report.measure_seconds:.2f} s)")
     if report.verified:
         worst = max(report.max_abs_diff.values(), default=0.0)
         click.echo(f"  outputs match the original (max abs diff {worst:.2e})")

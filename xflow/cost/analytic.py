@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from xflow.cost.base import value_bytes
+from xflow.cost.base import is_folded, value_bytes
 from xflow.ir import Graph, Node
 from xflow.ops import OPS
 
@@ -30,7 +30,7 @@ class AnalyticCost:
             in_shapes = [graph.types[i].static_shape for i in node.inputs if i]
             out_shapes = [graph.types[o].static_shape for o in node.outputs if o]
             flops = entry.count_flops(in_shapes, out_shapes, node.attrs)
-            if entry.weights_only or all(graph.is_constant_value(i) for i in node.inputs if i):
+            if is_folded(graph, node):
                 return 0.0  # folded into a constant before the model runs
         else:
             flops = sum(value_bytes(graph.types.get(o)) // 4 for o in node.outputs if o)

@@ -6,14 +6,23 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from xflow.ir import Graph, Node, TensorType
+from xflow.ops import OPS
 
 
 def node_key(graph: Graph, node: Node) -> tuple:
-    """What a node's cost depends on: op (or opaque proto), attributes, input and output types."""
+    """What a node's cost depends on: op (or opaque proto), attributes, input and output types, and
+    which inputs are constant when the model runs (initializers, or values folded into new ones)."""
     ins = tuple(graph.types.get(i) if i else None for i in node.inputs)
     outs = tuple(graph.types.get(o) if o else None for o in node.outputs)
-    consts = tuple(bool(i) and graph.is_constant(i) for i in node.inputs)
+    consts = tuple(bool(i) and graph.is_constant_value(i) for i in node.inputs)
     return (node.signature(), ins, outs, consts)
+
+
+def is_folded(graph: Graph, node: Node) -> bool:
+    """True for op-table nodes that ``fold_constants`` turns into initializers: they cost nothing."""
+    if node.is_opaque:
+        return False
+    return OPS[node.op].weights_only or all(graph.is_constant_value(i) for i in node.inputs if i)
 
 
 class CostModel(Protocol):
@@ -46,6 +55,23 @@ class GraphCoster:
             return self.cost(child)
         removed, added = change
         return parent_cost - sum(self._costs(parent, removed)) + sum(self._costs(child, added))
+
+    def prefetch(self, changes: Sequence[tuple[Graph, Sequence[Node]]]) -> None:
+        """Cost the new nodes of many derived graphs at once (one measuring batch for all of them)."""
+        missing: dict[tuple, tuple[Graph, Node]] = {}
+        for graph, nodes in changes:
+            for n in nodes:
+                k = node_key(graph, n)
+                if k not in self.memo:
+                    missing.setdefault(k, (graph, n))
+        if not missing:
+            return
+        costs_of = getattr(self.model, "costs_of", None)
+        if costs_of is not None:
+            costs = costs_of(list(missing.values()))
+        else:
+            costs = [self.model.node_costs(g, [n])[0] for g, n in missing.values()]
+        self.memo.update(zip(missing, costs, strict=True))
 
     def _costs(self, graph: Graph, nodes: Sequence[Node]) -> list[float]:
         keys = [node_key(graph, n) for n in nodes]

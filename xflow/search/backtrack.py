@@ -124,6 +124,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
             entry.matches = derived_matches(entry.parent.graph, entry.parent.matches, entry.applied, entry.graph,
                                             rules)
         entry.parent = None  # the parent's matches are no longer needed through this entry
+        children: list[tuple[Match, Graph]] = []
         for match in entry.matches:
             if time.perf_counter() - start > time_limit:
                 break
@@ -134,6 +135,10 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
             if digest in seen:
                 continue
             seen.add(digest)
+            children.append((match, child))
+        # all children's new nodes costed in one batch (a measuring cost model times them in one session)
+        coster.prefetch([(child, child.__dict__.get("last_change", ((), child.nodes))[1]) for _, child in children])
+        for match, child in children:
             result.generated += 1
             child_cost = coster.derived_cost(entry.graph, cost, child)
             child_entry = _Entry(child, entry.steps + (_step(match),), entry, match)

@@ -1,7 +1,11 @@
-"""The optimize pipeline: load, search, fold, check equivalence in ORT, measure A/B, write."""
+"""The optimize pipeline: load, search, fold, check equivalence in ORT, measure A/B, write.
+
+``optimize_file`` is what ``xflow optimize`` runs; ``optimize_model`` (and ``xflow.optimize``) does the
+same for a ModelProto in memory, for pipelines."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -12,9 +16,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 
 from xflow.cost import AnalyticCost, GraphCoster
 from xflow.cost.base import CostModel
+from xflow.cost.cache import CostCache
+from xflow.cost.measured import MeasuredCost
 from xflow.errors import XflowError
 from xflow.ir import Graph
 from xflow.onnx_io import load, save
@@ -38,6 +45,8 @@ class OptimizeOptions:
     time_limit: float = 60.0
     provider: str = "cpu"
     threads: int | None = None
+    cost: str = "measured"  # or "analytic"
+    cost_db: str | None = None  # SQLite cost cache (default: under the user's cache folder)
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     inputs_npz: str | None = None
     seed: int = 0
@@ -65,7 +74,7 @@ class OptimizeReport:
     search_stop: str
     graphs_explored: int
     graphs_generated: int
-    cost_cache_lookups: int
+    cost_cache_lookups: int  # node costs asked for during the search (in-memory memo)
     cost_cache_hits: int
     rules_applied: dict[str, int]
     steps: list[dict[str, Any]]
@@ -77,6 +86,13 @@ class OptimizeReport:
     timed_runs: int = 0
     decision: str = ""
     total_seconds: float = 0.0
+    cost_db: str | None = None  # the SQLite cost cache used (measured costs only)
+    cost_db_hits: int = 0  # node configurations found in it
+    cost_db_misses: int = 0
+    nodes_measured: int = 0  # node configurations measured in this run
+    measure_sessions: int = 0  # ORT sessions built to measure them
+    measure_seconds: float = 0.0
+    nodes_not_measurable: int = 0  # costed analytically (dynamic shapes, subgraphs, refused by ORT)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -145,6 +161,26 @@ def check_output_path(in_path: str, out_path: str) -> None:
         raise XflowError(out_path, "output is a directory")
 
 
+def make_cost_model(options: OptimizeOptions) -> CostModel:
+    """The cost model the options ask for; opens (or creates) the cost cache for measured costs."""
+    if options.cost == "analytic":
+        return AnalyticCost()
+    if options.cost != "measured":
+        raise XflowError(None, f"unknown cost model {options.cost!r}; choose measured or analytic")
+    return MeasuredCost(options.provider, options.threads, CostCache(options.cost_db))
+
+
+def _cost_figures(report: OptimizeReport, model: CostModel) -> None:
+    if not isinstance(model, MeasuredCost):
+        return
+    stats = model.stats
+    report.cost_db = str(model.cache.path) if model.cache is not None else None
+    report.cost_db_hits, report.cost_db_misses = stats.cache_hits, stats.cache_misses
+    report.nodes_measured, report.measure_sessions = stats.measured, stats.sessions
+    report.measure_seconds = stats.seconds
+    report.nodes_not_measurable = stats.fallback + stats.failed
+
+
 def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,
                   say: Callable[[str], None] = print,
                   progress: Callable[[SearchResult], None] | None = None) -> OptimizeReport:
@@ -155,7 +191,7 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     graph = load(in_path, options.input_shapes)
     rules_file = options.rules_path or str(default_rules_path())
     rules: list[Rule] = load_rules(options.rules_path)
-    coster = GraphCoster(cost_model or AnalyticCost())
+    coster = GraphCoster(cost_model or make_cost_model(options))
     result = backtracking_search(graph, rules, coster, options.alpha, options.budget, options.time_limit,
                                  progress=progress)
     optimized = fold_constants(result.graph) if result.steps else graph
@@ -168,6 +204,7 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
         cost_cache_lookups=result.cost_lookups, cost_cache_hits=result.cost_hits,
         rules_applied=dict(Counter(s.rule for s in result.steps)),
         steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in result.steps])
+    _cost_figures(report, coster.model)
     if not rules:
         say(f"no rules in {rules_file}: the model is copied through unchanged")
         report.decision = "copied (no rules)"
@@ -222,3 +259,33 @@ def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_p
                 f"{report.latency_before_ms:.3f} ms): wrote the original (use --keep-if-slower to override)")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions) -> tuple[onnx.ModelProto, OptimizeReport]:
+    """Optimize a model in memory (or a file) and return the result with its report: the same checks
+    as ``optimize_file`` (verified; the original comes back when the optimized one is not faster)."""
+    with tempfile.TemporaryDirectory(prefix="xflow-") as folder:
+        if isinstance(model, onnx.ModelProto):
+            in_path = os.path.join(folder, "in.onnx")
+            onnx.save(model, in_path)
+        else:
+            in_path = os.fspath(model)
+        out_path = os.path.join(folder, "out.onnx")
+        report = optimize_file(in_path, out_path, options, say=lambda _m: None)
+        result = onnx.load(out_path)  # external data, if any, is read in before the folder goes
+    report.input = in_path if not isinstance(model, onnx.ModelProto) else "<ModelProto>"
+    report.output = "<ModelProto>"
+    return result, report
+
+
+def optimize(model: onnx.ModelProto | str, **options: Any) -> onnx.ModelProto:
+    """Optimize an ONNX model (a ModelProto or a path) and return the optimized ModelProto.
+
+    Keyword options are the fields of ``OptimizeOptions`` (``rules_path``, ``alpha``, ``budget``,
+    ``time_limit``, ``provider``, ``threads``, ``cost``, ``cost_db``, ``input_shapes``, ``seed``,
+    ``keep_if_slower``, ...). Raises XflowError (EquivalenceError on a mismatch) as the CLI would."""
+    known = {f.name for f in dataclasses.fields(OptimizeOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return optimize_model(model, OptimizeOptions(**options))[0]

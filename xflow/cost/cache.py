@@ -1,0 +1,132 @@
+"""A persistent cache of measured node costs in SQLite, shared safely between xflow processes.
+
+WAL journal (readers never block the writer), one transaction per batch of inserts, a busy timeout
+so two processes writing at once wait for each other instead of failing. A file that is not a
+readable SQLite database is moved aside and rebuilt, with a one-line warning.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from xflow.errors import XflowError
+
+SCHEMA_VERSION = 1
+_CHUNK = 500  # keys per SELECT ... IN (...): below SQLite's host-parameter limit
+
+
+def default_cache_path() -> Path:
+    """``$XDG_CACHE_HOME/xflow/costs.sqlite``, or ``~/.cache/xflow/costs.sqlite``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xflow" / "costs.sqlite"
+
+
+def _warn_stderr(message: str) -> None:
+    print(f"xflow: warning: {message}", file=sys.stderr)
+
+
+class CostCache:
+    """Measured node costs (seconds) by key; the key already names provider, device and ORT version."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None,
+                 warn: Callable[[str], None] = _warn_stderr) -> None:
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.warn = warn
+        self.hits = 0
+        self.misses = 0
+        self.rebuilt = False
+        self._conn = self._open()
+
+    # ---- opening ----------------------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise XflowError(str(self.path), f"cannot create the cost cache folder: {exc.strerror or exc}") from None
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and not self._looks_corrupt(exc):
+                raise XflowError(str(self.path), f"cannot open the cost cache: {exc}") from None
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}-{os.getpid()}")
+        try:
+            os.replace(self.path, aside)
+            for suffix in ("-wal", "-shm"):
+                side = Path(f"{self.path}{suffix}")
+                if side.exists():
+                    os.replace(side, f"{aside}{suffix}")
+        except OSError as exc:
+            raise XflowError(str(self.path), f"cost cache is corrupt and cannot be moved aside: {exc}") from None
+        self.warn(f"cost cache {self.path} was not a readable database; moved it to {aside.name} and started anew")
+        self.rebuilt = True
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as exc:
+            raise XflowError(str(self.path), f"cannot open the cost cache: {exc}") from None
+
+    @staticmethod
+    def _looks_corrupt(exc: sqlite3.OperationalError) -> bool:
+        text = str(exc).lower()
+        return "malformed" in text or "not a database" in text or "disk image" in text
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise sqlite3.OperationalError("the file is not writable")
+        if not os.access(self.path.parent, os.W_OK):
+            raise sqlite3.OperationalError("the folder is not writable")
+        conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 60000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS costs (key TEXT PRIMARY KEY, seconds REAL NOT NULL, "
+                         "op TEXT NOT NULL, env TEXT NOT NULL, detail TEXT NOT NULL, created REAL NOT NULL)")
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("COMMIT")
+            conn.execute("SELECT count(*) FROM costs").fetchone()
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return conn
+
+    # ---- use --------------------------------------------------------------------------------------
+    def get_many(self, keys: Iterable[str]) -> dict[str, float]:
+        """Cached seconds for those keys that are present; counts hits and misses."""
+        keys = list(dict.fromkeys(keys))
+        found: dict[str, float] = {}
+        for start in range(0, len(keys), _CHUNK):
+            chunk = keys[start:start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            found.update(self._conn.execute(f"SELECT key, seconds FROM costs WHERE key IN ({marks})", chunk))
+        self.hits += len(found)
+        self.misses += len(keys) - len(found)
+        return found
+
+    def put_many(self, rows: Mapping[str, tuple[float, str, str, str]]) -> None:
+        """Store ``key -> (seconds, op, env, detail)`` in one transaction (a concurrent writer waits)."""
+        if not rows:
+            return
+        now = time.time()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.executemany("INSERT OR REPLACE INTO costs VALUES (?, ?, ?, ?, ?, ?)",
+                                   [(k, s, op, env, detail, now) for k, (s, op, env, detail) in rows.items()])
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise XflowError(str(self.path), f"cannot write the cost cache: {exc}") from None
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM costs").fetchone()[0])
+
+    def close(self) -> None:
+        """Close the connection (the WAL is checkpointed by SQLite when the last one closes)."""
+        self._conn.close()

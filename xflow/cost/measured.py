@@ -1,0 +1,333 @@
+"""Node costs measured with ONNX Runtime, many nodes per session, cached in SQLite.
+
+Every node not yet in the cache becomes a one-node subgraph with inputs of its own (constant inputs
+as initializers, as the real model has them); up to a few hundred such subgraphs form one model,
+which runs a few times in one ORT session with profiling on (same provider, threads and session
+options as the final run). Each node's cost is the median over the timed runs of the summed kernel
+times ORT reports for its subgraph. Op-table nodes are written with the op table's encoder, opaque
+nodes from their original proto.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from xflow.cost.analytic import AnalyticCost
+from xflow.cost.base import is_folded, node_key
+from xflow.cost.cache import CostCache
+from xflow.ir import Graph, Node
+from xflow.ops import OPS
+from xflow.runtime import PROVIDERS, session_options
+
+_EVENT = re.compile(r"^xf(\d+)[nov]")
+MAX_BATCH_NODES = 300
+MAX_BATCH_BYTES = 512 << 20  # initializer + input bytes per measuring model (protobuf stays far below 2 GB)
+
+
+@dataclass
+class MeasureStats:
+    """What measuring cost so far: cache hits, nodes measured, sessions built, seconds spent."""
+
+    cache_hits: int = 0
+    cache_misses: int = 0
+    measured: int = 0
+    sessions: int = 0
+    seconds: float = 0.0
+    fallback: int = 0  # nodes that cannot be measured alone (dynamic shapes, subgraphs) -> analytic
+    failed: int = 0  # nodes ORT refused to run alone -> analytic
+
+
+def device_name(provider: str) -> str:
+    """A name for the device costs are measured on (CPU model or GPU name)."""
+    if provider == "cuda":
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=10, check=True).stdout.strip().splitlines()
+            return out[0] if out else "cuda"
+        except (OSError, subprocess.SubprocessError):
+            return "cuda"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class _BatchEncoder:
+    """The EncodeContext an op-table encoder sees while one node of a batch is written."""
+
+    def __init__(self, opset: int, prefix: str, constants: dict[str, np.ndarray]) -> None:
+        self.opset = opset
+        self.prefix = prefix
+        self.constants = constants
+        self.count = 0
+
+    def fresh_name(self, hint: str) -> str:
+        self.count += 1
+        return f"{self.prefix}v{self.count}"
+
+    def add_constant(self, array: np.ndarray, hint: str) -> str:
+        name = self.fresh_name(hint)
+        self.constants[name] = array
+        return name
+
+
+@dataclass
+class _Batch:
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    nbytes: int
+
+
+class MeasuredCost:
+    """Costs measured with ONNX Runtime on ``provider`` (see the module doc); implements CostModel."""
+
+    name = "measured"
+
+    def __init__(self, provider: str = "cpu", threads: int | None = None, cache: CostCache | None = None,
+                 warmup: int = 3, runs: int = 10, seed: int = 0) -> None:
+        import onnxruntime as ort
+
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {provider!r}")
+        self.provider = provider
+        self.threads = threads or os.cpu_count() or 1
+        self.cache = cache
+        self.warmup = warmup
+        self.runs = runs
+        self.rng = np.random.default_rng(seed)
+        self.fallback = AnalyticCost()
+        self.stats = MeasureStats()
+        self.env = f"{provider}|{device_name(provider)}|ort {ort.__version__}|{self.threads} threads"
+
+    # ---- the CostModel interface --------------------------------------------------------------------
+    def node_costs(self, graph: Graph, nodes: Iterable[Node]) -> list[float]:
+        """Seconds per node of ``graph``: from the cache, else measured (all unknown ones in one go)."""
+        return self.costs_of([(graph, n) for n in nodes])
+
+    def costs_of(self, items: Sequence[tuple[Graph, Node]]) -> list[float]:
+        """Seconds per (graph, node) pair; the nodes may come from different graphs (one batch)."""
+        costs: list[float | None] = [None] * len(items)
+        keyed: dict[str, list[int]] = {}
+        first: dict[str, tuple[Graph, Node]] = {}
+        for idx, (graph, node) in enumerate(items):
+            if is_folded(graph, node):
+                costs[idx] = 0.0
+            elif not self._measurable(graph, node):
+                self.stats.fallback += 1
+                costs[idx] = self.fallback.node_cost(graph, node)
+            else:
+                key = self.cache_key(graph, node)
+                keyed.setdefault(key, []).append(idx)
+                first.setdefault(key, (graph, node))
+        known: dict[str, float] = {}
+        if keyed and self.cache is not None:
+            before = (self.cache.hits, self.cache.misses)
+            known = self.cache.get_many(keyed)
+            self.stats.cache_hits += self.cache.hits - before[0]
+            self.stats.cache_misses += self.cache.misses - before[1]
+        elif keyed:
+            self.stats.cache_misses += len(keyed)
+        todo = [(k, *first[k]) for k in keyed if k not in known]
+        if todo:
+            measured = self._measure_all(todo)
+            known.update(measured)
+            if self.cache is not None:
+                self.cache.put_many({k: (measured[k], node.onnx_type, self.env, self._detail(graph, node))
+                                     for k, graph, node in todo if k in measured})
+        for key, positions in keyed.items():
+            for idx in positions:
+                costs[idx] = known[key] if key in known else self.fallback.node_cost(*items[idx])
+        return [float(c) for c in costs]  # type: ignore[arg-type]
+
+    # ---- keys --------------------------------------------------------------------------------------
+    def cache_key(self, graph: Graph, node: Node) -> str:
+        """A stable key: environment (provider, device, ORT version, threads) + the node's cost key."""
+        text = repr((self.env, node_key(graph, node)))
+        return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
+
+    @staticmethod
+    def _detail(graph: Graph, node: Node) -> str:
+        ins = ", ".join(str(graph.types.get(i)) if i else "-" for i in node.inputs)
+        attrs = "" if node.is_opaque else f" {dict(node.attrs)}"
+        return f"{node.onnx_type}{attrs} ({ins})"
+
+    @staticmethod
+    def _measurable(graph: Graph, node: Node) -> bool:
+        """Alone in a model with static inputs: static types everywhere, no subgraphs, and no integer
+        input computed at run time (shape tensors whose value cannot be made up)."""
+        if node.implicit or (node.is_opaque and node.origin is None):
+            return False
+        for name in node.inputs:
+            if not name:
+                continue
+            t = graph.types.get(name)
+            if t is None or not t.is_static:
+                return False
+            if (not np.issubdtype(t.np_dtype, np.floating) and not graph.is_constant_value(name)
+                    and name in graph.producers):
+                return False
+        return all(not o or (graph.types.get(o) is not None and graph.types[o].is_static) for o in node.outputs)
+
+    # ---- measuring ---------------------------------------------------------------------------------
+    def _measure_all(self, todo: list[tuple[str, Graph, Node]]) -> dict[str, float]:
+        started = time.perf_counter()
+        results: dict[str, float] = {}
+        chunk: list[tuple[str, Graph, Node]] = []
+        size = 0
+        for item in todo:
+            nbytes = _input_bytes(item[1], item[2])
+            if chunk and (len(chunk) >= MAX_BATCH_NODES or size + nbytes > MAX_BATCH_BYTES):
+                results.update(self._measure_batch(chunk))
+                chunk, size = [], 0
+            chunk.append(item)
+            size += nbytes
+        if chunk:
+            results.update(self._measure_batch(chunk))
+        self.stats.seconds += time.perf_counter() - started
+        return results
+
+    def _measure_batch(self, chunk: list[tuple[str, Graph, Node]]) -> dict[str, float]:
+        """Measure a batch in one session; if ORT refuses it, halve it until the culprit is alone."""
+        try:
+            batch = self._build(chunk)
+            times = self._profile(batch, len(chunk))
+        except Exception:  # noqa: BLE001 - any ORT failure: find which node it was
+            if len(chunk) == 1:
+                self.stats.failed += 1
+                return {}
+            half = len(chunk) // 2
+            return {**self._measure_batch(chunk[:half]), **self._measure_batch(chunk[half:])}
+        self.stats.measured += len(chunk)
+        return {key: times.get(idx, 0.0) for idx, (key, _, _) in enumerate(chunk)}
+
+    def _build(self, chunk: list[tuple[str, Graph, Node]]) -> _Batch:
+        """One model holding each node as an independent subgraph named ``xf<idx>...``."""
+        template = chunk[0][1].context.template if chunk[0][1].context is not None else None
+        opset = chunk[0][1].context.opset if chunk[0][1].context is not None else 17
+        nodes: list[onnx.NodeProto] = []
+        inputs: list[onnx.ValueInfoProto] = []
+        outputs: list[onnx.ValueInfoProto] = []
+        constants: dict[str, np.ndarray] = {}
+        feeds: dict[str, np.ndarray] = {}
+        nbytes = 0
+        for idx, (_, graph, node) in enumerate(chunk):
+            rename: dict[str, str] = {}
+            for name in node.inputs:
+                if not name or name in rename:
+                    continue
+                new = rename[name] = f"xf{idx}v_in{len(rename)}"
+                t = graph.types[name]
+                if graph.is_constant(name):
+                    constants[new] = graph.constants[name].value()
+                elif graph.is_constant_value(name):  # folded into an initializer before the model runs
+                    constants[new] = self._random(t.np_dtype, t.static_shape)
+                else:
+                    feeds[new] = self._random(t.np_dtype, t.static_shape)
+                    inputs.append(onnx.helper.make_tensor_value_info(new, t.dtype, t.static_shape))
+                nbytes += t.size * t.np_dtype.itemsize
+            new_outputs = tuple(f"xf{idx}o{k}" if o else "" for k, o in enumerate(node.outputs))
+            new_inputs = tuple(rename.get(i, "") for i in node.inputs)
+            if node.is_opaque:
+                proto = onnx.NodeProto()
+                proto.CopyFrom(node.origin.proto)  # type: ignore[union-attr]
+                del proto.input[:]
+                proto.input.extend(new_inputs)
+                del proto.output[:]
+                proto.output.extend(new_outputs)
+                protos = [proto]
+            else:
+                renamed = dataclasses.replace(node, inputs=new_inputs, outputs=new_outputs, name=f"xf{idx}n")
+                protos = OPS[node.op].encode(renamed, _BatchEncoder(opset, f"xf{idx}", constants))
+            for j, proto in enumerate(protos):
+                proto.name = f"xf{idx}n{j}"
+            nodes.extend(protos)
+            for new, old in zip(new_outputs, node.outputs, strict=True):
+                if new:
+                    t = graph.types[old]
+                    outputs.append(onnx.helper.make_tensor_value_info(new, t.dtype, t.static_shape))
+        body = onnx.helper.make_graph(nodes, "xflow_cost_batch", inputs, outputs,
+                                      [numpy_helper.from_array(np.asarray(a), n) for n, a in constants.items()])
+        if template is not None:
+            model = onnx.helper.make_model(body, opset_imports=list(template.opset_import))
+            model.ir_version = template.ir_version
+            model.functions.extend(template.functions)
+        else:
+            model = onnx.helper.make_model(body, opset_imports=[onnx.helper.make_opsetid("", opset)])
+            model.ir_version = 8
+        return _Batch(model, feeds, nbytes)
+
+    def _random(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        if np.issubdtype(dtype, np.floating):
+            return self.rng.uniform(-1, 1, size=shape).astype(dtype)
+        return np.zeros(shape, dtype=dtype)  # valid indices / masks for any integer or boolean input
+
+    def _profile(self, batch: _Batch, count: int) -> dict[int, float]:
+        """Run the batch model warm-up + timed times with ORT profiling; median seconds per subgraph."""
+        import onnxruntime as ort
+
+        folder = tempfile.mkdtemp(prefix="xflow-cost-")
+        try:
+            opts = session_options(self.threads)
+            opts.enable_profiling = True
+            opts.profile_file_prefix = os.path.join(folder, "profile")
+            providers = [PROVIDERS[self.provider]] + (["CPUExecutionProvider"] if self.provider != "cpu" else [])
+            session = ort.InferenceSession(batch.model.SerializeToString(), sess_options=opts, providers=providers)
+            self.stats.sessions += 1
+            for _ in range(self.warmup + self.runs):
+                session.run(None, batch.feeds)
+            with open(session.end_profiling(), encoding="utf-8") as f:
+                events = json.load(f)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return _median_kernel_times(events, self.warmup, count)
+
+
+def _input_bytes(graph: Graph, node: Node) -> int:
+    total = 0
+    for name in node.inputs:
+        t = graph.types.get(name) if name else None
+        if t is not None and t.is_static:
+            total += t.size * t.np_dtype.itemsize
+    return total
+
+
+def _median_kernel_times(events: list[dict], warmup: int, count: int) -> dict[int, float]:
+    """Per subgraph index: median over the runs after ``warmup`` of its summed kernel times (seconds)."""
+    runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
+                  and e.get("name") == "model_run")
+    starts = [r[0] for r in runs]
+    per_run: dict[int, dict[int, float]] = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        m = _EVENT.match(e["name"])
+        if m is None or int(m.group(1)) >= count:
+            continue  # layout reorders and copies ORT inserted around a node: not the node's own work
+        run = bisect.bisect_right(starts, e["ts"]) - 1
+        if run < warmup:
+            continue
+        slot = per_run.setdefault(int(m.group(1)), {})
+        slot[run] = slot.get(run, 0.0) + e["dur"] * 1e-6
+    return {idx: statistics.median(by_run.values()) for idx, by_run in per_run.items()}
+

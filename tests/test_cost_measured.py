@@ -1,0 +1,141 @@
+"""Measured node costs: real ONNX Runtime runs, batched sessions, the SQLite cache shared by processes."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from xflow.cost import GraphCoster
+from xflow.cost.cache import CostCache
+from xflow.cost.measured import MeasuredCost
+from xflow.onnx_io import graph_from_model
+
+# Few runs keep these tests quick; ordering checks use sizes far apart so 2 noisy cores cannot swap them.
+FAST = {"warmup": 1, "runs": 3}
+
+
+def matmuls_model(sizes: list[int], rows: int = 32) -> onnx.ModelProto:
+    """Independent MatMuls x_k @ W_k with W_k of size n x n (constant), one per size."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", [f"x{k}", f"W{k}"], [f"y{k}"]) for k in range(len(sizes))]
+    inits = [numpy_helper.from_array(rng.standard_normal((n, n)).astype(np.float32), f"W{k}")
+             for k, n in enumerate(sizes)]
+    inputs = [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [rows, n]) for k, n in enumerate(sizes)]
+    outputs = [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [rows, n]) for k, n in enumerate(sizes)]
+    model = helper.make_model(helper.make_graph(nodes, "mm", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def opaque_model() -> onnx.ModelProto:
+    """Softmax and LayerNormalization: outside the op table, measured from their original protos."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1)]
+    inits = [numpy_helper.from_array(rng.standard_normal(256).astype(np.float32), n) for n in "gb"]
+    model = helper.make_model(helper.make_graph(
+        nodes, "op", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 256])], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_costs_are_positive_ordered_and_one_session_measures_many_nodes(tmp_path):
+    graph = graph_from_model(matmuls_model([16, 24, 32, 48, 64, 96, 128, 192, 256, 512]))
+    model = MeasuredCost(cache=CostCache(tmp_path / "c.sqlite"), **FAST)
+    costs = model.node_costs(graph, graph.nodes)
+    assert all(c > 0 for c in costs)
+    assert costs[-1] > 10 * costs[0]  # 512x512 weights vs 16x16: 1000x the FLOPs
+    assert model.stats.sessions == 1 and model.stats.measured == 10
+
+
+def test_opaque_nodes_are_measured_too(tmp_path):
+    graph = graph_from_model(opaque_model())
+    assert all(n.is_opaque for n in graph.nodes)
+    model = MeasuredCost(cache=CostCache(tmp_path / "c.sqlite"), **FAST)
+    costs = model.node_costs(graph, graph.nodes)
+    assert all(c > 0 for c in costs)
+    assert model.stats.measured == 2 and model.stats.fallback == 0 and model.stats.failed == 0
+
+
+def test_cache_round_trip_second_instance_measures_nothing(tmp_path):
+    db = tmp_path / "c.sqlite"
+    graph = graph_from_model(matmuls_model([32, 64, 128]))
+    first = MeasuredCost(cache=CostCache(db), **FAST)
+    total = GraphCoster(first).cost(graph)
+    assert first.stats.measured == 3 and first.stats.cache_hits == 0
+    second = MeasuredCost(cache=CostCache(db), **FAST)
+    assert GraphCoster(second).cost(graph) == pytest.approx(total)
+    assert second.stats.measured == 0 and second.stats.sessions == 0 and second.stats.cache_hits == 3
+
+
+def test_key_names_the_environment(tmp_path):
+    graph = graph_from_model(matmuls_model([32]))
+    model = MeasuredCost(cache=CostCache(tmp_path / "c.sqlite"), **FAST)
+    model.node_costs(graph, graph.nodes)
+    row = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT op, env, detail FROM costs").fetchone()
+    import onnxruntime as ort
+
+    assert row[0] == "matmul" and row[1].startswith("cpu|") and ort.__version__ in row[1] and "float[32,32]" in row[2]
+
+
+_WORKER = """
+import sys
+from tests.test_cost_measured import matmuls_model
+from xflow.cost.cache import CostCache
+from xflow.cost.measured import MeasuredCost
+from xflow.onnx_io import graph_from_model
+sizes = [int(s) for s in sys.argv[2].split(",")]
+for rows in (8, 16, 24, 32):
+    graph = graph_from_model(matmuls_model(sizes, rows))
+    model = MeasuredCost(cache=CostCache(sys.argv[1]), warmup=0, runs=1)
+    assert all(c > 0 for c in model.node_costs(graph, graph.nodes))
+"""
+
+
+def test_two_processes_share_one_cache(tmp_path):
+    db = str(tmp_path / "shared.sqlite")
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, db, sizes], stderr=subprocess.PIPE, text=True)
+             for sizes in ("16,32,48,64", "48,64,80,96")]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT count(*) FROM costs").fetchone()[0] == 4 * 6  # 6 distinct sizes x 4 row counts
+
+
+def test_corrupt_cache_is_moved_aside_and_rebuilt_with_one_warning(tmp_path, capfd):
+    db = tmp_path / "c.sqlite"
+    db.write_bytes(np.random.default_rng(0).bytes(4096))
+    cache = CostCache(db)
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("xflow: warning: cost cache") and "moved it to" in err[0]
+    assert cache.rebuilt and len(cache) == 0
+    assert [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    graph = graph_from_model(matmuls_model([32]))
+    MeasuredCost(cache=cache, **FAST).node_costs(graph, graph.nodes)
+    assert len(CostCache(db)) == 1
+
+
+def test_cli_cost_db_on_unwritable_path_fails_with_one_line(tmp_path):
+    from tests.test_cli import qkv_model
+
+    src = qkv_model(tmp_path / "m.onnx", hidden=8, seq=4)
+    (tmp_path / "afile").write_text("")
+    proc = subprocess.run([sys.executable, "-m", "xflow.cli", "optimize", src, str(tmp_path / "out.onnx"),
+                           "--cost-db", str(tmp_path / "afile" / "costs.sqlite")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cost cache" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out.onnx").exists()

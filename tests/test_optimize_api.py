@@ -1,0 +1,49 @@
+"""``xflow.optimize`` for pipelines, and the measured-cost figures of the report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import xflow
+from tests.rulebook import MATMUL_MERGE, SPLIT_SPLIT_MERGE
+from tests.test_search import shared_input_model
+from xflow.pipeline import OptimizeOptions, optimize_model
+
+
+def rules_file(tmp_path) -> str:
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE, SPLIT_SPLIT_MERGE]}))
+    return str(path)
+
+
+def test_python_api_returns_an_equivalent_model_proto(tmp_path):
+    model = shared_input_model(3)
+    out = xflow.optimize(model, rules_path=rules_file(tmp_path), cost="analytic", keep_if_slower=True)
+    assert isinstance(out, onnx.ModelProto)
+    onnx.checker.check_model(out)
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    a = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    b = ort.InferenceSession(out.SerializeToString()).run(None, {"x": x})
+    for u, v in zip(a, b, strict=True):
+        np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-3)
+
+
+def test_python_api_rejects_unknown_options():
+    with pytest.raises(TypeError, match="unknown option"):
+        xflow.optimize(shared_input_model(2), budgett=3)
+
+
+def test_report_has_measured_cost_cache_figures(tmp_path):
+    options = OptimizeOptions(rules_path=rules_file(tmp_path), cost_db=str(tmp_path / "c.sqlite"), budget=20,
+                              measure=False)
+    _, cold = optimize_model(shared_input_model(3), options)
+    assert cold.cost_model == "measured" and cold.nodes_measured > 0 and cold.cost_db_hits == 0
+    assert cold.measure_sessions < cold.nodes_measured  # batched: several node configurations per session
+    _, warm = optimize_model(shared_input_model(3), options)
+    assert warm.nodes_measured == 0 and warm.measure_sessions == 0 and warm.cost_db_hits > 0
+    assert warm.cost_db == str(tmp_path / "c.sqlite")

@@ -41,6 +41,7 @@ class GraphCoster:
     def __init__(self, model: CostModel) -> None:
         self.model = model
         self.memo: dict[tuple, float] = {}
+        self.keys: dict[Node, tuple] = {}  # a node's key is the same in every graph it is in (names identify values)
         self.lookups = 0
         self.hits = 0
 
@@ -56,12 +57,18 @@ class GraphCoster:
         removed, added = change
         return parent_cost - sum(self._costs(parent, removed)) + sum(self._costs(child, added))
 
+    def _key(self, graph: Graph, node: Node) -> tuple:
+        key = self.keys.get(node)
+        if key is None:
+            key = self.keys[node] = node_key(graph, node)
+        return key
+
     def prefetch(self, changes: Sequence[tuple[Graph, Sequence[Node]]]) -> None:
         """Cost the new nodes of many derived graphs at once (one measuring batch for all of them)."""
         missing: dict[tuple, tuple[Graph, Node]] = {}
         for graph, nodes in changes:
             for n in nodes:
-                k = node_key(graph, n)
+                k = self._key(graph, n)
                 if k not in self.memo:
                     missing.setdefault(k, (graph, n))
         if not missing:
@@ -74,7 +81,7 @@ class GraphCoster:
         self.memo.update(zip(missing, costs, strict=True))
 
     def _costs(self, graph: Graph, nodes: Sequence[Node]) -> list[float]:
-        keys = [node_key(graph, n) for n in nodes]
+        keys = [self._key(graph, n) for n in nodes]
         missing = [(k, n) for k, n in zip(keys, nodes, strict=True) if k not in self.memo]
         self.lookups += len(keys)
         self.hits += len(keys) - len(missing)

@@ -204,6 +204,9 @@ class Graph:
             delta = sum(n.local_hash for n in added) - sum(n.local_hash for n in removed)
             graph.__dict__["hash_sum"] = (self.hash_sum + delta) % (1 << 128)
         graph.__dict__["last_change"] = (tuple(removed), tuple(added))
+        # Names identify computations, so whether a value is constant does not change between derived
+        # graphs: share the memo instead of walking every ancestor again in each child.
+        graph.__dict__["_constant_memo"] = self.__dict__.setdefault("_constant_memo", {})
         return graph
 
     def op_counts(self) -> dict[str, int]:

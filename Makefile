@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(EXTRA)
 DEMO   := build/demo
 MODEL  ?= inception_v3
 
-.PHONY: install demo test test-fast lint clean
+.PHONY: install demo test test-fast lint bench clean
 
 install: $(STAMP)
 
@@ -29,6 +29,13 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The zoo on the CPU provider, with onnxsim and ORT's transformer optimizer alongside (BENCH_ARGS to change).
+BENCH_ARGS ?=
+bench: install
+	$(BIN)/python -m pip install -q -e ".[$(EXTRA),bench]"
+	@mkdir -p build
+	$(BIN)/xflow bench $(BENCH_ARGS) --out build/bench.md --json build/bench.json --chart build/bench.png
 
 lint: install
 	$(BIN)/ruff check .

@@ -47,3 +47,18 @@ def test_report_has_measured_cost_cache_figures(tmp_path):
     _, warm = optimize_model(shared_input_model(3), options)
     assert warm.nodes_measured == 0 and warm.measure_sessions == 0 and warm.cost_db_hits > 0
     assert warm.cost_db == str(tmp_path / "c.sqlite")
+
+
+def test_bert_qkv_merge_keeps_constants_read_by_original_protos(tmp_path):
+    """Reshape keeps its shape as an attribute in the IR but is saved as its original proto, which reads
+    the shape initializer: pruning must not drop that initializer after the QKV MatMuls are merged."""
+    from tests.test_search import LAUNCH_BOUND
+    from xflow import zoo
+    from xflow.pipeline import optimize_file
+
+    onnx.save(zoo.build("bert", small=True), tmp_path / "bert.onnx")
+    options = OptimizeOptions(rules_path=rules_file(tmp_path), budget=300, keep_if_slower=True, measure=False)
+    report = optimize_file(str(tmp_path / "bert.onnx"), str(tmp_path / "out.onnx"), options, cost_model=LAUNCH_BOUND,
+                           say=lambda _m: None)
+    assert report.rules_applied.get("matmul_merge_shared_lhs") and report.verified and report.decision == "optimized"
+    onnx.checker.check_model(str(tmp_path / "out.onnx"))

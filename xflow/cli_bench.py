@@ -2,6 +2,64 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-COMMANDS: list[click.Command] = []
+from xflow.cli_common import check_writable, user_errors, write_json
+
+
+@click.command()
+@click.argument("models", nargs=-1, metavar="[MODEL | FILE.onnx]...")
+@click.option("--rules", "rules_path", type=click.Path(), default=None,
+              help="Rule file (default: the shipped rules/default.json).")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="ONNX Runtime execution provider for costs and timing.")
+@click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
+@click.option("--small", is_flag=True, help="Reduced zoo variants (quick runs).")
+@click.option("--budget", type=int, default=100, show_default=True, help="Search budget per model.")
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit per model (s).")
+@click.option("--seconds", type=float, default=10.0, show_default=True,
+              help="About how long to time each model's variants (interleaved).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the markdown table (command, machine, date, rows) to this file.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Every figure as JSON.")
+@click.option("--chart", "chart_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a PNG bar chart of the speedups.")
+@user_errors
+def bench(models: tuple[str, ...], rules_path: str | None, provider: str, threads: int | None, small: bool,
+          budget: int, time_limit: float, seconds: float, out_path: str | None, json_path: str | None,
+          chart_path: str | None) -> None:
+    """Benchmark xflow on zoo models (default: all) and ONNX files.
+
+    For each model: nodes before/after, rules applied, search time with a cold and a warm cost cache,
+    and latency at ORT_ENABLE_ALL of the original, xflow's output (verified, never slower), onnxsim's
+    (when installed) and ORT's transformer optimizer's (transformer models), in the same interleaved runs.
+    """
+    from dataclasses import asdict
+
+    from xflow import zoo
+    from xflow.bench import HEADER, BenchSettings, format_table, onnxsim_available, run_bench, write_chart
+
+    for path in (out_path, json_path, chart_path):
+        if path:
+            check_writable(path)
+    settings = BenchSettings(rules_path=rules_path, provider=provider, threads=threads, small=small, budget=budget,
+                             time_limit=time_limit, seconds_per_model=seconds)
+    if not onnxsim_available():
+        click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow[bench]')", err=True)
+    click.echo(HEADER)
+    click.echo("| " + " | ".join("---" for _ in range(9)) + " |")
+    rows = run_bench(list(models) or list(zoo.MODELS), settings, say=click.echo)
+    table = format_table(rows, settings, "xflow bench " + " ".join(sys.argv[2:]))
+    click.echo("\n".join(table.splitlines()[len(rows) + 4:]))  # geomean row and notes
+    if out_path:
+        with open(out_path, "w", encoding="utf-8") as f:
+            f.write(table)
+    if json_path:
+        write_json(json_path, [asdict(r) for r in rows])
+    if chart_path:
+        write_chart(rows, chart_path)
+
+
+COMMANDS: list[click.Command] = [bench]

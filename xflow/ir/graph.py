@@ -152,6 +152,8 @@ class Graph:
         used = set(self.inputs) | needed
         for n in keep:
             used.update(n.outputs)
+            if n.origin is not None:  # an unchanged node is saved as its original proto, which may read
+                used.update(n.origin.proto.input)  # constants the IR node holds as attributes (Reshape's shape)
         types = {k: v for k, v in self.types.items() if k in used}
         constants = {k: v for k, v in self.constants.items() if k in used}
         if len(keep) == len(self.nodes) and len(types) == len(self.types) and len(constants) == len(self.constants):

@@ -1,0 +1,41 @@
+"""``xflow bench`` end to end on a small zoo model: table, markdown rows, JSON, chart."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from click.testing import CliRunner
+
+from tests.rulebook import CONV_RELU_FOLD, MATMUL_MERGE
+from xflow.bench import BenchSettings, format_table, run_bench
+from xflow.cli import main
+
+
+def test_bench_writes_table_json_and_chart(tmp_path):
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE, CONV_RELU_FOLD]}))
+    out, data, chart = tmp_path / "rows.md", tmp_path / "rows.json", tmp_path / "chart.png"
+    result = CliRunner().invoke(main, ["bench", "squeezenet", "--small", "--rules", str(rules), "--seconds", "0.2",
+                                       "--budget", "5", "--out", str(out), "--json", str(data), "--chart", str(chart)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "| squeezenet (small) | 65 → " in result.output and "geomean" in result.output
+    table = out.read_text()
+    assert table.startswith("`xflow bench squeezenet") or "ONNX Runtime" in table
+    assert "| model | nodes before → after |" in table
+    (row,) = json.loads(data.read_text())
+    assert row["model"] == "squeezenet (small)" and row["runs"] >= 10
+    assert row["latency_ms"]["original"] > 0 and row["speedup"]["xflow"] > 0
+    assert row["search_cold_s"] > 0 and row["search_warm_s"] >= 0
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_says_when_onnxsim_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxsim", None)  # import onnxsim now raises ImportError
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [CONV_RELU_FOLD]}))
+    settings = BenchSettings(rules_path=str(rules), small=True, budget=2, seconds_per_model=0.1, min_runs=3)
+    (row,) = run_bench(["squeezenet"], settings, say=lambda _m: None)
+    assert "onnxsim" not in row.speedup
+    assert "onnxsim not installed (pip install 'xflow[bench]')" in format_table([row], settings, "xflow bench")

@@ -1,0 +1,250 @@
+"""``xflow bench``: zoo models and ONNX files, original vs xflow-optimized (and onnxsim, ORT's transformer
+optimizer where they apply), all timed in the same interleaved runs at ORT_ENABLE_ALL with spinning off."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import logging
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from xflow.errors import XflowError
+from xflow.pipeline import OptimizeOptions, optimize_file
+from xflow.runtime import make_session, random_feeds
+
+ORIGINAL = "original"
+XFLOW = "xflow"
+ONNXSIM = "onnxsim"
+ORT_TRANSFORMERS = "ort-transformers"
+
+
+@dataclass
+class BenchRow:
+    """One model's figures."""
+
+    model: str
+    nodes_before: int
+    nodes_after: int
+    rules_applied: dict[str, int]
+    search_cold_s: float
+    search_warm_s: float
+    decision: str
+    latency_ms: dict[str, float] = field(default_factory=dict)  # variant -> median ms
+    speedup: dict[str, float] = field(default_factory=dict)  # variant -> original / variant
+    runs: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BenchSettings:
+    """What the bench runs with."""
+
+    rules_path: str | None = None
+    provider: str = "cpu"
+    threads: int | None = None
+    small: bool = False
+    budget: int = 100
+    time_limit: float = 60.0
+    seconds_per_model: float = 10.0
+    min_runs: int = 10
+    seed: int = 0
+
+
+def onnxsim_available() -> bool:
+    """True when the optional ``onnxsim`` package is installed (``pip install xflow[bench]``)."""
+    try:
+        import onnxsim  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _onnxsim(model_path: str, out_path: str) -> str | None:
+    import onnxsim
+
+    simplified, ok = onnxsim.simplify(onnx.load(model_path))
+    if not ok:
+        return "onnxsim: its own check failed"
+    onnx.save(simplified, out_path)
+    return None
+
+
+def _looks_like_transformer(model: onnx.ModelProto) -> bool:
+    ops = {n.op_type for n in model.graph.node}
+    return ("LayerNormalization" in ops or "ReduceMean" in ops) and "Softmax" in ops and "MatMul" in ops
+
+
+def _ort_transformers(model_path: str, out_path: str, provider: str) -> None:
+    from onnxruntime.transformers import optimizer
+
+    logging.disable(logging.WARNING)  # it warns about the model's producer name on stdout/stderr
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            optimized = optimizer.optimize_model(model_path, model_type="bert", use_gpu=provider == "cuda",
+                                                 opt_level=0)
+            optimized.save_model_to_file(out_path)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def measure_interleaved(sessions: Mapping[str, Any], feeds: Mapping[str, np.ndarray], min_runs: int,
+                        seconds: float, warmup: int = 3) -> tuple[dict[str, float], int]:
+    """Median seconds per session over interleaved rounds (each round runs every session once, the
+    order rotating), after warm-up; at least ``min_runs`` rounds and about ``seconds`` in all."""
+    names = list(sessions)
+    for _ in range(warmup):
+        for name in names:
+            sessions[name].run(None, dict(feeds))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < min_runs or (time.perf_counter() - start < seconds and rounds < 500):
+        shift = rounds % len(names)
+        for name in names[shift:] + names[:shift]:
+            t0 = time.perf_counter()
+            sessions[name].run(None, dict(feeds))
+            times[name].append(time.perf_counter() - t0)
+        rounds += 1
+    return {name: statistics.median(values) for name, values in times.items()}, rounds
+
+
+def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
+                say: Callable[[str], None] = print) -> BenchRow:
+    """Search cold and warm, write xflow's model (verified, never slower), build the other tools'
+    models, and time them all against the original in the same interleaved runs."""
+    cold_db = os.path.join(work, f"{label}.costs.sqlite")  # fresh: a cold cost cache for this model
+    base = OptimizeOptions(rules_path=settings.rules_path, budget=settings.budget, time_limit=settings.time_limit,
+                           provider=settings.provider, threads=settings.threads, cost_db=cold_db, seed=settings.seed)
+    quiet: Callable[[str], None] = lambda _m: None  # noqa: E731
+    cold = optimize_file(model_path, os.path.join(work, f"{label}.cold.onnx"),
+                         OptimizeOptions(**{**asdict(base), "measure": False}), say=quiet)
+    xflow_path = os.path.join(work, f"{label}.xflow.onnx")
+    warm = optimize_file(model_path, xflow_path, base, say=quiet)
+    row = BenchRow(label, warm.nodes_before, warm.nodes_after if warm.decision == "optimized" else warm.nodes_before,
+                   warm.rules_applied, cold.search_seconds, warm.search_seconds, warm.decision)
+    paths = {ORIGINAL: model_path, XFLOW: xflow_path}
+    if onnxsim_available():
+        sim_path = os.path.join(work, f"{label}.onnxsim.onnx")
+        try:
+            problem = _onnxsim(model_path, sim_path)
+        except Exception as exc:  # noqa: BLE001 - a third-party tool failing is a figure, not our error
+            problem = f"onnxsim failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if problem:
+            row.notes.append(problem)
+        else:
+            paths[ONNXSIM] = sim_path
+    else:
+        row.notes.append("onnxsim not installed (pip install 'xflow[bench]')")
+    if _looks_like_transformer(onnx.load(model_path, load_external_data=False)):
+        ort_path = os.path.join(work, f"{label}.ort-transformers.onnx")
+        try:
+            _ort_transformers(model_path, ort_path, settings.provider)
+            paths[ORT_TRANSFORMERS] = ort_path
+        except Exception as exc:  # noqa: BLE001
+            row.notes.append(f"ORT transformer optimizer failed: {type(exc).__name__}")
+    sessions = {name: make_session(path, settings.provider, settings.threads) for name, path in paths.items()}
+    feeds = random_feeds(sessions[ORIGINAL], settings.seed)
+    medians, row.runs = measure_interleaved(sessions, feeds, settings.min_runs, settings.seconds_per_model)
+    row.latency_ms = {name: m * 1e3 for name, m in medians.items()}
+    row.speedup = {name: medians[ORIGINAL] / m for name, m in medians.items() if name != ORIGINAL}
+    say(format_row(row))
+    return row
+
+
+def run_bench(models: list[str], settings: BenchSettings, say: Callable[[str], None] = print,
+              work: str | None = None) -> list[BenchRow]:
+    """Bench zoo model names and ONNX file paths in order."""
+    from xflow import zoo
+
+    rows: list[BenchRow] = []
+    with tempfile.TemporaryDirectory(prefix="xflow-bench-", dir=work) as folder:
+        for item in models:
+            if item in zoo.MODELS:
+                label = item + (" (small)" if settings.small else "")
+                path = os.path.join(folder, f"{item}.onnx")
+                onnx.save(zoo.build(item, small=settings.small, seed=settings.seed), path)
+            elif os.path.isfile(item):
+                label, path = os.path.splitext(os.path.basename(item))[0], item
+            else:
+                raise XflowError(item, f"neither a zoo model ({', '.join(zoo.MODELS)}) nor an ONNX file")
+            rows.append(bench_model(label, path, folder, settings, say))
+    return rows
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean (nan for none)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+VARIANTS = (XFLOW, ONNXSIM, ORT_TRANSFORMERS)
+HEADER = ("| model | nodes before → after | rules applied | search cold / warm (s) | original (ms) | xflow (ms) "
+          "| xflow speedup | onnxsim speedup | ORT transformers speedup |")
+
+
+def format_row(row: BenchRow) -> str:
+    """One markdown table row."""
+    rules = ", ".join(f"{k} ×{v}" for k, v in sorted(row.rules_applied.items())) or "—"
+    if row.decision != "optimized" and row.rules_applied:
+        rules += " (not faster: original kept)"
+    cells = [f"{row.speedup[v]:.3f}×" if v in row.speedup else "—" for v in VARIANTS]
+    return (f"| {row.model} | {row.nodes_before} → {row.nodes_after} | {rules} | {row.search_cold_s:.2f} / "
+            f"{row.search_warm_s:.2f} | {row.latency_ms[ORIGINAL]:.2f} | {row.latency_ms[XFLOW]:.2f} | "
+            + " | ".join(cells) + " |")
+
+
+def format_table(rows: list[BenchRow], settings: BenchSettings, command: str) -> str:
+    """The markdown section for docs/RESULTS.md: command, machine, date, rows and geometric means."""
+    import onnxruntime as ort
+
+    lines = [f"`{command}` — {datetime.date.today().isoformat()}, {platform.machine()} machine: "
+             f"{os.cpu_count()} cores, ONNX Runtime {ort.__version__}, provider {settings.provider}, "
+             f"{settings.threads or os.cpu_count()} threads, ORT_ENABLE_ALL, spinning off, "
+             f"interleaved runs (≥{settings.min_runs} per variant, medians).", "", HEADER,
+             "| " + " | ".join("---" for _ in range(9)) + " |"]
+    lines += [format_row(r) for r in rows]
+    means = [geomean([r.speedup[v] for r in rows if v in r.speedup]) for v in VARIANTS]
+    lines.append("| **geomean** | | | | | | " + " | ".join("—" if math.isnan(m) else f"**{m:.3f}×**" for m in means)
+                 + " |")
+    notes = sorted({f"{r.model}: {n}" for r in rows for n in r.notes})
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_chart(rows: list[BenchRow], path: str) -> None:
+    """A grouped bar chart of speedups per model (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = [v for v in VARIANTS if any(v in r.speedup for r in rows)]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4))
+    width = 0.8 / max(1, len(variants))
+    for k, variant in enumerate(variants):
+        xs = [i + (k - (len(variants) - 1) / 2) * width for i in range(len(rows))]
+        ax.bar(xs, [r.speedup.get(variant, 0.0) for r in rows], width, label=variant)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(rows)), [r.model for r in rows], rotation=20, ha="right")
+    ax.set_ylabel("speedup over original (×)")
+    ax.set_title("ONNX Runtime latency, original / optimized")
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise XflowError(path, f"cannot write chart: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

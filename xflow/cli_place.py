@@ -2,6 +2,269 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import sys
+from collections.abc import Callable
+
 import click
 
-COMMANDS: list[click.Command] = []
+from xflow.cli_common import check_writable, user_errors, write_json
+from xflow.errors import XflowError
+
+
+def _load_graph(path: str):  # noqa: ANN202 - Graph
+    from xflow.onnx_io import load
+
+    if not os.path.exists(path):
+        raise XflowError(path, "no such file")
+    try:
+        return load(path)
+    except XflowError:
+        raise
+    except Exception as exc:  # onnx raises many types for a corrupt file
+        raise XflowError(path, f"cannot load model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                         ) from None
+
+
+def _cost_model(kind: str, cost_db: str | None):  # noqa: ANN202 - CostModel
+    from xflow.cost import AnalyticCost
+
+    if kind == "analytic":
+        return AnalyticCost()
+    from xflow.cost.cache import CostCache
+    from xflow.cost.measured import MeasuredCost
+
+    return MeasuredCost("cpu", cache=CostCache(cost_db))
+
+
+def _progress(quiet: bool) -> Callable[[int, float], None] | None:
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def show(step: int, best: float) -> None:
+        click.echo(f"\rtraining: step {step}, best step time {best * 1e3:.3f} ms", err=True, nl=False)
+
+    return show
+
+
+def _sim_params(path: str | None):  # noqa: ANN202 - SimParams
+    from xflow.placement.simulator import SimParams
+    from xflow.placement.topology import read_json
+
+    if path is None:
+        return SimParams()
+    data = read_json(path, "calibration")
+    try:
+        return SimParams(**{k: float(v) for k, v in data.get("params", data).items()})  # type: ignore[union-attr]
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise XflowError(path, f"malformed calibration: {exc}") from None
+
+
+def _expand(patterns: tuple[str, ...]) -> list[str]:
+    paths: list[str] = []
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not found:
+            raise XflowError(pattern, "matches no file")
+        paths.extend(found)
+    return paths
+
+
+def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noqa: ANN001 - Plan
+    """Baselines and RL side by side, fastest marked."""
+    from xflow.placement.simulator import INFEASIBLE_SECONDS
+
+    def fmt(seconds: float) -> str:
+        return "infeasible" if seconds >= INFEASIBLE_SECONDS else f"{seconds * 1e3:.3f} ms"
+
+    rows = dict(plan.baselines)
+    rows["rl"] = plan.rl.get("seconds", float("inf"))
+    if "improved_seconds" in plan.rl:
+        rows["rl+improve"] = plan.rl["improved_seconds"]
+    echo(f"{plan.model} on {plan.topology.name} ({plan.env}, {plan.rl.get('groups', '?')} groups):")
+    for name, seconds in rows.items():
+        echo(f"  {'*' if name == plan.chosen else ' '} {name:<20} {fmt(seconds)}")
+
+
+@click.command()
+@click.argument("in_path", metavar="IN.onnx", type=click.Path(dir_okay=False), required=False)
+@click.option("--topology", "topology_spec", required=True, metavar="NAME|FILE",
+              help="Built-in topology (cpu, cpu+cuda, 4xgpu-pcie, 2xgpu-memcap, 8xgpu-nvlink) or a JSON file.")
+@click.option("--env", type=click.Choice(["sim", "real"]), default="sim", show_default=True,
+              help="Plan in the simulator or by running placements for real (executor).")
+@click.option("--steps", type=int, default=500, show_default=True, help="REINFORCE steps (batches).")
+@click.option("--samples", type=int, default=16, show_default=True, help="Placements sampled per step.")
+@click.option("--time-limit", type=float, default=100.0, show_default=True, help="Training time limit (s).")
+@click.option("--max-groups", type=int, default=128, show_default=True, help="Cap on co-location groups.")
+@click.option("--improve/--no-improve", default=True, show_default=True,
+              help="Placeto-style iterative improvement of the RL result.")
+@click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
+              show_default=True, help="Node costs: measured with ONNX Runtime (cached) or analytic.")
+@click.option("--cost-db", type=click.Path(dir_okay=False), default=None, help="SQLite cache of measured costs.")
+@click.option("--calibration", "calibration_path", type=click.Path(dir_okay=False), default=None,
+              help="Simulator parameters from `xflow place-calibrate`.")
+@click.option("--train-on", "train_on", multiple=True, metavar="GLOB",
+              help="Train one policy across these models (repeatable, globs allowed); needs --save-policy.")
+@click.option("--save-policy", type=click.Path(dir_okay=False), default=None, help="Write the trained policy (.npz).")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None,
+              help="Place IN.onnx zero-shot with this trained policy (no training).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan (JSON).")
+@click.option("--onnx-out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the model with each node's device in its metadata (xflow.device).")
+@click.option("--curve", "curve_path", type=click.Path(dir_okay=False), default=None,
+              help="Save the training curve as PNG.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+@user_errors
+def place(in_path: str | None, topology_spec: str, env: str, steps: int, samples: int, time_limit: float,
+          max_groups: int, improve: bool, cost_kind: str, cost_db: str | None, calibration_path: str | None,
+          train_on: tuple[str, ...], save_policy: str | None, policy_path: str | None, out_path: str | None,
+          onnx_out: str | None, curve_path: str | None, seed: int, quiet: bool) -> None:
+    """Plan where each node of IN.onnx runs on a topology, with RL beside the classic heuristics.
+
+    Prints every baseline (each single device, round-robin, min-cut, m-ETF/HEFT) and the RL result; the
+    plan holds the fastest. With --train-on, one policy is trained across several models first and
+    saved; IN.onnx (if given) is then placed with it zero-shot.
+    """
+    from xflow.placement.place import PlaceOptions, place_graph, train_across, training_curve_png
+    from xflow.placement.policy import Policy
+    from xflow.placement.topology import load_topology
+    from xflow.placement.train import TrainOptions
+
+    topology = load_topology(topology_spec)
+    if in_path is None and not train_on:
+        raise XflowError(None, "give IN.onnx to place, or --train-on models to train a policy")
+    if train_on and not save_policy and in_path is None:
+        raise XflowError(None, "--train-on needs --save-policy (or IN.onnx to place with the trained policy)")
+    for path in (out_path, onnx_out, curve_path, save_policy):
+        if path:
+            check_writable(path)
+    policy = None
+    if policy_path:
+        if not os.path.exists(policy_path):
+            raise XflowError(policy_path, "no such policy file")
+        try:
+            policy, meta = Policy.load(policy_path)
+        except Exception as exc:
+            raise XflowError(policy_path, f"malformed policy file: {exc}") from None
+        if policy.devices != len(topology.devices):
+            raise XflowError(policy_path, f"policy was trained for {policy.devices} devices; "
+                                          f"{topology.name} has {len(topology.devices)}")
+    graph = _load_graph(in_path) if in_path else None
+    options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=4 if improve else 0,
+                           sim_params=_sim_params(calibration_path), policy=policy,
+                           train=TrainOptions(steps=steps, samples=samples, time_limit=time_limit, seed=seed))
+    cost_model = _cost_model(cost_kind, cost_db)
+    say = (lambda _m: None) if quiet else click.echo
+    if train_on:
+        graphs = {os.path.basename(p): _load_graph(p) for p in _expand(train_on)}
+        trained, best = train_across(graphs, topology, options, cost_model, _progress(quiet))
+        if not quiet and sys.stderr.isatty():
+            click.echo("", err=True)
+        for name, seconds in best.items():
+            say(f"trained on {name}: best {seconds * 1e3:.3f} ms")
+        if save_policy:
+            trained.save(save_policy, {"topology": topology.name, "trained_on": list(graphs)})
+            say(f"wrote {save_policy}")
+        options.policy = trained
+    if graph is None:
+        return
+    outcome = place_graph(graph, topology, options, cost_model, os.path.basename(in_path or ""), _progress(quiet))
+    if not quiet and sys.stderr.isatty() and options.policy is None:
+        click.echo("", err=True)
+    if not quiet:
+        print_report(outcome.plan, say)
+        say(f"  planning took {outcome.seconds:.1f} s")
+    if out_path:
+        write_json(out_path, outcome.plan.to_json())
+        say(f"wrote {out_path}")
+    if onnx_out:
+        _write_annotated(graph, outcome.plan, onnx_out, cost_model)
+        say(f"wrote {onnx_out}")
+    if curve_path and outcome.curve:
+        training_curve_png(outcome.curve, curve_path, f"{outcome.plan.model} on {topology.name}")
+        say(f"wrote {curve_path}")
+
+
+def _write_annotated(graph, plan, path: str, cost_model) -> None:  # noqa: ANN001
+    import onnx
+
+    from xflow.placement.plan import annotate_model
+    from xflow.placement.problem import build_problem
+
+    model = annotate_model(build_problem(graph, cost_model), plan)
+    tmp = f"{path}.xflow-tmp"
+    try:
+        onnx.save(model, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
+
+
+@click.command("run")
+@click.argument("model_path", metavar="MODEL.onnx", type=click.Path(dir_okay=False))
+@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="A plan from `xflow place`.")
+@click.option("--runs", type=int, default=20, show_default=True, help="Timed runs (median reported).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
+@user_errors
+def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
+    """Execute MODEL.onnx placed by a plan (one ORT session per device segment) and print its latency.
+
+    Outputs are checked against the unplaced model first."""
+    from xflow.cost import AnalyticCost
+    from xflow.placement.executor import Executor
+    from xflow.placement.plan import read_plan
+    from xflow.placement.problem import build_problem
+
+    plan = read_plan(plan_path)
+    graph = _load_graph(model_path)
+    problem = build_problem(graph, AnalyticCost(), os.path.basename(model_path))
+    devices = plan.devices_for(problem, plan_path)
+    executor = Executor(problem, plan.topology, runs=runs, seed=seed)
+    try:
+        m = executor.measure(devices)
+    finally:
+        executor.close()
+    used = sorted({plan.topology.devices[d].name for d in devices})
+    click.echo(f"{model_path}: {m.seconds * 1e3:.3f} ms median of {runs} runs, {m.segments} segments on "
+               f"{', '.join(used)} (outputs match, max abs diff {m.max_abs_diff:.1e})")
+
+
+@click.command("place-calibrate")
+@click.argument("in_path", metavar="IN.onnx", type=click.Path(dir_okay=False))
+@click.option("--topology", "topology_spec", default="cpu", show_default=True, metavar="NAME|FILE",
+              help="A topology whose devices exist here (cpu; cpu+cuda with a GPU).")
+@click.option("--placements", type=int, default=30, show_default=True,
+              help="Random placements to validate on (measured; tau is computed over these).")
+@click.option("--fit-placements", type=int, default=15, show_default=True,
+              help="Other random placements to fit the parameters on.")
+@click.option("--runs", type=int, default=10, show_default=True, help="Timed runs per placement.")
+@click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
+              show_default=True)
+@click.option("--cost-db", type=click.Path(dir_okay=False), default=None)
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="Write fitted parameters, tau and every measurement (JSON).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@user_errors
+def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_placements: int, runs: int,
+                    cost_kind: str, cost_db: str | None, out_path: str | None, seed: int) -> None:
+    """Fit the simulator to real runs of random placements and report Kendall's tau between them."""
+    from xflow.placement.place import validate_simulator
+    from xflow.placement.topology import load_topology
+
+    topology = load_topology(topology_spec)
+    if out_path:
+        check_writable(out_path)
+    graph = _load_graph(in_path)
+    report = validate_simulator(graph, topology, _cost_model(cost_kind, cost_db), placements, runs, seed,
+                                fit_placements)
+    click.echo(f"{in_path} on {topology.name}: {placements} random placements, Kendall tau "
+               f"{report['tau_uncalibrated']:.3f} uncalibrated, {report['tau']:.3f} calibrated "
+               f"on held-out placements (log RMSE {report['log_rmse_validation']:.3f}); parameters {report['params']}")
+    if out_path:
+        write_json(out_path, report)
+        click.echo(f"wrote {out_path}")
+
+
+COMMANDS: list[click.Command] = [place, run, place_calibrate]

@@ -1,0 +1,368 @@
+"""Device placement: topology files, groups, simulator, baselines, policy gradients, RL, executor."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from xflow.cost import AnalyticCost
+from xflow.errors import XflowError
+from xflow.onnx_io import graph_from_model
+from xflow.placement.baselines import all_baselines, heft, min_cut, round_robin, single_device
+from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
+from xflow.placement.executor import Executor, cuda_available, make_segments, segment_order
+from xflow.placement.features import BASE_FEATURES, group_features
+from xflow.placement.groups import make_groups
+from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
+from xflow.placement.policy import GraphInput, Policy, policy_gradient
+from xflow.placement.problem import build_problem
+from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
+from xflow.placement.topology import BUILTINS, load_topology, topology_from_json
+from xflow.placement.train import TrainOptions, TrainTask, improve, place_with, train
+
+
+def model_of(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def branches_model(width: int = 64, branches: int = 2, depth: int = 3, seed: int = 0) -> onnx.ModelProto:
+    """x -> ``branches`` independent MatMul/Relu chains -> Add: parallel work worth splitting."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, tails = [], [], []
+    for b in range(branches):
+        prev = "x"
+        for d in range(depth):
+            w = f"w{b}_{d}"
+            inits.append(numpy_helper.from_array((rng.standard_normal((width, width)) * 0.1).astype(np.float32), w))
+            nodes.append(helper.make_node("MatMul", [prev, w], [f"m{b}_{d}"]))
+            nodes.append(helper.make_node("Relu", [f"m{b}_{d}"], [f"r{b}_{d}"]))
+            prev = f"r{b}_{d}"
+        tails.append(prev)
+    out = tails[0]
+    for i, t in enumerate(tails[1:]):
+        nodes.append(helper.make_node("Add", [out, t], [f"sum{i}"]))
+        out = f"sum{i}"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])
+    y = helper.make_tensor_value_info(out, TensorProto.FLOAT, [8, width])
+    return model_of(nodes, [x], [y], inits)
+
+
+def two_gpu(memory: float = 0.0, bandwidth: float = 1e9, latency: float = 1e-5) -> dict:
+    return {"name": "t", "devices": [{"name": "a", "kind": "cuda", "memory": memory},
+                                     {"name": "b", "kind": "cuda", "memory": memory}],
+            "default_link": {"latency": latency, "bandwidth": bandwidth}}
+
+
+@pytest.fixture(scope="module")
+def branchy():
+    graph = graph_from_model(branches_model())
+    return graph, build_problem(graph, AnalyticCost(), "branches")
+
+
+# ---- topology ------------------------------------------------------------------------------------
+def test_builtin_topologies_load_and_round_trip_through_json(tmp_path):
+    for name in BUILTINS:
+        topo = load_topology(name)
+        assert topo.devices and topo.name == name
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(topo.to_json()))
+        again = load_topology(str(path))
+        assert again.devices == topo.devices and again.links == topo.links
+    memcap = load_topology("2xgpu-memcap")
+    assert all(0 < d.memory_fraction < 1 for d in memcap.devices if d.kind == "cuda")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("{", "not JSON"),
+    ('{"devices": []}', "non-empty list 'devices'"),
+    ('{"devices": [{"name": "a", "kind": "tpu"}]}', "kind 'tpu'"),
+    ('{"devices": [{"name": "a"}, {"name": "a"}]}', "unique"),
+    ('{"devices": [{"name": "a"}], "links": [{"from": "a", "to": "z", "bandwidth": 1}]}', "known devices"),
+    ('{"devices": [{"name": "a"}], "default_link": {"latency": 0}}', "bandwidth"),
+    ('{"devices": [{"name": "a", "speed": "fast"}]}', "device 'a'"),
+])
+def test_malformed_topology_files_name_the_file_and_problem(tmp_path, text, problem):
+    path = tmp_path / "topo.json"
+    path.write_text(text)
+    with pytest.raises(XflowError) as err:
+        load_topology(str(path))
+    assert str(path) in str(err.value) and problem in str(err.value)
+
+
+def test_unknown_topology_name_lists_builtins():
+    with pytest.raises(XflowError, match="built-ins: cpu"):
+        load_topology("9xtpu")
+
+
+# ---- groups and features -------------------------------------------------------------------------
+def test_groups_keep_chains_together_and_branches_apart(branchy):
+    _, problem = branchy
+    grouping = make_groups(problem, load_topology("4xgpu-pcie"))
+    key = problem.key_index()
+    group = {k: int(grouping.group_of[i]) for k, i in key.items()}
+    assert group["m0_0"] == group["r0_0"] == group["r0_2"]  # one chain, one group
+    assert group["m0_0"] != group["m1_0"]  # the two branches can go to different devices
+    assert grouping.allowed.all()
+
+
+def test_group_cap_and_pinned_ops(branchy):
+    _, problem = branchy
+    topo = topology_from_json({"devices": [{"name": "cpu"}, {"name": "gpu", "kind": "cuda", "unsupported": ["relu"]}]})
+    grouping = make_groups(problem, topo, max_groups=2)
+    assert grouping.count <= 2  # relu pins split chains apart, the cap merges them back
+    for g, members in enumerate(grouping.members):
+        if any(problem.ops[u] == "relu" for u in members):
+            assert grouping.allowed[g].tolist() == [True, False]
+    capped = make_groups(problem, load_topology("4xgpu-pcie"), max_groups=1)
+    assert capped.count == 1
+
+
+def test_features_are_finite_and_sized(branchy):
+    _, problem = branchy
+    grouping = make_groups(problem, load_topology("4xgpu-pcie"))
+    x = group_features(problem, grouping, 5, current=np.zeros(grouping.count, dtype=int))
+    assert x.shape == (grouping.count, BASE_FEATURES + 5) and np.isfinite(x).all()
+    assert x[:, -5].sum() == grouping.count
+
+
+# ---- policy: backprop against finite differences -------------------------------------------------
+def test_policy_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    groups, features, devices = 5, 6, 3
+    pred = (rng.random((groups, groups)) < 0.4).astype(float)
+    np.fill_diagonal(pred, 0)
+    succ = pred.T.copy()
+    for m in (pred, succ):
+        rows = m.sum(axis=1, keepdims=True)
+        np.divide(m, rows, out=m, where=rows > 0)
+    allowed = np.ones((groups, devices), dtype=bool)
+    allowed[2, 1] = False
+    inp = GraphInput(rng.standard_normal((groups, features)), pred, succ, allowed)
+    policy = Policy.create(features, devices, hidden=7, rounds=2, seed=3)
+    for k, v in policy.params.items():  # non-zero readout so every path carries gradient
+        policy.params[k] = v + rng.normal(0, 0.3, v.shape)
+    actions = np.array([[0, 1, 2, 0, 1], [2, 2, 0, 1, 0], [1, 0, 0, 2, 2]])
+    actions[:, 2] = np.where(actions[:, 2] == 1, 0, actions[:, 2])
+    advantages = np.array([0.7, -1.2, 0.4])
+
+    def loss() -> float:
+        logp, _ = policy.forward(inp)
+        return policy_gradient(logp, actions, advantages, allowed, 0.05)[0]
+
+    logp, cache = policy.forward(inp)
+    _, dlogits, _ = policy_gradient(logp, actions, advantages, allowed, 0.05)
+    grads = policy.backward(inp, cache, dlogits)
+    eps = 1e-6
+    for name, value in policy.params.items():
+        for idx in list(np.ndindex(value.shape))[:12]:
+            old = value[idx]
+            value[idx] = old + eps
+            up = loss()
+            value[idx] = old - eps
+            down = loss()
+            value[idx] = old
+            assert grads[name][idx] == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-7), (name, idx)
+
+
+def test_policy_save_and_load(tmp_path):
+    policy = Policy.create(4, 3, hidden=5, seed=0)
+    path = str(tmp_path / "p.npz")
+    policy.save(path, {"topology": "x"})
+    again, meta = Policy.load(path)
+    assert meta == {"topology": "x"} and again.devices == 3 and again.rounds == policy.rounds
+    assert all(np.array_equal(again.params[k], v) for k, v in policy.params.items())
+
+
+# ---- simulator -----------------------------------------------------------------------------------
+def chain_problem(nbytes_shape=(256, 256)):
+    w = numpy_helper.from_array(np.eye(nbytes_shape[1], dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(nbytes_shape))],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(nbytes_shape))], [w])
+    return build_problem(graph_from_model(model), AnalyticCost())
+
+
+def test_simulator_chain_costs_compute_plus_one_transfer():
+    problem = chain_problem()
+    topo = topology_from_json(two_gpu(bandwidth=1e9, latency=1e-5))
+    sim = Simulator(problem, topo)
+    c_mm, c_relu = problem.costs
+    assert sim.runtime([0, 0]) == pytest.approx(c_mm + c_relu)
+    transfer = 1e-5 + 256 * 256 * 4 / 1e9
+    assert sim.runtime([0, 1]) == pytest.approx(c_mm + transfer + c_relu)
+    # the graph input starts on device 0: placing the MatMul on b moves x first
+    assert sim.runtime([1, 1]) == pytest.approx(transfer + c_mm + c_relu)
+    fast = topology_from_json({**two_gpu(), "devices": [{"name": "a", "speed": 2.0, "overhead": 1e-6},
+                                                        {"name": "b"}]})
+    assert Simulator(problem, fast).runtime([0, 0]) == pytest.approx((c_mm + c_relu) / 2 + 2e-6)
+
+
+def test_simulator_runs_branches_in_parallel(branchy):
+    _, problem = branchy
+    sim = Simulator(problem, topology_from_json(two_gpu(bandwidth=1e12, latency=0.0)))
+    key = problem.key_index()
+    split = [1 if problem.keys[i].endswith(("1_0", "1_1", "1_2")) else 0 for i in range(problem.size)]
+    assert sum(split) == 6 and key
+    assert sim.runtime(split) < 0.7 * sim.runtime([0] * problem.size)
+
+
+def test_simulator_memory_capacity_and_unsupported_ops(branchy):
+    _, problem = branchy
+    one = Simulator(problem, topology_from_json(two_gpu())).run([0] * problem.size)
+    assert one.feasible and one.peak_memory[0] >= problem.weight_bytes
+    tight = topology_from_json(two_gpu(memory=0.6 * one.peak_memory[0]))
+    sim = Simulator(problem, tight)
+    assert sim.runtime([0] * problem.size) == INFEASIBLE_SECONDS
+    assert "needs" in sim.run([0] * problem.size).reason
+    split = [int(k.startswith(("m1", "r1"))) for k in problem.keys]
+    assert sim.run(split).feasible
+    pinned = topology_from_json({"devices": [{"name": "a"}, {"name": "b", "kind": "cuda", "unsupported": ["add"]}]})
+    assert Simulator(problem, pinned).runtime([1] * problem.size) == INFEASIBLE_SECONDS
+
+
+# ---- baselines -----------------------------------------------------------------------------------
+def test_baselines_are_valid_and_heft_uses_parallel_devices(branchy):
+    _, problem = branchy
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    sim = Simulator(problem, topo)
+    grouping = make_groups(problem, topo)
+    plans = all_baselines(grouping, sim)
+    assert set(plans) == {"single:a", "single:b", "round-robin", "min-cut", "m-etf"}
+    for plan in plans.values():
+        assert len(plan) == problem.size and set(plan) <= {0, 1}
+    assert set(heft(grouping, sim)) == {0, 1}
+    assert sim.runtime(plans["m-etf"]) < sim.runtime(plans["single:a"])
+    assert set(round_robin(grouping)) == {0, 1} and set(min_cut(grouping, sim)) == {0, 1}
+    assert single_device(grouping, 1) == [1] * problem.size
+
+
+# ---- training ------------------------------------------------------------------------------------
+def test_reinforce_learns_to_split_branches_and_is_deterministic(branchy):
+    _, problem = branchy
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    sim = Simulator(problem, topo)
+    grouping = make_groups(problem, topo)
+    options = TrainOptions(steps=60, samples=8, seed=0, learning_rate=0.05)
+    first = train([TrainTask(problem, grouping, sim)], 2, options)
+    second = train([TrainTask(problem, grouping, sim)], 2, options)
+    assert first.best_seconds == second.best_seconds and first.best_plans == second.best_plans
+    assert first.best_seconds[0] < 0.7 * sim.runtime([0] * problem.size)
+    assert first.curve[-1][2] == first.best_seconds[0] and first.evaluations > 0
+    task = TrainTask(problem, grouping, sim)
+    seconds, plan = place_with(first.policy, task, samples=4)
+    assert len(plan) == problem.size and seconds < INFEASIBLE_SECONDS
+    better, groups = improve(task, np.zeros(grouping.count, dtype=int))
+    assert better < sim.runtime([0] * problem.size) and len(groups) == grouping.count
+
+
+def test_infeasible_placements_are_avoided():
+    graph = graph_from_model(branches_model(width=96, depth=2))
+    problem = build_problem(graph, AnalyticCost())
+    whole = Simulator(problem, topology_from_json(two_gpu())).run([0] * problem.size).peak_memory[0]
+    topo = topology_from_json(two_gpu(memory=0.7 * whole, bandwidth=1e12, latency=0.0))
+    sim = Simulator(problem, topo)
+    result = train([TrainTask(problem, make_groups(problem, topo), sim)], 2, TrainOptions(steps=30, samples=8))
+    assert result.best_seconds[0] < INFEASIBLE_SECONDS and sim.run(result.best_plans[0]).feasible
+
+
+# ---- executor ------------------------------------------------------------------------------------
+def test_segments_follow_a_topological_order_without_cycles(branchy):
+    graph, problem = branchy
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        plan = rng.integers(0, 2, problem.size).tolist()
+        order = segment_order(problem, plan)
+        assert sorted(order) == list(range(problem.size))
+        position = {u: i for i, u in enumerate(order)}
+        for t in problem.tensors:
+            for c in t.consumers:
+                assert t.producer < 0 or position[t.producer] < position[c]
+        segments = make_segments(problem, plan)
+        produced_before: set[str] = set(graph.inputs)
+        for seg in segments:
+            assert all(plan[u] == seg.device for u in seg.nodes)
+            assert set(seg.inputs) <= produced_before  # only values of earlier segments: no cycles
+            produced_before |= set(seg.outputs)
+
+
+def test_executor_runs_a_split_placement_with_matching_outputs(branchy):
+    _, problem = branchy
+    executor = Executor(problem, load_topology("cpu"), runs=3, warmup=1)
+    try:
+        split = [int(k.startswith(("m1", "r1"))) for k in problem.keys]
+        measured = executor.measure(split)
+        assert measured.segments >= 2 and measured.seconds > 0 and measured.max_abs_diff < 1e-4
+        assert executor.runtime([0] * problem.size) > 0
+    finally:
+        executor.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_available(), reason="no usable CUDA GPU")
+def test_executor_on_cpu_and_cuda(branchy):
+    _, problem = branchy
+    executor = Executor(problem, load_topology("cpu+cuda"), runs=3)
+    try:
+        split = [int(k.startswith(("m1", "r1"))) for k in problem.keys]
+        assert executor.measure(split).max_abs_diff < 1e-3
+        assert executor.runtime([1] * problem.size) > 0
+    finally:
+        executor.close()
+
+
+def test_cuda_topology_without_a_gpu_is_a_clear_error(branchy):
+    if cuda_available():
+        pytest.skip("a GPU is present")
+    _, problem = branchy
+    with pytest.raises(XflowError, match="cannot run CUDA"):
+        Executor(problem, load_topology("cpu+cuda"))
+
+
+# ---- calibration ---------------------------------------------------------------------------------
+def test_kendall_tau():
+    assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+
+
+def test_calibration_recovers_known_parameters(branchy):
+    _, problem = branchy
+    topo = topology_from_json(two_gpu())
+    truth = SimParams(compute_scale=4.0, transfer_overhead=2e-4)
+    grouping = make_groups(problem, topo)
+    plans = random_plans(grouping, 12, seed=0) + [[0] * problem.size]
+    measured = [Simulator(problem, topo, truth).run(p).seconds for p in plans]
+    fit = calibrate(problem, topo, plans, measured)
+    assert fit.log_rmse < 0.05 and fit.tau > 0.9
+    held_out = random_plans(grouping, 10, seed=1)  # the fit predicts placements it never saw
+    fitted, real = Simulator(problem, topo, fit.params), Simulator(problem, topo, truth)
+    for plan in held_out:
+        assert fitted.run(plan).seconds == pytest.approx(real.run(plan).seconds, rel=0.1)
+
+
+# ---- plans ---------------------------------------------------------------------------------------
+def test_plan_json_round_trip_and_onnx_metadata(tmp_path, branchy):
+    graph, problem = branchy
+    topo = load_topology("cpu")
+    devices = [i % 2 for i in range(problem.size)]
+    plan = make_plan("m", problem, topo, "sim", devices, 1e-3, "rl", baselines={"single:cpu0": 2e-3})
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan.to_json()))
+    again = read_plan(str(path))
+    assert again.devices_for(problem) == devices and again.baselines == {"single:cpu0": 2e-3}
+    model = annotate_model(problem, plan)
+    tagged = {p.output[0]: {e.key: e.value for e in p.metadata_props}[DEVICE_KEY] for p in model.graph.node}
+    assert tagged == {k: topo.devices[d].name for k, d in zip(problem.keys, devices, strict=True)}
+    other = build_problem(graph_from_model(branches_model(branches=3)), AnalyticCost())
+    with pytest.raises(XflowError, match="does not match"):
+        again.devices_for(other, str(path))
+    (tmp_path / "bad.json").write_text('{"format": "nope"}')
+    with pytest.raises(XflowError, match="malformed plan"):
+        read_plan(str(tmp_path / "bad.json"))

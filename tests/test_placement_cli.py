@@ -1,0 +1,124 @@
+"""`xflow place`, `xflow run --plan`, `xflow place-calibrate` as a user meets them, bad input included."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from tests.test_placement import branches_model
+from xflow import zoo
+from xflow.cli import main
+from xflow.placement.plan import DEVICE_KEY
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = {}
+    for name in ("squeezenet", "inception_v3", "nasrnn"):
+        paths[name] = str(folder / f"{name}.onnx")
+        onnx.save(zoo.build(name, small=True), paths[name])
+    paths["branches"] = str(folder / "branches.onnx")
+    onnx.save(branches_model(), paths["branches"])
+    return paths
+
+
+def test_place_writes_plan_curve_and_annotated_model_then_run_executes_it(tmp_path, models):
+    plan_path, onnx_out, curve = (str(tmp_path / n) for n in ("plan.json", "placed.onnx", "curve.png"))
+    result = invoke("place", models["inception_v3"], "--topology", "cpu", "--cost", "analytic", "--steps", "20",
+                    "--out", plan_path, "--onnx-out", onnx_out, "--curve", curve)
+    assert result.exit_code == 0, result.output
+    for name in ("single:cpu0", "single:cpu1", "round-robin", "min-cut", "m-etf", "rl"):
+        assert name in result.output
+    plan = json.loads(open(plan_path).read())
+    assert plan["format"] == "xflow-plan/1" and plan["topology"]["name"] == "cpu"
+    assert set(plan["placement"].values()) <= {"cpu0", "cpu1"} and plan["nodes"] == len(plan["placement"])
+    assert plan["step_seconds"] == min([*plan["baselines"].values(), plan["rl"]["seconds"],
+                                        plan["rl"].get("improved_seconds", float("inf"))])
+    assert open(curve, "rb").read(4) == b"\x89PNG"
+    tagged = [n for n in onnx.load(onnx_out).graph.node if any(e.key == DEVICE_KEY for e in n.metadata_props)]
+    assert len(tagged) == len(onnx.load(models["inception_v3"]).graph.node)
+    ran = invoke("run", models["inception_v3"], "--plan", plan_path, "--runs", "3")
+    assert ran.exit_code == 0, ran.output
+    assert "ms median of 3 runs" in ran.output and "outputs match" in ran.output
+
+
+def test_train_on_several_models_then_place_an_unseen_one_zero_shot(tmp_path, models):
+    policy = str(tmp_path / "policy.npz")
+    result = invoke("place", "--train-on", models["squeezenet"], "--train-on", models["nasrnn"], "--topology",
+                    "4xgpu-pcie", "--cost", "analytic", "--steps", "15", "--save-policy", policy)
+    assert result.exit_code == 0, result.output
+    assert os.path.exists(policy) and "trained on squeezenet.onnx" in result.output
+    plan_path = str(tmp_path / "plan.json")
+    placed = invoke("place", models["branches"], "--topology", "4xgpu-pcie", "--cost", "analytic",
+                    "--policy", policy, "--no-improve", "--out", plan_path)
+    assert placed.exit_code == 0, placed.output
+    plan = json.loads(open(plan_path).read())
+    assert plan["rl"]["mode"] == "zero-shot" and plan["rl"]["seconds"] < 100
+    wrong = invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--policy", policy)
+    assert wrong.exit_code == 2 and "trained for 5 devices" in wrong.output
+
+
+def test_place_with_the_real_executor(tmp_path, models):
+    plan_path = str(tmp_path / "plan.json")
+    result = invoke("place", models["branches"], "--topology", "cpu", "--env", "real", "--cost", "analytic",
+                    "--steps", "3", "--samples", "4", "--no-improve", "--out", plan_path)
+    assert result.exit_code == 0, result.output
+    assert json.loads(open(plan_path).read())["env"] == "real"
+
+
+def test_place_calibrate_reports_tau(tmp_path, models):
+    out = str(tmp_path / "cal.json")
+    result = invoke("place-calibrate", models["branches"], "--cost", "analytic", "--placements", "6",
+                    "--fit-placements", "4", "--runs", "3", "--out", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads(open(out).read())
+    assert -1 <= report["tau"] <= 1 and report["placements"] == 6 and "compute_scale" in report["params"]
+    plan_path = str(tmp_path / "plan.json")
+    calibrated = invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--steps", "5",
+                        "--calibration", out, "--out", plan_path)
+    assert calibrated.exit_code == 0, calibrated.output
+    assert json.loads(open(plan_path).read())["simulator"] == report["params"]
+
+
+def bad(tmp_path, *args: str) -> str:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("xflow: error: "), result.output
+    assert not [p for p in os.listdir(tmp_path) if p.endswith((".json", ".png", ".npz", "out.onnx"))]
+    return lines[0]
+
+
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, models):
+    out = str(tmp_path / "plan.json")
+    missing = str(tmp_path / "missing.onnx")
+    assert "missing.onnx: no such file" in bad(tmp_path, "place", missing, "--topology", "cpu", "--out", out)
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"not a model")
+    assert "corrupt.onnx" in bad(tmp_path, "place", str(corrupt), "--topology", "cpu", "--cost", "analytic",
+                                 "--out", out)
+    assert "9xtpu: no such topology" in bad(tmp_path, "place", models["branches"], "--topology", "9xtpu",
+                                           "--out", out)
+    topo = tmp_path / "topo.txt"
+    topo.write_text('{"devices": [{"name": "a", "kind": "tpu"}]}')
+    assert "topo.txt: malformed topology" in bad(tmp_path, "place", models["branches"], "--topology", str(topo),
+                                                 "--out", out)
+    unwritable = str(tmp_path / "no-such-dir" / "plan.json")
+    assert "cannot write" in bad(tmp_path, "place", models["branches"], "--topology", "cpu", "--out", unwritable)
+    assert "no such plan file" in bad(tmp_path, "run", models["branches"], "--plan", str(tmp_path / "nope.txt"))
+    plan_text = tmp_path / "plan.txt"
+    plan_text.write_text("{")
+    assert "plan.txt: malformed plan" in bad(tmp_path, "run", models["branches"], "--plan", str(plan_text))
+    good = str(tmp_path / "good.txt")
+    assert invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--steps", "2",
+                  "--no-improve", "--out", good, "-q").exit_code == 0
+    assert "does not match the model" in bad(tmp_path, "run", models["squeezenet"], "--plan", good)

@@ -1,0 +1,231 @@
+"""The real environment: a placed graph cut into per-device segments, one ORT session each, run for real."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from xflow.errors import XflowError
+from xflow.ir import Graph
+from xflow.onnx_io import to_model_proto
+from xflow.placement.problem import Problem
+from xflow.placement.topology import Topology
+from xflow.runtime import make_session, random_feeds, session_options
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive nodes (in the execution order) on one device, run as one ORT session."""
+
+    device: int
+    nodes: tuple[int, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def segment_order(problem: Problem, plan: Sequence[int]) -> list[int]:
+    """A topological order of the nodes that stays on one device as long as it can, so segments are few.
+    Any topological order cut at device changes gives segments without cycles between them."""
+    pending = [len(ins) for ins in problem.inputs_of]
+    producers_done: set[int] = set()
+    ready: set[int] = {u for u in range(problem.size) if pending[u] == 0}
+    for t in problem.tensors:  # graph inputs are available from the start
+        if t.producer < 0:
+            for c in t.consumers:
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.add(c)
+    order: list[int] = []
+    current = plan[min(ready)] if ready else 0
+    while ready:
+        same = [u for u in ready if plan[u] == current]
+        u = min(same) if same else min(ready)
+        current = plan[u]
+        ready.discard(u)
+        order.append(u)
+        producers_done.add(u)
+        for t in problem.outputs_of[u]:
+            for c in problem.tensors[t].consumers:
+                pending[c] -= 1
+                if pending[c] == 0:
+                    ready.add(c)
+    if len(order) != problem.size:
+        raise ValueError("graph has a cycle")
+    return order
+
+
+def make_segments(problem: Problem, plan: Sequence[int]) -> list[Segment]:
+    """Cut the graph into per-device segments along ``segment_order``; each lists the values it reads
+    from earlier segments or graph inputs and the values later segments or the graph outputs need."""
+    order = segment_order(problem, plan)
+    runs: list[list[int]] = []
+    for u in order:
+        if runs and plan[runs[-1][0]] == plan[u]:
+            runs[-1].append(u)
+        else:
+            runs.append([u])
+    segment_of = {u: i for i, run in enumerate(runs) for u in run}
+    graph = problem.graph
+    segments = []
+    for i, run in enumerate(runs):
+        members = set(run)
+        inputs: dict[str, None] = {}
+        outputs: dict[str, None] = {}
+        for u in run:
+            for t in problem.inputs_of[u]:
+                tensor = problem.tensors[t]
+                if tensor.producer not in members:
+                    inputs[tensor.name] = None
+            for t in problem.outputs_of[u]:
+                tensor = problem.tensors[t]
+                if tensor.is_output or any(segment_of[c] != i for c in tensor.consumers):
+                    outputs[tensor.name] = None
+        for u in run:  # values that subgraphs capture are inputs too
+            for name in graph.nodes[u].implicit:
+                if name not in graph.constants and graph.producers.get(name) not in {graph.nodes[m] for m in run}:
+                    inputs[name] = None
+        segments.append(Segment(plan[run[0]], tuple(run), tuple(inputs), tuple(outputs)))
+    return segments
+
+
+def segment_model(graph: Graph, segment: Segment) -> onnx.ModelProto:
+    """An ONNX model of one segment: its nodes, the weights they read, its inputs and outputs."""
+    sub = Graph(tuple(graph.nodes[u] for u in segment.nodes), segment.inputs, segment.outputs, graph.types,
+                graph.constants, graph.context)
+    model = to_model_proto(sub)
+    del model.graph.input[:]
+    del model.graph.output[:]
+    for names, field in ((segment.inputs, model.graph.input), (segment.outputs, model.graph.output)):
+        for name in names:
+            t = graph.types.get(name)
+            if t is None:
+                raise XflowError(graph.context.path if graph.context else None,
+                                 f"value {name!r} has no known type; cannot cut the graph there")
+            shape = None if t.shape is None else [d if isinstance(d, int) else None for d in t.shape]
+            field.append(onnx.helper.make_tensor_value_info(name, t.dtype, shape))
+    return model
+
+
+def cuda_available() -> bool:
+    """True when onnxruntime can really run a CUDA session here (a tiny probe, not the provider list)."""
+    try:
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            return False
+        x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+        y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+        graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        sess = _session(model, "cuda", 1)
+        sess.run(None, {"x": np.ones(1, np.float32)})
+        return "CUDAExecutionProvider" in sess.get_providers()
+    except Exception:  # any failure means: no usable GPU
+        return False
+
+
+def _session(model: onnx.ModelProto, kind: str, threads: int):  # noqa: ANN202 - ort type
+    if kind == "cpu":
+        return make_session(model, "cpu", threads=threads)
+    import onnxruntime as ort
+
+    opts = session_options(threads)
+    opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CUDAExecutionProvider"])
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A measured placement: median step time, every timed run, segment count, worst output error."""
+
+    seconds: float
+    times: tuple[float, ...]
+    segments: int
+    max_abs_diff: float
+
+
+class Executor:
+    """Runs placements for real (``runtime(plan) -> seconds``): per-device segments as ORT sessions,
+    each device a worker thread that runs its segments in order as soon as their inputs exist. CPU
+    devices get ``threads`` intra-op threads each; CUDA devices run with CPU fallback disabled.
+    Outputs are checked against the unplaced model once per placement."""
+
+    def __init__(self, problem: Problem, topology: Topology, runs: int = 10, warmup: int = 2, seed: int = 0,
+                 feeds: Mapping[str, np.ndarray] | None = None, tolerance: float = 1e-3) -> None:
+        self.problem = problem
+        self.topology = topology
+        self.runs, self.warmup, self.tolerance = runs, warmup, tolerance
+        if any(d.kind == "cuda" for d in topology.devices) and not cuda_available():
+            raise XflowError(topology.name, "has CUDA devices but onnxruntime cannot run CUDA here")
+        model = to_model_proto(problem.graph)
+        reference = make_session(model, "cpu")
+        self.feeds = dict(feeds) if feeds is not None else random_feeds(reference, seed)
+        names = [o.name for o in reference.get_outputs()]
+        self.reference = dict(zip(names, reference.run(None, self.feeds), strict=True))
+        self._pool = ThreadPoolExecutor(max_workers=len(topology.devices))
+
+    def runtime(self, plan: Sequence[int]) -> float:
+        """Median measured step time of ``plan`` in seconds."""
+        return self.measure(plan).seconds
+
+    def measure(self, plan: Sequence[int]) -> Measurement:
+        """Build the segment sessions, check outputs, time ``runs`` runs after ``warmup``."""
+        segments = make_segments(self.problem, plan)
+        sessions = [_session(segment_model(self.problem.graph, s), self.topology.devices[s.device].kind,
+                             max(1, self.topology.devices[s.device].threads)) for s in segments]
+        values = self._run_once(segments, sessions)
+        worst = 0.0
+        for name, expected in self.reference.items():
+            got = values[name]
+            diff = float(np.max(np.abs(got.astype(np.float64) - expected))) if expected.size else 0.0
+            if not np.allclose(got, expected, rtol=self.tolerance, atol=self.tolerance):
+                raise XflowError(name, f"placed model computes a different output (max abs diff {diff:.3g})")
+            worst = max(worst, diff)
+        for _ in range(max(self.warmup - 1, 0)):
+            self._run_once(segments, sessions)
+        times = []
+        for _ in range(self.runs):
+            started = time.perf_counter()
+            self._run_once(segments, sessions)
+            times.append(time.perf_counter() - started)
+        return Measurement(statistics.median(times), tuple(times), len(segments), worst)
+
+    def _run_once(self, segments: list[Segment], sessions: list) -> dict[str, np.ndarray]:
+        values: dict[str, np.ndarray] = dict(self.feeds)
+        ready = {name: threading.Event() for s in segments for name in s.outputs}
+        by_device: dict[int, list[int]] = {}
+        for i, s in enumerate(segments):
+            by_device.setdefault(s.device, []).append(i)
+
+        def work(indexes: list[int]) -> None:
+            try:
+                for i in indexes:
+                    seg = segments[i]
+                    for name in seg.inputs:
+                        if name in ready:
+                            ready[name].wait()
+                    results = sessions[i].run(list(seg.outputs), {n: values[n] for n in seg.inputs})
+                    for name, value in zip(seg.outputs, results, strict=True):
+                        values[name] = value
+                        ready[name].set()
+            except BaseException:
+                for event in ready.values():  # let the other devices stop waiting (they fail too)
+                    event.set()
+                raise
+
+        futures = [self._pool.submit(work, idx) for idx in by_device.values()]
+        for f in futures:
+            f.result()
+        return values
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        self._pool.shutdown()

@@ -1,0 +1,100 @@
+"""Per-group features for the policy: op mix, cost, bytes, weights, position, current device."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xflow.placement.groups import Grouping
+from xflow.placement.problem import Problem
+
+# Op families for the op-mix feature (by IR op name or ONNX type, lower case); anything else is "other".
+OP_FAMILIES: dict[str, tuple[str, ...]] = {
+    "conv": ("conv", "enlarge"),
+    "matmul": ("matmul", "gemm"),
+    "elementwise": ("add", "mul", "smul", "sub", "div", "pow", "sqrt"),
+    "activation": ("relu", "sigmoid", "tanh", "erf", "softmax", "gelu"),
+    "pool": ("maxpool", "avgpool", "globalaveragepool"),
+    "norm": ("batchnorm", "layernormalization", "batchnormalization"),
+    "layout": ("concat", "split", "reshape", "transpose", "flatten", "slice", "gather", "unsqueeze", "pad"),
+}
+_FAMILY = {op: i for i, ops in enumerate(OP_FAMILIES.values()) for op in ops}
+BASE_FEATURES = len(OP_FAMILIES) + 1 + 10
+
+
+def path_levels(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: the longest cost path from the graph's start to it (top level) and from it to the end
+    including itself (bottom level), in seconds; nodes are already in topological order."""
+    cost = np.asarray(problem.costs)
+    top = np.zeros(problem.size)
+    bottom = cost.copy()
+    for u in range(problem.size):
+        for t in problem.outputs_of[u]:
+            for c in problem.tensors[t].consumers:
+                top[c] = max(top[c], top[u] + cost[u])
+    for u in reversed(range(problem.size)):
+        for t in problem.outputs_of[u]:
+            for c in problem.tensors[t].consumers:
+                bottom[u] = max(bottom[u], cost[u] + bottom[c])
+    return top, bottom
+
+
+def group_features(problem: Problem, grouping: Grouping, devices: int,
+                   current: np.ndarray | None = None) -> np.ndarray:
+    """A (groups x features) matrix. Scale-free where possible (fractions of the graph's totals) so a
+    policy trained on some graphs reads others. ``current`` (device per group) fills the one-hot
+    "current device" columns (zeros when None)."""
+    g = grouping.count
+    fam = np.zeros((g, len(OP_FAMILIES) + 1))
+    cost = np.zeros(g)
+    weights = np.zeros(g)
+    out_bytes = np.zeros(g)
+    position = np.zeros(g)
+    for gi, members in enumerate(grouping.members):
+        for u in members:
+            fam[gi, _FAMILY.get(problem.ops[u].lower(), len(OP_FAMILIES))] += 1
+            cost[gi] += problem.costs[u]
+            weights[gi] += sum(b for _, b in problem.weights[u])
+        position[gi] = np.mean(members) / max(problem.size - 1, 1)
+    for a, _, nbytes in grouping.edges:
+        out_bytes[a] += nbytes
+    fam /= np.maximum(fam.sum(axis=1, keepdims=True), 1)
+    indeg = np.zeros(g)
+    outdeg = np.zeros(g)
+    for a, b, _ in grouping.edges:
+        outdeg[a] += 1
+        indeg[b] += 1
+    total_cost = max(cost.sum(), 1e-12)
+    top, bottom = path_levels(problem)
+    critical = max(float(bottom.max(initial=0.0)), 1e-12)
+    g_top = np.array([top[list(m)].min() for m in grouping.members]) / critical
+    g_bottom = np.array([bottom[list(m)].max() for m in grouping.members]) / critical
+    columns = [
+        cost / total_cost * g,  # 1.0 = an average group
+        np.log1p(cost * 1e6) / 10,  # absolute microseconds, log-scaled
+        np.log1p(out_bytes / 1e3) / 10,
+        np.log1p(weights / 1e3) / 10,
+        position,
+        np.log1p(indeg),
+        np.log1p(outdeg),
+        g_top,  # where the group sits on the critical path: branches share top/bottom levels
+        g_bottom,
+        np.full(g, total_cost / critical / 10),  # the graph's parallelism (0.1 = a chain)
+    ]
+    onehot = np.zeros((g, devices))
+    if current is not None:
+        onehot[np.arange(g), np.asarray(current)] = 1.0
+    return np.column_stack([fam, *columns, onehot])
+
+
+def adjacency(grouping: Grouping) -> tuple[np.ndarray, np.ndarray]:
+    """Row-normalised predecessor and successor matrices of the group graph (mean aggregation)."""
+    g = grouping.count
+    pred = np.zeros((g, g))
+    succ = np.zeros((g, g))
+    for a, b, _ in grouping.edges:
+        pred[b, a] = 1.0
+        succ[a, b] = 1.0
+    for m in (pred, succ):
+        rows = m.sum(axis=1, keepdims=True)
+        np.divide(m, rows, out=m, where=rows > 0)
+    return pred, succ

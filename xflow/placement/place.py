@@ -1,0 +1,181 @@
+"""The placement stage end to end: graph -> groups -> environment -> baselines and RL -> plan."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xflow.cost import CostModel
+from xflow.ir import Graph
+from xflow.placement.baselines import all_baselines
+from xflow.placement.groups import make_groups
+from xflow.placement.plan import Plan, make_plan
+from xflow.placement.policy import Policy
+from xflow.placement.problem import Problem, build_problem
+from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
+from xflow.placement.topology import Topology
+from xflow.placement.train import Environment, TrainOptions, TrainTask, improve, place_with, train
+
+
+@dataclass
+class PlaceOptions:
+    """Settings of one placement run. ``env`` is "sim" or "real"; ``improve_sweeps`` > 0 adds the
+    Placeto-style iterative improvement after RL; ``policy`` places zero-shot (no training)."""
+
+    env: str = "sim"
+    train: TrainOptions = field(default_factory=TrainOptions)
+    max_groups: int = 128
+    improve_sweeps: int = 4
+    sim_params: SimParams = field(default_factory=SimParams)
+    policy: Policy | None = None
+    zero_shot_samples: int = 16
+    runs: int = 10
+
+
+@dataclass
+class PlaceOutcome:
+    """What a placement run found: the plan to write, the trained policy, the training curve."""
+
+    plan: Plan
+    policy: Policy
+    curve: list[tuple[int, float, float]]
+    seconds: float
+
+
+def make_env(problem: Problem, topology: Topology, options: PlaceOptions) -> tuple[Environment, Simulator]:
+    """The environment to plan in, and a simulator (for the heuristics' cost estimates and memory)."""
+    sim = Simulator(problem, topology, options.sim_params)
+    if options.env == "sim":
+        return sim, sim
+    from xflow.placement.executor import Executor
+
+    return _Guarded(Executor(problem, topology, runs=options.runs), sim), sim
+
+
+class _Guarded:
+    """The executor behind a feasibility check: plans the simulator finds over memory or unsupported
+    are charged the infeasible constant without running them."""
+
+    def __init__(self, executor: Environment, sim: Simulator) -> None:
+        self.executor, self.sim = executor, sim
+
+    def runtime(self, plan: list[int]) -> float:
+        result = self.sim.run(plan)
+        return self.executor.runtime(plan) if result.feasible else INFEASIBLE_SECONDS
+
+
+def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None = None,
+                cost_model: CostModel | None = None, name: str = "model",
+                progress: Callable[[int, float], None] | None = None) -> PlaceOutcome:
+    """Plan ``graph`` on ``topology``: every baseline, then RL from scratch (or the given policy,
+    zero-shot), then optional iterative improvement; the plan holds the fastest of them all."""
+    opts = options or PlaceOptions()
+    started = time.perf_counter()
+    problem = build_problem(graph, cost_model, name)
+    grouping = make_groups(problem, topology, opts.max_groups)
+    env, sim = make_env(problem, topology, opts)
+    plans = all_baselines(grouping, sim)
+    baselines = {k: float(env.runtime(v)) for k, v in plans.items()}
+    task = TrainTask(problem, grouping, env)
+    devices = len(topology.devices)
+    rl: dict = {"groups": grouping.count}
+    if opts.policy is not None:
+        rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed)
+        policy, curve = opts.policy, []
+        rl.update(mode="zero-shot", samples=opts.zero_shot_samples)
+    else:
+        result = train([task], devices, opts.train, progress=progress)
+        rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
+        rl.update(mode="trained", steps=result.steps, evaluations=result.evaluations,
+                  train_seconds=round(result.seconds, 3))
+    rl["seconds"] = float(rl_seconds)
+    candidates = dict(baselines)
+    candidates["rl"] = rl_seconds
+    plans["rl"] = rl_plan
+    if opts.improve_sweeps > 0 and rl_plan:
+        improved, groups = improve(task, grouping.project(rl_plan), opts.improve_sweeps)
+        rl["improved_seconds"] = float(improved)
+        candidates["rl+improve"] = improved
+        plans["rl+improve"] = grouping.expand(groups)
+    chosen = min(candidates, key=lambda k: candidates[k])
+    seconds = time.perf_counter() - started
+    rl["planning_seconds"] = round(seconds, 3)
+    plan = make_plan(name, problem, topology, opts.env, plans[chosen], candidates[chosen], chosen,
+                     baselines=baselines, rl=rl,
+                     extra={"feasible": bool(candidates[chosen] < INFEASIBLE_SECONDS),
+                            "simulator": vars(opts.sim_params) if opts.env == "sim" else None,
+                            "nodes": problem.size, "cost_model": getattr(cost_model, "name", "analytic")})
+    return PlaceOutcome(plan, policy, curve, seconds)
+
+
+def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOptions | None = None,
+                 cost_model: CostModel | None = None,
+                 progress: Callable[[int, float], None] | None = None) -> tuple[Policy, dict[str, float]]:
+    """Train one policy on several graphs at once (GO-style); returns it and each graph's best seconds."""
+    opts = options or PlaceOptions()
+    tasks = []
+    for name, graph in graphs.items():
+        problem = build_problem(graph, cost_model, name)
+        grouping = make_groups(problem, topology, opts.max_groups)
+        env, _ = make_env(problem, topology, opts)
+        tasks.append(TrainTask(problem, grouping, env))
+    result = train(tasks, len(topology.devices), opts.train, progress=progress)
+    return result.policy, dict(zip(graphs, result.best_seconds, strict=True))
+
+
+def training_curve_png(curve: list[tuple[int, float, float]], path: str, title: str = "") -> None:
+    """Save the training curve (batch median and best so far, ms) as a PNG (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [c[0] for c in curve]
+    median = np.array([c[1] for c in curve]) * 1e3
+    best = np.array([c[2] for c in curve]) * 1e3
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    cap = INFEASIBLE_SECONDS * 1e3
+    ax.plot(steps, np.where(median < cap, median, np.nan), label="batch median", alpha=0.6)
+    ax.plot(steps, np.where(best < cap, best, np.nan), label="best so far")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel | None = None, placements: int = 30,
+                       runs: int = 10, seed: int = 0, fit_placements: int = 15) -> dict:
+    """Measure random placements with the executor: fit the simulator on ``fit_placements`` of them (plus
+    every single-device placement), then report Kendall's tau between simulated and measured times on
+    ``placements`` others, before and after the fit."""
+    from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
+    from xflow.placement.executor import Executor
+
+    problem = build_problem(graph, cost_model)
+    grouping = make_groups(problem, topology)
+    fit_plans = [grouping.expand([d] * grouping.count) for d in range(len(topology.devices))]
+    fit_plans += random_plans(grouping, fit_placements, seed + 1)
+    test_plans = random_plans(grouping, placements, seed)
+    executor = Executor(problem, topology, runs=runs, seed=seed)
+    try:
+        fit_measured = [executor.runtime(p) for p in fit_plans]
+        test_measured = [executor.runtime(p) for p in test_plans]
+    finally:
+        executor.close()
+    raw = Simulator(problem, topology)
+    before = kendall_tau([raw.run(p).seconds for p in test_plans], test_measured)
+    fit = calibrate(problem, topology, fit_plans, fit_measured)
+    fitted = Simulator(problem, topology, fit.params)
+    simulated = [fitted.run(p).seconds for p in test_plans]
+    errors = np.log(np.asarray(simulated)) - np.log(np.asarray(test_measured))
+    return {"model": problem.name, "topology": topology.name, "fit_placements": len(fit_plans),
+            "placements": len(test_plans), "runs": runs, "tau_uncalibrated": before,
+            "tau": kendall_tau(simulated, test_measured), "tau_fit_set": fit.tau, "log_rmse": fit.log_rmse,
+            "log_rmse_validation": float(np.sqrt(np.mean(errors ** 2))), "params": vars(fit.params),
+            "measured": test_measured, "simulated": simulated}

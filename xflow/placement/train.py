@@ -1,0 +1,206 @@
+"""REINFORCE training of the placement policy (ColocRL seeds), one graph or several (GO/Placeto transfer)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from xflow.placement.features import BASE_FEATURES, adjacency, group_features
+from xflow.placement.groups import Grouping
+from xflow.placement.policy import GraphInput, Policy, policy_gradient
+from xflow.placement.problem import Problem
+
+
+class Environment(Protocol):
+    """Anything that runs a placement (device index per node) and says how long a step takes."""
+
+    def runtime(self, plan: Sequence[int]) -> float:
+        """Step time in seconds; a large constant when the plan is infeasible."""
+        ...
+
+
+@dataclass
+class TrainOptions:
+    """REINFORCE settings. Reward is -sqrt(runtime / reference), the reference being the median
+    feasible runtime of the first batch (scale-free across graphs); infeasible = ``infeasible_factor``
+    x reference. ``time_limit`` and ``patience`` (steps without a new best) end training early."""
+
+    steps: int = 500
+    samples: int = 16
+    learning_rate: float = 0.01
+    baseline_decay: float = 0.9
+    entropy_weight: float = 0.02
+    grad_clip: float = 1.0
+    infeasible_factor: float = 10.0
+    hidden: int = 32
+    rounds: int = 2
+    seed: int = 0
+    time_limit: float = 100.0
+    patience: int = 0
+
+
+@dataclass
+class TrainTask:
+    """One graph to train on: its problem, groups and environment."""
+
+    problem: Problem
+    grouping: Grouping
+    env: Environment
+    inp: GraphInput | None = None
+    reference: float = 0.0
+    baseline: float | None = None
+    best: float = float("inf")
+    best_groups: np.ndarray | None = None
+    cache: dict[bytes, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrainResult:
+    """The best placement found per task, the training curve, and effort spent."""
+
+    policy: Policy
+    best_seconds: list[float]
+    best_plans: list[list[int]]
+    curve: list[tuple[int, float, float]]  # (step, mean runtime of the batch, best so far) of task 0
+    steps: int
+    evaluations: int
+    seconds: float
+
+
+class Adam:
+    """Adam over a dict of arrays, with global-norm gradient clipping."""
+
+    def __init__(self, params: dict[str, np.ndarray], lr: float, clip: float) -> None:
+        self.params, self.lr, self.clip, self.t = params, lr, clip, 0
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+
+    def step(self, grads: dict[str, np.ndarray]) -> None:
+        """One update (in place)."""
+        norm = np.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+        scale = min(1.0, self.clip / norm) if norm > 0 else 1.0
+        self.t += 1
+        for k, g in grads.items():
+            g = g * scale
+            self.m[k] = 0.9 * self.m[k] + 0.1 * g
+            self.v[k] = 0.999 * self.v[k] + 0.001 * g * g
+            mhat = self.m[k] / (1 - 0.9 ** self.t)
+            vhat = self.v[k] / (1 - 0.999 ** self.t)
+            self.params[k] -= self.lr * mhat / (np.sqrt(vhat) + 1e-8)
+
+
+def graph_input(task: TrainTask, devices: int) -> GraphInput:
+    """The policy's view of a task's graph."""
+    pred, succ = adjacency(task.grouping)
+    return GraphInput(group_features(task.problem, task.grouping, devices), pred, succ, task.grouping.allowed)
+
+
+def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None = None,
+          policy: Policy | None = None, progress: Callable[[int, float], None] | None = None) -> TrainResult:
+    """Train one policy on ``tasks`` (every step samples a batch on each task) and return the best
+    placement each task reached. ``progress(step, best seconds of task 0)`` is called every step."""
+    opt = options or TrainOptions()
+    rng = np.random.default_rng(opt.seed)
+    policy = policy or Policy.create(BASE_FEATURES + devices, devices, opt.hidden, opt.rounds, opt.seed)
+    adam = Adam(policy.params, opt.learning_rate, opt.grad_clip)
+    for task in tasks:
+        task.inp = task.inp or graph_input(task, devices)
+    started = time.perf_counter()
+    curve: list[tuple[int, float, float]] = []
+    evaluations = 0
+    since_best = 0
+    step = 0
+    for step in range(1, opt.steps + 1):
+        grads: dict[str, np.ndarray] = {}
+        improved = False
+        for t_index, task in enumerate(tasks):
+            logp, cache = policy.forward(task.inp)
+            actions = _sample(np.exp(logp), opt.samples, rng)
+            runtimes = np.empty(opt.samples)
+            for s in range(opt.samples):
+                key = actions[s].astype(np.int16).tobytes()
+                if key not in task.cache:
+                    task.cache[key] = task.env.runtime(task.grouping.expand(actions[s]))
+                    evaluations += 1
+                runtimes[s] = task.cache[key]
+                if runtimes[s] < task.best:
+                    task.best, task.best_groups, improved = runtimes[s], actions[s].copy(), True
+            rewards = _rewards(task, runtimes, opt)
+            if task.baseline is None:
+                task.baseline = float(rewards.mean())
+            advantages = rewards - task.baseline
+            task.baseline = opt.baseline_decay * task.baseline + (1 - opt.baseline_decay) * float(rewards.mean())
+            _, dlogits, _ = policy_gradient(logp, actions, advantages, task.inp.allowed, opt.entropy_weight)
+            for k, g in policy.backward(task.inp, cache, dlogits).items():
+                grads[k] = grads.get(k, 0) + g / len(tasks)
+            if t_index == 0:
+                curve.append((step, float(np.median(runtimes)), task.best))
+        adam.step(grads)
+        since_best = 0 if improved else since_best + 1
+        if progress is not None:
+            progress(step, tasks[0].best)
+        if time.perf_counter() - started > opt.time_limit or (opt.patience and since_best >= opt.patience):
+            break
+    plans = [t.grouping.expand(t.best_groups) if t.best_groups is not None else [] for t in tasks]
+    return TrainResult(policy, [t.best for t in tasks], plans, curve, step, evaluations,
+                       time.perf_counter() - started)
+
+
+def _sample(probs: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:
+    """(samples x groups) device choices drawn from per-group distributions."""
+    cdf = np.cumsum(probs, axis=1)
+    draws = rng.random((samples, probs.shape[0], 1))
+    return np.minimum((draws > cdf[None]).sum(axis=2), probs.shape[1] - 1)
+
+
+def _rewards(task: TrainTask, runtimes: np.ndarray, opt: TrainOptions) -> np.ndarray:
+    from xflow.placement.simulator import INFEASIBLE_SECONDS
+
+    feasible = runtimes[runtimes < INFEASIBLE_SECONDS]
+    if task.reference <= 0 and feasible.size:
+        task.reference = float(np.median(feasible))
+    reference = task.reference if task.reference > 0 else INFEASIBLE_SECONDS
+    effective = np.where(runtimes < INFEASIBLE_SECONDS, runtimes, opt.infeasible_factor * reference)
+    return -np.sqrt(effective / reference)
+
+
+def place_with(policy: Policy, task: TrainTask, samples: int = 0, seed: int = 0) -> tuple[float, list[int]]:
+    """Zero-shot placement with a trained policy: the most likely device per group, and with ``samples``
+    > 0 also that many sampled placements, keeping the fastest. Returns (seconds, device per node)."""
+    devices = policy.devices
+    task.inp = task.inp or graph_input(task, devices)
+    logp, _ = policy.forward(task.inp)
+    candidates = [logp.argmax(axis=1)]
+    if samples:
+        candidates.extend(_sample(np.exp(logp), samples, np.random.default_rng(seed)))
+    best = min(((task.env.runtime(task.grouping.expand(c)), i) for i, c in enumerate(candidates)))
+    return best[0], task.grouping.expand(candidates[best[1]])
+
+
+def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 4,
+            time_limit: float = 30.0) -> tuple[float, np.ndarray]:
+    """Placeto-style iterative improvement: visit groups in topological order and move each to the device
+    that makes the step fastest given all other groups' devices; ``sweeps`` passes over the graph."""
+    current = np.array(plan_groups)
+    best = task.env.runtime(task.grouping.expand(current))
+    started = time.perf_counter()
+    for _ in range(sweeps):
+        changed = False
+        for g in range(task.grouping.count):
+            for d in np.flatnonzero(task.grouping.allowed[g]):
+                if d == current[g]:
+                    continue
+                trial = current.copy()
+                trial[g] = d
+                seconds = task.env.runtime(task.grouping.expand(trial))
+                if seconds < best:
+                    best, current, changed = seconds, trial, True
+            if time.perf_counter() - started > time_limit:
+                return best, current
+        if not changed:
+            break
+    return best, current

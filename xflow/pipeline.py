@@ -147,6 +147,25 @@ def _feeds(session, options: OptimizeOptions) -> dict[str, np.ndarray]:  # noqa:
     return random_feeds(session, options.seed, options.input_shapes)
 
 
+class OriginalNotRunnable(XflowError):
+    """ONNX Runtime cannot load or run the original model, so nothing can be verified or timed."""
+
+
+def _original_session(in_path: str, options: OptimizeOptions) -> tuple[Any, dict[str, np.ndarray], list[Any]]:
+    """The original model's ORT session, the inputs and its outputs on them; OriginalNotRunnable when ORT
+    refuses the model (a custom-domain op without a kernel, an opset newer than ORT, inputs that random
+    values cannot fill)."""
+    try:
+        session = make_session(in_path, options.provider, options.threads)
+        feeds = _feeds(session, options)
+        return session, feeds, session.run(None, feeds)
+    except XflowError:
+        raise
+    except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, NotImplemented, ...)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OriginalNotRunnable(in_path, f"ONNX Runtime cannot run the model ({first[:300]})") from None
+
+
 def check_output_path(in_path: str, out_path: str) -> None:
     """Refuse IN == OUT and outputs that cannot be written, before any work is done."""
     if os.path.abspath(in_path) == os.path.abspath(out_path) or (
@@ -215,10 +234,13 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     if not result.steps:
         save(graph, out_path)
         if options.measure:
-            session = make_session(in_path, options.provider, options.threads)
-            latency = median_latency(session, _feeds(session, options)) * 1e3
-            report.latency_before_ms = report.latency_after_ms = latency
-            report.speedup, report.timed_runs = 1.0, 20
+            try:
+                session, feeds, _ = _original_session(in_path, options)
+            except OriginalNotRunnable as exc:
+                say(f"{exc.problem}: not timed; the model is copied through unchanged")
+            else:
+                report.latency_before_ms = report.latency_after_ms = median_latency(session, feeds) * 1e3
+                report.speedup, report.timed_runs = 1.0, 20
         report.total_seconds = time.perf_counter() - started
         return report
     _verify_measure_write(graph, optimized, in_path, out_path, options, report, say)
@@ -228,17 +250,31 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
 
 def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_path: str,
                           options: OptimizeOptions, report: OptimizeReport, say: Callable[[str], None]) -> None:
+    try:
+        session_a, feeds, expected = _original_session(in_path, options)
+    except OriginalNotRunnable as exc:
+        say(f"{exc.problem}: the rewrites cannot be verified, so the model is copied through unchanged")
+        save(original, out_path)
+        report.decision = "copied (ONNX Runtime cannot run the model)"
+        return
     scratch = tempfile.mkdtemp(prefix=".xflow-", dir=os.path.dirname(os.path.abspath(out_path)))
     try:
         candidate_path = os.path.join(scratch, "candidate.onnx")
-        save(optimized, candidate_path)
-        session_a = make_session(in_path, options.provider, options.threads)
-        session_b = make_session(candidate_path, options.provider, options.threads)
-        feeds = _feeds(session_a, options)
+        try:
+            save(optimized, candidate_path)
+        except XflowError as exc:  # name the user's output, not the scratch file beside it
+            raise XflowError(out_path, f"{exc.problem} (writing the model to verify beside it)") from None
+        try:
+            session_b = make_session(candidate_path, options.provider, options.threads)
+            actual = session_b.run(None, feeds)
+        except Exception as exc:  # noqa: BLE001 - any ORT refusal of our output is reported the same way
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise EquivalenceError(in_path, f"ONNX Runtime cannot run the optimized model, nothing written: "
+                                            f"{first[:300]}") from None
         names = [o.name for o in session_a.get_outputs()]
         if options.verify:
             try:
-                report.max_abs_diff = compare_outputs(names, session_a.run(None, feeds), session_b.run(None, feeds))
+                report.max_abs_diff = compare_outputs(names, expected, actual)
             except EquivalenceError as exc:
                 raise EquivalenceError(in_path, f"optimized model is not equivalent, nothing written: {exc.problem}") \
                     from None

@@ -1,0 +1,380 @@
+"""Bad and unusual input to ``xflow optimize``, as a deployment pipeline would feed it.
+
+Each case either is refused with one line on stderr naming the file and the problem and exit code 2,
+or passes through correctly (exit 0, a model ONNX Runtime runs with the original's outputs). In every
+case the input is byte-identical afterwards and no partial output or temp file is left behind.
+(Missing file, directory, empty file, random bytes, truncated model, IN == OUT, a missing output
+directory and a bad rule file are in tests/test_cli.py.)
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import importlib
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
+from xflow.cli import main
+
+SAVE_MODULE = importlib.import_module("xflow.onnx_io.save")  # (the package attribute is the function)
+HIDDEN = 8
+RULES = {"format": "xflow.rules/1", "rules": [MATMUL_MERGE, CONV_RELU_FOLD, CONCAT_SPLIT_CANCEL]}
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset: int = 17, domains=(), ir_version: int = 8):  # noqa: ANN001
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    opsets = [helper.make_opsetid("", opset), *(helper.make_opsetid(d, 1) for d in domains)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = ir_version
+    return model
+
+
+def cancel(dtype: int = TensorProto.FLOAT, hidden: int = HIDDEN) -> tuple[list, list]:
+    """y = split(concat(relu(x), sigmoid(x)))[0] + [1]: the concat/split cancel rule applies
+    (nodes, initializers); ``s1``, an output of the Split, is rewired to ``a`` by it."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+             helper.make_node("Sigmoid", ["x"], ["b"], name="sigmoid"),
+             helper.make_node("Concat", ["a", "b"], ["c"], name="concat", axis=-1),
+             helper.make_node("Split", ["c", "sizes"], ["s1", "s2"], name="split", axis=-1),
+             helper.make_node("Add", ["s1", "s2"], ["y"], name="add")]
+    return nodes, [numpy_helper.from_array(np.array([hidden, hidden], np.int64), "sizes")]
+
+
+def cancel_model(dtype: int = TensorProto.FLOAT, dims=(1, 16, HIDDEN)) -> onnx.ModelProto:
+    nodes, inits = cancel(dtype)
+    return make_model(nodes, [helper.make_tensor_value_info("x", dtype, list(dims))],
+                      [helper.make_tensor_value_info("y", dtype, list(dims))], inits)
+
+
+def snapshot(folder) -> dict[str, str]:  # noqa: ANN001
+    """Every file under ``folder`` with a digest of its content."""
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def env(tmp_path):
+    """(work folder, rules file); the rules file is outside the work folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(RULES))
+    return work, str(rules)
+
+
+def run(*args: str):
+    """Invoke the CLI in-process (stderr kept apart)."""
+    return CliRunner().invoke(main, ["optimize", *args], catch_exceptions=False)
+
+
+def optimize(src, out, rules: str, *extra: str):  # noqa: ANN001
+    return run(str(src), str(out), "--rules", rules, "--cost", "analytic", "--budget", "20", *extra)
+
+
+def assert_refused(result, src, before: dict[str, str], folder, needle: str) -> None:  # noqa: ANN001
+    """Exit 2, one line naming the file and the problem, nothing written, input unchanged."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert str(src) in lines[0] and needle in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert snapshot(folder) == before
+
+
+def assert_passes_through(result, src, out, before: dict[str, str], folder,  # noqa: ANN001
+                          feeds: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
+    """Exit 0; the input unchanged; the output runs (where ORT can) with the original's outputs;
+    nothing but the output (and its data file) added."""
+    assert result.exit_code == 0, (result.output, result.stderr)
+    after = snapshot(folder)
+    added = set(after) - set(before)
+    assert added <= {os.path.basename(out), os.path.basename(out) + ".data"}, added
+    assert {k: after[k] for k in before} == before
+    written = onnx.load(str(out))
+    onnx.checker.check_model(written)
+    if feeds is not None:
+        a = ort.InferenceSession(str(src)).run(None, feeds)
+        b = ort.InferenceSession(str(out)).run(None, feeds)
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-2 if x.dtype == np.float16 else 1e-4, atol=1e-3)
+    return written
+
+
+# ---- refusals -------------------------------------------------------------------------------------
+
+
+def test_valid_protobuf_that_is_not_a_model(env):
+    work, rules = env
+    src = work / "tensor.onnx"
+    src.write_bytes(numpy_helper.from_array(np.arange(100, dtype=np.float32), "t").SerializeToString())
+    before = snapshot(work)
+    assert_refused(optimize(src, work / "out.onnx", rules), src, before, work, "not an ONNX model")
+
+
+def test_model_failing_the_checker(env):
+    work, rules = env
+    model = make_model([helper.make_node("Relu", ["nowhere"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    src = work / "bad.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    assert_refused(optimize(src, work / "out.onnx", rules), src, before, work, "invalid ONNX model")
+
+
+@pytest.mark.parametrize("spec, needle", [("nope=1x2", "not an input"), ("x=1x16x9", "fixed in the model"),
+                                           ("x=1x16", "rank")])
+def test_input_shape_that_does_not_fit(env, spec, needle):
+    work, rules = env
+    src = work / "m.onnx"
+    onnx.save(cancel_model(), src)
+    before = snapshot(work)
+    assert_refused(optimize(src, work / "out.onnx", rules, "--input-shape", spec), src, before, work, needle)
+
+
+# ---- pass-through and correct optimization ---------------------------------------------------------
+
+
+def test_unknown_custom_domain_passes_through(env):
+    """ORT cannot run a custom-domain op it has no kernel for: nothing can be verified or timed, so the
+    original is written unchanged and the run says why."""
+    work, rules = env
+    nodes, inits = cancel()
+    nodes.append(helper.make_node("MyOp", ["y"], ["custom"], domain="com.example"))
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, HIDDEN])],
+                       [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 16, HIDDEN]) for n in ("custom",)],
+                       inits, domains=["com.example"])
+    src, out = work / "custom.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules)
+    written = assert_passes_through(result, src, out, before, work)
+    assert written.graph == model.graph
+    assert "ONNX Runtime cannot run" in result.output and "unchanged" in result.output
+
+
+def test_op_newer_than_ort_supports_passes_through(env):
+    """An opset above what the installed ORT implements: ORT refuses it, the original is written."""
+    work, rules = env
+    nodes, inits = cancel()
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, HIDDEN])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, HIDDEN])], inits,
+                       opset=onnx.defs.onnx_opset_version(), ir_version=onnx.IR_VERSION)
+    try:
+        ort.InferenceSession(model.SerializeToString())
+        pytest.skip("the installed ORT runs the newest ONNX opset")
+    except Exception:  # noqa: BLE001 - what this test needs is that ORT refuses it
+        pass
+    src, out = work / "new.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules)
+    written = assert_passes_through(result, src, out, before, work)
+    assert written.graph == model.graph and "ONNX Runtime cannot run" in result.output
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["dynamic", "input-shape"])
+def test_dynamic_dims(env, fixed):
+    """Without --input-shape the regions with unknown shapes stay untouched and the written model keeps
+    its dynamic input; with it they are optimized for that shape, which the written model declares
+    (a rewrite verified for one shape is not claimed for others)."""
+    work, rules = env
+    nodes, inits = cancel()
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
+                       inits)
+    src, out = work / "dyn.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    extra = ["--input-shape", "x=2x5x8", "--keep-if-slower"] if fixed else []
+    result = optimize(src, out, rules, "--report", str(work.parent / "r.json"), *extra)
+    shape = (2, 5, HIDDEN) if fixed else (3, 7, HIDDEN)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    written = assert_passes_through(result, src, out, before, work, {"x": x})
+    report = json.loads((work.parent / "r.json").read_text())
+    assert report["rules_applied"] == ({"concat_split_cancel": 1} if fixed else {})
+    dims = written.graph.input[0].type.tensor_type.shape.dim
+    if fixed:
+        assert [d.dim_value for d in dims] == [2, 5, HIDDEN]
+    else:
+        assert [d.dim_param for d in dims[:2]] == ["batch", "seq"]
+
+
+@pytest.mark.parametrize("kind", ["If", "Loop"])
+def test_subgraphs_pass_through_and_outer_rewrites_keep_captures(env, kind):
+    work, rules = env
+    nodes, inits = cancel()
+    body_out = helper.make_tensor_value_info("b_out", TensorProto.FLOAT, [1, 16, HIDDEN])
+    if kind == "If":  # the branches read s1 (an output of the Split that the rewrite removes)
+        then = helper.make_graph([helper.make_node("Relu", ["s1"], ["b_out"])], "then", [], [body_out])
+        other = helper.make_graph([helper.make_node("Neg", ["s1"], ["b_out"])], "else", [], [body_out])
+        nodes.append(helper.make_node("If", ["cond"], ["sub"], then_branch=then, else_branch=other))
+        inputs = [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])]
+    else:
+        body = helper.make_graph(  # the body reads s1 too
+            [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Add", ["acc", "s1"], ["acc_out"])],
+            "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                     helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                     helper.make_tensor_value_info("acc", TensorProto.FLOAT, [1, 16, HIDDEN])],
+            [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 16, HIDDEN])])
+        nodes.append(helper.make_node("Loop", ["trip", "", "y"], ["sub"], body=body))
+        inputs = [helper.make_tensor_value_info("trip", TensorProto.INT64, [])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, HIDDEN]), *inputs],
+                       [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 16, HIDDEN]) for n in ("sub", "y")],
+                       inits)
+    onnx.checker.check_model(model, full_check=True)
+    src, out = work / f"{kind}.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules, "--keep-if-slower")
+    x = np.random.default_rng(0).standard_normal((1, 16, HIDDEN)).astype(np.float32)
+    extra = {"cond": np.array(True)} if kind == "If" else {"trip": np.array(3, dtype=np.int64)}
+    written = assert_passes_through(result, src, out, before, work, {"x": x, **extra})
+    assert "concat_split_cancel" in result.output
+    sub = next(n for n in written.graph.node if n.op_type == kind)
+    original = next(n for n in model.graph.node if n.op_type == kind)
+    assert sub.attribute == original.attribute  # subgraphs untouched
+
+
+def test_zero_size_tensors(env):
+    work, rules = env
+    model = cancel_model(dims=(0, 16, HIDDEN))
+    src, out = work / "zero.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules, "--keep-if-slower")
+    assert_passes_through(result, src, out, before, work, {"x": np.zeros((0, 16, HIDDEN), np.float32)})
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT16, TensorProto.DOUBLE])
+def test_other_float_types_are_optimized(env, dtype):
+    work, rules = env
+    model = cancel_model(dtype)
+    src, out = work / "m.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules, "--keep-if-slower")
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    x = np.random.default_rng(0).standard_normal((1, 16, HIDDEN)).astype(np_dtype)
+    written = assert_passes_through(result, src, out, before, work, {"x": x})
+    assert "concat_split_cancel x1" in result.output
+    assert all(t.data_type == dtype for t in written.graph.initializer if t.name.startswith("xf_"))
+
+
+def test_int8_quantized_model_passes_through(env):
+    """Integer and quantized ops are outside the op table: the model is carried through unchanged."""
+    work, rules = env
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.integers(-100, 100, (8, 8)).astype(np.int8), "w")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "z", "wz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Relu", ["accf"], ["y"])]
+    inits = [w, numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z"), numpy_helper.from_array(np.array(0, np.int8), "wz")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits)
+    src, out = work / "int8.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    written = assert_passes_through(result, src, out, before, work, {"x": x})
+    assert written.graph == model.graph
+
+
+# ---- output-side failures ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders")
+def test_unwritable_output_directory(env, tmp_path):
+    work, rules = env
+    src = work / "m.onnx"
+    onnx.save(cancel_model(), src)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    before = snapshot(work)
+    try:
+        result = optimize(src, locked / "out.onnx", rules)
+        assert result.exit_code == 2 and "not writable" in result.stderr
+        assert snapshot(work) == before and not os.listdir(locked)
+    finally:
+        locked.chmod(0o755)
+
+
+class _FailingFile:
+    """A binary file whose writes fail with ``err`` once ``limit`` bytes have gone through."""
+
+    def __init__(self, f, limit: int, err: int) -> None:  # noqa: ANN001
+        self.f, self.limit, self.err = f, limit, err
+
+    def write(self, data: bytes) -> int:
+        if self.f.tell() + len(data) > self.limit:
+            self.f.write(bytes(data)[: max(0, self.limit - self.f.tell())])
+            raise OSError(self.err, os.strerror(self.err))
+        return self.f.write(data)
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self.f, name)
+
+    def __enter__(self):  # noqa: ANN204
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()
+
+
+def failing_open(limit: int, err: int = errno.ENOSPC, target: str = ""):  # noqa: ANN201
+    real = open
+
+    def fake(path, mode="r", *args, **kwargs):  # noqa: ANN001, ANN202
+        f = real(path, mode, *args, **kwargs)
+        if "w" in mode and target in os.path.basename(path):
+            return _FailingFile(f, limit, err)
+        return f
+
+    return fake
+
+
+@pytest.mark.parametrize("where", ["model", "data", "scratch"])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EACCES], ids=["disk-full", "permission"])
+def test_write_failing_midway_leaves_nothing(env, monkeypatch, where, err):
+    """The disk fills up (or a permission error strikes) while the model, its external data file or
+    the scratch copy that is verified is written: one line naming the output, exit 2, no partial
+    output and no temp file, the input untouched."""
+    work, rules = env
+    model = cancel_model()
+    weight = numpy_helper.from_array(np.full((16, HIDDEN), 0.5, np.float32), "weight")
+    model.graph.initializer.append(weight)
+    model.graph.node.append(helper.make_node("Mul", ["y", "weight"], ["z"]))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, HIDDEN]))
+    src, out = work / "m.onnx", work / "out.onnx"
+    if where != "model":  # the weight goes to m.onnx.data (ORT reads shape tensors only when inline)
+        onnx.save(model, src, save_as_external_data=True, location="m.onnx.data", size_threshold=256)
+    else:
+        onnx.save(model, src)
+    out.write_bytes(b"the previous output stays as it was")
+    before = snapshot(work)
+    target = {"model": "out.onnx", "data": "out.onnx.data", "scratch": "candidate"}[where]
+    monkeypatch.setattr(SAVE_MODULE, "open", failing_open(100, err, target), raising=False)
+    result = optimize(src, out, rules, "--keep-if-slower")
+    assert_refused(result, out, before, work, "cannot write")

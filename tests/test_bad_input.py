@@ -322,15 +322,15 @@ def test_unwritable_output_directory(env, tmp_path):
 
 
 class _FailingFile:
-    """A binary file whose writes fail with ``err`` once ``limit`` bytes have gone through."""
+    """A binary file whose writes raise ``error`` once ``limit`` bytes have gone through."""
 
-    def __init__(self, f, limit: int, err: int) -> None:  # noqa: ANN001
-        self.f, self.limit, self.err = f, limit, err
+    def __init__(self, f, limit: int, error: BaseException) -> None:  # noqa: ANN001
+        self.f, self.limit, self.error = f, limit, error
 
     def write(self, data: bytes) -> int:
         if self.f.tell() + len(data) > self.limit:
             self.f.write(bytes(data)[: max(0, self.limit - self.f.tell())])
-            raise OSError(self.err, os.strerror(self.err))
+            raise self.error
         return self.f.write(data)
 
     def __getattr__(self, name: str):  # noqa: ANN204
@@ -343,13 +343,14 @@ class _FailingFile:
         self.f.close()
 
 
-def failing_open(limit: int, err: int = errno.ENOSPC, target: str = ""):  # noqa: ANN201
+def failing_open(limit: int, error: BaseException, target: str = ""):  # noqa: ANN201
+    """An ``open`` whose files written under a name containing ``target`` fail after ``limit`` bytes."""
     real = open
 
     def fake(path, mode="r", *args, **kwargs):  # noqa: ANN001, ANN202
         f = real(path, mode, *args, **kwargs)
         if "w" in mode and target in os.path.basename(path):
-            return _FailingFile(f, limit, err)
+            return _FailingFile(f, limit, error)
         return f
 
     return fake
@@ -375,6 +376,6 @@ def test_write_failing_midway_leaves_nothing(env, monkeypatch, where, err):
     out.write_bytes(b"the previous output stays as it was")
     before = snapshot(work)
     target = {"model": "out.onnx", "data": "out.onnx.data", "scratch": "candidate"}[where]
-    monkeypatch.setattr(SAVE_MODULE, "open", failing_open(100, err, target), raising=False)
+    monkeypatch.setattr(SAVE_MODULE, "open", failing_open(100, OSError(err, os.strerror(err)), target), raising=False)
     result = optimize(src, out, rules, "--keep-if-slower")
     assert_refused(result, out, before, work, "cannot write")

@@ -43,6 +43,7 @@ class OptimizeOptions:
     alpha: float = 1.05
     budget: int = 300
     time_limit: float = 60.0
+    memory_limit: float | None = None  # MB of process RSS above which the search stops expanding
     provider: str = "cpu"
     threads: int | None = None
     cost: str = "measured"  # or "analytic"
@@ -212,7 +213,7 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     rules: list[Rule] = load_rules(options.rules_path)
     coster = GraphCoster(cost_model or make_cost_model(options))
     result = backtracking_search(graph, rules, coster, options.alpha, options.budget, options.time_limit,
-                                 progress=progress)
+                                 progress=progress, memory_limit_mb=options.memory_limit)
     optimized = fold_constants(result.graph) if result.steps else graph
     report = OptimizeReport(
         input=in_path, output=out_path, rules_file=rules_file, rules_loaded=len(rules),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ class SearchResult:
     initial_cost: float
     best_cost: float
     steps: tuple[Step, ...]
-    stop_reason: str  # "exhausted" | "budget" | "time" | "no-rules"
+    stop_reason: str  # "exhausted" | "budget" | "time" | "memory" | "no-rules"
     explored: int
     generated: int
     seconds: float
@@ -95,10 +97,25 @@ def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, 
     return kept
 
 
+def rss_mb() -> float:
+    """This process's resident set size in MB (current on Linux; the peak where /proc is missing)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, KB elsewhere
+        return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
 def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float = 1.05,
                         budget: int = 1000, time_limit: float = 60.0, max_growth: float = 2.0,
-                        progress: Callable[[SearchResult], None] | None = None) -> SearchResult:
-    """Search for the cheapest equivalent graph reachable by applying ``rules``."""
+                        progress: Callable[[SearchResult], None] | None = None,
+                        memory_limit_mb: float | None = None) -> SearchResult:
+    """Search for the cheapest equivalent graph reachable by applying ``rules``. The search stops at
+    ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS exceeds
+    ``memory_limit_mb``, and returns the best graph found so far."""
     start = time.perf_counter()
     initial_cost = coster.cost(graph)
     result = SearchResult(graph, initial_cost, initial_cost, (), "exhausted", 0, 0, 0.0)
@@ -116,6 +133,9 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
             break
         if time.perf_counter() - start > time_limit:
             result.stop_reason = "time"
+            break
+        if memory_limit_mb is not None and rss_mb() > memory_limit_mb:
+            result.stop_reason = "memory"
             break
         cost, _, entry = heapq.heappop(queue)
         result.explored += 1

@@ -212,8 +212,11 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     rules_file = options.rules_path or str(default_rules_path())
     rules: list[Rule] = load_rules(options.rules_path)
     coster = GraphCoster(cost_model or make_cost_model(options))
-    result = backtracking_search(graph, rules, coster, options.alpha, options.budget, options.time_limit,
-                                 progress=progress, memory_limit_mb=options.memory_limit)
+    if rules:
+        result = backtracking_search(graph, rules, coster, options.alpha, options.budget, options.time_limit,
+                                     progress=progress, memory_limit_mb=options.memory_limit)
+    else:  # nothing to search: do not measure every node of the model for a cost nobody compares
+        result = SearchResult(graph, 0.0, 0.0, (), "no-rules", 0, 0, 0.0)
     optimized = fold_constants(result.graph) if result.steps else graph
     report = OptimizeReport(
         input=in_path, output=out_path, rules_file=rules_file, rules_loaded=len(rules),

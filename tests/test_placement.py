@@ -152,15 +152,17 @@ def test_policy_gradient_matches_finite_differences():
     actions[:, 2] = np.where(actions[:, 2] == 1, 0, actions[:, 2])
     advantages = np.array([0.7, -1.2, 0.4])
 
+    bias = rng.normal(0, 0.5, (groups, devices))
+
     def loss() -> float:
-        logp, _ = policy.forward(inp)
+        logp, _ = policy.forward(inp, bias)
         return policy_gradient(logp, actions, advantages, allowed, 0.05)[0]
 
-    logp, cache = policy.forward(inp)
+    logp, cache = policy.forward(inp, bias)
     _, dlogits, _ = policy_gradient(logp, actions, advantages, allowed, 0.05)
     grads = policy.backward(inp, cache, dlogits)
     eps = 1e-6
-    for name, value in policy.params.items():
+    for name, value in [*policy.params.items(), ("bias", bias)]:
         for idx in list(np.ndindex(value.shape))[:12]:
             old = value[idx]
             value[idx] = old + eps
@@ -260,6 +262,15 @@ def test_reinforce_learns_to_split_branches_and_is_deterministic(branchy):
     assert len(plan) == problem.size and seconds < INFEASIBLE_SECONDS
     better, groups = improve(task, np.zeros(grouping.count, dtype=int))
     assert better < sim.runtime([0] * problem.size) and len(groups) == grouping.count
+
+
+def test_training_restarts_from_a_fresh_policy_when_stuck(branchy):
+    _, problem = branchy
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    sim = Simulator(problem, topo)
+    result = train([TrainTask(problem, make_groups(problem, topo), sim)], 2,
+                   TrainOptions(steps=40, samples=4, restart_patience=5))
+    assert result.restarts >= 1 and result.best_seconds[0] == sim.runtime(result.best_plans[0])
 
 
 def test_infeasible_placements_are_avoided():

@@ -51,8 +51,10 @@ class Policy:
         """Number of devices the policy chooses among."""
         return self.params["bd"].shape[0]
 
-    def forward(self, inp: GraphInput) -> tuple[np.ndarray, dict]:
-        """Log-probabilities (groups x devices) and the cache that ``backward`` needs."""
+    def forward(self, inp: GraphInput, bias: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+        """Log-probabilities (groups x devices) and the cache that ``backward`` needs. ``bias`` (groups x
+        devices) is added before clipping: free per-graph logits that break the tie between groups
+        with equal features (parallel branches), which a shared network alone cannot."""
         p = self.params
         z0 = inp.x @ p["W0"] + p["b0"]
         h = np.maximum(z0, 0)
@@ -63,7 +65,8 @@ class Policy:
             cache["z"].append(z)
             cache["h"].append(h)
         pooled = h.mean(axis=0)
-        squashed = np.tanh((h @ p["Wd"] + pooled @ p["Wg"] + p["bd"]) / self.clip)
+        raw = h @ p["Wd"] + pooled @ p["Wg"] + p["bd"]
+        squashed = np.tanh((raw if bias is None else raw + bias) / self.clip)
         logits = np.where(inp.allowed, self.clip * squashed, MASKED)
         cache["squashed"] = squashed
         logits = logits - logits.max(axis=1, keepdims=True)
@@ -72,12 +75,14 @@ class Policy:
         return logp, cache
 
     def backward(self, inp: GraphInput, cache: dict, dlogits: np.ndarray) -> dict[str, np.ndarray]:
-        """Gradients of the parameters given d(loss)/d(logits) (masked entries must be 0)."""
+        """Gradients of the parameters given d(loss)/d(logits) (masked entries must be 0); the
+        gradient of ``forward``'s ``bias`` is under the key "bias"."""
         p = self.params
         grads: dict[str, np.ndarray] = {}
         h = cache["h"][-1]
         g = h.shape[0]
         dlogits = dlogits * (1 - cache["squashed"] ** 2)
+        grads["bias"] = dlogits
         grads["Wd"] = h.T @ dlogits
         grads["bd"] = dlogits.sum(axis=0)
         dsum = dlogits.sum(axis=0)

@@ -27,20 +27,28 @@ class Environment(Protocol):
 class TrainOptions:
     """REINFORCE settings. Reward is -sqrt(runtime / reference), the reference being the median
     feasible runtime of the first batch (scale-free across graphs); infeasible = ``infeasible_factor``
-    x reference. ``time_limit`` and ``patience`` (steps without a new best) end training early."""
+    x reference. ``time_limit`` and ``patience`` (steps without a new best) end training early;
+    ``restart_patience`` steps without a new best restart from a fresh policy (REINFORCE settles in a
+    local optimum within tens of steps; restarts spend the rest of the budget elsewhere). With
+    ``group_logits`` each graph also gets free per-group logits (``group_learning_rate``)."""
 
-    steps: int = 500
+    steps: int = 2000
     samples: int = 16
-    learning_rate: float = 0.01
+    learning_rate: float = 0.1
     baseline_decay: float = 0.9
-    entropy_weight: float = 0.02
+    entropy_weight: float = 0.1
     grad_clip: float = 1.0
     infeasible_factor: float = 10.0
     hidden: int = 32
     rounds: int = 2
+    logit_clip: float = 8.0
+    normalize: bool = False
+    group_logits: bool = True
+    group_learning_rate: float = 0.3
     seed: int = 0
-    time_limit: float = 100.0
+    time_limit: float = 90.0
     patience: int = 0
+    restart_patience: int = 40
 
 
 @dataclass
@@ -51,6 +59,7 @@ class TrainTask:
     grouping: Grouping
     env: Environment
     inp: GraphInput | None = None
+    bias: np.ndarray | None = None  # free per-group logits, trained with the policy (not transferred)
     reference: float = 0.0
     baseline: float | None = None
     best: float = float("inf")
@@ -69,13 +78,16 @@ class TrainResult:
     steps: int
     evaluations: int
     seconds: float
+    restarts: int = 0
 
 
 class Adam:
     """Adam over a dict of arrays, with global-norm gradient clipping."""
 
-    def __init__(self, params: dict[str, np.ndarray], lr: float, clip: float) -> None:
+    def __init__(self, params: dict[str, np.ndarray], lr: float, clip: float,
+                 lr_of: dict[str, float] | None = None) -> None:
         self.params, self.lr, self.clip, self.t = params, lr, clip, 0
+        self.lr_of = lr_of or {}
         self.m = {k: np.zeros_like(v) for k, v in params.items()}
         self.v = {k: np.zeros_like(v) for k, v in params.items()}
 
@@ -90,7 +102,7 @@ class Adam:
             self.v[k] = 0.999 * self.v[k] + 0.001 * g * g
             mhat = self.m[k] / (1 - 0.9 ** self.t)
             vhat = self.v[k] / (1 - 0.999 ** self.t)
-            self.params[k] -= self.lr * mhat / (np.sqrt(vhat) + 1e-8)
+            self.params[k] -= self.lr_of.get(k, self.lr) * mhat / (np.sqrt(vhat) + 1e-8)
 
 
 def graph_input(task: TrainTask, devices: int) -> GraphInput:
@@ -105,10 +117,25 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
     placement each task reached. ``progress(step, best seconds of task 0)`` is called every step."""
     opt = options or TrainOptions()
     rng = np.random.default_rng(opt.seed)
-    policy = policy or Policy.create(BASE_FEATURES + devices, devices, opt.hidden, opt.rounds, opt.seed)
-    adam = Adam(policy.params, opt.learning_rate, opt.grad_clip)
     for task in tasks:
         task.inp = task.inp or graph_input(task, devices)
+    restarts = 0
+
+    def fresh(given: Policy | None) -> tuple[Policy, Adam]:
+        """A new policy (or ``given``), zero group logits, reset baselines, and its optimizer."""
+        new = given or Policy.create(BASE_FEATURES + devices, devices, opt.hidden, opt.rounds, opt.seed + restarts,
+                                     opt.logit_clip)
+        trained = dict(new.params)
+        for t_index, task in enumerate(tasks):
+            task.baseline = None
+            if opt.group_logits:
+                task.bias = np.zeros((task.grouping.count, devices))
+                trained[f"bias{t_index}"] = task.bias
+        return new, Adam(trained, opt.learning_rate, opt.grad_clip,
+                         {k: opt.group_learning_rate for k in trained if k.startswith("bias")})
+
+    policy, adam = fresh(policy)
+    best_params = {k: v.copy() for k, v in policy.params.items()}
     started = time.perf_counter()
     curve: list[tuple[int, float, float]] = []
     evaluations = 0
@@ -118,7 +145,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
         grads: dict[str, np.ndarray] = {}
         improved = False
         for t_index, task in enumerate(tasks):
-            logp, cache = policy.forward(task.inp)
+            logp, cache = policy.forward(task.inp, task.bias)
             actions = _sample(np.exp(logp), opt.samples, rng)
             runtimes = np.empty(opt.samples)
             for s in range(opt.samples):
@@ -133,21 +160,34 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
             if task.baseline is None:
                 task.baseline = float(rewards.mean())
             advantages = rewards - task.baseline
+            if opt.normalize:
+                advantages = advantages / (rewards.std() + 1e-3)
             task.baseline = opt.baseline_decay * task.baseline + (1 - opt.baseline_decay) * float(rewards.mean())
             _, dlogits, _ = policy_gradient(logp, actions, advantages, task.inp.allowed, opt.entropy_weight)
             for k, g in policy.backward(task.inp, cache, dlogits).items():
-                grads[k] = grads.get(k, 0) + g / len(tasks)
+                if k == "bias":
+                    if task.bias is not None:
+                        grads[f"bias{t_index}"] = g
+                else:
+                    grads[k] = grads.get(k, 0) + g / len(tasks)
             if t_index == 0:
                 curve.append((step, float(np.median(runtimes)), task.best))
+        if improved:
+            best_params = {k: v.copy() for k, v in policy.params.items()}
         adam.step(grads)
         since_best = 0 if improved else since_best + 1
         if progress is not None:
             progress(step, tasks[0].best)
         if time.perf_counter() - started > opt.time_limit or (opt.patience and since_best >= opt.patience):
             break
+        if opt.restart_patience and since_best >= opt.restart_patience:
+            restarts += 1  # stuck in a local optimum: start a fresh policy, keep the best placements found
+            policy, adam = fresh(None)
+            since_best = 0
     plans = [t.grouping.expand(t.best_groups) if t.best_groups is not None else [] for t in tasks]
-    return TrainResult(policy, [t.best for t in tasks], plans, curve, step, evaluations,
-                       time.perf_counter() - started)
+    best_policy = Policy(best_params, policy.rounds, policy.clip)
+    return TrainResult(best_policy, [t.best for t in tasks], plans, curve, step, evaluations,
+                       time.perf_counter() - started, restarts)
 
 
 def _sample(probs: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:

@@ -254,6 +254,10 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
 
 def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_path: str,
                           options: OptimizeOptions, report: OptimizeReport, say: Callable[[str], None]) -> None:
+    if not options.verify and not options.measure:  # nothing to run in ORT (and no weights to load there)
+        save(optimized, out_path)
+        report.decision = "optimized"
+        return
     try:
         session_a, feeds, expected = _original_session(in_path, options)
     except OriginalNotRunnable as exc:

@@ -26,6 +26,7 @@ class ModelContext:
     template: onnx.ModelProto  # the source model with graph.node and graph.initializer emptied
     base_dir: str = ""
     path: str = ""
+    external_data: bool = False  # the source kept weights in external files (so its output does too)
 
     @property
     def opset(self) -> int:

@@ -250,7 +250,8 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
     template = _without_nodes(model)
     inputs = tuple(vi.name for vi in model.graph.input if vi.name not in constants)
     outputs = tuple(vi.name for vi in model.graph.output)
-    context = ModelContext(template, base_dir, path)
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    context = ModelContext(template, base_dir, path, external)
     return Graph(tuple(nodes), inputs, outputs, types, constants, context)
 
 

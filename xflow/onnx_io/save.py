@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import os
 import secrets
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,12 @@ from xflow.ops import OPS
 
 EXTERNAL_THRESHOLD = 1 << 30  # bytes of inline weights above which we write external data anyway
 MIN_EXTERNAL_TENSOR = 1024  # tensors smaller than this stay inline even in external-data models
+COPY_BUFFER = 8 << 20  # bytes: external data is copied through one buffer of this size
+
+# An initializer written straight from its source into the data file (its proto in the written model
+# is a placeholder without data): a new array, or an inline tensor of the source model. So the weights
+# are never copied into a second, serialized form in memory.
+Deferred = dict[str, "np.ndarray | onnx.TensorProto"]
 
 
 class _Encoder:
@@ -129,8 +136,11 @@ def _fresh_node_name(name: str, taken: set[str]) -> str:
     raise AssertionError("unreachable")
 
 
-def to_model_proto(graph: Graph, reuse_protos: bool = True) -> onnx.ModelProto:
-    """Build a ModelProto for the graph; initializers that live in external files stay references."""
+def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred | None = None) -> onnx.ModelProto:
+    """Build a ModelProto for the graph; initializers that live in external files stay references.
+
+    With ``deferred`` (a dict to fill), inline initializers of at least MIN_EXTERNAL_TENSOR bytes are
+    written as placeholders without data and their sources collected there, for the data file."""
     if graph.context is None:
         raise ValueError("graph has no model context (it was not loaded from ONNX)")
     model = onnx.ModelProto()
@@ -142,9 +152,9 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True) -> onnx.ModelProto:
         used.update(n.implicit)
     for name, const in graph.constants.items():
         if name in used:
-            model.graph.initializer.append(_tensor_proto(name, const))
+            model.graph.initializer.append(_tensor_proto(name, const, deferred))
     for name, array in new_constants.items():
-        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        model.graph.initializer.append(_tensor_proto(name, Constant.from_array(array), deferred))
     written = {t.name for t in model.graph.initializer}
     # Old IR versions list initializers among the inputs: drop the ones no longer written (they would
     # become required runtime inputs), and list new ones there (the checker requires it before IR 4).
@@ -164,7 +174,13 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True) -> onnx.ModelProto:
     return model
 
 
-def _tensor_proto(name: str, const: Constant) -> onnx.TensorProto:
+def _tensor_proto(name: str, const: Constant, deferred: Deferred | None = None) -> onnx.TensorProto:
+    if (deferred is not None and not const.is_external and const.type.dtype != onnx.TensorProto.STRING
+            and const.nbytes >= MIN_EXTERNAL_TENSOR):
+        placeholder = onnx.TensorProto(name=name, data_type=const.type.dtype)
+        placeholder.dims.extend(const.type.static_shape)
+        deferred[name] = const.array if const.array is not None else const.proto  # type: ignore[assignment]
+        return placeholder
     if const.proto is not None:
         if const.proto.name == name:
             return const.proto
@@ -187,14 +203,16 @@ class _Streamed:
 
 
 def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, location: str, force: bool,
-                 streamed: list[_Streamed]) -> bool:
+                 streamed: list[_Streamed], deferred: Deferred | None = None) -> bool:
     """Move weights into ``data_path`` (referred to as ``location`` in the model): original external
-    tensors are streamed from their files (never two copies in memory; listed in ``streamed``), large
-    inline ones written out. Returns True if any was written."""
+    tensors are streamed from their files (never two copies in memory; listed in ``streamed``),
+    ``deferred`` ones written from their arrays or source protos, large inline ones written out.
+    Returns True if any was written."""
     default_dir = graph.context.base_dir if graph.context else ""
     if not force and model.ByteSize() < EXTERNAL_THRESHOLD:
         return False
     wrote = False
+    buffer = memoryview(bytearray(COPY_BUFFER))  # one buffer for every streamed tensor
     with open(data_path, "wb") as out:
         for tensor in model.graph.initializer:
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -212,13 +230,16 @@ def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, location:
                     remaining = int(length) if length is not None else os.path.getsize(src) - offset
                     start = _align(out)
                     while remaining > 0:
-                        chunk = f.read(min(remaining, 64 << 20))
-                        if not chunk:
+                        got = f.readinto(buffer[:min(remaining, COPY_BUFFER)])
+                        if not got:
                             raise XflowError(src, "external data file is shorter than the model says")
-                        out.write(chunk)
-                        remaining -= len(chunk)
+                        out.write(buffer[:got])
+                        remaining -= got
                     size = out.tell() - start
                 streamed.append(_Streamed(const, src, base_dir, start, size))
+            elif deferred is not None and tensor.name in deferred:
+                start = _align(out)
+                size = _write_deferred(out, deferred[tensor.name])
             elif tensor.data_type == onnx.TensorProto.STRING:  # strings cannot be stored externally
                 continue
             else:
@@ -239,6 +260,21 @@ def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, location:
                 entry.key, entry.value = key, value
             wrote = True
     return wrote
+
+
+def _write_deferred(out, source: np.ndarray | onnx.TensorProto) -> int:  # noqa: ANN001 - binary file
+    """Write a deferred initializer's bytes (ONNX raw form: packed, little-endian); returns the count."""
+    if isinstance(source, onnx.TensorProto):
+        if source.HasField("raw_data"):
+            raw = source.raw_data  # one tensor's bytes at a time
+            out.write(raw)
+            return len(raw)
+        source = numpy_helper.to_array(source)  # typed fields (float_data, ...): their packed form
+    array = np.ascontiguousarray(source)
+    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and sys.byteorder == "big"):
+        array = array.astype(array.dtype.newbyteorder("<"))
+    out.write(memoryview(array.reshape(-1)).cast("B"))  # no copy of the array
+    return array.nbytes
 
 
 def _repoint_overwritten(streamed: list[_Streamed], data_path: str) -> None:
@@ -275,13 +311,19 @@ def save(graph: Graph, path: str, reuse_protos: bool = True, external_data: bool
     """Write the graph to ``path`` atomically (temp file + rename; nothing left on failure).
 
     Weights go to ``<path>.data`` when the source model kept them external, when ``external_data``
-    is True, or when they would exceed protobuf's size limit."""
-    model = to_model_proto(graph, reuse_protos)
-    has_external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-    write_model_atomically(model, graph, path, force_external=bool(external_data) or has_external)
+    is True, or when they add up to EXTERNAL_THRESHOLD bytes (well below protobuf's 2 GB limit). Then
+    no weight is copied into the model proto: external ones are streamed from their files through one
+    buffer, inline and new ones written from their source."""
+    external = bool(external_data) or (graph.context is not None and graph.context.external_data) or \
+        any(c.is_external for c in graph.constants.values()) or \
+        sum(c.nbytes for c in graph.constants.values()) >= EXTERNAL_THRESHOLD
+    deferred: Deferred | None = {} if external else None
+    model = to_model_proto(graph, reuse_protos, deferred)
+    write_model_atomically(model, graph, path, force_external=external, deferred=deferred)
 
 
-def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, force_external: bool) -> None:
+def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, force_external: bool,
+                           deferred: Deferred | None = None) -> None:
     """Serialize ``model`` next to ``path`` in temp files, then rename them into place."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(directory):
@@ -299,7 +341,7 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
         tmp_data = os.path.join(directory, f".{data_name}.{token}.xflow-tmp")
         with open(tmp_model, "xb"):
             pass
-        wrote_data = _externalize(model, graph, tmp_data, data_name, force_external, streamed)
+        wrote_data = _externalize(model, graph, tmp_data, data_name, force_external, streamed, deferred)
         with open(tmp_model, "wb") as f:
             f.write(model.SerializeToString())
         if wrote_data:

@@ -30,6 +30,7 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
             array = np.asarray(array, dtype=graph.types[name].np_dtype)
             values[name] = array
             constants[name] = Constant.from_array(array)
+        del arrays, results  # let the inputs go before the next node reads its own (large weights)
     if not constants:
         return graph
     return graph.with_nodes(kept, constants=constants)

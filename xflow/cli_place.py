@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import click
 
-from xflow.cli_common import check_writable, user_errors, write_json
+from xflow.cli_common import check_writable, fail, user_errors, write_json
 from xflow.errors import XflowError
 
 
@@ -265,6 +265,49 @@ def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_place
     if out_path:
         write_json(out_path, report)
         click.echo(f"wrote {out_path}")
+
+
+def place_option(func: Callable) -> Callable:
+    """``--place NAME|FILE`` for ``xflow optimize``: the topology is checked before anything runs, and
+    ``place_after_optimize`` plans the written model on it."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        from xflow.placement.topology import load_topology
+
+        if value is not None:
+            try:
+                load_topology(value)
+            except XflowError as exc:
+                fail(str(exc))
+        ctx.meta["xflow.place"] = value
+        return value
+
+    return click.option("--place", "place_topology", metavar="NAME|FILE", default=None, expose_value=False,
+                        callback=remember, help="Then plan device placement of OUT.onnx on this topology and "
+                        "write OUT.plan.json (see `xflow place`).")(func)
+
+
+def place_after_optimize(out_path: str, quiet: bool) -> None:
+    """Second stage of ``xflow optimize --place``: place the model just written, write ``OUT.plan.json``."""
+    from xflow.placement.place import PlaceOptions, place_graph
+    from xflow.placement.topology import load_topology
+
+    ctx = click.get_current_context()
+    spec = ctx.meta.get("xflow.place")
+    if not spec:
+        return
+    plan_path = f"{os.path.splitext(out_path)[0]}.plan.json"
+    check_writable(plan_path)
+    cost = _cost_model(ctx.params.get("cost_kind") or "analytic", ctx.params.get("cost_db"))
+    outcome = place_graph(_load_graph(out_path), load_topology(spec), PlaceOptions(), cost,
+                          os.path.basename(out_path), _progress(quiet))
+    if not quiet:
+        if sys.stderr.isatty():
+            click.echo("", err=True)
+        print_report(outcome.plan)
+    write_json(plan_path, outcome.plan.to_json())
+    if not quiet:
+        click.echo(f"  wrote {plan_path}")
 
 
 COMMANDS: list[click.Command] = [place, run, place_calibrate]

@@ -6,9 +6,10 @@ graphs have branches, shared inputs, values read by several nodes, constant weig
 subexpressions, and graph outputs that are also read inside the graph. Patterns the rules look for
 (parallel MatMuls/Convs on one input, Conv + Relu, Concat + Split) are drawn on purpose.
 
-Two families: ``dense`` (rank 2-3 activations: MatMul, Gemm, elementwise, Transpose, Concat, Split,
-Reshape) and ``conv`` (NCHW: Conv with groups and bias, pooling, BatchNormalization, Concat/Split on
-channels, elementwise). Every shape is computed here, so the declared output types are exact.
+Two families: ``dense`` (rank 2-3 activations in float32, float64 or float16: MatMul, Gemm,
+elementwise, Transpose, Concat, Split, Reshape) and ``conv`` (NCHW: Conv with groups and bias,
+pooling, BatchNormalization, Concat/Split on channels, elementwise). Every shape is computed here,
+so the declared output types are exact.
 """
 
 from __future__ import annotations
@@ -213,7 +214,8 @@ DENSE_STEPS = ("matmul", "gemm", "unary", "binary", "transpose", "concat", "resh
 @st.composite
 def dense_models(draw: st.DrawFn) -> onnx.ModelProto:
     """Random models over rank-2/3 activations."""
-    b = Builder(seed=draw(st.integers(0, 2**16)))
+    dtype = draw(st.sampled_from([TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16]))
+    b = Builder(dtype=dtype, seed=draw(st.integers(0, 2**16)))
     rank = draw(st.sampled_from([2, 3]))
     shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=rank, max_size=rank)))
     b.add_input(shape)

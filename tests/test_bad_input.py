@@ -279,6 +279,25 @@ def test_other_float_types_are_optimized(env, dtype):
     assert all(t.data_type == dtype for t in written.graph.initializer if t.name.startswith("xf_"))
 
 
+def test_input_random_values_cannot_fill_passes_through(env):
+    """A sequence input: the equivalence check has no inputs to run the rewritten model on, so the
+    original is written (and the run says why) rather than an unverified rewrite."""
+    work, rules = env
+    nodes, inits = cancel()
+    nodes.append(helper.make_node("SequenceLength", ["seq"], ["count"]))
+    seq = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, [2])
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, HIDDEN]), seq],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, HIDDEN]),
+                        helper.make_tensor_value_info("count", TensorProto.INT64, [])], inits)
+    src, out = work / "seq.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules)
+    written = assert_passes_through(result, src, out, before, work)
+    assert written.graph == model.graph
+    assert "random inputs cannot fill" in result.output and "copied through unchanged" in result.output
+
+
 def test_int8_quantized_model_passes_through(env):
     """Integer and quantized ops are outside the op table: the model is carried through unchanged."""
     work, rules = env

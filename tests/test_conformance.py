@@ -10,6 +10,8 @@ written) is allowed only where the model itself is the problem, never for a rewr
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import os
 import warnings
@@ -24,9 +26,10 @@ from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE, SP
 from tests.test_node_suite import run_ort, suite
 from xflow.errors import XflowError
 from xflow.pipeline import EquivalenceError, OptimizeOptions, optimize_file
-from xflow.rules import default_rules_path
+from xflow.rules import default_rules_path, load_rules
 
 pytestmark = pytest.mark.slow
+PIPELINE = importlib.import_module("xflow.pipeline")
 
 MIN_CASES = 1000
 
@@ -113,7 +116,8 @@ def run_case(case: Any, expected: list[Any], rtol: float, atol: float, rules: st
     return outcome
 
 
-def test_optimize_keeps_every_node_suite_case_passing(tmp_path):
+def test_optimize_keeps_every_node_suite_case_passing(tmp_path, monkeypatch):
+    monkeypatch.setattr(PIPELINE, "load_rules", functools.cache(load_rules))  # parsed once, not per case
     cases, counts = suite()
     expected = suite_expected()
     rules = rules_file(str(tmp_path))

@@ -85,8 +85,7 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     topo = load_topology(args.transfer_topology)
     costs = cost_model(args.cost)
     graphs = {n: graph_from_model(zoo.build(n, small=args.small)) for n in train_names}
-    train_opts = TrainOptions(time_limit=args.transfer_train_seconds, seed=args.seed, group_logits=False,
-                              restart_patience=0, learning_rate=0.01, entropy_weight=0.02, logit_clip=3.0)
+    train_opts = TrainOptions(time_limit=args.transfer_train_seconds, seed=args.seed)  # see transfer_options
     started = time.perf_counter()
     policy, _ = train_across(graphs, topo, PlaceOptions(train=train_opts), costs)
     train_seconds = time.perf_counter() - started

@@ -6,6 +6,8 @@ import glob
 import os
 import sys
 from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
 import click
 
@@ -93,9 +95,11 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
               help="Built-in topology (cpu, cpu+cuda, 4xgpu-pcie, 2xgpu-memcap, 8xgpu-nvlink) or a JSON file.")
 @click.option("--env", type=click.Choice(["sim", "real"]), default="sim", show_default=True,
               help="Plan in the simulator or by running placements for real (executor).")
-@click.option("--steps", type=int, default=500, show_default=True, help="REINFORCE steps (batches).")
+@click.option("--steps", type=int, default=100_000, show_default=True,
+              help="Most REINFORCE steps (batches); --time-limit usually ends training first.")
 @click.option("--samples", type=int, default=16, show_default=True, help="Placements sampled per step.")
-@click.option("--time-limit", type=float, default=100.0, show_default=True, help="Training time limit (s).")
+@click.option("--time-limit", type=float, default=60.0, show_default=True,
+              help="Training time limit (s); the improvement pass adds at most 30 s.")
 @click.option("--max-groups", type=int, default=128, show_default=True, help="Cap on co-location groups.")
 @click.option("--improve/--no-improve", default=True, show_default=True,
               help="Placeto-style iterative improvement of the RL result.")
@@ -268,8 +272,19 @@ def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_place
 
 
 def place_option(func: Callable) -> Callable:
-    """``--place NAME|FILE`` for ``xflow optimize``: the topology is checked before anything runs, and
-    ``place_after_optimize`` plans the written model on it."""
+    """Decorator adding ``--place NAME|FILE`` to ``xflow optimize`` (above its ``user_errors``): the
+    topology is checked before anything runs; after OUT.onnx is written, it is placed there."""
+
+    @wraps(func)
+    def optimize_then_place(*args: Any, **kwargs: Any) -> Any:
+        result = func(*args, **kwargs)
+        user_errors(place_after_optimize)(kwargs["out_path"], kwargs.get("quiet", False))
+        return result
+
+    return _place_flag(optimize_then_place)
+
+
+def _place_flag(func: Callable) -> Callable:
 
     def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
         from xflow.placement.topology import load_topology

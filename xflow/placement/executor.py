@@ -34,7 +34,6 @@ def segment_order(problem: Problem, plan: Sequence[int]) -> list[int]:
     """A topological order of the nodes that stays on one device as long as it can, so segments are few.
     Any topological order cut at device changes gives segments without cycles between them."""
     pending = [len(ins) for ins in problem.inputs_of]
-    producers_done: set[int] = set()
     ready: set[int] = {u for u in range(problem.size) if pending[u] == 0}
     for t in problem.tensors:  # graph inputs are available from the start
         if t.producer < 0:
@@ -50,7 +49,6 @@ def segment_order(problem: Problem, plan: Sequence[int]) -> list[int]:
         current = plan[u]
         ready.discard(u)
         order.append(u)
-        producers_done.add(u)
         for t in problem.outputs_of[u]:
             for c in problem.tensors[t].consumers:
                 pending[c] -= 1
@@ -87,9 +85,10 @@ def make_segments(problem: Problem, plan: Sequence[int]) -> list[Segment]:
                 tensor = problem.tensors[t]
                 if tensor.is_output or any(segment_of[c] != i for c in tensor.consumers):
                     outputs[tensor.name] = None
+        member_nodes = {id(graph.nodes[u]) for u in run}
         for u in run:  # values that subgraphs capture are inputs too
             for name in graph.nodes[u].implicit:
-                if name not in graph.constants and graph.producers.get(name) not in {graph.nodes[m] for m in run}:
+                if name not in graph.constants and id(graph.producers.get(name)) not in member_nodes:
                     inputs[name] = None
         segments.append(Segment(plan[run[0]], tuple(run), tuple(inputs), tuple(outputs)))
     return segments

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -114,7 +114,8 @@ def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None =
 def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOptions | None = None,
                  cost_model: CostModel | None = None,
                  progress: Callable[[int, float], None] | None = None) -> tuple[Policy, dict[str, float]]:
-    """Train one policy on several graphs at once (GO-style); returns it and each graph's best seconds."""
+    """Train one policy on several graphs at once (GO-style); returns it and each graph's best seconds.
+    Only the shared network is trained (no per-graph logits, no restarts), gently (``transfer_options``)."""
     opts = options or PlaceOptions()
     tasks = []
     for name, graph in graphs.items():
@@ -122,8 +123,15 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
         grouping = make_groups(problem, topology, opts.max_groups)
         env, _ = make_env(problem, topology, opts)
         tasks.append(TrainTask(problem, grouping, env))
-    result = train(tasks, len(topology.devices), opts.train, progress=progress)
+    result = train(tasks, len(topology.devices), transfer_options(opts.train), progress=progress)
     return result.policy, dict(zip(graphs, result.best_seconds, strict=True))
+
+
+def transfer_options(base: TrainOptions) -> TrainOptions:
+    """Settings for a policy meant to transfer: no per-graph logits or restarts, a small learning rate and
+    logit clip so the shared network does not collapse onto one graph's optimum."""
+    return replace(base, group_logits=False, restart_patience=0, learning_rate=0.01, entropy_weight=0.02,
+                   logit_clip=3.0, normalize=False)
 
 
 def training_curve_png(curve: list[tuple[int, float, float]], path: str, title: str = "") -> None:

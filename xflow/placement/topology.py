@@ -14,7 +14,8 @@ DEVICE_KINDS = ("cpu", "cuda")
 @dataclass(frozen=True)
 class Device:
     """One device. ``memory`` is bytes (0 = unlimited) or, when ``memory_fraction`` is set, that
-    fraction of the placed model's footprint (so one built-in can force a split on every model).
+    fraction of the placed model's peak memory on one device (so one built-in can force a split on
+    every model).
     ``speed`` divides the cost model's node times; ``op_speed`` overrides it per op; ``overhead`` is
     seconds added to every node run there (kernel launch); ``threads`` is for CPU devices in the
     executor; ``unsupported`` lists ops (IR op names or ONNX types) the device cannot run."""
@@ -30,7 +31,7 @@ class Device:
     unsupported: frozenset[str] = frozenset()
 
     def capacity(self, footprint: float) -> float:
-        """Memory capacity in bytes for a model whose whole footprint is ``footprint`` (inf = none)."""
+        """Memory capacity in bytes for a model that needs ``footprint`` bytes on one device (inf = none)."""
         if self.memory_fraction > 0:
             return self.memory_fraction * footprint
         return self.memory if self.memory > 0 else float("inf")
@@ -162,8 +163,8 @@ def _gpus(count: int, name: str, bandwidth: float, latency: float, **device: obj
 
 
 BUILTINS: dict[str, dict] = {
-    # This machine: its cores split into two CPU "devices" with one thread each; moving a tensor between
-    # them is an in-process copy.
+    # This machine: its cores split between two CPU "devices" (half the cores each); moving a tensor
+    # between them is an in-process hand-over.
     "cpu": {"name": "cpu", "devices": [{"name": "cpu0", "kind": "cpu", "threads": 1},
                                         {"name": "cpu1", "kind": "cpu", "threads": 1}],
             "default_link": {"latency": 2e-5, "bandwidth": 5e9}},
@@ -172,11 +173,14 @@ BUILTINS: dict[str, dict] = {
                                                    "overhead": 1e-5}],
                  "default_link": {"latency": 1e-5, "bandwidth": 1.2e10}},
     "4xgpu-pcie": _gpus(4, "4xgpu-pcie", bandwidth=1.2e10, latency=1e-5),
-    # Each GPU holds only 60% of the model's footprint (weights + activations): one GPU cannot hold it.
+    # Each GPU holds only 60% of the model's single-device peak (weights + live activations): one GPU
+    # cannot hold the model, a split is required.
     "2xgpu-memcap": _gpus(2, "2xgpu-memcap", bandwidth=1.2e10, latency=1e-5, memory_fraction=0.6),
     "8xgpu-nvlink": _gpus(8, "8xgpu-nvlink", bandwidth=1.5e11, latency=3e-6),
 }
 BUILTINS["cpu+cuda"]["devices"][0]["threads"] = os.cpu_count() or 1
+for _device in BUILTINS["cpu"]["devices"]:
+    _device["threads"] = max(1, (os.cpu_count() or 2) // 2)
 
 
 def load_topology(spec: str) -> Topology:

@@ -27,26 +27,28 @@ class Environment(Protocol):
 class TrainOptions:
     """REINFORCE settings. Reward is -sqrt(runtime / reference), the reference being the median
     feasible runtime of the first batch (scale-free across graphs); infeasible = ``infeasible_factor``
-    x reference. ``time_limit`` and ``patience`` (steps without a new best) end training early;
+    x reference; with ``normalize`` advantages are divided by the batch's reward spread (late in training
+    the spread is small, and the entropy bonus would otherwise drown the signal). ``time_limit`` and
+    ``patience`` (steps without a new best) end training early;
     ``restart_patience`` steps without a new best restart from a fresh policy (REINFORCE settles in a
     local optimum within tens of steps; restarts spend the rest of the budget elsewhere). With
     ``group_logits`` each graph also gets free per-group logits (``group_learning_rate``)."""
 
-    steps: int = 2000
+    steps: int = 100_000
     samples: int = 16
-    learning_rate: float = 0.1
+    learning_rate: float = 0.03
     baseline_decay: float = 0.9
-    entropy_weight: float = 0.1
+    entropy_weight: float = 0.01
     grad_clip: float = 1.0
     infeasible_factor: float = 10.0
     hidden: int = 32
     rounds: int = 2
     logit_clip: float = 8.0
-    normalize: bool = False
+    normalize: bool = True
     group_logits: bool = True
     group_learning_rate: float = 0.3
     seed: int = 0
-    time_limit: float = 90.0
+    time_limit: float = 60.0
     patience: int = 0
     restart_patience: int = 40
 

@@ -122,3 +122,16 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, models):
     assert invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--steps", "2",
                   "--no-improve", "--out", good, "-q").exit_code == 0
     assert "does not match the model" in bad(tmp_path, "run", models["squeezenet"], "--plan", good)
+
+
+def test_optimize_then_place(tmp_path, models):
+    out = str(tmp_path / "opt.onnx")
+    result = invoke("optimize", models["branches"], out, "--cost", "analytic", "--budget", "5",
+                    "--keep-if-slower", "--place", "4xgpu-pcie", "--place-time-limit", "2")
+    assert result.exit_code == 0, result.output
+    plan = json.loads(open(str(tmp_path / "opt.plan.json")).read())
+    assert plan["topology"]["name"] == "4xgpu-pcie" and "m-etf" in plan["baselines"]
+    bad_topology = invoke("optimize", models["branches"], str(tmp_path / "other.onnx"), "--cost", "analytic",
+                          "--place", "9xtpu")
+    assert bad_topology.exit_code == 2 and "9xtpu" in bad_topology.output
+    assert not os.path.exists(str(tmp_path / "other.onnx"))

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from xflow.cli_common import check_writable, user_errors, write_json
+from xflow.cli_place import place_option
 from xflow.errors import XflowError
 
 
@@ -52,6 +53,7 @@ def main() -> None:
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+@place_option
 @user_errors
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, time_limit: float,
              memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str, threads: int | None,

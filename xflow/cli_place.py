@@ -297,6 +297,12 @@ def _place_flag(func: Callable) -> Callable:
         ctx.meta["xflow.place"] = value
         return value
 
+    def remember_limit(ctx: click.Context, _param: click.Parameter, value: float) -> float:
+        ctx.meta["xflow.place_time_limit"] = value
+        return value
+
+    func = click.option("--place-time-limit", type=float, default=60.0, show_default=True, expose_value=False,
+                        callback=remember_limit, help="Training time limit of --place (s).")(func)
     return click.option("--place", "place_topology", metavar="NAME|FILE", default=None, expose_value=False,
                         callback=remember, help="Then plan device placement of OUT.onnx on this topology and "
                         "write OUT.plan.json (see `xflow place`).")(func)
@@ -306,6 +312,7 @@ def place_after_optimize(out_path: str, quiet: bool) -> None:
     """Second stage of ``xflow optimize --place``: place the model just written, write ``OUT.plan.json``."""
     from xflow.placement.place import PlaceOptions, place_graph
     from xflow.placement.topology import load_topology
+    from xflow.placement.train import TrainOptions
 
     ctx = click.get_current_context()
     spec = ctx.meta.get("xflow.place")
@@ -314,8 +321,9 @@ def place_after_optimize(out_path: str, quiet: bool) -> None:
     plan_path = f"{os.path.splitext(out_path)[0]}.plan.json"
     check_writable(plan_path)
     cost = _cost_model(ctx.params.get("cost_kind") or "analytic", ctx.params.get("cost_db"))
-    outcome = place_graph(_load_graph(out_path), load_topology(spec), PlaceOptions(), cost,
-                          os.path.basename(out_path), _progress(quiet))
+    options = PlaceOptions(train=TrainOptions(time_limit=ctx.meta.get("xflow.place_time_limit", 60.0)))
+    outcome = place_graph(_load_graph(out_path), load_topology(spec), options, cost, os.path.basename(out_path),
+                          _progress(quiet))
     if not quiet:
         if sys.stderr.isatty():
             click.echo("", err=True)

@@ -224,7 +224,10 @@ def dense_models(draw: st.DrawFn) -> onnx.ModelProto:
     steps = {"matmul": _matmul, "gemm": _gemm, "unary": _unary, "binary": _binary, "transpose": _transpose,
              "concat": lambda d, bb: _concat_split(d, bb, -1 if d(st.integers(0, 3)) else 0),
              "reshape": _reshape, "opaque": _opaque}
-    for step in draw(st.lists(st.sampled_from(DENSE_STEPS), min_size=1, max_size=8)):
+    # ONNX Runtime 1.31.1 segfaults building a session (ORT_ENABLE_ALL) for a float16 Transpose feeding a
+    # MatMul (tests/test_fuzz.py keeps the reduced model): no float16 Transposes, or the whole run dies.
+    allowed = [s for s in DENSE_STEPS if not (dtype == TensorProto.FLOAT16 and s == "transpose")]
+    for step in draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=8)):
         steps[step](draw, b)
     extra = draw(st.lists(st.sampled_from(b.activations), max_size=2))
     return b.model(extra)

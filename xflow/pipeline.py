@@ -107,7 +107,9 @@ def tolerance(dtype: np.dtype) -> tuple[float, float]:
     if dtype == np.float32:
         return 1e-3, 1e-4
     if dtype == np.float64:
-        return 1e-9, 1e-10
+        # Not tighter: ORT itself computes some double models with float32 constants (it fuses a scalar
+        # Mul into FusedMatMul with a float32 alpha), so one side may be off by float32 rounding (~6e-8).
+        return 1e-6, 1e-9
     return 0.0, 0.0
 
 

@@ -141,3 +141,30 @@ def test_peak_memory_holds_weights_at_most_once(tmp_path, rules, merge):
     assert result["growth_mb"] < (2.6 * weights_mb if merge else 16), result
     assert os.path.getsize(str(out) + ".data") == 3 * n * n * 4
     same_outputs(src, out, n)
+
+
+def test_shape_tensors_stay_inline_in_external_data_models(tmp_path, rules):
+    """A Split into 200 pieces has 1.6 KB of sizes: written to external data (as every tensor of at
+    least 1 KB used to be), neither shape inference nor ONNX Runtime could read it. 1-D integer
+    tensors stay in the model."""
+    pieces = 200
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Split", ["h", "sizes"], [f"p{i}" for i in range(pieces)], axis=1)]
+    inits = [numpy_helper.from_array(np.ones((pieces, pieces), np.float32), "w"),
+             numpy_helper.from_array(np.ones(pieces, np.int64), "sizes")]
+    outputs = [helper.make_tensor_value_info(f"p{i}", TensorProto.FLOAT, [1, 1]) for i in range(pieces)]
+    graph = helper.make_graph(nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, pieces])],
+                              outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(model, src)  # inline; the output is made external below
+    graph_ir = load(str(src))
+    SAVE_MODULE.save(graph_ir, str(out), external_data=True)
+    written = onnx.load(str(out), load_external_data=False)
+    external = {t.name for t in written.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    assert external == {"w"}
+    x = np.random.default_rng(0).standard_normal((1, pieces)).astype(np.float32)
+    for p, q in zip(ort.InferenceSession(str(src)).run(None, {"x": x}),
+                    ort.InferenceSession(str(out)).run(None, {"x": x}), strict=True):
+        np.testing.assert_array_equal(p, q)

@@ -174,8 +174,20 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
     return model
 
 
+_SHAPE_LIKE = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+
+
+def may_externalize(data_type: int, dims) -> bool:  # noqa: ANN001 - any sequence of ints
+    """Whether a tensor may go to external data: not strings (ONNX cannot store them there), and not
+    1-D integer tensors, which are shapes, sizes, axes or pads that shape inference and ONNX Runtime
+    must read from the model itself (they refuse external ones)."""
+    if data_type == onnx.TensorProto.STRING:
+        return False
+    return not (data_type in _SHAPE_LIKE and dims is not None and len(dims) <= 1)
+
+
 def _tensor_proto(name: str, const: Constant, deferred: Deferred | None = None) -> onnx.TensorProto:
-    if (deferred is not None and not const.is_external and const.type.dtype != onnx.TensorProto.STRING
+    if (deferred is not None and not const.is_external and may_externalize(const.type.dtype, const.type.shape)
             and const.nbytes >= MIN_EXTERNAL_TENSOR):
         placeholder = onnx.TensorProto(name=name, data_type=const.type.dtype)
         placeholder.dims.extend(const.type.static_shape)
@@ -240,7 +252,7 @@ def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, location:
             elif deferred is not None and tensor.name in deferred:
                 start = _align(out)
                 size = _write_deferred(out, deferred[tensor.name])
-            elif tensor.data_type == onnx.TensorProto.STRING:  # strings cannot be stored externally
+            elif not may_externalize(tensor.data_type, tensor.dims):
                 continue
             else:
                 if not tensor.HasField("raw_data"):  # typed fields: their raw (packed, little-endian) form

@@ -7,8 +7,9 @@ graph's outputs are the op outputs no later op consumes (a graph of no op output
 Pruning while enumerating (TASO's generator): an op applies only where the op table's shape rule accepts
 the operand shapes; commutative operands come in index order; within an input family ``x1`` is used
 before ``x2``; two independent neighbouring ops come in key order; an op identical to one already in the
-graph is skipped; a graph whose new tensor equals (by fingerprint) one it already has is reported but not
-extended. Operands are typed as in TASO (``roles_ok``). The walk is depth-first and streams graphs:
+graph is skipped; an image shrunk below ``MIN_SPATIAL`` ends the graph; a graph whose new tensor equals
+(by fingerprint) one it already has is reported but not extended; the last op must connect every part of
+the graph. Operands are typed as in TASO (``roles_ok``). The walk is depth-first and streams graphs:
 nothing but the current path is kept.
 """
 
@@ -152,6 +153,19 @@ class Visit:
     outputs: tuple[int, ...]
     output_fps: tuple[int, ...]
     inputs_used: frozenset[int]
+    code: bytes = b""  # compact form: 3 bytes per op (application key, operands, NO_OPERAND padding)
+
+
+#: Images whose height or width shrinks below this are degenerate: on 1x1 or 2x2 maps stride 1 and 2 (or a
+#: pool and the identity) coincide, so identities found there are artifacts of the small enumeration shapes.
+MIN_SPATIAL = 3
+NO_OPERAND = 255
+INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
+
+
+def op_code(key: int, operands: tuple[int, ...]) -> bytes:
+    """The 3-byte code of one op application."""
+    return bytes((key, *operands, *([NO_OPERAND] * (2 - len(operands)))))
 
 
 def _family_prev() -> list[int | None]:
@@ -181,6 +195,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     weight: list[bool] = list(WEIGHT_INPUT)
     consumers: list[int] = [0] * n_in
     graph: list[Op] = []
+    codes: list[bytes] = []
     op_keys: list[tuple[int, tuple[int, ...]]] = []
     producers: list[int] = []  # per op: first output tensor index
     used = [0] * n_in
@@ -201,17 +216,68 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             resolve_cache[key] = result
         return resolve_cache[key]
 
-    def operand_tuples(k: int) -> Iterator[tuple[int, ...]]:
+    def operand_tuples(op: str, components: list[set[int]] | None) -> Iterator[tuple[int, ...]]:
+        # Only operand tuples the op's typing can accept (TASO's roles, see ``roles_ok``), from a shape index,
+        # so the walk does not loop over every pair of tensors. With ``components`` (the last op), only tuples
+        # touching every component.
+        k = arity(op)
         n = len(shapes)
         if k == 0:
-            yield ()
-        elif k == 1:
-            for a in range(n):
+            if components is None:
+                yield ()
+            return
+        if components is not None and len(components) > k:
+            return
+        if k == 1:
+            for a in (components[0] if components is not None else range(n)):
                 yield (a,)
+            return
+        if op in ("add", "mul", "concat"):
+            firsts = range(n)
+            seconds = {a: [b for b in range(n) if shapes[b] == shapes[a]] if op != "concat"
+                       else [b for b in range(n) if len(shapes[b]) == len(shapes[a])] for a in firsts}
+        elif op == "smul":
+            scalars = [t for t in range(n) if shapes[t] == ()]
+            firsts = [t for t in range(n) if shapes[t] != ()]
+            seconds = dict.fromkeys(firsts, scalars)
+        elif op == "conv":
+            firsts = [t for t in range(n) if len(shapes[t]) == 4 and not weight[t]]
+            kernels = [t for t in range(n) if len(shapes[t]) == 4 and weight[t]]
+            seconds = dict.fromkeys(firsts, kernels)
+        elif op == "matmul":
+            firsts = [t for t in range(n) if len(shapes[t]) >= 2]
+            seconds = {a: [b for b in firsts if shapes[b][-2] == shapes[a][-1]] for a in firsts}
         else:
-            for a in range(n):
-                for b in range(n):
+            firsts = range(n)
+            seconds = dict.fromkeys(firsts, list(range(n)))
+        for a in firsts:
+            for b in seconds[a]:
+                if components is None or all(a in c or b in c for c in components):
                     yield (a, b)
+
+    def component_tensors() -> list[set[int]]:
+        """Per connected component of the current ops (joined by shared tensors): the tensors it touches."""
+        parent = list(range(len(graph)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        toucher: dict[int, int] = {}
+        for i, (op, attrs, operands) in enumerate(graph):
+            first = producers[i]
+            touched = list(operands) + list(range(first, first + OPS[op].num_outputs(attrs)))
+            for t in touched:
+                if t in toucher:
+                    parent[find(i)] = find(toucher[t])
+                else:
+                    toucher[t] = i
+        groups: dict[int, set[int]] = {}
+        for t, i in toucher.items():
+            groups.setdefault(find(i), set()).add(t)
+        return list(groups.values())
 
     def input_order_ok(operands: tuple[int, ...]) -> bool:
         seen = set()
@@ -237,11 +303,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         return True
 
     def walk(depth: int) -> Iterator[Visit]:
+        # The last op must join every component: a graph of independent parts only yields rules that are
+        # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
+        components = component_tensors() if depth == max_ops - 1 and graph else None
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
             entry = OPS[app.op]
-            for operands in operand_tuples(arity(app.op)):
+            for operands in operand_tuples(app.op, components):
                 if entry.commutative and operands[0] > operands[1]:
                     continue
                 key = (app.key, operands)
@@ -260,6 +329,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 if res is None:
                     continue
                 attrs, out_shapes = res
+                is_w = all(weight[t] for t in operands)
+                if not is_w and any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes):
+                    continue
                 with np.errstate(over="ignore"):
                     outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
                 st["applications"] = st.get("applications", 0) + 1
@@ -268,7 +340,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
                 # apply
                 first = len(shapes)
-                is_w = all(weight[t] for t in operands)
                 for o, s, f in zip(outs, out_shapes, new_fps, strict=True):
                     shapes.append(tuple(s))
                     values.append(o)
@@ -280,13 +351,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                     if t < n_in:
                         used[t] += 1
                 graph.append((app.op, attrs, operands))
+                codes.append(op_code(app.key, operands))
                 op_keys.append(key)
                 producers.append(first)
                 outputs = tuple(t for t in range(n_in, len(shapes)) if consumers[t] == 0)
                 out_fps = tuple(fps[t] for t in outputs)
                 counter[0] += 1
                 yield Visit(tuple(graph), graph_fp(list(out_fps)), outputs, out_fps,
-                            frozenset(i for i in range(n_in) if used[i]))
+                            frozenset(i for i in range(n_in) if used[i]), b"".join(codes))
                 if duplicate:
                     st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
                 elif depth + 1 < max_ops:
@@ -295,6 +367,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 producers.pop()
                 op_keys.pop()
                 graph.pop()
+                codes.pop()
                 for t in operands:
                     consumers[t] -= 1
                     if t < n_in:
@@ -318,4 +391,5 @@ def _input_sets(fps: list[int]) -> Iterator[Visit]:
             if any(FAMILY_PREV[t] is not None and FAMILY_PREV[t] not in chosen for t in combo):
                 continue
             out_fps = tuple(fps[t] for t in combo)
-            yield Visit((), graph_fp(list(out_fps)), combo, out_fps, frozenset(combo))
+            yield Visit((), graph_fp(list(out_fps)), combo, out_fps, frozenset(combo),
+                        b"".join(op_code(INPUT_SET, (t,)) for t in combo))

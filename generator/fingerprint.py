@@ -11,10 +11,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Any
 
 import numpy as np
 
-from generator.enumerate import INPUTS, Graph, IntEvaluator, Visit, tensor_fp
+from generator.enumerate import (
+    APPLICATIONS,
+    INPUT_SET,
+    INPUTS,
+    NO_OPERAND,
+    Graph,
+    IntEvaluator,
+    Visit,
+    resolve,
+    tensor_fp,
+)
 from xflow.ops import OPS
 
 N_IN = len(INPUTS)
@@ -79,34 +90,122 @@ def canonical_text(entry: Entry, names: Sequence[str] = INPUT_NAMES) -> str:
     return " ; ".join(sorted(texts[t] for t in entry.outputs))
 
 
-class Buckets:
-    """Graphs grouped by fingerprint (only compact tuples are kept)."""
+CODE_WIDTH = 12  # bytes per graph code: up to 4 ops of 3 bytes (see ``enumerate.op_code``)
 
-    def __init__(self) -> None:
-        self.by_fp: dict[int, list[Entry]] = {}
+
+def padded_code(code: bytes) -> bytes:
+    """A graph code padded to ``CODE_WIDTH`` bytes."""
+    return code + bytes([NO_OPERAND] * (CODE_WIDTH - len(code)))
+
+
+MAX_OUTPUTS = 8  # output fingerprints kept per enumerated graph
+
+
+def decode(code: bytes, output_fps: Sequence[int]) -> Entry:
+    """Rebuild the enumerated graph of a code (replaying the op table's shape rules; no evaluation)."""
+    shapes = [shape for _, _, _, shape in INPUTS]
+    graph: list[tuple[str, Any, tuple[int, ...]]] = []
+    consumed: set[int] = set()
+    chosen: list[int] = []
+    for i in range(0, len(code), 3):
+        key, a, b = code[i], code[i + 1], code[i + 2]
+        if key == NO_OPERAND:
+            break
+        if key == INPUT_SET:
+            chosen.append(a)
+            continue
+        app = APPLICATIONS[key]
+        operands = tuple(t for t in (a, b) if t != NO_OPERAND)
+        in_shapes = tuple(shapes[t] for t in operands)
+        attrs = resolve(app.op, app.params, in_shapes)
+        if attrs is None:
+            raise ValueError(f"code {code.hex()} does not replay")
+        shapes.extend(tuple(s) for s in OPS[app.op].infer(in_shapes, attrs))
+        consumed.update(operands)
+        graph.append((app.op, attrs, operands))
+    if chosen:
+        outputs = tuple(chosen)
+        used = frozenset(chosen)
+    else:
+        outputs = tuple(t for t in range(N_IN, len(shapes)) if t not in consumed)
+        used = frozenset(t for t in consumed if t < N_IN)
+    return Entry(tuple(graph), outputs, tuple(int(f) for f in output_fps[:len(outputs)]), used)
+
+
+class Buckets:
+    """Enumerated graphs as compact (fingerprint, code) arrays; only colliding fingerprints are decoded."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
         self.graphs = 0
+        self._fps: list[np.ndarray] = []
+        self._codes: list[np.ndarray] = []
+        self._outs: list[np.ndarray] = []
+        self._pending: list[Visit] = []
 
     def add(self, visit: Visit) -> None:
         self.graphs += 1
         if not visit.inputs_used:
             return  # graphs of constants only cannot become rules
-        self.by_fp.setdefault(visit.fingerprint, []).append(
-            Entry(visit.graph, visit.outputs, visit.output_fps, visit.inputs_used))
+        self._pending.append(visit)
 
     def extend(self, visits: Iterable[Visit]) -> Buckets:
         for v in visits:
             self.add(v)
         return self
 
+    def add_arrays(self, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], graphs: int) -> None:
+        """Add a worker's arrays (see ``pack``)."""
+        self._fps.append(arrays[0])
+        self._codes.append(arrays[1])
+        self._outs.append(arrays[2])
+        self.graphs += graphs
 
-def candidate_pairs(buckets: Buckets) -> tuple[int, list[Pair]]:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All (fingerprints, codes, output fingerprints) kept so far."""
+        fps, codes, outs = pack(self._pending)
+        return (np.concatenate([*self._fps, fps]), np.concatenate([*self._codes, codes]),
+                np.concatenate([*self._outs, outs]))
+
+    @property
+    def by_fp(self) -> dict[int, list[Entry]]:
+        """Fingerprint -> entries, for the fingerprints shared by two or more graphs (deterministic order)."""
+        fps, codes, outs = self.arrays()
+        order = np.lexsort((*codes.T[::-1], fps))
+        fps, codes, outs = fps[order], codes[order], outs[order]
+        starts = np.flatnonzero(np.r_[True, fps[1:] != fps[:-1]])
+        sizes = np.diff(np.r_[starts, len(fps)])
+        out: dict[int, list[Entry]] = {}
+        for start, size in zip(starts[sizes > 1], sizes[sizes > 1], strict=True):
+            entries = [decode(bytes(codes[i]), outs[i]) for i in range(start, start + size)]
+            out[int(fps[start])] = sorted(entries, key=lambda e: repr(e.graph))
+        return out
+
+
+def pack(visits: Sequence[Visit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fingerprints, padded codes and output fingerprints of visits as numpy arrays (compact to keep and to
+    send between processes)."""
+    n = len(visits)
+    outs = np.zeros((n, MAX_OUTPUTS), dtype=np.uint64)
+    for i, v in enumerate(visits):
+        if len(v.output_fps) > MAX_OUTPUTS:
+            raise ValueError(f"graph with {len(v.output_fps)} outputs; at most {MAX_OUTPUTS} are kept")
+        outs[i, :len(v.output_fps)] = v.output_fps
+    return (np.fromiter((v.fingerprint for v in visits), dtype=np.uint64, count=n),
+            np.frombuffer(b"".join(padded_code(v.code) for v in visits), dtype=np.uint8).reshape(n, CODE_WIDTH),
+            outs)
+
+
+def candidate_pairs(buckets: Buckets, star: bool = False) -> tuple[int, list[Pair]]:
     """(number of raw candidate pairs, pairs of distinct graphs): all pairs of a bucket over the same inputs.
     Graphs with equal canonical text (the same graph in another op order) count as candidates but are
-    trivial and not returned."""
+    trivial and not returned. With ``star``, each graph pairs only with the bucket's smallest graph: rules
+    are emitted in both directions, so any other pair of the bucket is two rewrites through that graph."""
     raw = 0
     pairs: list[Pair] = []
-    for fp in sorted(buckets.by_fp):
-        bucket = buckets.by_fp[fp]
+    by_fp = buckets.by_fp
+    for fp in sorted(by_fp):
+        bucket = by_fp[fp]
         if len(bucket) < 2:
             continue
         groups: dict[frozenset[int], list[Entry]] = {}
@@ -118,6 +217,9 @@ def candidate_pairs(buckets: Buckets) -> tuple[int, list[Pair]]:
             for e in group:
                 distinct.setdefault(canonical_text(e), e)
             ordered = sorted(distinct.items(), key=lambda kv: (len(kv[1].graph), kv[0]))
+            if star:
+                pairs.extend(Pair(big, ordered[0][1], fp) for _, big in ordered[1:])
+                continue
             for (_, small), (_, big) in combinations(ordered, 2):
                 pairs.append(Pair(big, small, fp))
     return raw, pairs

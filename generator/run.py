@@ -13,12 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from generator.enumerate import APPLICATIONS, Visit, enumerate_graphs
-from generator.fingerprint import Buckets, FloatChecker, candidate_pairs
+import numpy as np
+
+from generator.enumerate import APPLICATIONS, enumerate_graphs
+from generator.fingerprint import Buckets, FloatChecker, Pair, candidate_pairs, pack
 from generator.prune import CommonSubgraph, renaming_key
 from generator.to_rules import pair_to_rule
 
 Progress = Callable[[str, int, float], None]
+
+#: From this many ops on, each graph pairs with its bucket's smallest graph only (see ``candidate_pairs``):
+#: all pairs grow quadratically with the bucket (531k raw pairs at 3 ops).
+STAR_FROM = 3
 
 
 @dataclass
@@ -33,25 +39,28 @@ def _partition(jobs: int, index: int) -> Callable[[int], bool]:
     return lambda key: key % jobs == index
 
 
-def _walk(args: tuple[int, int, int, int]) -> tuple[int, list[Visit]]:
+def _walk(args: tuple[int, int, int, int]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     max_ops, seed, jobs, index = args
-    visits = list(enumerate_graphs(max_ops, seed, first_ops=_partition(jobs, index)))
-    return len(visits), [v for v in visits if v.inputs_used]
+    count, kept = 0, []
+    for v in enumerate_graphs(max_ops, seed, first_ops=_partition(jobs, index)):
+        count += 1
+        if v.inputs_used:
+            kept.append(v)
+    return count, pack(kept)
 
 
 def _collect(max_ops: int, seed: int, jobs: int) -> Buckets:
-    buckets = Buckets()
+    buckets = Buckets(seed)
     if jobs <= 1:
         buckets.extend(enumerate_graphs(max_ops, seed))
     else:
         import multiprocessing
 
+        # Many more parts than workers: the parts differ a lot in size (conv-first walks are slow).
+        parts = [(max_ops, seed, jobs * 8, i) for i in range(jobs * 8)]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-            for count, visits in pool.imap(_walk, [(max_ops, seed, jobs, i) for i in range(jobs)]):
-                buckets.extend(visits)
-                buckets.graphs += count - len(visits)
-    for bucket in buckets.by_fp.values():  # the same order whatever the partition
-        bucket.sort(key=lambda e: repr(e.graph))
+            for count, arrays in pool.imap_unordered(_walk, parts):
+                buckets.add_arrays(arrays, count)
     return buckets
 
 
@@ -69,10 +78,11 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
     t = time.perf_counter()
     buckets = _collect(max_ops, seed, jobs)
     t = step("graphs enumerated", buckets.graphs, t)
-    raw, pairs = candidate_pairs(buckets)
+    star = max_ops >= STAR_FROM
+    raw, pairs = candidate_pairs(buckets, star=star)
     del buckets
     t = step("candidates (equal fingerprint)", raw, t)
-    t = step("after trivial (same graph)", len(pairs), t)
+    t = step("after trivial (same graph)" + (", star" if star else ""), len(pairs), t)
     checker = FloatChecker(seed)
     pairs = [p for p in pairs if checker.check(p)]
     t = step("after float re-check", len(pairs), t)
@@ -84,7 +94,10 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
     cs = CommonSubgraph(seed)
     pairs = [p for p in pairs if cs.reason(p) is None]
     t = step("after common subgraph", len(pairs), t)
-    rules = [pair_to_rule(p, seed, max_ops) for p in pairs]
+    # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
+    # input takes more ops), so the search gets both and the cost model decides.
+    rules = [pair_to_rule(q, seed, max_ops) for p in pairs
+             for q in ((p, Pair(p.b, p.a, p.fingerprint)) if p.b.graph else (p,))]
     seen: set[str] = set()
     unique = []
     for r in rules:

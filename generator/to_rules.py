@@ -1,10 +1,10 @@
 """Turn surviving pairs into xflow rules (the JSON rule format of ``xflow.rules.model``).
 
 The side with fewer ops is the target (ties: the smaller canonical text). Inputs of the weight families
-(w*, kernels, the scalar) are ``const``, the others ``any``. Each input's shape is pinned by a ``where``
-clause: the identity was found (and checked) on these shapes only. An attribute shared by source and
-target (conv/pool strides and pads, concat/split axis) becomes a variable when every other menu value that
-both sides accept on these shapes keeps them equal (checked on the int inputs), otherwise a literal.
+(w*, kernels, the scalar) are ``const``, the others ``any``. An attribute shared by source and target
+(conv/pool strides and pads, concat/split axis) becomes a variable when every other menu value that both
+sides accept on these shapes keeps them equal (checked on the int inputs), otherwise a literal. The pair was
+found on fixed shapes; ``generator.generalize`` turns it into shape-generic variants for the verifier.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from generator.enumerate import INPUTS, Graph, IntEvaluator, tensor_fp
-from generator.fingerprint import N_IN, Pair, expressions, match_outputs
+from generator.fingerprint import Pair, expressions, match_outputs
+from generator.generalize import tensor_names, variants
 from generator.prune import renaming_key
 from xflow.ir import Attrs
 from xflow.ops import OPS, ShapeError
@@ -77,26 +78,19 @@ def _generalizable(pair: Pair, mapping, ops: tuple[str, ...], attr: str, alterna
     return value if checked else None
 
 
-def _nodes(graph: Graph, prefix: str, variables: dict[tuple[str, str], str]) -> tuple[list[dict], list[str]]:
-    names = list(INPUT_NAMES)
-    nodes = []
+def _ranks(graph: Graph) -> list[int]:
+    ranks = [len(INPUT_SHAPE[n]) for n in INPUT_NAMES]
+    shapes = [INPUT_SHAPE[n] for n in INPUT_NAMES]
     for op, attrs, ins in graph:
-        n = OPS[op].num_outputs(attrs)
-        outs = [f"{prefix}{len(names) - N_IN + k}" for k in range(n)]
-        node: dict[str, Any] = {"op": op, "in": [names[t] for t in ins], "out": outs}
-        rendered = {}
-        for key, value in attrs.items():
-            var = variables.get((op, key))
-            rendered[key] = f"?{var}" if var else (list(value) if isinstance(value, tuple) else value)
-        if rendered:
-            node["attrs"] = rendered
-        nodes.append(node)
-        names.extend(outs)
-    return nodes, names
+        for out in OPS[op].infer([shapes[t] for t in ins], attrs):
+            shapes.append(tuple(out))
+            ranks.append(len(out))
+    return ranks
 
 
 def pair_to_rule(pair: Pair, seed: int, max_ops: int) -> dict[str, Any]:
-    """The JSON rule of one pair (``pair.a`` is the source)."""
+    """The candidate of one pair (``pair.a`` is the source): a JSON rule with its shape-generic ``variants``
+    (most general first, see ``generator.generalize``) under the key ``"variants"``."""
     mapping = match_outputs(pair.a, pair.b)
     assert mapping is not None
     inputs = IntEvaluator(seed).inputs
@@ -105,22 +99,23 @@ def pair_to_rule(pair: Pair, seed: int, max_ops: int) -> dict[str, Any]:
         if _generalizable(pair, mapping, ops, attr, alternatives, inputs) is not None:
             for op in ops:
                 variables[(op, attr)] = var
-    src, src_names = _nodes(pair.a.graph, "s", variables)
-    dst, dst_names = _nodes(pair.b.graph, "d", variables)
-    used = sorted(pair.a.inputs_used)
+    src_names = tensor_names(pair.a.graph, INPUT_NAMES, "s")
+    dst_names = tensor_names(pair.b.graph, INPUT_NAMES, "d")
+    used = [INPUT_NAMES[i] for i in sorted(pair.a.inputs_used)]
     key = renaming_key(pair)
-    text = f"{key[0]} => {key[1]}"
-    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    digest = hashlib.sha1(f"{key[0]} => {key[1]}".encode()).hexdigest()[:10]
     ta, tb = expressions(pair.a.graph), expressions(pair.b.graph)
     doc = " ; ".join(sorted(ta[t] for t in pair.a.outputs)) + " -> " + " ; ".join(sorted(tb[t] for t in pair.b.outputs))
-    return {
+    base = {
         "name": f"g{max_ops}_{digest}",
         "doc": doc,
-        "inputs": {INPUT_NAMES[i]: INPUT_KIND[INPUT_NAMES[i]] for i in used},
-        "src": src,
-        "dst": dst,
-        "outputs": {src_names[x]: dst_names[y] for x, y in mapping},
-        "where": [f"shape({INPUT_NAMES[i]}) == {tuple(INPUT_SHAPE[INPUT_NAMES[i]])}" for i in used],
-        "provenance": {"generator": {"seed": seed, "max_ops": max_ops, "version": 1},
-                       "fingerprint": f"{pair.fingerprint:016x}"},
+        "inputs": {n: INPUT_KIND[n] for n in used},
+        "provenance": {"generator": {"seed": seed, "max_ops": max_ops, "version": 2},
+                       "fingerprint": f"{pair.fingerprint:016x}",
+                       "found_on": {n: list(INPUT_SHAPE[n]) for n in used}},
     }
+    outputs = {src_names[x]: dst_names[y] for x, y in mapping}
+    ranks = {n: len(INPUT_SHAPE[n]) for n in used}
+    found = variants(pair.a.graph, pair.b.graph, INPUT_NAMES, ranks, used,
+                     (_ranks(pair.a.graph), _ranks(pair.b.graph)), variables, outputs, base)
+    return {**found[0], "variants": found}

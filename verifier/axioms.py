@@ -515,6 +515,8 @@ def _build() -> list[Axiom]:
         A("concat_split", _cat(P("ax"), _split(0, "x"), _split(1, "x")), "x", ("x",), ("ax", "s1", "s2"),
           _split_gen, guard=lambda e: e.And(e.p("s1") >= 0, e.p("s2") >= 0,
                                             e.p("s1") + e.p("s2") == e.dim("x", e.p("ax")))),
+        A("concat_assoc", _cat(P("ax"), "a", _cat(P("ax"), "b", "c")), _cat(P("ax"), _cat(P("ax"), "a", "b"), "c"),
+          ("a", "b", "c"), ("ax",), _concat_gen("a b c")),
         A("concat_geometry", _cat(P("ax1"), _cat(P("ax2"), "a", "b"), _cat(P("ax2"), "c", "d")),
           _cat(P("ax2"), _cat(P("ax1"), "a", "c"), _cat(P("ax1"), "b", "d")), ("a", "b", "c", "d"), ("ax1", "ax2"),
           _geometry_gen, guard=lambda e: e.And(e.Not(e.p("ax1") == e.p("ax2")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from xflow.ops import OPS, ShapeError
 from xflow.rewrite.match import evaluate_template
-from xflow.rules.expr import ExprError, ShapeEnv
+from xflow.rules.expr import Expr, ExprError, ShapeEnv
 from xflow.rules.model import PatternNode, Rule, Var
 
 DOUBLE = 11  # onnx.TensorProto.DOUBLE
@@ -128,8 +129,32 @@ def _sample_attr(rng: np.random.Generator, op: str, attr: str, shapes: list[tupl
     raise _Cannot(f"cannot sample attribute {op}.{attr}")
 
 
+def _defining(rule: Rule) -> dict[str, list[Expr]]:
+    """Where conditions ``v == expr`` (``v`` a variable): sampling ``v`` as ``expr`` finds valid instances of
+    rules that tie an attribute to shapes, which random draws would almost never hit."""
+    out: dict[str, list[Expr]] = {}
+    for cond in rule.where:
+        tree = cond.tree
+        if (isinstance(tree, ast.Compare) and len(tree.ops) == 1 and isinstance(tree.ops[0], ast.Eq)
+                and isinstance(tree.left, ast.Name)):
+            out.setdefault(tree.left.id, []).append(Expr(ast.unparse(tree.comparators[0])))
+    return out
+
+
+def _solve(name: str, defining: dict[str, list[Expr]], variables: dict[str, Any],
+           all_shapes: dict[str, tuple[int, ...]]) -> Any:
+    for expr in defining.get(name, []):
+        try:
+            value = expr.evaluate(ShapeEnv(variables, all_shapes))
+        except (ExprError, KeyError, IndexError, TypeError):
+            continue
+        return value
+    return None
+
+
 def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[int, ...]],
-                variables: dict[str, Any]) -> dict[str, Any]:
+                variables: dict[str, Any], defining: dict[str, list[Expr]] | None = None,
+                all_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
     entry = OPS[node.op]
     chosen: dict[str, Any] = {}
     for spec in entry.attrs:
@@ -137,6 +162,10 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
             continue
         template = node.attrs[spec.name]
         if isinstance(template, Var):
+            if template.name not in variables and defining and all_shapes is not None:
+                solved = _solve(template.name, defining, variables, all_shapes)
+                if solved is not None and rng.random() < 0.9:
+                    variables[template.name] = solved
             if template.name not in variables:
                 variables[template.name] = _sample_attr(rng, node.op, spec.name, shapes, chosen, len(node.outputs))
             chosen[spec.name] = variables[template.name]
@@ -174,9 +203,10 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
     shapes = {name: _shape(rng, roles.get(name, "generic")) for name in rule.inputs}
     values: dict[str, Any] = {name: xp.asarray(rng.uniform(-1.0, 1.0, size=shapes[name])) for name in rule.inputs}
     variables: dict[str, Any] = {}
+    defining = _defining(rule)
     try:
         for node in rule.src:
-            attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables)
+            attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables, defining, shapes)
             _run(xp, node.op, attrs, [values[i] for i in node.inputs], shapes, node.inputs, node.outputs, values)
         env = ShapeEnv(variables, shapes)
         for cond in rule.where:

@@ -2,6 +2,126 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any
+
 import click
 
-COMMANDS: list[click.Command] = []
+from xflow.cli_common import check_writable, user_errors
+from xflow.errors import XflowError
+
+
+def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
+    def show(text: str) -> None:
+        if enabled:
+            click.echo(f"\r{text:<78}", err=True, nl=False)
+
+    return show
+
+
+@click.command("generate-rules")
+@click.option("--max-ops", type=click.IntRange(1, 4), default=3, show_default=True,
+              help="Largest number of operators in an enumerated graph.")
+@click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="all cores",
+              help="Worker processes for enumeration and verification.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same rule file.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), default="rules/default.json", show_default=True,
+              help="Rule file to write.")
+@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
+              help="z3 time limit per rule variant in seconds; unknown or timeout = not proved, not shipped.")
+@click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+@user_errors
+def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s: float, trials: int,
+                   quiet: bool) -> None:
+    """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
+
+    Only proved rules are written. Prints the pruning and proof table at the end.
+    """
+    from generator.generalize import canonical_key, dedupe, final_name
+    from generator.run import format_table, generate
+    from verifier.batch import verify_candidates
+    from xflow.rules import rules_from_json
+    from xflow.rules.io import dump_rules
+
+    check_writable(out_path)
+    started = time.perf_counter()
+    show = _progress_line(not quiet and sys.stderr.isatty())
+    result = generate(max_ops, seed, jobs, progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"))
+    table = list(result.table)
+    t = time.perf_counter()
+    candidates = dedupe(result.rules, key=lambda r: canonical_key(r["variants"][0]))
+    table.append(("after generalized dedupe", len(candidates), round(time.perf_counter() - t, 3)))
+    t = time.perf_counter()
+    counts: Counter[str] = Counter()
+
+    def on_outcome(done: int, outcome: Any) -> None:
+        counts[outcome.status] += 1
+        show(f"verifying {done}/{len(candidates)}: {counts['proved']} proved")
+
+    outcomes = verify_candidates(candidates, jobs=jobs, timeout_ms=int(timeout_s * 1000), trials=trials, seed=seed,
+                                 progress=on_outcome)
+    verify_seconds = round(time.perf_counter() - t, 3)
+    for status in ("proved", "refuted", "unknown", "unsupported", "unchecked"):
+        table.append((f"verifier: {status}", counts.get(status, 0), verify_seconds if status == "proved" else 0.0))
+    proved = dedupe([o.rule for o in outcomes if o.rule is not None])
+    shipped = [{**r, "name": final_name(r, max_ops)} for r in proved]
+    table.append(("rules shipped", len(shipped), 0.0))
+    z3_total = sum(o.z3_seconds for o in outcomes)
+    meta = {"generated_by": f"xflow generate-rules --max-ops {max_ops} --seed {seed} --timeout {timeout_s:g} "
+                            f"--trials {trials}",
+            "generator": {"max_ops": max_ops, "seed": seed},
+            "verifier": {"timeout_s": timeout_s, "trials": trials, "z3_seconds": round(z3_total, 2)},
+            "table": [list(row) for row in table]}
+    dump_rules(rules_from_json(shipped), out_path, meta=meta)
+    if not quiet:
+        if sys.stderr.isatty():
+            click.echo("", err=True)
+        click.echo(format_table(table))
+        click.echo(f"wrote {out_path}: {len(shipped)} proved rules in {time.perf_counter() - started:.1f} s "
+                   f"(z3 {z3_total:.1f} s in all)")
+
+
+@click.group("rules")
+def rules_group() -> None:
+    """Inspect rule files."""
+
+
+@rules_group.command("stats")
+@click.argument("models", nargs=-1, required=True, metavar="MODEL...")
+@click.option("--rules", "rules_path", type=click.Path(), default=None,
+              help="Rule file (default: the shipped rules/default.json).")
+@click.option("--small", is_flag=True, help="Use the small variant of zoo models.")
+@click.option("--top", type=int, default=15, show_default=True, help="Rules listed per model.")
+@user_errors
+def rules_stats(models: tuple[str, ...], rules_path: str | None, small: bool, top: int) -> None:
+    """How many matches the rules find in each MODEL (an .onnx file or a zoo name) and which rules fire."""
+    from xflow import zoo
+    from xflow.onnx_io import graph_from_model, load
+    from xflow.rewrite.match import find_matches
+    from xflow.rules import default_rules_path, load_rules
+
+    rules = load_rules(rules_path)
+    click.echo(f"{rules_path or default_rules_path()}: {len(rules)} rules")
+    for model in models:
+        if os.path.exists(model):
+            graph = load(model)
+        elif model in zoo.MODELS:
+            graph = graph_from_model(zoo.build(model, small=small))
+        else:
+            raise XflowError(model, f"no such file, and not a zoo model ({', '.join(sorted(zoo.MODELS))})")
+        fired: Counter[str] = Counter()
+        for rule in rules:
+            n = sum(1 for _ in find_matches(graph, rule))
+            if n:
+                fired[rule.name] = n
+        docs = {r.name: r.doc for r in rules}
+        click.echo(f"{model}: {len(graph.nodes)} nodes, {sum(fired.values())} matches of {len(fired)} rules")
+        for name, n in fired.most_common(top):
+            click.echo(f"  {n:>5}  {name}  {docs[name][:90]}")
+
+
+COMMANDS: list[click.Command] = [generate_rules, rules_group]

@@ -1,0 +1,191 @@
+"""Make a found pair shape-generic: rule variants from the most general to the most specific.
+
+The generator finds a pair on fixed small shapes. A rule pinned to those shapes would never match a real
+model, so each pair becomes a list of variants, most general first; the verifier keeps the first variant it
+both checks numerically on random shapes and proves with z3:
+
+1. no shape pins; concat/split axes relative to the operand's rank (a source axis becomes a variable
+   tied by a ``where`` condition, a target axis an ``=rank(t) - k`` expression); source split sizes become
+   a variable; split sizes are expressed as dims of the concatenated pieces or of the inputs, one variant per
+   candidate expression (the numeric check on random shapes tells the right one);
+2. the same with the rank of every input pinned;
+3. literal attributes with every input's rank pinned (the rule only applies where the shapes allow).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from generator.enumerate import Graph
+from xflow.ops import OPS
+
+MAX_SIZE_COMBOS = 12
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A pattern tensor: its name in the rule and its rank on the enumeration shapes."""
+
+    name: str
+    rank: int
+
+
+def tensor_names(graph: Graph, input_names: tuple[str, ...], prefix: str) -> list[str]:
+    """Names of every tensor of ``graph`` (inputs first, then op outputs named ``prefix + index``)."""
+    names = list(input_names)
+    for op, attrs, _ in graph:
+        first = len(names) - len(input_names)
+        names.extend([f"{prefix}{first + k}" for k in range(OPS[op].num_outputs(attrs))])
+    return names
+
+
+def _render(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+@dataclass
+class _Side:
+    """The nodes of one side being rendered, with the conditions and choices they need."""
+
+    nodes: list[dict[str, Any]]
+    where: list[str]
+    # per split node whose sizes need an expression: (node, choices)
+    size_slots: list[tuple[dict[str, Any], list[str]]]
+
+
+def _dims(a: str, b: str, offset: int) -> str:
+    return f"(dim({a}, {offset}), dim({b}, {offset}))"
+
+
+def _size_choices(pieces: list[tuple[str, str, int]], tensors: list[Tensor], rank: int, offset: int,
+                  src_vars: list[str]) -> list[str]:
+    """Candidate expressions for the sizes of a 2-way split along ``offset`` (negative) of a rank-``rank``
+    tensor: a source split variable, the pieces of a concat, or two inputs' dims."""
+    choices = list(src_vars)
+    choices += [_dims(a, b, off) for a, b, off in pieces]
+    same_rank = [t.name for t in tensors if t.rank == rank]
+    choices += [_dims(a, b, offset) for a, b in itertools.permutations(same_rank, 2)]
+    choices += [_dims(a, a, offset) for a in same_rank]
+    return list(dict.fromkeys(choices))
+
+
+def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: dict[tuple[str, str], str],
+                 source: bool, general: bool, inputs: list[Tensor], pieces: list[tuple[str, str, int]],
+                 split_vars: list[str], n_inputs: int) -> _Side:
+    nodes: list[dict[str, Any]] = []
+    where: list[str] = []
+    slots: list[tuple[dict[str, Any], list[str]]] = []
+    t = n_inputs
+    for index, (op, attrs, operands) in enumerate(graph):
+        n_out = OPS[op].num_outputs(attrs)
+        outs = names[t:t + n_out]
+        t += n_out
+        node: dict[str, Any] = {"op": op, "in": [names[o] for o in operands], "out": outs}
+        rendered: dict[str, Any] = {}
+        first = names[operands[0]] if operands else ""
+        rank = ranks[operands[0]] if operands else 0
+        for key, value in attrs.items():
+            var = variables.get((op, key))
+            if var:
+                rendered[key] = f"?{var}"
+            elif general and key == "axis" and op in ("concat", "split"):
+                offset = value - rank
+                if source:
+                    name = f"ax{index}"
+                    rendered[key] = f"?{name}"
+                    where.append(f"{name} == rank({first}) - {-offset}")
+                else:
+                    rendered[key] = f"=rank({first}) - {-offset}"
+                if op == "concat" and len(operands) == 2:
+                    pieces.append((names[operands[0]], names[operands[1]], offset))
+            elif general and key == "split" and len(value) == 2:
+                offset = attrs["axis"] - rank
+                choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars)
+                if source:
+                    name = f"sz{index}"
+                    rendered[key] = f"?{name}"
+                    split_vars.append(name)
+                    slots.append((node, [f"{name} == {c}" for c in choices] + [""]))
+                else:
+                    rendered[key] = None
+                    slots.append((node, choices))
+            else:
+                rendered[key] = _render(value)
+        if rendered:
+            node["attrs"] = rendered
+        nodes.append(node)
+    return _Side(nodes, where, slots)
+
+
+def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: dict[str, int],
+             used: list[str], tensor_ranks: tuple[list[int], list[int]], variables: dict[tuple[str, str], str],
+             outputs: dict[str, str], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rule JSON variants of one pair, most general first (see the module doc)."""
+    src_names = tensor_names(src, input_names, "s")
+    dst_names = tensor_names(dst, input_names, "d")
+    inputs = [Tensor(n, input_ranks[n]) for n in used]
+    rank_pins = [f"rank({n}) == {input_ranks[n]}" for n in used]
+    out: list[dict[str, Any]] = []
+    for general, pinned in ((True, False), (True, True), (False, True)):
+        pieces: list[tuple[str, str, int]] = []
+        split_vars: list[str] = []
+        n = len(input_names)
+        s = _render_side(src, src_names, tensor_ranks[0], variables, True, general, inputs, pieces, split_vars, n)
+        d = _render_side(dst, dst_names, tensor_ranks[1], variables, False, general, inputs, pieces, split_vars, n)
+        slots = s.size_slots + d.size_slots
+        combos = itertools.islice(itertools.product(*(choices for _, choices in slots)), MAX_SIZE_COMBOS)
+        for combo in combos:
+            where = list(s.where) + (rank_pins if pinned else [])
+            for (node, _), choice in zip(slots, combo, strict=True):
+                if node in s.nodes:
+                    if choice:
+                        where.append(choice)
+                else:
+                    node["attrs"]["split"] = f"={choice}"
+            rule = {**base, "src": _copy(s.nodes), "dst": _copy(d.nodes), "outputs": outputs, "where": where}
+            out.append(rule)
+    return out
+
+
+def _copy(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**n, **({"attrs": dict(n["attrs"])} if "attrs" in n else {})} for n in nodes]
+
+
+def canonical_key(rule: dict[str, Any]) -> str:
+    """A text equal for rules that differ only in input names and kinds (x1 vs i1, const vs any)."""
+    order: dict[str, str] = {}
+    for node in rule["src"]:
+        for name in node["in"]:
+            if name in rule["inputs"] and name not in order:
+                order[name] = f"in{len(order)}"
+    text = repr((rule["src"], rule["dst"], rule["outputs"], rule["where"]))
+    if not order:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(sorted(order, key=len, reverse=True)) + r")\b")
+    return pattern.sub(lambda m: order[m.group(1)], text)
+
+
+def _consts(rule: dict[str, Any]) -> int:
+    return sum(1 for kind in rule["inputs"].values() if kind == "const")
+
+
+def dedupe(rules: list[dict[str, Any]], key: Callable[[dict[str, Any]], str] = canonical_key) -> list[dict[str, Any]]:
+    """One rule per key (default: the canonical text), the most general (fewest ``const`` inputs), then by
+    name; in name order."""
+    best: dict[str, dict[str, Any]] = {}
+    for rule in rules:
+        k = key(rule)
+        current = best.get(k)
+        if current is None or (_consts(rule), rule["name"]) < (_consts(current), current["name"]):
+            best[k] = rule
+    return sorted(best.values(), key=lambda r: r["name"])
+
+
+def final_name(rule: dict[str, Any], max_ops: int) -> str:
+    """A stable name from the rule's canonical text (independent of the input names it was found with)."""
+    return f"g{max_ops}_{hashlib.sha1(canonical_key(rule).encode()).hexdigest()[:10]}"

@@ -1,0 +1,136 @@
+"""Generated rules are shape-generic, proved, and useful: generator -> verifier -> rule file -> real graphs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from generator.generalize import canonical_key, dedupe
+from generator.run import generate
+from verifier.batch import verify_candidate
+from xflow.cli import main
+from xflow.onnx_io import graph_from_model
+from xflow.rewrite.match import find_matches
+from xflow.rules import default_rules_path, load_rules, parse_rule
+
+
+@pytest.fixture(scope="module")
+def candidates_2ops() -> list[dict]:
+    return generate(max_ops=2, seed=0).rules
+
+
+def _by_doc(candidates: list[dict], doc: str) -> dict:
+    found = [c for c in candidates if c["doc"] == doc]
+    assert found, f"generator did not find {doc!r}"
+    return found[0]
+
+
+CONV_RELU = ("relu[](conv[act=none,group=1,pads=(0, 0, 0, 0),strides=(1, 1)](i1,k11)) -> "
+             "conv[act=relu,group=1,pads=(0, 0, 0, 0),strides=(1, 1)](i1,k11)")
+SPLIT_CONCAT = ("split[axis=1,split=(4, 4)](concat[axis=1](i1,i2))#0 ; "
+                "split[axis=1,split=(4, 4)](concat[axis=1](i1,i2))#1 -> i1 ; i2")
+
+
+def _conv_relu_model(channels: int, hw: int, kernel: int, stride: int) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2 * channels, channels, kernel, kernel],
+                           np.zeros(2 * channels * channels * kernel * kernel, np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[kernel // 2] * 4, strides=[stride, stride]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _proved(candidate: dict) -> dict:
+    outcome = verify_candidate(candidate)
+    assert outcome.status == "proved", outcome.statuses
+    rule = outcome.rule
+    assert not any("shape(" in w for w in rule.get("where", [])), rule["where"]
+    assert rule["provenance"]["z3"]["status"] == "proved"
+    assert rule["provenance"]["numeric"]["trials"] >= 3
+    return rule
+
+
+def test_generated_rule_is_proved_without_shape_pins_and_matches_real_shapes(candidates_2ops):
+    rule = _proved(_by_doc(candidates_2ops, CONV_RELU))
+    # found with a 1x1 kernel on 1x4x7x7 images, it fuses a real 3x3 stride-2 conv on 1x64x56x56
+    graph = graph_from_model(_conv_relu_model(64, 56, 3, 2))
+    assert len(list(find_matches(graph, parse_rule(rule)))) == 1
+
+
+def test_split_sizes_generalize_to_the_concatenated_pieces(candidates_2ops):
+    rule = parse_rule(_proved(_by_doc(candidates_2ops, SPLIT_CONCAT)))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 48, 7, 7])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 80, 7, 7])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("p", "q")]
+    split = helper.make_tensor("sizes", TensorProto.INT64, [2], [48, 80])
+    nodes = [helper.make_node("Concat", ["x", "z"], ["c"], axis=1),
+             helper.make_node("Split", ["c", "sizes"], ["p", "q"], axis=1)]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, z], outs, initializer=[split]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert len(list(find_matches(graph_from_model(model), rule))) == 1
+    nodes[1] = helper.make_node("Split", ["c", "sizes"], ["p", "q"], axis=1)
+    wrong = helper.make_tensor("sizes", TensorProto.INT64, [2], [64, 64])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, z], outs, initializer=[wrong]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert not list(find_matches(graph_from_model(model), rule))
+
+
+def test_shape_specific_coincidence_is_not_shipped(candidates_2ops):
+    # on the enumeration's 1x1 kernels a matmul over the last two axes is an elementwise product
+    candidate = _by_doc(candidates_2ops, "matmul[](add[](k11,k11),k11) -> add[](mul[](k11,k11),mul[](k11,k11))")
+    assert verify_candidate(candidate).status != "proved"
+
+
+def test_variants_go_from_general_to_pinned(candidates_2ops):
+    candidate = _by_doc(candidates_2ops, CONV_RELU)
+    wheres = [v["where"] for v in candidate["variants"]]
+    assert not any(w.startswith("rank(") for w in wheres[0])
+    assert any(w.startswith("rank(") for w in wheres[-1])
+
+
+def test_dedupe_keeps_the_most_general_input_kinds(candidates_2ops):
+    same = [c for c in candidates_2ops if c["doc"] in ("relu[](relu[](x1)) -> relu[](x1)",
+                                                       "relu[](relu[](w1)) -> relu[](w1)")]
+    if len(same) == 2:
+        kept = dedupe(same, key=lambda r: canonical_key(r["variants"][0]))
+        assert len(kept) == 1 and kept[0]["inputs"] == {"x1": "any"}
+
+
+def test_generate_rules_cli_writes_only_proved_rules(tmp_path):
+    out = tmp_path / "rules.json"
+    result = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--jobs", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "rules shipped" in result.output and "verifier: proved" in result.output
+    data = json.loads(out.read_text())
+    rules = load_rules(str(out))
+    assert len(rules) == len(data["rules"])
+    for rule in rules:
+        assert rule.provenance["z3"]["status"] == "proved"
+        assert np.isfinite(rule.provenance["numeric"]["max_abs_err"])
+    again = CliRunner().invoke(main, ["verify-rules", str(out)])
+    assert again.exit_code == 0, again.output
+
+
+def test_generate_rules_cli_refuses_unwritable_output(tmp_path):
+    result = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--out", str(tmp_path / "no" / "r.json")])
+    assert result.exit_code == 2
+    assert "r.json" in result.output
+
+
+def test_shipped_rules_are_proved_and_fire_on_the_zoo():
+    path = default_rules_path()
+    if not path.exists():
+        pytest.skip("no shipped rule file")
+    rules = load_rules(str(path))
+    assert len(rules) >= 600
+    assert all(r.provenance.get("z3", {}).get("status") == "proved" for r in rules)
+    result = CliRunner().invoke(main, ["rules", "stats", "squeezenet", "--small"])
+    assert result.exit_code == 0, result.output
+    assert " 0 matches" not in result.output

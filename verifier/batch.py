@@ -1,0 +1,115 @@
+"""Verify many candidates in parallel: for each, the first variant that checks numerically and is proved.
+
+A candidate is a JSON rule with a ``"variants"`` list (most general first, from ``generator.generalize``).
+Each variant is parsed (a malformed one is skipped), checked numerically on random shapes (at least
+``trials`` valid instances) and then proved with z3 within the timeout; the first variant passing both is
+the candidate's rule, with its provenance filled in. A candidate no variant of which passes is not shipped.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifier.numeric import XP, numeric_check
+from verifier.prove import prove_rule
+from xflow.rules.model import RuleError, parse_rule
+
+ATTEMPTS = 1500  # random instances drawn per variant to find ``trials`` valid ones
+
+
+@dataclass
+class Outcome:
+    """What became of one candidate: ``status`` proved / refuted / unknown / unsupported / unchecked."""
+
+    name: str
+    status: str
+    rule: dict[str, Any] | None = None
+    variant: int = -1
+    variants_tried: int = 0
+    z3_seconds: float = 0.0
+    reason: str = ""
+    statuses: list[str] = field(default_factory=list)
+
+
+def _backend_name() -> str:
+    return "cupy" if XP.__name__ == "cupy" else "numpy"
+
+
+def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials: int = 3,
+                     seed: int = 0) -> Outcome:
+    """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
+    ``timeout_ms`` is the z3 budget of the whole candidate, shared by its variants."""
+    variants = candidate.get("variants") or [candidate]
+    outcome = Outcome(candidate["name"], "unchecked")
+    deadline = time.monotonic() + timeout_ms / 1000
+    for index, raw in enumerate(variants):
+        raw = {k: v for k, v in raw.items() if k != "variants"}
+        try:
+            rule = parse_rule(raw)
+        except RuleError as exc:
+            outcome.statuses.append(f"malformed: {exc}")
+            continue
+        outcome.variants_tried += 1
+        numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS)
+        if not numeric.ok or numeric.trials_run < trials:
+            status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
+            outcome.statuses.append(f"{status}: {numeric.reason}")
+            continue
+        left_ms = int(1000 * (deadline - time.monotonic()))
+        if left_ms <= 0:
+            outcome.statuses.append("unknown: z3 budget spent on earlier variants")
+            break
+        proof = prove_rule(rule, left_ms)
+        outcome.z3_seconds += proof.seconds
+        outcome.statuses.append(f"{proof.status}: {proof.reason}")
+        if proof.proved:
+            provenance = dict(raw.get("provenance", {}))
+            provenance["z3"] = {"status": "proved", "seconds": round(proof.seconds, 4), "timeout_ms": timeout_ms,
+                                "variant": index}
+            provenance["numeric"] = {"max_abs_err": numeric.max_abs_err, "trials": numeric.trials_run,
+                                     "backend": _backend_name(), "dtype": "float64",
+                                     "shapes": [{k: list(v) for k, v in s.items()} for s in numeric.shapes]}
+            outcome.rule = {**raw, "provenance": provenance}
+            outcome.status, outcome.variant = "proved", index
+            return outcome
+    outcome.status = _worst(outcome.statuses)
+    outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
+    return outcome
+
+
+def _worst(statuses: list[str]) -> str:
+    kinds = [s.split(":", 1)[0] for s in statuses]
+    for kind in ("unknown", "refuted", "unsupported", "unchecked", "malformed"):
+        if kind in kinds:
+            return kind
+    return "unchecked"
+
+
+def _work(args: tuple[dict[str, Any], int, int, int]) -> Outcome:
+    return verify_candidate(*args)
+
+
+def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, timeout_ms: int = 10000,
+                      trials: int = 3, seed: int = 0,
+                      progress: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+    """Outcomes in the candidates' order (parallel over ``jobs`` processes; the result does not depend on it)."""
+    work = [(c, timeout_ms, trials, seed) for c in candidates]
+    results: Iterator[Outcome]
+    if jobs <= 1:
+        results = (_work(w) for w in work)
+        return _collect(results, progress)
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        return _collect(pool.imap(_work, work, chunksize=4), progress)
+
+
+def _collect(results: Iterator[Outcome], progress: Callable[[int, Outcome], None] | None) -> list[Outcome]:
+    out = []
+    for i, outcome in enumerate(results):
+        out.append(outcome)
+        if progress is not None:
+            progress(i + 1, outcome)
+    return out

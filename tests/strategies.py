@@ -3,7 +3,8 @@
 A model is grown step by step from one or two inputs: each step picks an ONNX op the op table
 decodes (or, now and then, one it keeps opaque) and operands from every value made so far, so the
 graphs have branches, shared inputs, values read by several nodes, constant weights and constant-only
-subexpressions, and graph outputs that are also read inside the graph. Patterns the rules look for
+subexpressions, If nodes whose branches read outer values, and graph outputs that are also read
+inside the graph. Patterns the rules look for
 (parallel MatMuls/Convs on one input, Conv + Relu, Concat + Split) are drawn on purpose.
 
 Two families: ``dense`` (rank 2-3 activations in float32, float64 or float16: MatMul, Gemm,
@@ -208,7 +209,24 @@ def _opaque(draw: st.DrawFn, b: Builder) -> None:
     b.op(draw(st.sampled_from(["Abs", "Neg", "Exp", "Softmax"])), [x], [b.shapes[x]])
 
 
-DENSE_STEPS = ("matmul", "gemm", "unary", "binary", "transpose", "concat", "reshape", "opaque")
+def _if(draw: st.DrawFn, b: Builder) -> None:
+    """An If on a constant condition whose branches read two values of the outer graph (captures)."""
+    x = _pick(draw, b)
+    shape = b.shapes[x]
+    y = _pick(draw, b, shape=shape)
+    branches = {}
+    for key, value in (("then_branch", x), ("else_branch", y)):
+        out = helper.make_tensor_value_info(f"{key}_out{len(b.shapes)}", b.dtype, list(shape))
+        op = draw(st.sampled_from(["Identity", "Relu"]))
+        branches[key] = helper.make_graph([helper.make_node(op, [value], [out.name])], key, [], [out])
+    cond = b.name("c")
+    b.inits.append(numpy_helper.from_array(np.array(draw(st.booleans())), cond))
+    b.shapes[cond] = ()
+    b.op("If", [cond], [shape], **branches)
+    b.read.update((x, y))
+
+
+DENSE_STEPS = ("matmul", "gemm", "unary", "binary", "transpose", "concat", "reshape", "opaque", "if")
 
 
 @st.composite
@@ -223,7 +241,7 @@ def dense_models(draw: st.DrawFn) -> onnx.ModelProto:
         b.add_input(draw(st.sampled_from([shape, shape[:-1] + (draw(st.sampled_from([2, 5])),)])))
     steps = {"matmul": _matmul, "gemm": _gemm, "unary": _unary, "binary": _binary, "transpose": _transpose,
              "concat": lambda d, bb: _concat_split(d, bb, -1 if d(st.integers(0, 3)) else 0),
-             "reshape": _reshape, "opaque": _opaque}
+             "reshape": _reshape, "opaque": _opaque, "if": _if}
     # ONNX Runtime 1.31.1 segfaults building a session (ORT_ENABLE_ALL) for a float16 Transpose feeding a
     # MatMul (tests/test_fuzz.py keeps the reduced model): no float16 Transposes, or the whole run dies.
     allowed = [s for s in DENSE_STEPS if not (dtype == TensorProto.FLOAT16 and s == "transpose")]
@@ -292,7 +310,7 @@ def _batchnorm(draw: st.DrawFn, b: Builder) -> None:
     b.op("BatchNormalization", [x, *params], [b.shapes[x]], epsilon=draw(st.sampled_from([1e-5, 1e-3])))
 
 
-CONV_STEPS = ("conv", "conv", "pool", "batchnorm", "unary", "binary", "concat", "opaque")
+CONV_STEPS = ("conv", "conv", "pool", "batchnorm", "unary", "binary", "concat", "opaque", "if")
 
 
 @st.composite
@@ -303,7 +321,7 @@ def conv_models(draw: st.DrawFn) -> onnx.ModelProto:
     hw = draw(st.sampled_from([3, 5, 6]))
     b.add_input((draw(st.sampled_from([1, 2])), c, hw, hw))
     steps = {"conv": _conv, "pool": _pool, "batchnorm": _batchnorm, "unary": _unary, "binary": _binary,
-             "concat": lambda d, bb: _concat_split(d, bb, 1), "opaque": _opaque}
+             "concat": lambda d, bb: _concat_split(d, bb, 1), "opaque": _opaque, "if": _if}
     for step in draw(st.lists(st.sampled_from(CONV_STEPS), min_size=1, max_size=7)):
         steps[step](draw, b)
     extra = draw(st.lists(st.sampled_from(b.activations), max_size=2))

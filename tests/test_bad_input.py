@@ -21,6 +21,7 @@ import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
+from onnx.external_data_helper import set_external_data
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
 from xflow.cli import main
@@ -157,6 +158,36 @@ def test_input_shape_that_does_not_fit(env, spec, needle):
     onnx.save(cancel_model(), src)
     before = snapshot(work)
     assert_refused(optimize(src, work / "out.onnx", rules, "--input-shape", spec), src, before, work, needle)
+
+
+@pytest.mark.parametrize("out_name", ["b.onnx", "b.onnx.data"], ids=["data-file-of-output", "output"])
+def test_output_that_would_replace_the_inputs_weights(env, out_name):
+    """a.onnx keeps its weights in b.onnx.data: writing b.onnx (whose data file is b.onnx.data) or
+    b.onnx.data itself would destroy them."""
+    work, rules = env
+    model = cancel_model()
+    weight = numpy_helper.from_array(np.full((16, HIDDEN), 0.5, np.float32), "weight")
+    with open(work / "b.onnx.data", "wb") as f:
+        f.write(b"\0" * 128 + weight.raw_data)
+    set_external_data(weight, "b.onnx.data", offset=128, length=len(weight.raw_data))
+    weight.ClearField("raw_data")
+    weight.data_location = TensorProto.EXTERNAL
+    model.graph.initializer.append(weight)
+    model.graph.node.append(helper.make_node("Mul", ["y", "weight"], ["z"]))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, HIDDEN]))
+    src = work / "a.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    assert_refused(optimize(src, work / out_name, rules), work / out_name, before, work, "holds the input's weights")
+
+
+def test_report_naming_the_input(env):
+    work, rules = env
+    src = work / "m.onnx"
+    onnx.save(cancel_model(), src)
+    before = snapshot(work)
+    result = optimize(src, work / "out.onnx", rules, "--report", str(src))
+    assert_refused(result, src, before, work, "--report names the input")
 
 
 # ---- pass-through and correct optimization ---------------------------------------------------------

@@ -76,6 +76,8 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None
     if report_path:
         check_writable(report_path)
+        if os.path.realpath(report_path) in {os.path.realpath(in_path), os.path.realpath(out_path)}:
+            raise XflowError(report_path, "--report names the input or output model; choose another path")
     report = optimize_file(in_path, out_path, options, say=say, progress=progress)
     if progress is not None:
         click.echo("", err=True)

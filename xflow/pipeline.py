@@ -24,7 +24,7 @@ from xflow.cost.cache import CostCache
 from xflow.cost.measured import MeasuredCost
 from xflow.errors import XflowError
 from xflow.ir import Graph
-from xflow.onnx_io import load, save
+from xflow.onnx_io import load, save, would_overwrite
 from xflow.rewrite import fold_constants
 from xflow.rules import Rule, default_rules_path, load_rules
 from xflow.runtime import make_session, measure_ab, median_latency, random_feeds
@@ -211,6 +211,10 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     started = time.perf_counter()
     check_output_path(in_path, out_path)
     graph = load(in_path, options.input_shapes)
+    clash = would_overwrite(graph, out_path)
+    if clash is not None:
+        raise XflowError(out_path, f"writing it would replace {clash}, which holds the input's weights; "
+                                   "choose another output path")
     rules_file = options.rules_path or str(default_rules_path())
     rules: list[Rule] = load_rules(options.rules_path)
     coster = GraphCoster(cost_model or make_cost_model(options))

@@ -334,6 +334,21 @@ def save(graph: Graph, path: str, reuse_protos: bool = True, external_data: bool
     write_model_atomically(model, graph, path, force_external=external, deferred=deferred)
 
 
+def would_overwrite(graph: Graph, path: str) -> str | None:
+    """The file the graph's weights are read from (external data of the source model) that writing the
+    graph to ``path`` (and ``<path>.data``) would replace, or None. ``save`` allows it (the constants
+    are repointed), but it changes the input on disk: ``xflow optimize`` refuses it."""
+    targets = {os.path.realpath(path), os.path.realpath(path + ".data")}
+    default_dir = graph.context.base_dir if graph.context else ""
+    for const in graph.constants.values():
+        if const.is_external:
+            location = {e.key: e.value for e in const.proto.external_data}.get("location", "")  # type: ignore[union-attr]
+            source = os.path.realpath(os.path.join(const.base_dir or default_dir, location))
+            if source in targets:
+                return source
+    return None
+
+
 def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, force_external: bool,
                            deferred: Deferred | None = None) -> None:
     """Serialize ``model`` next to ``path`` in temp files, then rename them into place."""

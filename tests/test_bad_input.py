@@ -181,6 +181,18 @@ def test_output_that_would_replace_the_inputs_weights(env, out_name):
     assert_refused(optimize(src, work / out_name, rules), work / out_name, before, work, "holds the input's weights")
 
 
+@pytest.mark.parametrize("arrays", [{"nope": np.zeros((1, 16, HIDDEN), np.float32)},
+                                    {"x": np.zeros((1, 16, HIDDEN), np.float64)}], ids=["name", "dtype"])
+def test_inputs_that_do_not_fit_the_model(env, arrays):
+    work, rules = env
+    src, npz = work / "m.onnx", work / "inputs.npz"
+    onnx.save(cancel_model(), src)
+    np.savez(npz, **arrays)
+    before = snapshot(work)
+    result = optimize(src, work / "out.onnx", rules, "--inputs", str(npz))
+    assert_refused(result, npz, before, work, "cannot run")
+
+
 def test_report_naming_the_input(env):
     work, rules = env
     src = work / "m.onnx"

@@ -166,6 +166,9 @@ def _original_session(in_path: str, options: OptimizeOptions) -> tuple[Any, dict
         raise
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, NotImplemented, ...)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if options.inputs_npz:  # the user's inputs do not fit the model: their error, not a pass-through
+            raise XflowError(options.inputs_npz, f"ONNX Runtime cannot run {in_path} on these inputs "
+                                                 f"({first[:300]})") from None
         raise OriginalNotRunnable(in_path, f"ONNX Runtime cannot run the model ({first[:300]})") from None
 
 

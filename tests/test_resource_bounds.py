@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import importlib
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import onnx
 import pytest
 from click.testing import CliRunner
 
 from tests.test_bad_input import SAVE_MODULE, failing_open, snapshot
-from tests.test_determinism import rule_file
+from tests.test_determinism import ROOT, rule_file
 from xflow.cli import main
 from xflow.pipeline import OptimizeOptions, optimize_file
 
@@ -90,3 +94,24 @@ def test_ctrl_c_leaves_no_partial_output(zoo_model, tmp_path, monkeypatch, where
     assert result.exit_code == 130, (result.output, result.stderr)
     assert result.stderr.strip().splitlines() == ["xflow: error: interrupted; nothing written"]
     assert snapshot(work) == before and snapshot(src.parent) == src_before
+
+
+def test_sigterm_unwinds_like_ctrl_c(tmp_path):
+    """A pipeline's timeout sends SIGTERM: the run stops with one line and exit 130, leaving no output,
+    scratch copy or temp file (Python's default would die on the spot and leave them)."""
+    src = tmp_path / "nasrnn.onnx"
+    assert CliRunner().invoke(main, ["zoo", "nasrnn", str(src), "--small"]).exit_code == 0
+    work = tmp_path / "work"
+    work.mkdir()
+    rules = rule_file(tmp_path / "rules.json")
+    before = snapshot(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "xflow.cli", "optimize", str(src), str(work / "out.onnx"),
+                             "--rules", rules, "--cost", "analytic", "--budget", "1000000", "--time-limit", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    time.sleep(8)  # imports and load take ~2 s; the search (pairwise MatMul merges) runs for minutes
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["xflow: error: interrupted; nothing written"]
+    assert snapshot(tmp_path) == before

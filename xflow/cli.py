@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -78,13 +81,32 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
         check_writable(report_path)
         if os.path.realpath(report_path) in {os.path.realpath(in_path), os.path.realpath(out_path)}:
             raise XflowError(report_path, "--report names the input or output model; choose another path")
-    report = optimize_file(in_path, out_path, options, say=say, progress=progress)
+    with _sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
+        report = optimize_file(in_path, out_path, options, say=say, progress=progress)
     if progress is not None:
         click.echo("", err=True)
     if not quiet:
         _print_summary(report)
     if report_path:
         write_json(report_path, report.to_json())
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM unwinds like Ctrl-C: temp files and scratch copies are removed and nothing
+    is written (Python's default would stop at once and leave them). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _search_progress() -> Callable[[Any], None]:

@@ -430,3 +430,30 @@ def test_write_failing_midway_leaves_nothing(env, monkeypatch, where, err):
     monkeypatch.setattr(SAVE_MODULE, "open", failing_open(100, OSError(err, os.strerror(err)), target), raising=False)
     result = optimize(src, out, rules, "--keep-if-slower")
     assert_refused(result, out, before, work, "cannot write")
+
+
+def test_previous_output_with_data_survives_a_failed_rename(env, monkeypatch):
+    """The new data file is renamed into place first, then the model: when the model's rename fails
+    (or Ctrl-C strikes between the two), the previous output's data file is put back, so the previous
+    out.onnx still loads with its own weights."""
+    work, rules = env
+    model = cancel_model()
+    weight = numpy_helper.from_array(np.full((16, HIDDEN), 0.5, np.float32), "weight")
+    model.graph.initializer.append(weight)
+    model.graph.node.append(helper.make_node("Mul", ["y", "weight"], ["z"]))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, HIDDEN]))
+    src, out = work / "m.onnx", work / "out.onnx"
+    onnx.save(model, src, save_as_external_data=True, location="m.onnx.data", size_threshold=256)
+    assert optimize(src, out, rules).exit_code == 0 and (work / "out.onnx.data").exists()  # the previous output
+    before = snapshot(work)
+    real_replace = os.replace
+
+    def replace(a, b):  # noqa: ANN001, ANN202
+        if os.fspath(b) == str(out):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_replace(a, b)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert_refused(optimize(src, out, rules), out, before, work, "cannot write")
+    x = np.ones((1, 16, HIDDEN), np.float32)
+    assert len(ort.InferenceSession(str(out)).run(None, {"x": x})) == 2

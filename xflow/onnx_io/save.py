@@ -358,7 +358,8 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
     if os.path.isdir(path):
         raise XflowError(path, "is a directory")
     data_name = os.path.basename(path) + ".data"
-    tmp_model = tmp_data = placed_data = None
+    tmp_model = tmp_data = placed_data = previous_data = None
+    placed = False
     streamed: list[_Streamed] = []
     try:
         # Temp names made here (not mkstemp, whose 0600 mode the renamed model would keep): the files
@@ -372,9 +373,15 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
         with open(tmp_model, "wb") as f:
             f.write(model.SerializeToString())
         if wrote_data:
-            placed_data = os.path.join(directory, data_name)
-            os.replace(tmp_data, placed_data)
+            target = os.path.join(directory, data_name)
+            if os.path.exists(target):  # a previous output's data: put back if the model is not placed
+                backup = os.path.join(directory, f".{data_name}.{token}.xflow-previous")
+                os.replace(target, backup)
+                previous_data = backup
+            os.replace(tmp_data, target)
+            placed_data = target
         os.replace(tmp_model, path)
+        placed = True
         tmp_model = placed_data = None
         if wrote_data:
             _repoint_overwritten(streamed, os.path.join(directory, data_name))
@@ -387,3 +394,9 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
             if leftover and os.path.exists(leftover):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
+        if previous_data is not None:  # dropped once the new model is placed, else put back
+            with contextlib.suppress(OSError):
+                if placed:
+                    os.remove(previous_data)
+                else:
+                    os.replace(previous_data, os.path.join(directory, data_name))

@@ -59,6 +59,17 @@ def cancel_model(dtype: int = TensorProto.FLOAT, dims=(1, 16, HIDDEN)) -> onnx.M
                       [helper.make_tensor_value_info("y", dtype, list(dims))], inits)
 
 
+def weighted_model() -> tuple[onnx.ModelProto, onnx.TensorProto]:
+    """The cancel model with z = y * weight, a 512-byte initializer (the one that goes to external
+    data: 1-D integer tensors such as the split sizes stay inline); the model and its weight proto."""
+    model = cancel_model()
+    weight = numpy_helper.from_array(np.full((16, HIDDEN), 0.5, np.float32), "weight")
+    model.graph.node.append(helper.make_node("Mul", ["y", "weight"], ["z"]))
+    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, HIDDEN]))
+    model.graph.initializer.append(weight)
+    return model, model.graph.initializer[-1]
+
+
 def snapshot(folder) -> dict[str, str]:  # noqa: ANN001
     """Every file under ``folder`` with a digest of its content."""
     out = {}
@@ -165,16 +176,12 @@ def test_output_that_would_replace_the_inputs_weights(env, out_name):
     """a.onnx keeps its weights in b.onnx.data: writing b.onnx (whose data file is b.onnx.data) or
     b.onnx.data itself would destroy them."""
     work, rules = env
-    model = cancel_model()
-    weight = numpy_helper.from_array(np.full((16, HIDDEN), 0.5, np.float32), "weight")
+    model, weight = weighted_model()
     with open(work / "b.onnx.data", "wb") as f:
         f.write(b"\0" * 128 + weight.raw_data)
     set_external_data(weight, "b.onnx.data", offset=128, length=len(weight.raw_data))
     weight.ClearField("raw_data")
     weight.data_location = TensorProto.EXTERNAL
-    model.graph.initializer.append(weight)
-    model.graph.node.append(helper.make_node("Mul", ["y", "weight"], ["z"]))
-    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, HIDDEN]))
     src = work / "a.onnx"
     onnx.save(model, src)
     before = snapshot(work)
@@ -414,11 +421,7 @@ def test_write_failing_midway_leaves_nothing(env, monkeypatch, where, err):
     the scratch copy that is verified is written: one line naming the output, exit 2, no partial
     output and no temp file, the input untouched."""
     work, rules = env
-    model = cancel_model()
-    weight = numpy_helper.from_array(np.full((16, HIDDEN), 0.5, np.float32), "weight")
-    model.graph.initializer.append(weight)
-    model.graph.node.append(helper.make_node("Mul", ["y", "weight"], ["z"]))
-    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, HIDDEN]))
+    model, _ = weighted_model()
     src, out = work / "m.onnx", work / "out.onnx"
     if where != "model":  # the weight goes to m.onnx.data (ORT reads shape tensors only when inline)
         onnx.save(model, src, save_as_external_data=True, location="m.onnx.data", size_threshold=256)
@@ -437,11 +440,7 @@ def test_previous_output_with_data_survives_a_failed_rename(env, monkeypatch):
     (or Ctrl-C strikes between the two), the previous output's data file is put back, so the previous
     out.onnx still loads with its own weights."""
     work, rules = env
-    model = cancel_model()
-    weight = numpy_helper.from_array(np.full((16, HIDDEN), 0.5, np.float32), "weight")
-    model.graph.initializer.append(weight)
-    model.graph.node.append(helper.make_node("Mul", ["y", "weight"], ["z"]))
-    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 16, HIDDEN]))
+    model, _ = weighted_model()
     src, out = work / "m.onnx", work / "out.onnx"
     onnx.save(model, src, save_as_external_data=True, location="m.onnx.data", size_threshold=256)
     assert optimize(src, out, rules).exit_code == 0 and (work / "out.onnx.data").exists()  # the previous output

@@ -135,7 +135,7 @@ def transfer_options(base: TrainOptions) -> TrainOptions:
 
 
 def training_curve_png(curve: list[tuple[int, float, float]], path: str, title: str = "") -> None:
-    """Save the training curve (batch median and best so far, ms) as a PNG (matplotlib, Agg)."""
+    """Save the training curve (median of each batch's feasible samples and best so far, ms) as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,10 +146,11 @@ def training_curve_png(curve: list[tuple[int, float, float]], path: str, title: 
     best = np.array([c[2] for c in curve]) * 1e3
     fig, ax = plt.subplots(figsize=(6, 3.5))
     cap = INFEASIBLE_SECONDS * 1e3
-    ax.plot(steps, np.where(median < cap, median, np.nan), label="batch median", alpha=0.6)
+    ax.plot(steps, np.where(median < cap, median, np.nan), label="batch median (feasible samples)", alpha=0.6)
     ax.plot(steps, np.where(best < cap, best, np.nan), label="best so far")
+    ax.set_yscale("log")
     ax.set_xlabel("training step")
-    ax.set_ylabel("step time (ms)")
+    ax.set_ylabel("step time (ms, log)")
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()

@@ -13,6 +13,7 @@ from xflow.placement.features import BASE_FEATURES, adjacency, group_features
 from xflow.placement.groups import Grouping
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import Problem
+from xflow.placement.simulator import INFEASIBLE_SECONDS
 
 
 class Environment(Protocol):
@@ -76,7 +77,7 @@ class TrainResult:
     policy: Policy
     best_seconds: list[float]
     best_plans: list[list[int]]
-    curve: list[tuple[int, float, float]]  # (step, mean runtime of the batch, best so far) of task 0
+    curve: list[tuple[int, float, float]]  # (step, median feasible runtime of the batch, best so far), task 0
     steps: int
     evaluations: int
     seconds: float
@@ -173,7 +174,8 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
                 else:
                     grads[k] = grads.get(k, 0) + g / len(tasks)
             if t_index == 0:
-                curve.append((step, float(np.median(runtimes)), task.best))
+                feasible = runtimes[runtimes < INFEASIBLE_SECONDS]
+                curve.append((step, float(np.median(feasible)) if feasible.size else INFEASIBLE_SECONDS, task.best))
         if improved:
             best_params = {k: v.copy() for k, v in policy.params.items()}
         adam.step(grads)
@@ -200,8 +202,6 @@ def _sample(probs: np.ndarray, samples: int, rng: np.random.Generator) -> np.nda
 
 
 def _rewards(task: TrainTask, runtimes: np.ndarray, opt: TrainOptions) -> np.ndarray:
-    from xflow.placement.simulator import INFEASIBLE_SECONDS
-
     feasible = runtimes[runtimes < INFEASIBLE_SECONDS]
     if task.reference <= 0 and feasible.size:
         task.reference = float(np.median(feasible))

@@ -18,7 +18,7 @@ from verifier.numeric import XP, numeric_check
 from verifier.prove import prove_rule
 from xflow.rules.model import RuleError, parse_rule
 
-ATTEMPTS = 1500  # random instances drawn per variant to find ``trials`` valid ones
+ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid ones
 
 
 @dataclass

@@ -9,6 +9,8 @@ derandomized, so CI runs the same examples every time.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import os
 import tempfile
@@ -25,13 +27,14 @@ from tests.strategies import conv_models, dense_models
 from tests.test_cli import CONV_BIAS_RELU_FOLD
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.pipeline import OptimizeOptions, compare_outputs, optimize_file
-from xflow.rules import default_rules_path
+from xflow.rules import default_rules_path, load_rules
 from xflow.runtime import make_session, random_feeds
 
 FUZZ = settings(derandomize=True, max_examples=100, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 BENCH_RULES = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rules.json"
 MIN_REWRITTEN = 5  # the strategies draw the rules' patterns on purpose: some examples must be rewritten
+PIPELINE = importlib.import_module("xflow.pipeline")
 
 
 def fuzz_rules(directory: str) -> list[str]:
@@ -99,7 +102,8 @@ def run_family(strategy, stats: Counter) -> None:  # noqa: ANN001 - a hypothesis
 
 
 @pytest.mark.parametrize("family", ["dense", "conv"])
-def test_random_graphs_optimize_to_equal_models(family):
+def test_random_graphs_optimize_to_equal_models(family, monkeypatch):
+    monkeypatch.setattr(PIPELINE, "load_rules", functools.cache(load_rules))  # parsed once per file
     stats: Counter = Counter()
     run_family(dense_models() if family == "dense" else conv_models(), stats)
     print(f"\nfuzz {family}: {dict(stats)}")

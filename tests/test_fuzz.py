@@ -204,3 +204,31 @@ def test_ort_float16_transpose_matmul_crash_is_still_there():
         pytest.fail("ONNX Runtime no longer crashes on a float16 Transpose -> MatMul: re-enable float16 "
                     "Transposes in tests/strategies.py (dense_models) and delete this canary")
     assert proc.returncode in (-11, 139), proc.stderr[-500:]
+
+
+def test_regression_common_subexpression_is_not_the_node_being_removed():
+    """Found with the shipped rules: x1 + (x1 + x2) -> x2 + (x1 + x1) on x + (x + x). The target's
+    x1 + x1 has the content name of the matched inner add (made by an earlier application of the
+    rule), so the applier took it for a common subexpression and dropped it, though that node is
+    removed by the very rewrite: the result read a value nobody computed."""
+    from onnx import TensorProto, helper
+
+    from xflow.onnx_io import graph_from_model
+    from xflow.rewrite import apply_match, find_matches
+    from xflow.rules import rules_from_json
+
+    (rule,) = rules_from_json([{
+        "name": "add_reassociate", "inputs": {"x1": "any", "x2": "any"},
+        "src": [{"op": "add", "in": ["x1", "x2"], "out": ["s0"]}, {"op": "add", "in": ["x1", "s0"], "out": ["s1"]}],
+        "dst": [{"op": "add", "in": ["x1", "x1"], "out": ["d0"]}, {"op": "add", "in": ["x2", "d0"], "out": ["d1"]}],
+        "outputs": {"s1": "d1"}}])
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Add", ["a", "x"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    g = graph_from_model(model)
+    for _ in range(2):
+        g = apply_match(g, next(iter(find_matches(g, rule))))
+        assert g is not None
+        known = set(g.inputs) | set(g.constants) | set(g.producers)
+        assert all(i in known for n in g.nodes for i in n.inputs), [(n.op, n.inputs, n.outputs) for n in g.nodes]

@@ -50,8 +50,9 @@ def apply_match(graph: Graph, match: Match) -> Graph | None:
             names[out] = renamed.get(out) or content_name(p.op, frozen, inputs, k)
             types[names[out]] = match.dst_types[out]
             outs.append(names[out])
-        if not any(o in renamed.values() for o in outs) and all(o in graph.producers for o in outs):
-            continue  # common subexpression: the graph already computes these values
+        if not any(o in renamed.values() for o in outs) and all(
+                o in graph.producers and all(graph.producers[o] is not m for m in match.nodes) for o in outs):
+            continue  # common subexpression: a node that stays in the graph already computes these values
         added.append(Node(p.op, inputs, tuple(outs), frozen))
     for tensor, graph_name in identities:
         added.append(Node("identity", (names[tensor],), (graph_name,)))

@@ -92,13 +92,15 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     rows = []
     for name in held_out:
         graph = graph_from_model(zoo.build(name, small=args.small))
-        zero = place_graph(graph, topo, PlaceOptions(policy=policy, improve_sweeps=0), costs, name)
+        zero = place_graph(graph, topo, PlaceOptions(policy=policy, improve_sweeps=0,
+                                                     zero_shot_samples=args.zero_shot_samples), costs, name)
         own = place_graph(graph, topo, PlaceOptions(improve_sweeps=0, train=TrainOptions(
             time_limit=args.train_seconds, seed=args.seed)), costs, name)
         row = {"model": name, "topology": topo.name, "zero_shot": zero.plan.rl["seconds"],
                "zero_shot_seconds": zero.seconds, "per_model": own.plan.rl["seconds"],
                "per_model_seconds": own.seconds, "gap": zero.plan.rl["seconds"] / own.plan.rl["seconds"] - 1,
                "best_baseline": min(own.plan.baselines.values()), "trained_on": train_names,
+               "zero_shot_samples": args.zero_shot_samples,
                "train_seconds": train_seconds}
         rows.append(row)
         print(f"zero-shot {name:13s} {ms(row['zero_shot'])} ms vs per-model RL {ms(row['per_model'])} ms: "
@@ -209,6 +211,7 @@ def main() -> None:
     parser.add_argument("--train-on", default="resnet50,squeezenet,bert,nasrnn")
     parser.add_argument("--transfer-topology", default="4xgpu-pcie")
     parser.add_argument("--transfer-train-seconds", type=float, default=120.0)
+    parser.add_argument("--zero-shot-samples", type=int, default=16, help="placements sampled from the policy")
     parser.add_argument("--real-models", default="squeezenet,inception_v3,nasrnn")
     parser.add_argument("--placements", type=int, default=30)
     parser.add_argument("--runs", type=int, default=10)

@@ -232,3 +232,28 @@ def test_regression_common_subexpression_is_not_the_node_being_removed():
         assert g is not None
         known = set(g.inputs) | set(g.constants) | set(g.producers)
         assert all(i in known for n in g.nodes for i in n.inputs), [(n.op, n.inputs, n.outputs) for n in g.nodes]
+
+
+def test_regression_rule_input_bound_to_a_value_the_match_computes():
+    """Found with the shipped rules: x2 + (x1 + w) -> (x1 + x2) + w matched y = a + a with a = b + w,
+    binding the rule input x2 to a, the inner add's own output. The target read a, whose producer the
+    rewrite removed. A rule input must come from outside the match."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from xflow.onnx_io import graph_from_model
+    from xflow.rewrite import MatchTracer, find_matches
+    from xflow.rules import rules_from_json
+
+    (rule,) = rules_from_json([{
+        "name": "add_const_last", "inputs": {"x1": "any", "x2": "any", "w1": "const"},
+        "src": [{"op": "add", "in": ["x1", "w1"], "out": ["s0"]}, {"op": "add", "in": ["x2", "s0"], "out": ["s1"]}],
+        "dst": [{"op": "add", "in": ["x1", "x2"], "out": ["d0"]}, {"op": "add", "in": ["w1", "d0"], "out": ["d1"]}],
+        "outputs": {"s1": "d1"}}])
+    nodes = [helper.make_node("Add", ["b", "w"], ["a"]), helper.make_node("Add", ["a", "a"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.ones(2, np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    tracer = MatchTracer()
+    assert list(find_matches(graph_from_model(model), rule, tracer)) == []
+    assert any("computed inside the match" in r for r in tracer.reasons["add_const_last"])

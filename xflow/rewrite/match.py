@@ -173,9 +173,12 @@ def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str,
         if tracer is not None:
             tracer.fail(rule, f"{reason} at {nodes[0]!r}")
 
+    produced = {o for n in nodes for o in n.outputs}
     for name, kind in rule.inputs.items():
         if kind == "const" and not graph.is_constant_value(values[name]):
             return fail(f"input {name} ({values[name]}) is not a constant")
+        if values[name] in produced:  # the target would read a value whose producer the rewrite removes
+            return fail(f"input {name} ({values[name]}) is computed inside the match")
     matched = set(map(id, nodes))
     for p_node, node in zip(rule.src, nodes, strict=True):
         for p_out, out in zip(p_node.outputs, node.outputs, strict=True):

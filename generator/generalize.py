@@ -189,3 +189,19 @@ def dedupe(rules: list[dict[str, Any]], key: Callable[[dict[str, Any]], str] = c
 def final_name(rule: dict[str, Any], max_ops: int) -> str:
     """A stable name from the rule's canonical text (independent of the input names it was found with)."""
     return f"g{max_ops}_{hashlib.sha1(canonical_key(rule).encode()).hexdigest()[:10]}"
+
+
+#: Ops of the algebra that real models are made of; candidates built from them are verified first.
+MODEL_OPS = frozenset({"matmul", "conv", "concat", "split", "relu", "add", "mul", "smul", "transpose",
+                       "maxpool", "avgpool"})
+
+
+def priority(candidate: dict[str, Any]) -> tuple:
+    """Order in which candidates are verified under a limit: rules over ops real models use, that make the
+    graph smaller or merge ops, first; then by name (deterministic)."""
+    src_ops = [n["op"] for n in candidate["src"]]
+    dst_ops = [n["op"] for n in candidate["dst"]]
+    foreign = sum(op not in MODEL_OPS for op in src_ops + dst_ops)
+    heavy = ("matmul", "conv")
+    fewer_heavy = sum(op in heavy for op in dst_ops) < sum(op in heavy for op in src_ops)
+    return (foreign, not fewer_heavy, len(dst_ops) - len(src_ops), candidate["name"])

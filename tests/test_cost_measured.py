@@ -139,3 +139,23 @@ def test_cli_cost_db_on_unwritable_path_fails_with_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cost cache" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_two_concurrent_optimize_processes_share_one_cost_db(tmp_path):
+    from tests.rulebook import MATMUL_MERGE
+    from tests.test_cli import CONV_BIAS_RELU_FOLD, conv_relu_model, qkv_model, write_rules
+
+    rules = write_rules(tmp_path / "rules.json", [MATMUL_MERGE, CONV_BIAS_RELU_FOLD])
+    db = str(tmp_path / "shared.sqlite")
+    models = [qkv_model(tmp_path / "q.onnx", hidden=32, seq=8), conv_relu_model(tmp_path / "c.onnx")]
+    procs = [subprocess.Popen([sys.executable, "-m", "xflow.cli", "optimize", m, f"{m}.out.onnx", "--rules", rules,
+                               "--cost", "measured", "--cost-db", db, "--keep-if-slower", "-q"],
+                              stderr=subprocess.PIPE, text=True) for m in models]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    for m in models:
+        onnx.checker.check_model(f"{m}.out.onnx")
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT count(*) FROM costs").fetchone()[0] > 0

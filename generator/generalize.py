@@ -163,7 +163,7 @@ def canonical_key(rule: dict[str, Any]) -> str:
         for name in node["in"]:
             if name in rule["inputs"] and name not in order:
                 order[name] = f"in{len(order)}"
-    text = repr((rule["src"], rule["dst"], rule["outputs"], rule["where"]))
+    text = repr((rule["src"], rule["dst"], rule["outputs"], rule.get("where", [])))
     if not order:
         return text
     pattern = re.compile(r"\b(" + "|".join(sorted(order, key=len, reverse=True)) + r")\b")

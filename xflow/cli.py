@@ -145,29 +145,29 @@ def _print_summary(report: Any) -> None:
               help="z3 time limit per rule in seconds; unknown or timeout = not proved.")
 @click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the numeric check.")
+@click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="all cores",
+              help="Worker processes.")
 @user_errors
-def verify_rules(rules_path: str, timeout_s: float, trials: int, seed: int) -> None:
+def verify_rules(rules_path: str, timeout_s: float, trials: int, seed: int, jobs: int) -> None:
     """Re-prove (z3, from the operator axioms) and re-check numerically every rule of RULES.json.
 
     Prints one line per rule that fails, with its reason, and a summary; exits 1 if any rule fails.
     """
     import time
 
-    from verifier import verify_rule
+    from verifier.batch import verify_candidates
     from xflow.rules import load_rules
 
     rules = load_rules(rules_path)
     started = time.perf_counter()
-    failures = 0
-    for rule in rules:
-        result = verify_rule(rule, timeout_ms=int(timeout_s * 1000), trials=trials, seed=seed)
-        if result.status != "proved":
-            failures += 1
-            reason = result.proof.reason or (result.numeric.reason if result.numeric else "")
-            click.echo(f"FAIL {rule.name}: {result.status}: {reason}")
+    outcomes = verify_candidates([r.to_json() for r in rules], jobs=jobs, timeout_ms=int(timeout_s * 1000),
+                                 trials=trials, seed=seed)
+    failures = [o for o in outcomes if o.status != "proved"]
+    for outcome in failures:
+        click.echo(f"FAIL {outcome.name}: {outcome.reason}")
     seconds = time.perf_counter() - started
-    click.echo(f"{len(rules) - failures} of {len(rules)} rules proved and checked in {seconds:.1f} s"
-               f" ({failures} failed)")
+    click.echo(f"{len(rules) - len(failures)} of {len(rules)} rules proved and checked in {seconds:.1f} s"
+               f" ({len(failures)} failed, {jobs} worker{'s' if jobs > 1 else ''})")
     if failures:
         sys.exit(1)
 

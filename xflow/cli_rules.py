@@ -130,4 +130,31 @@ def rules_stats(models: tuple[str, ...], rules_path: str | None, small: bool, to
             click.echo(f"  {n:>5}  {name}  {docs[name][:90]}")
 
 
+@rules_group.command("merge")
+@click.argument("inputs", nargs=-1, required=True, metavar="RULES.json...")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="Rule file to write.")
+@user_errors
+def rules_merge(inputs: tuple[str, ...], out_path: str) -> None:
+    """Join rule files into one: a rule found in several (same canonical text, whatever its name) is kept
+    once, the most general; every rule keeps its provenance."""
+    import json
+
+    from generator.generalize import canonical_key, dedupe
+    from xflow.rules import load_rules, rules_from_json
+    from xflow.rules.io import dump_rules
+
+    check_writable(out_path)
+    merged: list[dict[str, Any]] = []
+    sources = []
+    for path in inputs:
+        rules = [r.to_json() for r in load_rules(path)]
+        merged.extend(rules)
+        with open(path, encoding="utf-8") as f:
+            sources.append({"file": os.path.basename(path), "rules": len(rules),
+                            "generated_by": json.load(f).get("generated_by", "")})
+    kept = dedupe(merged, key=canonical_key)
+    dump_rules(rules_from_json(kept), out_path, meta={"merged_from": sources})
+    click.echo(f"wrote {out_path}: {len(kept)} rules from {len(merged)} in {len(inputs)} files")
+
+
 COMMANDS: list[click.Command] = [generate_rules, rules_group]

@@ -9,7 +9,7 @@ the operand shapes; commutative operands come in index order; within an input fa
 before ``x2``; two independent neighbouring ops come in key order; an op identical to one already in the
 graph is skipped; an image shrunk below ``MIN_SPATIAL`` ends the graph; a graph whose new tensor equals
 (by fingerprint) one it already has is reported but not extended; the last op must connect every part of
-the graph. Operands are typed as in TASO (``roles_ok``). The walk is depth-first and streams graphs:
+the graph. Operands are typed as in TASO (``operand_tuples``). The walk is depth-first and streams graphs:
 nothing but the current path is kept.
 """
 
@@ -217,9 +217,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         return resolve_cache[key]
 
     def operand_tuples(op: str, components: list[set[int]] | None) -> Iterator[tuple[int, ...]]:
-        # Only operand tuples the op's typing can accept (TASO's roles, see ``roles_ok``), from a shape index,
-        # so the walk does not loop over every pair of tensors. With ``components`` (the last op), only tuples
-        # touching every component.
+        # TASO's typing of operands: conv and pools read activations and conv kernels are weights (images and
+        # kernels are the rank-4 inputs); ewadd/ewmul take equal shapes (no broadcasting); smul scales a tensor
+        # by the scalar. Everything else is left to the op table's shape rule. With ``components`` (the last
+        # op), only tuples touching every component.
         k = arity(op)
         n = len(shapes)
         if k == 0:
@@ -230,12 +231,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         if k == 1:
             for a in (components[0] if components is not None else range(n)):
-                yield (a,)
+                if not (op in ("avgpool", "maxpool") and weight[a]):
+                    yield (a,)
             return
-        if op in ("add", "mul", "concat"):
+        if op in ("add", "mul"):
             firsts = range(n)
-            seconds = {a: [b for b in range(n) if shapes[b] == shapes[a]] if op != "concat"
-                       else [b for b in range(n) if len(shapes[b]) == len(shapes[a])] for a in firsts}
+            seconds = {a: [b for b in range(n) if shapes[b] == shapes[a]] for a in firsts}
         elif op == "smul":
             scalars = [t for t in range(n) if shapes[t] == ()]
             firsts = [t for t in range(n) if shapes[t] != ()]
@@ -244,9 +245,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             firsts = [t for t in range(n) if len(shapes[t]) == 4 and not weight[t]]
             kernels = [t for t in range(n) if len(shapes[t]) == 4 and weight[t]]
             seconds = dict.fromkeys(firsts, kernels)
-        elif op == "matmul":
-            firsts = [t for t in range(n) if len(shapes[t]) >= 2]
-            seconds = {a: [b for b in firsts if shapes[b][-2] == shapes[a][-1]] for a in firsts}
         else:
             firsts = range(n)
             seconds = dict.fromkeys(firsts, list(range(n)))
@@ -289,19 +287,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
-    def roles_ok(op: str, operands: tuple[int, ...]) -> bool:
-        # TASO's typing: conv/pool read activations and conv kernels are weights; ewadd/ewmul take equal
-        # shapes (no broadcasting); smul scales a tensor by the scalar.
-        if op == "conv":
-            return not weight[operands[0]] and weight[operands[1]]
-        if op in ("avgpool", "maxpool"):
-            return not weight[operands[0]]
-        if op in ("add", "mul"):
-            return shapes[operands[0]] == shapes[operands[1]]
-        if op == "smul":
-            return shapes[operands[1]] == () and shapes[operands[0]] != ()
-        return True
-
     def walk(depth: int) -> Iterator[Visit]:
         # The last op must join every component: a graph of independent parts only yields rules that are
         # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
@@ -323,7 +308,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                     continue
                 if entry.weights_only and operands and not all(weight[t] for t in operands):
                     continue
-                if not roles_ok(app.op, operands) or not input_order_ok(operands):
+                if not input_order_ok(operands):
                     continue
                 res = cached(app, tuple(shapes[t] for t in operands))
                 if res is None:

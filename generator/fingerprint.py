@@ -167,8 +167,7 @@ class Buckets:
         return (np.concatenate([*self._fps, fps]), np.concatenate([*self._codes, codes]),
                 np.concatenate([*self._outs, outs]))
 
-    @property
-    def by_fp(self) -> dict[int, list[Entry]]:
+    def colliding(self) -> dict[int, list[Entry]]:
         """Fingerprint -> entries, for the fingerprints shared by two or more graphs (deterministic order)."""
         fps, codes, outs = self.arrays()
         order = np.lexsort((*codes.T[::-1], fps))
@@ -203,7 +202,7 @@ def candidate_pairs(buckets: Buckets, star: bool = False) -> tuple[int, list[Pai
     are emitted in both directions, so any other pair of the bucket is two rewrites through that graph."""
     raw = 0
     pairs: list[Pair] = []
-    by_fp = buckets.by_fp
+    by_fp = buckets.colliding()
     for fp in sorted(by_fp):
         bucket = by_fp[fp]
         if len(bucket) < 2:

@@ -15,6 +15,15 @@ from xflow.rules import rules_from_json
 from xflow.search import backtracking_search
 
 
+def assert_same_outputs(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
+    """Both models give the same outputs in ORT on one random x of shape (4, 64)."""
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    a = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    b = ort.InferenceSession(out.SerializeToString()).run(None, {"x": x})
+    for u, v in zip(a, b, strict=True):
+        np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-3)
+
+
 def shared_input_model(n: int, hidden: int = 64) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("MatMul", ["x", f"W{k}"], [f"y{k}"]) for k in range(n)]
@@ -44,11 +53,7 @@ def test_search_merges_three_parallel_matmuls_and_output_matches_ort():
     assert "concat" not in folded.op_counts()  # weight concats became initializers
     out = to_model_proto(folded)
     onnx.checker.check_model(out)
-    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
-    a = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
-    b = ort.InferenceSession(out.SerializeToString()).run(None, {"x": x})
-    for u, v in zip(a, b, strict=True):
-        np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-3)
+    assert_same_outputs(model, out)
 
 
 def test_search_dedups_graphs_reached_in_different_orders():

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from xflow.cli_common import check_writable, user_errors, write_json
+from xflow.cli_common import check_writable, save_model, user_errors, write_json
 from xflow.cli_place import place_option
 from xflow.errors import XflowError
 
@@ -183,20 +183,13 @@ def zoo(name: str, out_path: str, small: bool, seed: int) -> None:
 
     Models: resnet50, resnext50, inception_v3, squeezenet, bert, nasnet_a, nasrnn.
     """
-    import onnx
-
     from xflow import zoo as zoo_models
 
     if name not in zoo_models.MODELS:
         raise XflowError(None, f"unknown zoo model {name!r}; choose one of {', '.join(sorted(zoo_models.MODELS))}")
     check_writable(out_path)
     model = zoo_models.build(name, small=small, seed=seed)
-    tmp = f"{out_path}.xflow-tmp"
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, out_path)
-    except OSError as exc:
-        raise XflowError(out_path, f"cannot write: {exc.strerror or exc}") from None
+    save_model(model, out_path)
     click.echo(f"wrote {out_path}: {name}{' (small)' if small else ''}, {len(model.graph.node)} nodes")
 
 

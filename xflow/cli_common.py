@@ -42,11 +42,32 @@ def check_writable(path: str) -> None:
         raise XflowError(path, "cannot write here (directory missing or not writable)")
 
 
-def write_json(path: str, data: Any) -> None:
+def write_atomically(path: str, write: Callable[[str], None]) -> None:
+    """``write(tmp)`` then rename onto ``path``: readers never see a partial file, and the temporary file is
+    removed when writing fails or is interrupted."""
     tmp = f"{path}.xflow-tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
+        write(tmp)
         os.replace(tmp, path)
     except OSError as exc:
         raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path: str, data: Any) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+
+    def dump(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2)
+
+    write_atomically(path, dump)
+
+
+def save_model(model: Any, path: str) -> None:
+    """Save an ONNX ModelProto (inline weights), atomically."""
+    import onnx
+
+    write_atomically(path, lambda tmp: onnx.save(model, tmp))

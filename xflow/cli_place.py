@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from xflow.cli_common import check_writable, fail, user_errors, write_json
+from xflow.cli_common import check_writable, fail, save_model, user_errors, write_json
 from xflow.errors import XflowError
 
 
@@ -192,18 +192,11 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int, samples
 
 
 def _write_annotated(graph, plan, path: str, cost_model) -> None:  # noqa: ANN001
-    import onnx
-
     from xflow.placement.plan import annotate_model
     from xflow.placement.problem import build_problem
 
     model = annotate_model(build_problem(graph, cost_model), plan)
-    tmp = f"{path}.xflow-tmp"
-    try:
-        onnx.save(model, tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
+    save_model(model, path)
 
 
 @click.command("run")

@@ -22,8 +22,8 @@ MIN_EXTERNAL_TENSOR = 1024  # tensors smaller than this stay inline even in exte
 COPY_BUFFER = 8 << 20  # bytes: external data is copied through one buffer of this size
 
 # An initializer written straight from its source into the data file (its proto in the written model
-# is a placeholder without data): a new array, or an inline tensor of the source model. So the weights
-# are never copied into a second, serialized form in memory.
+# carries name, type and dims; its bytes go to the data file): a new array, or an inline tensor of the
+# source model. So the weights are never copied into a second, serialized form in memory.
 Deferred = dict[str, "np.ndarray | onnx.TensorProto"]
 
 
@@ -140,7 +140,7 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
     """Build a ModelProto for the graph; initializers that live in external files stay references.
 
     With ``deferred`` (a dict to fill), inline initializers of at least MIN_EXTERNAL_TENSOR bytes are
-    written as placeholders without data and their sources collected there, for the data file."""
+    written as headers (name, type, dims) and their sources collected there, for the data file."""
     if graph.context is None:
         raise ValueError("graph has no model context (it was not loaded from ONNX)")
     model = onnx.ModelProto()
@@ -189,10 +189,10 @@ def may_externalize(data_type: int, dims) -> bool:  # noqa: ANN001 - any sequenc
 def _tensor_proto(name: str, const: Constant, deferred: Deferred | None = None) -> onnx.TensorProto:
     if (deferred is not None and not const.is_external and may_externalize(const.type.dtype, const.type.shape)
             and const.nbytes >= MIN_EXTERNAL_TENSOR):
-        placeholder = onnx.TensorProto(name=name, data_type=const.type.dtype)
-        placeholder.dims.extend(const.type.static_shape)
+        header = onnx.TensorProto(name=name, data_type=const.type.dtype)
+        header.dims.extend(const.type.static_shape)
         deferred[name] = const.array if const.array is not None else const.proto  # type: ignore[assignment]
-        return placeholder
+        return header
     if const.proto is not None:
         if const.proto.name == name:
             return const.proto

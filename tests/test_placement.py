@@ -16,7 +16,7 @@ from xflow.placement.baselines import all_baselines, heft, min_cut, round_robin,
 from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
 from xflow.placement.executor import Executor, cuda_available, make_segments, segment_order
 from xflow.placement.features import BASE_FEATURES, group_features
-from xflow.placement.groups import make_groups
+from xflow.placement.groups import Grouping, make_groups
 from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
@@ -271,6 +271,21 @@ def test_training_restarts_from_a_fresh_policy_when_stuck(branchy):
     result = train([TrainTask(problem, make_groups(problem, topo), sim)], 2,
                    TrainOptions(steps=40, samples=4, restart_patience=5))
     assert result.restarts >= 1 and result.best_seconds[0] == sim.runtime(result.best_plans[0])
+
+
+def test_improve_makes_pair_moves_that_single_moves_cannot(branchy):
+    # Two chained groups: splitting them does not fit (infeasible), both on device 1 is fastest. From
+    # both on device 0 every single move is worse; only moving the pair together helps.
+    _, problem = branchy
+
+    class Env:
+        def runtime(self, plan):  # noqa: ANN001, ANN202
+            return {(0, 0): 2.0, (1, 1): 1.0}.get(tuple(plan[:2]), INFEASIBLE_SECONDS)
+
+    grouping = Grouping(np.array([0, 1]), ((0,), (1,)), np.ones((2, 2), dtype=bool), ((0, 1, 4.0),))
+    task = TrainTask(problem, grouping, Env())
+    seconds, groups = improve(task, np.array([0, 0]))
+    assert seconds == 1.0 and groups.tolist() == [1, 1]
 
 
 def test_infeasible_placements_are_avoided():

@@ -156,7 +156,7 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int, samples
             raise XflowError(policy_path, f"policy was trained for {policy.devices} devices; "
                                           f"{topology.name} has {len(topology.devices)}")
     graph = _load_graph(in_path) if in_path else None
-    options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=4 if improve else 0,
+    options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=PlaceOptions.improve_sweeps if improve else 0,
                            sim_params=_sim_params(calibration_path), policy=policy,
                            train=TrainOptions(steps=steps, samples=samples, time_limit=time_limit, seed=seed))
     cost_model = _cost_model(cost_kind, cost_db)

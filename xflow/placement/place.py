@@ -28,7 +28,7 @@ class PlaceOptions:
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
     max_groups: int = 128
-    improve_sweeps: int = 4
+    improve_sweeps: int = 16
     sim_params: SimParams = field(default_factory=SimParams)
     policy: Policy | None = None
     zero_shot_samples: int = 16

@@ -29,7 +29,8 @@ class TrainOptions:
     """REINFORCE settings. Reward is -sqrt(runtime / reference), the reference being the median
     feasible runtime of the first batch (scale-free across graphs); infeasible = ``infeasible_factor``
     x reference; with ``normalize`` advantages are divided by the batch's reward spread (late in training
-    the spread is small, and the entropy bonus would otherwise drown the signal). ``time_limit`` and
+    the spread is small, and the entropy bonus would otherwise drown the signal). ``time_limit`` (seconds;
+    0 = none, so that ``steps`` alone ends training and a seed gives the same policy on any machine) and
     ``patience`` (steps without a new best) end training early;
     ``restart_patience`` steps without a new best restart from a fresh policy (REINFORCE settles in a
     local optimum within tens of steps; restarts spend the rest of the budget elsewhere). With
@@ -182,7 +183,8 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
         since_best = 0 if improved else since_best + 1
         if progress is not None:
             progress(step, tasks[0].best)
-        if time.perf_counter() - started > opt.time_limit or (opt.patience and since_best >= opt.patience):
+        out_of_time = opt.time_limit > 0 and time.perf_counter() - started > opt.time_limit
+        if out_of_time or (opt.patience and since_best >= opt.patience):
             break
         if opt.restart_patience and since_best >= opt.restart_patience:
             restarts += 1  # stuck in a local optimum: start a fresh policy, keep the best placements found
@@ -223,26 +225,49 @@ def place_with(policy: Policy, task: TrainTask, samples: int = 0, seed: int = 0)
     return best[0], task.grouping.expand(candidates[best[1]])
 
 
-def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 4,
+def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 16,
             time_limit: float = 30.0) -> tuple[float, np.ndarray]:
-    """Placeto-style iterative improvement: visit groups in topological order and move each to the device
-    that makes the step fastest given all other groups' devices; ``sweeps`` passes over the graph."""
+    """Iterative improvement (Placeto order): visit groups in topological order and move each to the device
+    that makes the step fastest given all other groups' devices. When a whole pass moves nothing, try
+    pair moves over neighbouring groups (joined by an edge or adjacent in topological order): both to
+    one device, or swapped. One group at a time cannot cross a memory limit that needs another group
+    to leave the device first, nor move a branch together with its join; a pair can. At most ``sweeps``
+    passes, stopping after ``time_limit`` seconds."""
+    grouping = task.grouping
+    allowed = grouping.allowed
     current = np.array(plan_groups)
-    best = task.env.runtime(task.grouping.expand(current))
+    best = task.env.runtime(grouping.expand(current))
     started = time.perf_counter()
+    pairs = sorted({(a, b) for a, b, _ in grouping.edges} | {(g, g + 1) for g in range(grouping.count - 1)})
+
+    def moves_of(kind: str):  # noqa: ANN202 - generator of (groups, devices)
+        if kind == "single":
+            for g in range(grouping.count):
+                for d in np.flatnonzero(allowed[g]):
+                    yield (g,), (d,)
+            return
+        for a, b in pairs:
+            choices = {(d, d) for d in np.flatnonzero(allowed[a] & allowed[b])}
+            choices.add((current[b], current[a]))  # swap
+            for da, db in sorted(choices):
+                if allowed[a, da] and allowed[b, db]:
+                    yield (a, b), (da, db)
+
     for _ in range(sweeps):
         changed = False
-        for g in range(task.grouping.count):
-            for d in np.flatnonzero(task.grouping.allowed[g]):
-                if d == current[g]:
+        for kind in ("single", "pair"):
+            for groups, devs in moves_of(kind):
+                if all(current[g] == d for g, d in zip(groups, devs, strict=True)):
                     continue
                 trial = current.copy()
-                trial[g] = d
-                seconds = task.env.runtime(task.grouping.expand(trial))
+                trial[list(groups)] = devs
+                seconds = task.env.runtime(grouping.expand(trial))
                 if seconds < best:
                     best, current, changed = seconds, trial, True
-            if time.perf_counter() - started > time_limit:
-                return best, current
+                if time.perf_counter() - started > time_limit:
+                    return best, current
+            if changed:
+                break  # back to single moves
         if not changed:
             break
     return best, current

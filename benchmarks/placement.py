@@ -85,23 +85,24 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     topo = load_topology(args.transfer_topology)
     costs = cost_model(args.cost)
     graphs = {n: graph_from_model(zoo.build(n, small=args.small)) for n in train_names}
-    train_opts = TrainOptions(time_limit=args.transfer_train_seconds, seed=args.seed)  # see transfer_options
-    started = time.perf_counter()
-    policy, _ = train_across(graphs, topo, PlaceOptions(train=train_opts), costs)
+    started = time.perf_counter()  # steps only (no time limit): the same seed gives the same policy anywhere
+    policy, _ = train_across(graphs, topo, PlaceOptions(train=TrainOptions(seed=args.seed),
+                                                        transfer_steps=args.transfer_steps), costs)
     train_seconds = time.perf_counter() - started
     rows = []
     for name in held_out:
         graph = graph_from_model(zoo.build(name, small=args.small))
         zero = place_graph(graph, topo, PlaceOptions(policy=policy, improve_sweeps=0,
-                                                     zero_shot_samples=args.zero_shot_samples), costs, name)
+                                                     zero_shot_samples=args.zero_shot_samples,
+                                                     zero_shot_temperature=args.zero_shot_temperature), costs, name)
         own = place_graph(graph, topo, PlaceOptions(improve_sweeps=0, train=TrainOptions(
             time_limit=args.train_seconds, seed=args.seed)), costs, name)
         row = {"model": name, "topology": topo.name, "zero_shot": zero.plan.rl["seconds"],
                "zero_shot_seconds": zero.seconds, "per_model": own.plan.rl["seconds"],
                "per_model_seconds": own.seconds, "gap": zero.plan.rl["seconds"] / own.plan.rl["seconds"] - 1,
                "best_baseline": min(own.plan.baselines.values()), "trained_on": train_names,
-               "zero_shot_samples": args.zero_shot_samples,
-               "train_seconds": train_seconds}
+               "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": args.zero_shot_temperature,
+               "transfer_steps": args.transfer_steps, "train_seconds": train_seconds}
         rows.append(row)
         print(f"zero-shot {name:13s} {ms(row['zero_shot'])} ms vs per-model RL {ms(row['per_model'])} ms: "
               f"gap {row['gap'] * 100:+.1f}% (placing took {zero.seconds:.1f} s)", flush=True)
@@ -194,9 +195,10 @@ def markdown(rows: list[dict], transfer: list[dict]) -> str:
                      + f" | {ms(r['rl'])} | {ms(r['rl_improved'])} | {r['rl_vs_best_baseline']:.3f} | "
                      f"{r['rl_improved_vs_best_baseline']:.3f} | {r['planning_seconds']:.0f} |")
     if transfer:
-        lines += ["", "| held-out model | zero-shot ms | per-model RL ms | gap |", "| --- | --- | --- | --- |"]
-        lines += [f"| {t['model']} | {ms(t['zero_shot'])} | {ms(t['per_model'])} | {t['gap'] * 100:+.1f}% |"
-                  for t in transfer]
+        lines += ["", "| held-out model | zero-shot ms | per-model RL ms | gap | best baseline ms | placing s |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {t['model']} | {ms(t['zero_shot'])} | {ms(t['per_model'])} | {t['gap'] * 100:+.1f}% | "
+                  f"{ms(t['best_baseline'])} | {t['zero_shot_seconds']:.1f} |" for t in transfer]
     return "\n".join(lines) + "\n"
 
 
@@ -210,8 +212,11 @@ def main() -> None:
     parser.add_argument("--train-seconds", type=float, default=60.0)
     parser.add_argument("--train-on", default="resnet50,squeezenet,bert,nasrnn")
     parser.add_argument("--transfer-topology", default="4xgpu-pcie")
-    parser.add_argument("--transfer-train-seconds", type=float, default=120.0)
-    parser.add_argument("--zero-shot-samples", type=int, default=16, help="placements sampled from the policy")
+    parser.add_argument("--transfer-steps", type=int, default=PlaceOptions.transfer_steps,
+                        help="training steps of the transfer policy (no time limit)")
+    parser.add_argument("--zero-shot-samples", type=int, default=PlaceOptions.zero_shot_samples,
+                        help="placements sampled from the policy; the fastest in the simulator is kept")
+    parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature)
     parser.add_argument("--real-models", default="squeezenet,inception_v3,nasrnn")
     parser.add_argument("--placements", type=int, default=30)
     parser.add_argument("--runs", type=int, default=10)
@@ -219,7 +224,7 @@ def main() -> None:
     parser.add_argument("--out-dir", default="benchmarks/placement_results")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "machine.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(args.out_dir, f"machine_{args.part}.json"), "w", encoding="utf-8") as f:
         json.dump({"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "machine": platform.platform(),
                    "args": vars(args)}, f, indent=2)
     rows: list[dict] = []

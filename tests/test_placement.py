@@ -17,6 +17,7 @@ from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
 from xflow.placement.executor import Executor, cuda_available, make_segments, segment_order
 from xflow.placement.features import BASE_FEATURES, group_features
 from xflow.placement.groups import Grouping, make_groups
+from xflow.placement.place import PlaceOptions, place_graph, train_across
 from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
@@ -286,6 +287,21 @@ def test_improve_makes_pair_moves_that_single_moves_cannot(branchy):
     task = TrainTask(problem, grouping, Env())
     seconds, groups = improve(task, np.array([0, 0]))
     assert seconds == 1.0 and groups.tolist() == [1, 1]
+
+
+def test_transfer_training_counts_steps_and_is_reproducible_then_places_zero_shot():
+    graphs = {f"b{i}": graph_from_model(branches_model(width=32, branches=2 + i, seed=i)) for i in range(2)}
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    options = PlaceOptions(train=TrainOptions(seed=3, samples=4, time_limit=1e-9), transfer_steps=5)
+    steps: list[int] = []
+    first, best = train_across(graphs, topo, options, AnalyticCost(), lambda step, _: steps.append(step))
+    second, _ = train_across(graphs, topo, options, AnalyticCost())
+    assert steps == [1, 2, 3, 4, 5] and set(best) == set(graphs) and first.params.keys() == second.params.keys()
+    assert all(np.array_equal(first.params[k], second.params[k]) for k in first.params)
+    unseen = graph_from_model(branches_model(width=48, branches=3, seed=7))
+    options = PlaceOptions(policy=first, zero_shot_samples=8, improve_sweeps=0)
+    plan = place_graph(unseen, topo, options, AnalyticCost()).plan
+    assert plan.rl["mode"] == "zero-shot" and plan.rl["samples"] == 8 and plan.rl["seconds"] < INFEASIBLE_SECONDS
 
 
 def test_infeasible_placements_are_avoided():

@@ -95,11 +95,13 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
               help="Built-in topology (cpu, cpu+cuda, 4xgpu-pcie, 2xgpu-memcap, 8xgpu-nvlink) or a JSON file.")
 @click.option("--env", type=click.Choice(["sim", "real"]), default="sim", show_default=True,
               help="Plan in the simulator or by running placements for real (executor).")
-@click.option("--steps", type=int, default=100_000, show_default=True,
-              help="Most REINFORCE steps (batches); --time-limit usually ends training first.")
+@click.option("--steps", type=int, default=None,
+              help="REINFORCE steps (batches). Training on IN.onnx: at most this many (default 100000; "
+                   "--time-limit usually ends it first). With --train-on: exactly this many, no time limit, "
+                   "so a seed gives the same policy anywhere (default 600).")
 @click.option("--samples", type=int, default=16, show_default=True, help="Placements sampled per step.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True,
-              help="Training time limit (s); the improvement pass adds at most 30 s.")
+              help="Training time limit (s) on IN.onnx (not --train-on); the improvement pass adds at most 30 s.")
 @click.option("--max-groups", type=int, default=128, show_default=True, help="Cap on co-location groups.")
 @click.option("--improve/--no-improve", default=True, show_default=True,
               help="Placeto-style iterative improvement of the RL result.")
@@ -113,6 +115,9 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
 @click.option("--save-policy", type=click.Path(dir_okay=False), default=None, help="Write the trained policy (.npz).")
 @click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None,
               help="Place IN.onnx zero-shot with this trained policy (no training).")
+@click.option("--zero-shot-samples", type=int, default=1024, show_default=True,
+              help="Zero-shot: placements sampled from the policy (plus its most likely one); the fastest "
+                   "in the simulator is kept. No gradient step on IN.onnx.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan (JSON).")
 @click.option("--onnx-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the model with each node's device in its metadata (xflow.device).")
@@ -121,9 +126,10 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
-def place(in_path: str | None, topology_spec: str, env: str, steps: int, samples: int, time_limit: float,
+def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, samples: int, time_limit: float,
           max_groups: int, improve: bool, cost_kind: str, cost_db: str | None, calibration_path: str | None,
-          train_on: tuple[str, ...], save_policy: str | None, policy_path: str | None, out_path: str | None,
+          train_on: tuple[str, ...], save_policy: str | None, policy_path: str | None, zero_shot_samples: int,
+          out_path: str | None,
           onnx_out: str | None, curve_path: str | None, seed: int, quiet: bool) -> None:
     """Plan where each node of IN.onnx runs on a topology, with RL beside the classic heuristics.
 
@@ -158,7 +164,11 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int, samples
     graph = _load_graph(in_path) if in_path else None
     options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=PlaceOptions.improve_sweeps if improve else 0,
                            sim_params=_sim_params(calibration_path), policy=policy,
-                           train=TrainOptions(steps=steps, samples=samples, time_limit=time_limit, seed=seed))
+                           zero_shot_samples=zero_shot_samples,
+                           train=TrainOptions(steps=steps or TrainOptions.steps, samples=samples,
+                                              time_limit=time_limit, seed=seed))
+    if steps:
+        options.transfer_steps = steps
     cost_model = _cost_model(cost_kind, cost_db)
     say = (lambda _m: None) if quiet else click.echo
     if train_on:

@@ -19,11 +19,15 @@ from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
 from xflow.placement.topology import Topology
 from xflow.placement.train import Environment, TrainOptions, TrainTask, improve, place_with, train
 
+TRANSFER_STEPS = 600  # about 90 s for four zoo models on one core of a shared 2-core machine
+
 
 @dataclass
 class PlaceOptions:
     """Settings of one placement run. ``env`` is "sim" or "real"; ``improve_sweeps`` > 0 adds the
-    Placeto-style iterative improvement after RL; ``policy`` places zero-shot (no training)."""
+    Placeto-style iterative improvement after RL; ``policy`` places zero-shot (no training): its most
+    likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``, the fastest in the
+    environment kept. ``transfer_steps`` is how long ``train_across`` trains (steps, no time limit)."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -31,7 +35,9 @@ class PlaceOptions:
     improve_sweeps: int = 16
     sim_params: SimParams = field(default_factory=SimParams)
     policy: Policy | None = None
-    zero_shot_samples: int = 16
+    zero_shot_samples: int = 1024
+    zero_shot_temperature: float = 0.5
+    transfer_steps: int = TRANSFER_STEPS
     runs: int = 10
 
 
@@ -83,9 +89,10 @@ def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None =
     devices = len(topology.devices)
     rl: dict = {"groups": grouping.count}
     if opts.policy is not None:
-        rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed)
+        rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed,
+                                         opts.zero_shot_temperature)
         policy, curve = opts.policy, []
-        rl.update(mode="zero-shot", samples=opts.zero_shot_samples)
+        rl.update(mode="zero-shot", samples=opts.zero_shot_samples, temperature=opts.zero_shot_temperature)
     else:
         result = train([task], devices, opts.train, progress=progress)
         rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
@@ -115,7 +122,8 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
                  cost_model: CostModel | None = None,
                  progress: Callable[[int, float], None] | None = None) -> tuple[Policy, dict[str, float]]:
     """Train one policy on several graphs at once (GO-style); returns it and each graph's best seconds.
-    Only the shared network is trained (no per-graph logits, no restarts), gently (``transfer_options``)."""
+    Only the shared network is trained (no per-graph logits, no restarts), gently (``transfer_options``),
+    for ``transfer_steps`` steps and no time limit: the same seed gives the same policy on any machine."""
     opts = options or PlaceOptions()
     tasks = []
     for name, graph in graphs.items():
@@ -123,7 +131,8 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
         grouping = make_groups(problem, topology, opts.max_groups)
         env, _ = make_env(problem, topology, opts)
         tasks.append(TrainTask(problem, grouping, env))
-    result = train(tasks, len(topology.devices), transfer_options(opts.train), progress=progress)
+    steps_only = replace(opts.train, steps=opts.transfer_steps, time_limit=0.0)
+    result = train(tasks, len(topology.devices), transfer_options(steps_only), progress=progress)
     return result.policy, dict(zip(graphs, result.best_seconds, strict=True))
 
 

@@ -212,15 +212,20 @@ def _rewards(task: TrainTask, runtimes: np.ndarray, opt: TrainOptions) -> np.nda
     return -np.sqrt(effective / reference)
 
 
-def place_with(policy: Policy, task: TrainTask, samples: int = 0, seed: int = 0) -> tuple[float, list[int]]:
-    """Zero-shot placement with a trained policy: the most likely device per group, and with ``samples``
-    > 0 also that many sampled placements, keeping the fastest. Returns (seconds, device per node)."""
+def place_with(policy: Policy, task: TrainTask, samples: int = 0, seed: int = 0,
+               temperature: float = 1.0) -> tuple[float, list[int]]:
+    """Zero-shot placement with a trained policy (no gradient step on this graph): the most likely device
+    per group, and with ``samples`` > 0 also that many placements sampled from the policy's distribution
+    sharpened by ``temperature`` (< 1 = closer to the most likely device), keeping the fastest in the
+    task's environment. Returns (seconds, device per node)."""
     devices = policy.devices
     task.inp = task.inp or graph_input(task, devices)
     logp, _ = policy.forward(task.inp)
     candidates = [logp.argmax(axis=1)]
     if samples:
-        candidates.extend(_sample(np.exp(logp), samples, np.random.default_rng(seed)))
+        scaled = np.where(task.inp.allowed, logp / temperature, -np.inf)
+        probs = np.exp(scaled - scaled.max(axis=1, keepdims=True))
+        candidates.extend(_sample(probs / probs.sum(axis=1, keepdims=True), samples, np.random.default_rng(seed)))
     best = min(((task.env.runtime(task.grouping.expand(c)), i) for i, c in enumerate(candidates)))
     return best[0], task.grouping.expand(candidates[best[1]])
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+import itertools
+from collections import ChainMap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import onnx
 
@@ -96,29 +99,10 @@ class Graph:
         """True for initializers and for values computed from constants alone by op-table nodes
         (those fold into new initializers before the model is written)."""
         memo: dict[str, bool] = self.__dict__.setdefault("_constant_memo", {})
-        if name not in memo:
-            stack = [name]
-            while stack:  # iterative post-order: deep constant chains must not hit the recursion limit
-                top = stack[-1]
-                if top in memo:
-                    stack.pop()
-                    continue
-                if top in self.constants:
-                    memo[top] = True
-                    stack.pop()
-                    continue
-                producer = self.producers.get(top)
-                if producer is None or producer.is_opaque:
-                    memo[top] = False
-                    stack.pop()
-                    continue
-                pending = [i for i in producer.inputs if i and i not in memo]
-                if pending:
-                    stack.extend(pending)
-                    continue
-                memo[top] = all(memo[i] for i in producer.inputs if i)
-                stack.pop()
-        return memo[name]
+        found = memo.get(name)
+        if found is None:
+            found = _constant_value(name, memo, self.constants, self.producers.get)
+        return found
 
     def type_of(self, name: str) -> TensorType | None:
         """The type of a value, or None when unknown."""
@@ -174,13 +158,9 @@ class Graph:
         """The graph's identity as hex: equal for graphs with the same nodes on the same values."""
         return f"{self.hash_sum:032x}"
 
-    def derive(self, removed: Iterable[Node], added: Iterable[Node], types: Mapping[str, TensorType]) -> Graph:
-        """A new graph without ``removed`` and with ``added`` (which must be in topological order among
-        themselves). Splices them in place when the order allows, else sorts the whole graph; raises
-        CycleError when no order exists. The hash is updated, not recomputed."""
-        removed = list(removed)
-        added = list(added)
-        gone = {id(n) for n in removed}
+    def _splice_bounds(self, gone: set[int], added: list[Node] | tuple[Node, ...]) -> tuple[int, int]:
+        """(earliest position of a kept reader of an added output, latest position of a kept producer
+        of an added input): the added nodes fit in place between them when latest < earliest."""
         position = self.position
         new_outputs = {o for n in added for o in n.outputs}
         earliest = len(self.nodes)
@@ -194,11 +174,21 @@ class Graph:
                 producer = self.producers.get(i)
                 if producer is not None and id(producer) not in gone and i not in new_outputs:
                     latest = max(latest, position[producer])
-        kept = [n for n in self.nodes if id(n) not in gone]
+        return earliest, latest
+
+    def derive(self, removed: Iterable[Node], added: Iterable[Node], types: Mapping[str, TensorType]) -> Graph:
+        """A new graph without ``removed`` and with ``added`` (which must be in topological order among
+        themselves). Splices them in place when the order allows, else sorts the whole graph; raises
+        CycleError when no order exists. The hash is updated, not recomputed."""
+        removed = list(removed)
+        added = list(added)
+        gone = {id(n) for n in removed}
+        earliest, latest = self._splice_bounds(gone, added)
         if latest < earliest:
-            cut = sum(1 for n in self.nodes[:latest + 1] if id(n) not in gone)
-            nodes = kept[:cut] + added + kept[cut:]
+            nodes = _splice(self.nodes, sorted(self.position[n] for n in removed if n in self.position),
+                            latest + 1, added)
         else:
+            kept = [n for n in self.nodes if id(n) not in gone]
             nodes = topological_sort(kept + added, self.inputs, self.constants.keys())
         new_types = dict(self.types)
         new_types.update(types)
@@ -212,12 +202,183 @@ class Graph:
         graph.__dict__["_constant_memo"] = self.__dict__.setdefault("_constant_memo", {})
         return graph
 
+    def creates_cycle(self, removed: Iterable[Node], added: Iterable[Node]) -> bool:
+        """True when ``derive(removed, added, ...)`` would raise CycleError, found without building the
+        graph: a cycle must pass through added nodes, so it is one among them in the small graph whose
+        edges are "an output of a reaches an input of b" (directly, or through kept nodes)."""
+        added = list(added)
+        gone = {id(n) for n in removed}
+        earliest, latest = self._splice_bounds(gone, added)
+        if latest < earliest:
+            return False
+        made_by = {o: k for k, n in enumerate(added) for o in n.outputs if o}
+        position = self.position
+        # kept producers of added inputs (by position), and which added nodes read each
+        wanted: dict[int, list[int]] = {}
+        edges: list[set[int]] = [set() for _ in added]
+        for b, n in enumerate(added):
+            for i in (*n.inputs, *n.implicit):
+                if not i:
+                    continue
+                if i in made_by:
+                    edges[made_by[i]].add(b)
+                    continue
+                producer = self.producers.get(i)
+                if producer is not None and id(producer) not in gone:
+                    wanted.setdefault(position[producer], []).append(b)
+        for a, n in enumerate(added):  # kept nodes reachable from a's outputs (descendants come later)
+            frontier = [u for o in n.outputs if o for u, _ in self.users.get(o, []) if id(u) not in gone]
+            seen: set[int] = set()
+            while frontier:
+                node = frontier.pop()
+                pos = position[node]
+                if pos > latest or pos in seen:
+                    continue
+                seen.add(pos)
+                edges[a].update(wanted.get(pos, ()))
+                frontier.extend(u for o in node.outputs if o for u, _ in self.users.get(o, []) if id(u) not in gone)
+        state = [0] * len(added)  # 0 new, 1 on the stack, 2 done
+        for start in range(len(added)):
+            if state[start]:
+                continue
+            stack = [(start, iter(edges[start]))]
+            state[start] = 1
+            while stack:
+                node, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    state[node] = 2
+                    stack.pop()
+                elif state[nxt] == 1:
+                    return True
+                elif state[nxt] == 0:
+                    state[nxt] = 1
+                    stack.append((nxt, iter(edges[nxt])))
+        return False
+
+    def pending(self, removed: Iterable[Node], added: Iterable[Node], types: Mapping[str, TensorType]
+                ) -> PendingGraph:
+        """``derive(removed, added, types)`` without building it yet (see ``PendingGraph``)."""
+        return PendingGraph(self, tuple(removed), tuple(added), types)
+
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op (opaque ones by ONNX type)."""
         counts: dict[str, int] = {}
         for n in self.nodes:
             counts[n.onnx_type] = counts.get(n.onnx_type, 0) + 1
         return dict(sorted(counts.items()))
+
+
+class PendingGraph:
+    """A graph derived from ``parent`` that is not built yet: it knows its size, structural hash,
+    value types and which values are constant, which is all a search needs to dedupe and cost it.
+    ``build()`` makes the Graph (``parent.derive``, so the same graph as deriving at once); any other
+    Graph attribute builds it first. Check ``parent.creates_cycle`` before: building a graph with a
+    cycle raises CycleError."""
+
+    def __init__(self, parent: Graph, removed: tuple[Node, ...], added: tuple[Node, ...],
+                 types: Mapping[str, TensorType]) -> None:
+        self.parent = parent
+        self.change_types = dict(types)
+        self.types: Mapping[str, TensorType] = ChainMap(self.change_types, parent.types)  # type: ignore[arg-type]
+        self.inputs, self.outputs = parent.inputs, parent.outputs
+        self.constants, self.context = parent.constants, parent.context
+        self.last_change = (removed, added)  # read by GraphCoster.derived_cost, as on derived graphs
+        self.size = len(parent.nodes) - len({id(n) for n in removed}) + len(added)
+        delta = sum(n.local_hash for n in added) - sum(n.local_hash for n in removed)
+        self.hash_sum = (parent.hash_sum + delta) % (1 << 128)
+        self._built: Graph | None = None
+        self._made_by = {o: n for n in added for o in n.outputs if o}
+        self._gone = {id(n) for n in removed}
+
+    @property
+    def structural_hash(self) -> str:
+        """The hash the built graph will have."""
+        return f"{self.hash_sum:032x}"
+
+    def build(self) -> Graph:
+        """The derived Graph (built once)."""
+        if self._built is None:
+            removed, added = self.last_change
+            self._built = self.parent.derive(removed, added, self.change_types)
+        return self._built
+
+    def is_constant(self, name: str) -> bool:
+        """True when the value is an initializer."""
+        return name in self.constants
+
+    def is_constant_value(self, name: str) -> bool:
+        """As ``Graph.is_constant_value`` on the built graph (the memo is the parent's, shared)."""
+        memo: dict[str, bool] = self.parent.__dict__.setdefault("_constant_memo", {})
+        found = memo.get(name)
+        if found is None:
+            found = _constant_value(name, memo, self.constants, self._producer)
+        return found
+
+    def _producer(self, name: str) -> Node | None:
+        made = self._made_by.get(name)
+        if made is not None:
+            return made
+        producer = self.parent.producers.get(name)
+        return None if producer is None or id(producer) in self._gone else producer
+
+    def type_of(self, name: str) -> TensorType | None:
+        """The type of a value, or None when unknown."""
+        return self.types.get(name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("parent", "_built", "last_change", "change_types"):
+            raise AttributeError(name)
+        return getattr(self.build(), name)
+
+
+def _constant_value(name: str, memo: dict[str, bool], constants: Mapping[str, Constant],
+                    producer_of: Callable[[str], Node | None]) -> bool:
+    """Whether ``name`` is an initializer or computed from constants alone by op-table nodes; fills
+    ``memo`` for it and the values it depends on. Iterative: deep constant chains must not hit the
+    recursion limit."""
+    stack = [name]
+    while stack:
+        top = stack[-1]
+        if top in memo:
+            stack.pop()
+            continue
+        if top in constants:
+            memo[top] = True
+            stack.pop()
+            continue
+        producer = producer_of(top)
+        if producer is None or producer.is_opaque:
+            memo[top] = False
+            stack.pop()
+            continue
+        pending = [i for i in producer.inputs if i and i not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        memo[top] = all(memo[i] for i in producer.inputs if i)
+        stack.pop()
+    return memo[name]
+
+
+def _splice(nodes: tuple[Node, ...], gone: list[int], at: int, added: list[Node]) -> list[Node]:
+    """``nodes`` without the (sorted) positions ``gone``, with ``added`` inserted before position ``at``,
+    built from slices."""
+    pieces: list[Sequence[Node]] = []
+    start = 0
+    inserted = False
+    for p in gone:
+        if not inserted and at <= p:
+            pieces += (nodes[start:at], added)
+            start, inserted = at, True
+        pieces.append(nodes[start:p])
+        start = p + 1
+    if not inserted:
+        at = max(at, start)
+        pieces += (nodes[start:at], added)
+        start = at
+    pieces.append(nodes[start:])
+    return list(itertools.chain.from_iterable(pieces))
 
 
 def topological_sort(nodes: list[Node], inputs: Iterable[str], constants: Iterable[str]) -> list[Node]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 from xflow.ir import Attrs, CycleError, Graph, Node, TensorType
 from xflow.rewrite.match import Match
@@ -15,33 +16,48 @@ def content_name(op: str, attrs: Attrs, inputs: tuple[str, ...], index: int) -> 
     return "xf_" + hashlib.blake2b(text, digest_size=8).hexdigest()
 
 
-def apply_match(graph: Graph, match: Match) -> Graph | None:
-    """The graph with the match rewritten, or None when the result would contain a cycle.
+@dataclass(frozen=True)
+class Change:
+    """What applying a match does to a graph: nodes removed, nodes added (in topological order among
+    themselves) and the types of the values the added nodes compute."""
 
-    Target tensors mapped to source outputs take over the source output names, so consumers,
-    graph outputs and subgraph captures need no rewiring. A source output mapped to a rule input
-    (e.g. split(concat(a, b)) -> a) is rewired in its consumers, or kept by an Identity where it is
-    a graph output or read by a subgraph. A target node that computes exactly what an existing node
-    computes is not added again (its content name already exists). Producers left without users
-    are removed."""
+    removed: tuple[Node, ...]
+    added: tuple[Node, ...]
+    types: dict[str, TensorType]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The target nodes of a match. They depend on the match alone (names identify computations), so
+    they are built once per match and the same Node objects serve every graph the match is kept in."""
+
+    names: dict[str, str]  # pattern tensor -> graph value
+    nodes: tuple[tuple[Node, bool], ...]  # (node, whether it takes over a source output name)
+    types: dict[str, TensorType]
+    identities: tuple[tuple[str, str], ...]  # (target tensor, source output) mapped to one target twice
+    to_inputs: tuple[tuple[str, str], ...]  # (source output, rule input) the output is mapped to
+
+
+def _target(match: Match) -> _Target:
+    target = match.__dict__.get("_xflow_target")
+    if target is not None:
+        return target
     rule = match.rule
     names: dict[str, str] = {p: g for p, g in match.values.items() if p in rule.inputs}
     renamed: dict[str, str] = {}  # dst tensor -> graph name of the source output it replaces
-    identities: list[tuple[str, str]] = []  # (target tensor or rule input, graph name to keep)
-    rewire: dict[str, str] = {}  # graph value to drop -> graph value replacing it in consumers
+    identities: list[tuple[str, str]] = []
+    to_inputs: list[tuple[str, str]] = []
     for s, d in rule.outputs.items():
         src_name = match.values[s]
         if d in rule.inputs:
-            if src_name in graph.output_set or any(idx < 0 for _, idx in graph.users.get(src_name, [])):
-                identities.append((d, src_name))
-            else:
-                rewire[src_name] = match.values[d]
+            to_inputs.append((src_name, d))
         elif d not in renamed:
             renamed[d] = src_name
         else:
             identities.append((d, src_name))
     types: dict[str, TensorType] = {}
-    added: list[Node] = []
+    nodes: list[tuple[Node, bool]] = []
+    taken = set(renamed.values())
     for p, attrs in zip(rule.dst, match.dst_attrs, strict=True):
         frozen = Attrs(attrs)
         inputs = tuple(names[i] for i in p.inputs)
@@ -50,23 +66,61 @@ def apply_match(graph: Graph, match: Match) -> Graph | None:
             names[out] = renamed.get(out) or content_name(p.op, frozen, inputs, k)
             types[names[out]] = match.dst_types[out]
             outs.append(names[out])
-        if not any(o in renamed.values() for o in outs) and all(
-                o in graph.producers and all(graph.producers[o] is not m for m in match.nodes) for o in outs):
+        nodes.append((Node(p.op, inputs, tuple(outs), frozen), any(o in taken for o in outs)))
+    target = _Target(names, tuple(nodes), types, tuple(identities), tuple(to_inputs))
+    match.__dict__["_xflow_target"] = target  # Match is frozen; the target is derived data
+    return target
+
+
+def plan_match(graph: Graph, match: Match) -> Change:
+    """The change applying ``match`` to ``graph`` makes, without building the new graph (which may
+    contain a cycle: ``Graph.creates_cycle`` says, ``Graph.derive`` raises).
+
+    Target tensors mapped to source outputs take over the source output names, so consumers,
+    graph outputs and subgraph captures need no rewiring. A source output mapped to a rule input
+    (e.g. split(concat(a, b)) -> a) is rewired in its consumers, or kept by an Identity where it is
+    a graph output or read by a subgraph. A target node that computes exactly what an existing node
+    computes is not added again (its content name already exists). Producers left without users
+    are removed."""
+    target = _target(match)
+    names = target.names
+    identities = list(target.identities)
+    rewire: dict[str, str] = {}  # graph value to drop -> graph value replacing it in consumers
+    for src_name, d in target.to_inputs:
+        if src_name in graph.output_set or any(idx < 0 for _, idx in graph.users.get(src_name, [])):
+            identities.append((d, src_name))
+        else:
+            rewire[src_name] = match.values[d]
+    types = dict(target.types)
+    added: list[Node] = []
+    producers = graph.producers
+    for node, renames in target.nodes:
+        if not renames and all(
+                o in producers and all(producers[o] is not m for m in match.nodes) for o in node.outputs):
             continue  # common subexpression: a node that stays in the graph already computes these values
-        added.append(Node(p.op, inputs, tuple(outs), frozen))
+        added.append(node)
     for tensor, graph_name in identities:
         added.append(Node("identity", (names[tensor],), (graph_name,)))
         types[graph_name] = graph.types[graph_name]
     removed: list[Node] = list(match.nodes)
     if rewire:
-        for n in graph.nodes:
-            if any(i in rewire for i in n.inputs) and all(n is not m for m in match.nodes):
-                removed.append(n)
-                added.append(Node(n.op, tuple(rewire.get(i, i) for i in n.inputs), n.outputs, n.attrs, n.name,
-                                  n.origin if n.is_opaque else None, n.implicit))
+        matched = {id(m) for m in match.nodes}
+        readers = {id(u): u for value in rewire for u, _ in graph.users.get(value, []) if id(u) not in matched}
+        position = graph.position
+        for n in sorted(readers.values(), key=position.__getitem__):
+            removed.append(n)
+            added.append(Node(n.op, tuple(rewire.get(i, i) for i in n.inputs), n.outputs, n.attrs, n.name,
+                              n.origin if n.is_opaque else None, n.implicit))
     removed.extend(_dead_producers(graph, removed, added))
+    return Change(tuple(removed), tuple(added), types)
+
+
+def apply_match(graph: Graph, match: Match) -> Graph | None:
+    """The graph with the match rewritten (see ``plan_match``), or None when the result would
+    contain a cycle."""
+    change = plan_match(graph, match)
     try:
-        return graph.derive(removed, added, types)
+        return graph.derive(change.removed, change.added, change.types)
     except CycleError:
         return None
 

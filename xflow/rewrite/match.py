@@ -103,16 +103,112 @@ def _bind_names(pattern: tuple[str, ...], actual: tuple[str, ...], values: dict[
     return new
 
 
-def _unify_node(p: PatternNode, node: Node, values: dict[str, str], env: dict[str, Any]
+@dataclass(frozen=True)
+class _CompiledNode:
+    """A source pattern node prepared for matching: attribute templates with the op's defaults filled
+    in, split into ground ones (compared by equality) and ones with variables (unified), and what its
+    neighbours in the source pattern require of a graph node's neighbours (a cheap, sound prefilter for
+    the nodes the search starts from)."""
+
+    ground: tuple[tuple[str, Any], ...]
+    variable: tuple[tuple[str, AttrTemplate], ...]
+    commutative: bool
+    arity: tuple[int, int] = (0, 0)  # inputs, outputs
+    in_ops: tuple[str | None, ...] = ()  # per input: the op of the source node producing it, if any
+    out_ops: tuple[tuple[str, ...], ...] = ()  # per output: ops of the source nodes reading it
+
+    def admits(self, node: Node) -> bool:
+        """False when the node's attributes rule it out whatever the variables are bound to."""
+        attrs = node.attrs
+        return all(attrs.get(key) == value for key, value in self.ground)
+
+    def fits(self, graph: Graph, node: Node) -> bool:
+        """False when the node cannot be bound to this pattern node in any match: wrong arity or
+        attributes, or an input whose producer (an output whose readers) lack the ops the pattern
+        puts there."""
+        inputs, outputs = node.inputs, node.outputs
+        if (len(inputs), len(outputs)) != self.arity or not all(inputs) or not all(outputs):
+            return False
+        if not self.admits(node):
+            return False
+        producers = graph.producers
+        if any(self.in_ops):
+            orders = [inputs]
+            if self.commutative and len(inputs) == 2:
+                orders.append((inputs[1], inputs[0]))
+            for order in orders:
+                if all(op is None or (producers.get(v) is not None and producers[v].op == op)
+                       for op, v in zip(self.in_ops, order, strict=True)):
+                    break
+            else:
+                return False
+        users = graph.users
+        for ops, value in zip(self.out_ops, outputs, strict=True):
+            if ops:
+                present = {u.op for u, _ in users.get(value, ())}
+                if not present.issuperset(ops):
+                    return False
+        return True
+
+    @property
+    def key(self) -> tuple:
+        """Everything ``fits`` reads: equal keys, equal answers."""
+        return (self.ground, self.commutative, self.arity, self.in_ops, self.out_ops)
+
+
+def _has_var(template: AttrTemplate) -> bool:
+    if isinstance(template, Var):
+        return True
+    return isinstance(template, tuple) and any(_has_var(t) for t in template)
+
+
+@dataclass
+class _CompiledRule:
+    nodes: tuple[_CompiledNode, ...]
+    ops: frozenset[str]
+    orders: dict[int | None, list[int]] = field(default_factory=dict)
+
+    def order(self, rule: Rule, first: int | None) -> list[int]:
+        order = self.orders.get(first)
+        if order is None:
+            order = self.orders[first] = _order(rule, first)
+        return order
+
+
+def compiled(rule: Rule) -> _CompiledRule:
+    """The rule's matching plan, computed once per rule object (kept on the object)."""
+    plan = rule.__dict__.get("_xflow_compiled")
+    if plan is None:
+        nodes = []
+        made_by = {o: q.op for q in rule.src for o in q.outputs}
+        for p in rule.src:
+            entry = OPS[p.op]
+            ground: list[tuple[str, Any]] = []
+            variable: list[tuple[str, AttrTemplate]] = []
+            for key in sorted(entry.attr_names):
+                template = p.attrs.get(key, next(a.default for a in entry.attrs if a.name == key))
+                (variable if _has_var(template) else ground).append((key, template))
+            out_ops = tuple(tuple(sorted({q.op for q in rule.src if o in q.inputs})) for o in p.outputs)
+            nodes.append(_CompiledNode(tuple(ground), tuple(variable), entry.commutative,
+                                       (len(p.inputs), len(p.outputs)),
+                                       tuple(made_by.get(i) for i in p.inputs), out_ops))
+        plan = _CompiledRule(tuple(nodes), frozenset(p.op for p in rule.src))
+        rule.__dict__["_xflow_compiled"] = plan  # Rule is frozen; the plan is derived data, not state
+    return plan
+
+
+def _unify_node(p: PatternNode, c: _CompiledNode, node: Node, values: dict[str, str], env: dict[str, Any]
                 ) -> Iterator[tuple[dict[str, str], dict[str, Any]]]:
-    entry = OPS[p.op]
-    attr_env = dict(env)
-    for key in entry.attr_names:
-        template = p.attrs.get(key, next(a.default for a in entry.attrs if a.name == key))
-        if not _unify_attr(template, node.attrs.get(key), attr_env):
-            return
+    if not c.admits(node):
+        return
+    attr_env = env
+    if c.variable:
+        attr_env = dict(env)
+        for key, template in c.variable:
+            if not _unify_attr(template, node.attrs.get(key), attr_env):
+                return
     orders = [node.inputs]
-    if entry.commutative and len(node.inputs) == 2 and node.inputs[0] != node.inputs[1]:
+    if c.commutative and len(node.inputs) == 2 and node.inputs[0] != node.inputs[1]:
         orders.append((node.inputs[1], node.inputs[0]))
     for inputs in orders:
         bound = _bind_names(p.inputs, inputs, values)
@@ -127,39 +223,95 @@ def find_matches(graph: Graph, rule: Rule, tracer: MatchTracer | None = None,
                  anchor: Iterable[Node] | None = None) -> Iterator[Match]:
     """Every match of ``rule`` in ``graph``; with ``anchor``, only the matches that use at least one
     of those nodes (the search then starts from them, so it costs little on a large graph)."""
+    plan = compiled(rule)
     if anchor is None:
-        yield from _search(graph, rule, _order(rule), None, tracer)
+        yield from _search(graph, rule, plan, plan.order(rule, None), None, tracer)
         return
     anchor = list(anchor)
+    seeds = {slot: [n for n in anchor if n.op == p.op and plan.nodes[slot].fits(graph, n)]
+             for slot, p in enumerate(rule.src)}
+    yield from _anchored(graph, rule, plan, seeds, tracer)
+
+
+def _anchored(graph: Graph, rule: Rule, plan: _CompiledRule, seeds: dict[int, list[Node]],
+              tracer: MatchTracer | None) -> Iterator[Match]:
+    """Matches with source node ``slot`` bound to one of ``seeds[slot]``, each match once."""
     seen: set[tuple[int, ...]] = set()
-    for slot, p in enumerate(rule.src):
-        seeds = [n for n in anchor if n.op == p.op]
-        if not seeds:
+    for slot in sorted(seeds):
+        if not seeds[slot]:
             continue
-        for match in _search(graph, rule, _order(rule, slot), seeds, tracer):
+        for match in _search(graph, rule, plan, plan.order(rule, slot), seeds[slot], tracer):
             key = tuple(map(id, match.nodes))
             if key not in seen:
                 seen.add(key)
                 yield match
 
 
-def _search(graph: Graph, rule: Rule, order: list[int], seeds: list[Node] | None,
+class RuleIndex:
+    """Rules indexed by the ops of their source nodes, for matching whole graphs and for matching
+    only around a few changed nodes (the search's incremental matching). Generic over the rule
+    format: every source node of every rule is indexed, whatever its op and arity."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = list(rules)
+        self.plans = [compiled(r) for r in self.rules]
+        # op -> one group per distinct prefilter: (a pattern node with it, [(rule index, source slot)])
+        groups: dict[str, dict[tuple, tuple[_CompiledNode, list[tuple[int, int]]]]] = {}
+        for ri, (rule, plan) in enumerate(zip(self.rules, self.plans, strict=True)):
+            for slot, p in enumerate(rule.src):
+                c = plan.nodes[slot]
+                groups.setdefault(p.op, {}).setdefault(c.key, (c, []))[1].append((ri, slot))
+        self.groups = {op: list(g.values()) for op, g in groups.items()}
+
+    def all_matches(self, graph: Graph) -> list[Match]:
+        """All matches of all rules, rule by rule (rules whose ops are absent are skipped)."""
+        present = graph.by_op.keys()
+        out: list[Match] = []
+        for rule, plan in zip(self.rules, self.plans, strict=True):
+            if plan.ops <= present:
+                out.extend(_search(graph, rule, plan, plan.order(rule, None), None, None))
+        return out
+
+    def anchored_matches(self, graph: Graph, anchor: Iterable[Node]) -> list[Match]:
+        """All matches that use at least one anchor node, rule by rule in rule order; the same list
+        as ``find_matches(graph, rule, anchor=anchor)`` over all rules, without visiting rules that
+        no anchor node can seed."""
+        present = graph.by_op.keys()
+        seeds: dict[int, dict[int, list[Node]]] = {}
+        for node in anchor:
+            for c, slots in self.groups.get(node.op, ()):
+                if not c.fits(graph, node):
+                    continue
+                for ri, slot in slots:
+                    if self.plans[ri].ops <= present:
+                        seeds.setdefault(ri, {}).setdefault(slot, []).append(node)
+        out: list[Match] = []
+        for ri in sorted(seeds):
+            out.extend(_anchored(graph, self.rules[ri], self.plans[ri], seeds[ri], None))
+        return out
+
+
+def _search(graph: Graph, rule: Rule, plan: _CompiledRule, order: list[int], seeds: list[Node] | None,
             tracer: MatchTracer | None) -> Iterator[Match]:
+    src = rule.src
+    last = len(order)
+
     def search(k: int, used: list[Node], values: dict[str, str], env: dict[str, Any]) -> Iterator[Match]:
-        if k == len(order):
-            nodes: list[Node] = [None] * len(rule.src)  # type: ignore[list-item]
+        if k == last:
+            nodes: list[Node] = [None] * len(src)  # type: ignore[list-item]
             for slot, node in zip(order, used, strict=True):
                 nodes[slot] = node
             match = _finish(graph, rule, tuple(nodes), values, env, tracer)
             if match is not None:
                 yield match
             return
-        p = rule.src[order[k]]
+        slot = order[k]
+        p = src[slot]
         candidates = seeds if (k == 0 and seeds is not None) else _candidates(graph, p, values)
         for node in candidates:
             if any(node is u for u in used):
                 continue
-            for new_values, new_env in _unify_node(p, node, values, env):
+            for new_values, new_env in _unify_node(p, plan.nodes[slot], node, values, env):
                 used.append(node)
                 yield from search(k + 1, used, new_values, new_env)
                 used.pop()

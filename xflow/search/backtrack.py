@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xflow.cost.base import GraphCoster
-from xflow.ir import Graph, Node
-from xflow.rewrite import Match, apply_match, find_matches
+from xflow.ir import Graph, Node, PendingGraph
+from xflow.rewrite import Match, RuleIndex, plan_match
 from xflow.rules import Rule
 
 
@@ -50,7 +50,7 @@ class SearchResult:
 
 @dataclass
 class _Entry:
-    graph: Graph
+    graph: Graph | PendingGraph
     steps: tuple[Step, ...]
     parent: _Entry | None = None
     applied: Match | None = None
@@ -61,25 +61,22 @@ def _step(match: Match) -> Step:
     return Step(match.rule.name, tuple(n.name or n.outputs[0] for n in match.nodes))
 
 
-def initial_matches(graph: Graph, rules: Sequence[Rule]) -> list[Match]:
+def initial_matches(graph: Graph, rules: Sequence[Rule] | RuleIndex) -> list[Match]:
     """All matches of all rules (rules whose ops are absent from the graph are skipped)."""
-    present = set(graph.by_op)
-    out: list[Match] = []
-    for rule in rules:
-        if {p.op for p in rule.src} <= present:
-            out.extend(find_matches(graph, rule))
-    return out
+    index = rules if isinstance(rules, RuleIndex) else RuleIndex(rules)
+    return index.all_matches(graph)
 
 
 def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, child: Graph,
-                    rules: Sequence[Rule]) -> list[Match]:
+                    rules: Sequence[Rule] | RuleIndex) -> list[Match]:
     """Matches of ``child`` = parent matches away from the change + matches through changed nodes."""
+    index = rules if isinstance(rules, RuleIndex) else RuleIndex(rules)
     parent_ids = {id(n) for n in parent.nodes}
     new_nodes = [n for n in child.nodes if id(n) not in parent_ids]
     anchor: dict[int, Node] = {id(n): n for n in new_nodes}
     touched_values = {i for n in (*applied.nodes, *new_nodes) for i in n.inputs if i}
     touched_values |= {o for n in new_nodes for o in n.outputs}
-    for name in touched_values:
+    for name in sorted(touched_values):
         producer = child.producers.get(name)
         if producer is not None:
             anchor[id(producer)] = producer
@@ -88,12 +85,7 @@ def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, 
     child_ids = {id(n) for n in child.nodes}
     kept = [m for m in parent_matches
             if all(id(n) in child_ids and id(n) not in anchor for n in m.nodes)]
-    anchor_ops = {n.op for n in anchor.values()}
-    present = set(child.by_op)
-    for rule in rules:
-        ops = {p.op for p in rule.src}
-        if ops & anchor_ops and ops <= present:
-            kept.extend(find_matches(child, rule, anchor=anchor.values()))
+    kept.extend(index.anchored_matches(child, anchor.values()))
     return kept
 
 
@@ -123,10 +115,11 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
         result.stop_reason = "no-rules"
         return result
     cap = max(int(len(graph.nodes) * max_growth), len(graph.nodes) + 4)
+    index = RuleIndex(rules)
     counter = itertools.count()
-    root = _Entry(graph, (), matches=initial_matches(graph, rules))
+    root = _Entry(graph, (), matches=index.all_matches(graph))
     queue: list[tuple[float, int, _Entry]] = [(initial_cost, next(counter), root)]
-    seen = {graph.structural_hash}
+    seen = {graph.hash_sum}
     while queue:
         if result.explored >= budget:
             result.stop_reason = "budget"
@@ -139,32 +132,41 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
             break
         cost, _, entry = heapq.heappop(queue)
         result.explored += 1
+        if isinstance(entry.graph, PendingGraph):
+            entry.graph = entry.graph.build()
         if entry.matches is None:
             assert entry.parent is not None and entry.parent.matches is not None and entry.applied is not None
             entry.matches = derived_matches(entry.parent.graph, entry.parent.matches, entry.applied, entry.graph,
-                                            rules)
+                                            index)
         entry.parent = None  # the parent's matches are no longer needed through this entry
-        children: list[tuple[Match, Graph]] = []
+        parent = entry.graph
+        assert isinstance(parent, Graph)
+        # Children are costed and deduplicated before they are built: a child is a PendingGraph (its
+        # hash, size, types and constant values come from the change) and becomes a Graph only when
+        # it is popped or becomes the best, so children pruned by alpha x best are never built.
+        children: list[tuple[Match, PendingGraph]] = []
         for match in entry.matches:
             if time.perf_counter() - start > time_limit:
                 break
-            child = apply_match(entry.graph, match)
-            if child is None or len(child.nodes) > cap:
+            change = plan_match(parent, match)
+            child = parent.pending(change.removed, change.added, change.types)
+            if child.size > cap or child.hash_sum in seen:
                 continue
-            digest = child.structural_hash
-            if digest in seen:
+            if parent.creates_cycle(change.removed, change.added):
                 continue
-            seen.add(digest)
+            seen.add(child.hash_sum)
             children.append((match, child))
         # all children's new nodes costed in one batch (a measuring cost model times them in one session)
-        coster.prefetch([(child, child.__dict__.get("last_change", ((), child.nodes))[1]) for _, child in children])
+        coster.prefetch([(child, child.last_change[1]) for _, child in children])
         for match, child in children:
             result.generated += 1
-            child_cost = coster.derived_cost(entry.graph, cost, child)
-            child_entry = _Entry(child, entry.steps + (_step(match),), entry, match)
+            child_cost = coster.derived_cost(parent, cost, child)  # type: ignore[arg-type]
             if child_cost < result.best_cost:
-                result.graph, result.best_cost, result.steps = child, child_cost, child_entry.steps
+                child_entry = _Entry(child.build(), entry.steps + (_step(match),), entry, match)
+                result.graph, result.best_cost, result.steps = child_entry.graph, child_cost, child_entry.steps
                 result.trace.append((time.perf_counter() - start, child_cost))
+            else:
+                child_entry = _Entry(child, entry.steps + (_step(match),), entry, match)
             if child_cost < alpha * result.best_cost:
                 heapq.heappush(queue, (child_cost, next(counter), child_entry))
         if progress is not None:

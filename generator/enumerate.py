@@ -26,13 +26,15 @@ from xflow.ops import OPS, ShapeError
 
 # ---- the menu: inputs and parameter values per op ------------------------------------------------------
 
-#: (name, family, kind, shape). Inputs of one family are interchangeable (renamed canonically).
+#: (name, family, kind, shape). Inputs of one family are interchangeable (renamed canonically). Two kernels of
+#: the common sizes (1x1, 3x3), so that two different convolutions of one input can merge.
 INPUTS: tuple[tuple[str, str, str, tuple[int, ...]], ...] = (
     ("x1", "x", "any", (4, 4)), ("x2", "x", "any", (4, 4)), ("x3", "x", "any", (4, 4)),
     ("w1", "w", "const", (4, 4)), ("w2", "w", "const", (4, 4)), ("w3", "w", "const", (4, 4)),
     ("i1", "i", "any", (1, 4, 7, 7)), ("i2", "i", "any", (1, 4, 7, 7)),
-    ("k33", "k33", "const", (4, 4, 3, 3)), ("k13", "k13", "const", (4, 4, 1, 3)),
-    ("k31", "k31", "const", (4, 4, 3, 1)), ("k11", "k11", "const", (4, 4, 1, 1)),
+    ("k33", "k33", "const", (4, 4, 3, 3)), ("k33b", "k33", "const", (4, 4, 3, 3)),
+    ("k13", "k13", "const", (4, 4, 1, 3)), ("k31", "k31", "const", (4, 4, 3, 1)),
+    ("k11", "k11", "const", (4, 4, 1, 1)), ("k11b", "k11", "const", (4, 4, 1, 1)),
     ("kd", "kd", "const", (4, 1, 3, 3)),
     ("s", "s", "const", ()),
 )

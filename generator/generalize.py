@@ -193,7 +193,7 @@ def final_name(rule: dict[str, Any], max_ops: int) -> str:
 
 #: Ops of the algebra that real models are made of; candidates built from them are verified first.
 MODEL_OPS = frozenset({"matmul", "conv", "concat", "split", "relu", "add", "mul", "smul", "transpose",
-                       "maxpool", "avgpool"})
+                       "maxpool", "avgpool", "batchnorm"})
 
 
 def priority(candidate: dict[str, Any]) -> tuple:

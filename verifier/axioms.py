@@ -409,6 +409,54 @@ def _cv(x: Any, w: Any, **kw: Any) -> Any:
     return ("conv", _conv(**kw), x, w)
 
 
+def _cvb(x: Any, w: Any, b: Any, **kw: Any) -> Any:
+    return ("conv", _conv(**kw), x, w, b)
+
+
+def _bn(x: Any, s: Any, t: Any, m: Any, v: Any) -> Any:
+    return ("batchnorm", {"epsilon": P("eps")}, x, s, t, m, v)
+
+
+def _vec(rng: np.random.Generator, n: int, positive: bool = False) -> np.ndarray:
+    return rng.uniform(0.5, 1.5, size=n) if positive else _arr(rng, n)
+
+
+def _biased_gen(group_choices=(1, 2), second: bool = False, other_image: bool = False):
+    """A conv instance with a bias ``b`` (and a second kernel ``v`` with bias ``c``, or a second image ``y``)."""
+    def extra(rng, d):
+        w = _ker(rng, d)
+        out = {"x": _img(rng, d), "w": w, "b": _vec(rng, w.shape[0])}
+        if second:
+            v = _ker(rng, d, m=_pick(rng, [1, 3]))
+            out.update(v=v, c=_vec(rng, v.shape[0]))
+        if other_image:
+            out["y"] = _arr(rng, 3, d["cin"], d["h"], d["w_"])
+        return out
+    return _conv_gen(extra, group_choices)
+
+
+def _bn_params(rng, c: int, suffix: str = "") -> dict[str, Any]:
+    return {f"s{suffix}": _vec(rng, c), f"t{suffix}": _vec(rng, c), f"m{suffix}": _vec(rng, c),
+            f"v{suffix}": _vec(rng, c, positive=True)}
+
+
+def _bn_gen(channels: bool):
+    """Two activations ``a``, ``c`` that concatenate on axis 1 (``channels``) or 0, with BN parameters."""
+    def gen(rng):
+        rest = [int(d) for d in rng.integers(1, 4, size=_pick(rng, [0, 1, 2]))]
+        n, ca = _pick(rng, [1, 2]), _pick(rng, [1, 2, 3])
+        cc, nc = (_pick(rng, [1, 2, 3]), n) if channels else (ca, _pick(rng, [1, 2]))
+        d = {"a": _arr(rng, n, ca, *rest), "c": _arr(rng, nc, cc, *rest), "eps": _pick(rng, [1e-5, 1e-3])}
+        d.update(_bn_params(rng, ca))
+        if channels:
+            d.update(_bn_params(rng, cc, "2"))
+        return d
+    return gen
+
+
+BN_PARAMS = ("s", "t", "m", "v")
+
+
 def _build() -> list[Axiom]:
     A = Axiom
     ax = [
@@ -505,6 +553,45 @@ def _build() -> list[Axiom]:
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "y": _img(rng, d, c=3),
                                     "v": _ker(rng, d, c=3)}, group_choices=(1,)),
           guard=lambda e: e.dim("x", 1) == e.dim("w", 1)),
+        # -- conv with a bias
+        A("conv_bias_concat_out_channels",
+          _cat(1, _cvb("x", "w", "b", group=1), _cvb("x", "v", "c", group=1)),
+          _cvb("x", _cat(0, "w", "v"), _cat(0, "b", "c"), group=1),
+          ("x", "w", "v", "b", "c"), ("sh", "sw", "pt", "pl", "pb", "pr", "act"),
+          _biased_gen(group_choices=(1,), second=True)),
+        A("conv_bias_concat_batch",
+          _cat(0, _cvb("x", "w", "b"), _cvb("y", "w", "b")), _cvb(_cat(0, "x", "y"), "w", "b"),
+          ("x", "y", "w", "b"), (*CONV_PARAMS, "act"), _biased_gen(other_image=True)),
+        A("conv_bias_relu", _cvb("x", "w", "b", act="relu"), _relu(_cvb("x", "w", "b", act="none")),
+          ("x", "w", "b"), CONV_PARAMS, _biased_gen()),
+        A("conv_bias_ewadd_weight", _cvb("x", _add("w", "v"), _add("b", "c"), act="none"),
+          _add(_cvb("x", "w", "b", act="none"), _cvb("x", "v", "c", act="none")),
+          ("x", "w", "v", "b", "c"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d),
+                                    "b": _vec(rng, d["m"]), "c": _vec(rng, d["m"])})),
+        A("conv_bias_smul_weight", _cvb("x", _smul("w", "s"), _smul("b", "s"), act="none"),
+          _smul(_cvb("x", "w", "b", act="none"), "s"), ("x", "w", "b", "s"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "b": _vec(rng, d["m"]),
+                                    "s": _scalar(rng)})),
+        A("enlarge_conv_bias",
+          _cvb("x", "w", "b"),
+          _cvb("x", ("enlarge", {"size": (P("eh"), P("ew"))}, "w"), "b",
+               pads=(F(lambda e: e.p("pt") + e.div(e.p("eh") - e.dim("w", 2), 2)),
+                     F(lambda e: e.p("pl") + e.div(e.p("ew") - e.dim("w", 3), 2)),
+                     F(lambda e: e.p("pb") + e.div(e.p("eh") - e.dim("w", 2), 2)),
+                     F(lambda e: e.p("pr") + e.div(e.p("ew") - e.dim("w", 3), 2)))),
+          ("x", "w", "b"), (*CONV_PARAMS, "act", "eh", "ew"),
+          _conv_gen(lambda rng, d: (lambda w: {"x": _img(rng, d), "w": w, "b": _vec(rng, w.shape[0]),
+                                               "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                               "ew": d["kw"] + 2 * _pick(rng, [0, 1])})(_ker(rng, d)))),
+        # -- batch normalization (per channel of axis 1)
+        A("batchnorm_concat_channels",
+          _cat(1, _bn("a", *BN_PARAMS), _bn("c", *(p + "2" for p in BN_PARAMS))),
+          _bn(_cat(1, "a", "c"), *(_cat(0, p, p + "2") for p in BN_PARAMS)),
+          ("a", "c", *BN_PARAMS, *(p + "2" for p in BN_PARAMS)), ("eps",), _bn_gen(channels=True)),
+        A("batchnorm_concat_batch",
+          _cat(0, _bn("a", *BN_PARAMS), _bn("c", *BN_PARAMS)), _bn(_cat(0, "a", "c"), *BN_PARAMS),
+          ("a", "c", *BN_PARAMS), ("eps",), _bn_gen(channels=False)),
         # -- concat / split
         A("split_concat_0", _split(0, _cat(P("ax"), "a", "b")), "a", ("a", "b"), ("ax", "s1", "s2"),
           _split_concat_gen, guard=lambda e: e.And(e.p("s1") == e.dim("a", e.p("ax")),
@@ -574,6 +661,15 @@ def _build() -> list[Axiom]:
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}), shape=True, pattern=_cv("x", "w")),
         A("dim_conv_channels", ("dim", 1, _cv("x", "w")), ("dim", 0, "w"), ("x", "w"), (*CONV_PARAMS, "act"),
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}), shape=True, pattern=_cv("x", "w")),
+        A("rank_conv_bias", ("rank", None, _cvb("x", "w", "b")), F(lambda e: 4), ("x", "w", "b"),
+          (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
+        A("dim_conv_bias_channels", ("dim", 1, _cvb("x", "w", "b")), ("dim", 0, "w"), ("x", "w", "b"),
+          (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
+        A("rank_batchnorm", ("rank", None, _bn("a", *BN_PARAMS)), ("rank", None, "a"), ("a", *BN_PARAMS),
+          ("eps",), _bn_gen(channels=False), shape=True, pattern=_bn("a", *BN_PARAMS)),
+        A("dim_batchnorm", ("dim", P("i"), _bn("a", *BN_PARAMS)), ("dim", P("i"), "a"), ("a", *BN_PARAMS),
+          ("eps", "i"), lambda rng: (lambda d: {**d, "i": int(rng.integers(d["a"].ndim))})(_bn_gen(False)(rng)),
+          shape=True, pattern=_bn("a", *BN_PARAMS)),
         A("rank_concat", ("rank", None, _cat(P("ax"), "a", "b")), ("rank", None, "a"), ("a", "b"), ("ax",),
           _concat_gen("a b"), shape=True),
         A("dim_concat_axis", ("dim", P("ax"), _cat(P("ax"), "a", "b")),

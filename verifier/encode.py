@@ -6,6 +6,7 @@ trailing arguments are its input tensors. Multi-output ops (split) get one funct
 Shapes are modelled by ``rank(T) -> Int`` and ``dim(T, Int) -> Int``.
 
 Attribute kinds: an int n (n Int slots; tuples of length n), ``"act"`` (one Int: none 0, relu 1),
+``"float"`` (one Int: the bits of the value as float32, how ONNX stores it),
 ``"code"`` (one Int: an injective code of a tuple literal, for perm and shapes whose length varies)
 and ``"sizes"`` (split sizes: one Int per output). What cannot be expressed raises ``Unsupported``.
 """
@@ -13,6 +14,7 @@ and ``"sizes"`` (split sizes: one Int per output). What cannot be expressed rais
 from __future__ import annotations
 
 import ast
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +35,7 @@ ATTR_LAYOUT: dict[str, tuple[tuple[str, Any], ...]] = {
     "add": (), "mul": (), "smul": (), "relu": (), "sigmoid": (), "tanh": (), "identity": (), "matmul": (),
     "transpose": (("perm", "code"),),
     "conv": (("strides", 2), ("pads", 4), ("group", 1), ("act", "act")),
+    "batchnorm": (("epsilon", "float"),),
     "enlarge": (("size", 2),),
     "maxpool": (("kernel", 2), ("strides", 2), ("pads", 4)),
     "avgpool": (("kernel", 2), ("strides", 2), ("pads", 4), ("count_include_pad", 1)),
@@ -94,6 +97,12 @@ def flatten_attr(op: str, kind: Any, value: Any, n_out: int) -> list[z3.ArithRef
                 raise Unsupported(f"{op}: unknown activation {value!r}")
             return [z3.IntVal(ACT_CODES[value])]
         return [_int(value)]
+    if kind == "float":
+        if isinstance(value, z3.ArithRef):
+            return [value]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return [z3.IntVal(int.from_bytes(struct.pack("<f", float(value)), "little"))]
+        raise Unsupported(f"{op}: float attribute {value!r} is not a number")
     if kind == "code":
         if isinstance(value, z3.ArithRef):
             return [value]
@@ -125,7 +134,7 @@ def apply_op(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], n_out: 
 def var_value(op: str, attr: str, name: str, n_out: int) -> Any:
     """A fresh z3 value for attribute variable ``name`` used as ``op.attr``."""
     kind = dict(ATTR_LAYOUT[op])[attr]
-    if kind in ("act", "code") or kind == 1:
+    if kind in ("act", "code", "float") or kind == 1:
         return z3.Int(name)
     width = n_out if kind == "sizes" else kind
     return tuple(z3.Int(f"{name}_{i}") for i in range(width))
@@ -398,6 +407,13 @@ def well_formed(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef]) -> l
             facts.append(_int(total) == dim_term(args[0], axis))
     elif op in ("conv", "maxpool", "avgpool"):
         facts.append(RANK(args[0]) == 4)
+        if op == "conv":
+            facts.append(RANK(args[1]) == 4)
+        if op == "conv" and len(args) == 3:
+            facts += [RANK(args[2]) == 1, DIM(args[2], 0) == DIM(args[1], 0)]
+    elif op == "batchnorm":
+        facts.append(RANK(args[0]) >= 2)
+        facts += [z3.And(RANK(p) == 1, DIM(p, 0) == DIM(args[0], 1)) for p in args[1:]]
     return [f for f in facts if not isinstance(f, bool)]
 
 

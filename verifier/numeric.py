@@ -64,8 +64,8 @@ def _roles(rule: Rule) -> dict[str, str]:
                 roles[name] = "image"
             elif (node.op == "conv" and pos == 1) or node.op == "enlarge":
                 roles[name] = "kernel"
-            elif node.op == "conv" and pos == 2:
-                roles[name] = "bias"
+            elif (node.op == "conv" and pos == 2) or (node.op == "batchnorm" and pos >= 1):
+                roles[name] = "variance" if node.op == "batchnorm" and pos == 4 else "bias"
             elif node.op == "smul" and pos == 1:
                 roles[name] = "scalar"
             elif node.op in ("matmul", "transpose"):
@@ -73,6 +73,25 @@ def _roles(rule: Rule) -> dict[str, str]:
             else:
                 roles[name] = "generic"
     return roles
+
+
+def _channel_anchors(rule: Rule) -> dict[str, str]:
+    """Per-channel vectors of the source (a conv's bias, a batchnorm's parameters) and the kernel input whose
+    output channels they must match, where the source says so directly (random sizes would almost never
+    agree for the four parameters of a batchnorm)."""
+    kernel_of: dict[str, str] = {}
+    anchors: dict[str, str] = {}
+    for node in rule.src:
+        if node.op == "conv" and node.inputs[1] in rule.inputs:
+            kernel_of[node.outputs[0]] = node.inputs[1]
+            if len(node.inputs) > 2 and node.inputs[2] in rule.inputs:
+                anchors.setdefault(node.inputs[2], node.inputs[1])
+        elif node.op == "batchnorm" and node.inputs[0] in kernel_of:
+            kernel_of[node.outputs[0]] = kernel_of[node.inputs[0]]
+            for name in node.inputs[1:]:
+                if name in rule.inputs:
+                    anchors.setdefault(name, kernel_of[node.inputs[0]])
+    return anchors
 
 
 def _pick(rng: np.random.Generator, seq: Any) -> Any:
@@ -86,7 +105,7 @@ def _shape(rng: np.random.Generator, role: str) -> tuple[int, ...]:
     if role == "kernel":
         k = _pick(rng, [1, 3])
         return (_pick(rng, [1, 2, 4]), _pick(rng, [1, 2, 4]), k, k)
-    if role == "bias":
+    if role in ("bias", "variance"):
         return (_pick(rng, [1, 2, 4]),)
     if role == "scalar":
         return _pick(rng, [(), (1,)])
@@ -124,6 +143,8 @@ def _sample_attr(rng: np.random.Generator, op: str, attr: str, shapes: list[tupl
         return _pick(rng, [(1, 1), (2, 2), (3, 3)])
     if attr == "size" and op == "enlarge":
         return tuple(k + 2 * _pick(rng, [0, 1]) for k in shapes[0][2:])
+    if attr == "epsilon":
+        return _pick(rng, [1e-5, 1e-3])
     if attr == "count_include_pad":
         return _pick(rng, [0, 1])
     raise _Cannot(f"cannot sample attribute {op}.{attr}")
@@ -198,10 +219,14 @@ def _run(xp: Any, op: str, attrs: dict[str, Any], arrays: list[Any], shapes: dic
         values[name] = arr
 
 
-def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str]
-              ) -> tuple[float, float, dict[str, tuple[int, ...]]]:
+def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str],
+              anchors: dict[str, str] | None = None) -> tuple[float, float, dict[str, tuple[int, ...]]]:
     shapes = {name: _shape(rng, roles.get(name, "generic")) for name in rule.inputs}
-    values: dict[str, Any] = {name: xp.asarray(rng.uniform(-1.0, 1.0, size=shapes[name])) for name in rule.inputs}
+    for name, kernel in (anchors or {}).items():
+        shapes[name] = (shapes[kernel][0],)
+    # variances are positive: BatchNormalization takes the square root of var + epsilon
+    values: dict[str, Any] = {name: xp.asarray(rng.uniform(0.5, 1.5, size=shapes[name]) if roles.get(name) == "variance"
+                                               else rng.uniform(-1.0, 1.0, size=shapes[name])) for name in rule.inputs}
     variables: dict[str, Any] = {}
     defining = _defining(rule)
     try:
@@ -246,10 +271,11 @@ def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, at
     xp = XP if xp is None else xp
     rng = np.random.default_rng(seed)
     roles = _roles(rule)
+    anchors = _channel_anchors(rule)
     worst, seen, run = 0.0, [], 0
     for _ in range(attempts):
         try:
-            err, scale, shapes = _instance(rule, rng, xp, roles)
+            err, scale, shapes = _instance(rule, rng, xp, roles, anchors)
         except _Skip:
             continue
         except _Cannot as exc:

@@ -45,6 +45,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     Only proved rules are written. Prints the pruning and proof table at the end.
     """
     from generator.generalize import canonical_key, dedupe, final_name, priority
+    from generator.lift import lift_candidates
     from generator.run import format_table, generate
     from verifier.batch import verify_candidates
     from xflow.rules import rules_from_json
@@ -58,6 +59,10 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     t = time.perf_counter()
     candidates = dedupe(result.rules, key=lambda r: canonical_key(r["variants"][0]))
     table.append(("after generalized dedupe", len(candidates), round(time.perf_counter() - t, 3)))
+    t = time.perf_counter()
+    lifted = lift_candidates(candidates)
+    candidates = dedupe(candidates + lifted, key=lambda r: canonical_key(r["variants"][0]))
+    table.append((f"with bias/batchnorm lifts (+{len(lifted)})", len(candidates), round(time.perf_counter() - t, 3)))
     if limit is not None and limit < len(candidates):
         candidates = sorted(candidates, key=priority)[:limit]
         table.append(("verified (--limit, priority order)", len(candidates), 0.0))

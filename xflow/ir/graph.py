@@ -194,13 +194,65 @@ class Graph:
         new_types.update(types)
         graph = Graph(tuple(nodes), self.inputs, self.outputs, new_types, self.constants, self.context)
         if "hash_sum" in self.__dict__:
-            delta = sum(n.local_hash for n in added) - sum(n.local_hash for n in removed)
-            graph.__dict__["hash_sum"] = (self.hash_sum + delta) % (1 << 128)
+            graph.__dict__["hash_sum"] = self.derived_hash(removed, added)
         graph.__dict__["last_change"] = (tuple(removed), tuple(added))
+        self._derive_indexes(graph, removed, added, gone)
         # Names identify computations, so whether a value is constant does not change between derived
         # graphs: share the memo instead of walking every ancestor again in each child.
         graph.__dict__["_constant_memo"] = self.__dict__.setdefault("_constant_memo", {})
         return graph
+
+    def derived_hash(self, removed: Iterable[Node], added: Iterable[Node]) -> int:
+        """``hash_sum`` of the graph ``derive(removed, added, ...)`` makes, without making it."""
+        delta = sum(n.local_hash for n in added) - sum(n.local_hash for n in removed)
+        return (self.hash_sum + delta) % (1 << 128)
+
+    def _derive_indexes(self, graph: Graph, removed: list[Node], added: list[Node], gone: set[int]) -> None:
+        """Give ``graph`` the indexes this graph has computed, updated for the change instead of rebuilt
+        (the same lists, in node order; a dict's key order may differ from a fresh build)."""
+        mine = self.__dict__
+        if "producers" in mine:
+            producers = dict(self.producers)
+            for n in removed:
+                for o in n.outputs:
+                    if o and producers.get(o) is n:
+                        del producers[o]
+            producers.update((o, n) for n in added for o in n.outputs if o)
+            graph.__dict__["producers"] = producers
+        if "users" in mine:
+            reads: dict[str, list[tuple[Node, int]]] = {}
+            for n in added:
+                for k, name in enumerate(n.inputs):
+                    if name:
+                        reads.setdefault(name, []).append((n, k))
+                for name in n.implicit:
+                    reads.setdefault(name, []).append((n, -1))
+            touched = {i for n in removed for i in (*n.inputs, *n.implicit) if i} | reads.keys()
+            position = graph.position
+            users = dict(self.users)
+            for value in touched:
+                entries = [e for e in self.users.get(value, ()) if id(e[0]) not in gone] + reads.get(value, [])
+                if entries:
+                    entries.sort(key=lambda e: position[e[0]])
+                    users[value] = entries
+                else:
+                    users.pop(value, None)
+            graph.__dict__["users"] = users
+        if "by_op" in mine:
+            position = graph.position
+            by_op = dict(self.by_op)
+            for op in {n.op for n in removed} | {n.op for n in added}:
+                nodes = [n for n in self.by_op.get(op, ()) if id(n) not in gone] + [n for n in added if n.op == op]
+                if nodes:
+                    by_op[op] = sorted(nodes, key=position.__getitem__)
+                else:
+                    by_op.pop(op, None)
+            graph.__dict__["by_op"] = by_op
+
+    def fresh(self) -> Graph:
+        """The same graph without cached indexes (rebuilt on demand, so their dicts' key order is the
+        node order, as for a graph that was never derived)."""
+        return Graph(self.nodes, self.inputs, self.outputs, self.types, self.constants, self.context)
 
     def creates_cycle(self, removed: Iterable[Node], added: Iterable[Node]) -> bool:
         """True when ``derive(removed, added, ...)`` would raise CycleError, found without building the
@@ -256,10 +308,11 @@ class Graph:
                     stack.append((nxt, iter(edges[nxt])))
         return False
 
-    def pending(self, removed: Iterable[Node], added: Iterable[Node], types: Mapping[str, TensorType]
-                ) -> PendingGraph:
-        """``derive(removed, added, types)`` without building it yet (see ``PendingGraph``)."""
-        return PendingGraph(self, tuple(removed), tuple(added), types)
+    def pending(self, removed: Iterable[Node], added: Iterable[Node], types: Mapping[str, TensorType],
+                hash_sum: int | None = None) -> PendingGraph:
+        """``derive(removed, added, types)`` without building it yet (see ``PendingGraph``);
+        ``hash_sum`` is ``derived_hash(removed, added)`` where the caller has it already."""
+        return PendingGraph(self, tuple(removed), tuple(added), types, hash_sum)
 
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op (opaque ones by ONNX type)."""
@@ -277,19 +330,37 @@ class PendingGraph:
     cycle raises CycleError."""
 
     def __init__(self, parent: Graph, removed: tuple[Node, ...], added: tuple[Node, ...],
-                 types: Mapping[str, TensorType]) -> None:
+                 types: Mapping[str, TensorType], hash_sum: int | None = None) -> None:
         self.parent = parent
-        self.change_types = dict(types)
-        self.types: Mapping[str, TensorType] = ChainMap(self.change_types, parent.types)  # type: ignore[arg-type]
-        self.inputs, self.outputs = parent.inputs, parent.outputs
-        self.constants, self.context = parent.constants, parent.context
+        self.change_types = types
         self.last_change = (removed, added)  # read by GraphCoster.derived_cost, as on derived graphs
-        self.size = len(parent.nodes) - len({id(n) for n in removed}) + len(added)
-        delta = sum(n.local_hash for n in added) - sum(n.local_hash for n in removed)
-        self.hash_sum = (parent.hash_sum + delta) % (1 << 128)
+        self.hash_sum = parent.derived_hash(removed, added) if hash_sum is None else hash_sum
         self._built: Graph | None = None
-        self._made_by = {o: n for n in added for o in n.outputs if o}
-        self._gone = {id(n) for n in removed}
+
+    # what the parent has, the child has too (these never build the graph)
+    inputs = property(lambda self: self.parent.inputs)
+    outputs = property(lambda self: self.parent.outputs)
+    constants = property(lambda self: self.parent.constants)
+    context = property(lambda self: self.parent.context)
+
+    @cached_property
+    def types(self) -> Mapping[str, TensorType]:
+        """Types of all values: the parent's and the added nodes' outputs."""
+        return ChainMap(self.change_types, self.parent.types)  # type: ignore[arg-type]
+
+    @cached_property
+    def size(self) -> int:
+        """How many nodes the built graph has."""
+        removed, added = self.last_change
+        return len(self.parent.nodes) - len(self._gone) + len(added)
+
+    @cached_property
+    def _gone(self) -> set[int]:
+        return {id(n) for n in self.last_change[0]}
+
+    @cached_property
+    def _made_by(self) -> dict[str, Node]:
+        return {o: n for n in self.last_change[1] for o in n.outputs if o}
 
     @property
     def structural_hash(self) -> str:
@@ -327,7 +398,7 @@ class PendingGraph:
         return self.types.get(name)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("parent", "_built", "last_change", "change_types"):
+        if name.startswith("__") or name in ("parent", "_built", "last_change", "change_types", "hash_sum"):
             raise AttributeError(name)
         return getattr(self.build(), name)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xflow.ir import Attrs, CycleError, Graph, Node, TensorType
@@ -23,7 +24,7 @@ class Change:
 
     removed: tuple[Node, ...]
     added: tuple[Node, ...]
-    types: dict[str, TensorType]
+    types: Mapping[str, TensorType]  # may be shared: do not modify
 
 
 @dataclass(frozen=True)
@@ -84,24 +85,27 @@ def plan_match(graph: Graph, match: Match) -> Change:
     are removed."""
     target = _target(match)
     names = target.names
-    identities = list(target.identities)
+    identities = target.identities
     rewire: dict[str, str] = {}  # graph value to drop -> graph value replacing it in consumers
-    for src_name, d in target.to_inputs:
-        if src_name in graph.output_set or any(idx < 0 for _, idx in graph.users.get(src_name, [])):
-            identities.append((d, src_name))
-        else:
-            rewire[src_name] = match.values[d]
-    types = dict(target.types)
+    if target.to_inputs:
+        identities = list(identities)
+        for src_name, d in target.to_inputs:
+            if src_name in graph.output_set or any(idx < 0 for _, idx in graph.users.get(src_name, [])):
+                identities.append((d, src_name))
+            else:
+                rewire[src_name] = match.values[d]
+    types = target.types
     added: list[Node] = []
     producers = graph.producers
     for node, renames in target.nodes:
-        if not renames and all(
-                o in producers and all(producers[o] is not m for m in match.nodes) for o in node.outputs):
+        if not renames and _computed_already(producers, node.outputs, match.nodes):
             continue  # common subexpression: a node that stays in the graph already computes these values
         added.append(node)
-    for tensor, graph_name in identities:
-        added.append(Node("identity", (names[tensor],), (graph_name,)))
-        types[graph_name] = graph.types[graph_name]
+    if identities:
+        types = dict(types)
+        for tensor, graph_name in identities:
+            added.append(Node("identity", (names[tensor],), (graph_name,)))
+            types[graph_name] = graph.types[graph_name]
     removed: list[Node] = list(match.nodes)
     if rewire:
         matched = {id(m) for m in match.nodes}
@@ -113,6 +117,15 @@ def plan_match(graph: Graph, match: Match) -> Change:
                               n.origin if n.is_opaque else None, n.implicit))
     removed.extend(_dead_producers(graph, removed, added))
     return Change(tuple(removed), tuple(added), types)
+
+
+def _computed_already(producers: dict[str, Node], outputs: tuple[str, ...], matched: tuple[Node, ...]) -> bool:
+    """True when every output already has a producer that the rewrite keeps."""
+    for o in outputs:
+        producer = producers.get(o)
+        if producer is None or any(producer is m for m in matched):
+            return False
+    return True
 
 
 def apply_match(graph: Graph, match: Match) -> Graph | None:
@@ -127,17 +140,20 @@ def apply_match(graph: Graph, match: Match) -> Graph | None:
 
 def _dead_producers(graph: Graph, removed: list[Node], added: list[Node]) -> list[Node]:
     """Op-table nodes whose every output lost its last user through this rewrite."""
+    producers, users, outputs = graph.producers, graph.users, graph.output_set
     gone = {id(n) for n in removed}
-    still_read = {i for n in added for i in (*n.inputs, *n.implicit)}
+    still_read: set[str] | None = None
     dead: list[Node] = []
     frontier = [i for n in removed for i in n.inputs if i]
     while frontier:
         value = frontier.pop()
-        producer = graph.producers.get(value)
+        producer = producers.get(value)
         if producer is None or producer.is_opaque or id(producer) in gone:
             continue
-        if any(o in graph.output_set or o in still_read or
-               any(id(u) not in gone for u, _ in graph.users.get(o, [])) for o in producer.outputs):
+        if still_read is None:
+            still_read = {i for n in added for i in (*n.inputs, *n.implicit)}
+        if any(o in outputs or o in still_read or any(id(u) not in gone for u, _ in users.get(o, ()))
+               for o in producer.outputs):
             continue
         gone.add(id(producer))
         dead.append(producer)

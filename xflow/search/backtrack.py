@@ -51,10 +51,15 @@ class SearchResult:
 @dataclass
 class _Entry:
     graph: Graph | PendingGraph
-    steps: tuple[Step, ...]
+    parent_steps: tuple[Step, ...]  # the path to the parent (this entry's own step is ``applied``)
     parent: _Entry | None = None
     applied: Match | None = None
     matches: list[Match] | None = None
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The path from the input graph (built on demand: most entries are never popped)."""
+        return self.parent_steps if self.applied is None else self.parent_steps + (_step(self.applied),)
 
 
 def _step(match: Match) -> Step:
@@ -71,22 +76,54 @@ def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, 
                     rules: Sequence[Rule] | RuleIndex) -> list[Match]:
     """Matches of ``child`` = parent matches away from the change + matches through changed nodes."""
     index = rules if isinstance(rules, RuleIndex) else RuleIndex(rules)
-    parent_ids = {id(n) for n in parent.nodes}
-    new_nodes = [n for n in child.nodes if id(n) not in parent_ids]
-    anchor: dict[int, Node] = {id(n): n for n in new_nodes}
-    touched_values = {i for n in (*applied.nodes, *new_nodes) for i in n.inputs if i}
-    touched_values |= {o for n in new_nodes for o in n.outputs}
-    for name in sorted(touched_values):
-        producer = child.producers.get(name)
-        if producer is not None:
-            anchor[id(producer)] = producer
-        for user, _ in child.users.get(name, []):
-            anchor[id(user)] = user
-    child_ids = {id(n) for n in child.nodes}
-    kept = [m for m in parent_matches
-            if all(id(n) in child_ids and id(n) not in anchor for n in m.nodes)]
+    # A match of the child that is not a match of the parent uses a new node or the producer of a value
+    # whose readers changed (the source's internal values must have no readers outside the match); all
+    # else a match depends on (ops, attributes, edges, names, types, constness) is unchanged.
+    removed, added = child.__dict__.get("last_change") or _change(parent, child)
+    anchor: dict[int, Node] = {id(n): n for n in added}
+    for n in (*removed, *added):
+        for name in (*n.inputs, *n.implicit):
+            producer = child.producers.get(name) if name else None
+            if producer is not None:
+                anchor.setdefault(id(producer), producer)
+    gone = {id(n) for n in removed}
+    kept = [m for m in parent_matches if all(id(n) not in gone and id(n) not in anchor for n in m.nodes)]
     kept.extend(index.anchored_matches(child, anchor.values()))
     return kept
+
+
+def _change(parent: Graph, child: Graph) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
+    """(removed, added) between two graphs, for a child not made by ``Graph.derive``."""
+    parent_ids, child_ids = {id(n) for n in parent.nodes}, {id(n) for n in child.nodes}
+    return (tuple(n for n in parent.nodes if id(n) not in child_ids),
+            tuple(n for n in child.nodes if id(n) not in parent_ids))
+
+
+class _NodesOf:
+    """Some nodes of a graph, seen as a graph of their own by ``GraphCoster.cost``."""
+
+    def __init__(self, graph: Graph | PendingGraph, nodes: tuple[Node, ...]) -> None:
+        self.graph, self.nodes = graph, nodes
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__") or name == "graph":
+            raise AttributeError(name)
+        return getattr(self.graph, name)
+
+
+def _derived_cost(coster: GraphCoster, change_costs: dict[tuple[tuple[Node, ...], tuple[Node, ...]],
+                                                           tuple[float, float]],
+                  parent: Graph, parent_cost: float, child: PendingGraph) -> float:
+    """``coster.derived_cost(parent, parent_cost, child)``, the same float, with the sums of the removed
+    and the added nodes' costs kept per change: a match kept from graph to graph mostly makes the
+    same change (the same Node objects, so the same costs) in each."""
+    change = child.last_change
+    sums = change_costs.get(change)
+    if sums is None:
+        removed, added = change
+        sums = change_costs[change] = (coster.cost(_NodesOf(parent, removed)),  # type: ignore[arg-type]
+                                       coster.cost(_NodesOf(child, added)))  # type: ignore[arg-type]
+    return parent_cost - sums[0] + sums[1]
 
 
 def rss_mb() -> float:
@@ -120,6 +157,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     root = _Entry(graph, (), matches=index.all_matches(graph))
     queue: list[tuple[float, int, _Entry]] = [(initial_cost, next(counter), root)]
     seen = {graph.hash_sum}
+    change_costs: dict[tuple[tuple[Node, ...], tuple[Node, ...]], tuple[float, float]] = {}
     while queue:
         if result.explored >= budget:
             result.stop_reason = "budget"
@@ -141,6 +179,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
         entry.parent = None  # the parent's matches are no longer needed through this entry
         parent = entry.graph
         assert isinstance(parent, Graph)
+        steps = entry.steps
         # Children are costed and deduplicated before they are built: a child is a PendingGraph (its
         # hash, size, types and constant values come from the change) and becomes a Graph only when
         # it is popped or becomes the best, so children pruned by alpha x best are never built.
@@ -149,29 +188,31 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
             if time.perf_counter() - start > time_limit:
                 break
             change = plan_match(parent, match)
-            child = parent.pending(change.removed, change.added, change.types)
-            if child.size > cap or child.hash_sum in seen:
+            removed, added = change.removed, change.added
+            if len(parent.nodes) - len(removed) + len(added) > cap:  # plan_match removes each node once
                 continue
-            if parent.creates_cycle(change.removed, change.added):
+            digest = parent.derived_hash(removed, added)
+            if digest in seen or parent.creates_cycle(removed, added):
                 continue
-            seen.add(child.hash_sum)
-            children.append((match, child))
-        # all children's new nodes costed in one batch (a measuring cost model times them in one session)
-        coster.prefetch([(child, child.last_change[1]) for _, child in children])
+            seen.add(digest)
+            children.append((match, parent.pending(removed, added, change.types, digest)))
+        # all new nodes of children whose change was not costed before, in one batch (a measuring cost
+        # model times them in one session)
+        coster.prefetch([(child, child.last_change[1]) for _, child in children
+                         if child.last_change not in change_costs])
         for match, child in children:
             result.generated += 1
-            child_cost = coster.derived_cost(parent, cost, child)  # type: ignore[arg-type]
+            child_cost = _derived_cost(coster, change_costs, parent, cost, child)
             if child_cost < result.best_cost:
-                child_entry = _Entry(child.build(), entry.steps + (_step(match),), entry, match)
-                result.graph, result.best_cost, result.steps = child_entry.graph, child_cost, child_entry.steps
+                result.graph, result.best_cost, result.steps = child.build(), child_cost, steps + (_step(match),)
                 result.trace.append((time.perf_counter() - start, child_cost))
-            else:
-                child_entry = _Entry(child, entry.steps + (_step(match),), entry, match)
             if child_cost < alpha * result.best_cost:
-                heapq.heappush(queue, (child_cost, next(counter), child_entry))
+                heapq.heappush(queue, (child_cost, next(counter), _Entry(child, steps, entry, match)))
         if progress is not None:
             result.seconds = time.perf_counter() - start
             progress(result)
+    if result.steps:
+        result.graph = result.graph.fresh()  # indexes updated through the search have another key order
     result.seconds = time.perf_counter() - start
     result.cost_lookups, result.cost_hits = coster.lookups, coster.hits
     return result

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from xflow.ir import Graph, Node, TensorType
 from xflow.ops import OPS, ShapeError
@@ -126,34 +126,43 @@ class _CompiledNode:
         """False when the node cannot be bound to this pattern node in any match: wrong arity or
         attributes, or an input whose producer (an output whose readers) lack the ops the pattern
         puts there."""
-        inputs, outputs = node.inputs, node.outputs
-        if (len(inputs), len(outputs)) != self.arity or not all(inputs) or not all(outputs):
+        facts = _facts(graph, node)
+        return facts is not None and self.fits_facts(node, facts)
+
+    def fits_facts(self, node: Node, facts: _Facts) -> bool:
+        """``fits`` with the node's neighbourhood already summed up by ``_facts`` (same arity assumed)."""
+        in_ops, out_ops = facts
+        if self.ground and not self.admits(node):
             return False
-        if not self.admits(node):
+        need = self.in_ops
+        if any(need) and not _ops_fit(need, in_ops) and not (
+                self.commutative and len(in_ops) == 2 and _ops_fit(need, in_ops[::-1])):
             return False
-        producers = graph.producers
-        if any(self.in_ops):
-            orders = [inputs]
-            if self.commutative and len(inputs) == 2:
-                orders.append((inputs[1], inputs[0]))
-            for order in orders:
-                if all(op is None or (producers.get(v) is not None and producers[v].op == op)
-                       for op, v in zip(self.in_ops, order, strict=True)):
-                    break
-            else:
-                return False
-        users = graph.users
-        for ops, value in zip(self.out_ops, outputs, strict=True):
-            if ops:
-                present = {u.op for u, _ in users.get(value, ())}
-                if not present.issuperset(ops):
-                    return False
-        return True
+        return all(not ops or have.issuperset(ops) for ops, have in zip(self.out_ops, out_ops, strict=True))
 
     @property
     def key(self) -> tuple:
         """Everything ``fits`` reads: equal keys, equal answers."""
         return (self.ground, self.commutative, self.arity, self.in_ops, self.out_ops)
+
+
+_Facts = tuple[tuple["str | None", ...], tuple[frozenset[str], ...]]
+
+
+def _facts(graph: Graph, node: Node) -> _Facts | None:
+    """What ``fits`` asks of a node's neighbourhood: the op producing each input (None for graph
+    inputs and constants) and the ops reading each output; None when an input or output is missing
+    (no pattern node binds it)."""
+    inputs, outputs = node.inputs, node.outputs
+    if not all(inputs) or not all(outputs):
+        return None
+    producers, users = graph.producers, graph.users
+    in_ops = tuple(p.op if (p := producers.get(v)) is not None else None for v in inputs)
+    return in_ops, tuple(frozenset(u.op for u, _ in users.get(v, ())) for v in outputs)
+
+
+def _ops_fit(need: tuple[str | None, ...], have: tuple[str | None, ...]) -> bool:
+    return all(n is None or n == h for n, h in zip(need, have, strict=True))
 
 
 def _has_var(template: AttrTemplate) -> bool:
@@ -185,8 +194,9 @@ def compiled(rule: Rule) -> _CompiledRule:
             entry = OPS[p.op]
             ground: list[tuple[str, Any]] = []
             variable: list[tuple[str, AttrTemplate]] = []
-            for key in sorted(entry.attr_names):
-                template = p.attrs.get(key, next(a.default for a in entry.attrs if a.name == key))
+            defaults = {a.name: a.default for a in entry.attrs}
+            for key in sorted(defaults):
+                template = p.attrs.get(key, defaults[key])
                 (variable if _has_var(template) else ground).append((key, template))
             out_ops = tuple(tuple(sorted({q.op for q in rule.src if o in q.inputs})) for o in p.outputs)
             nodes.append(_CompiledNode(tuple(ground), tuple(variable), entry.commutative,
@@ -255,68 +265,104 @@ class RuleIndex:
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = list(rules)
         self.plans = [compiled(r) for r in self.rules]
-        # op -> one group per distinct prefilter: (a pattern node with it, [(rule index, source slot)])
+        # op -> arity -> one group per distinct prefilter: (a pattern node with it, [(rule, slot)])
         groups: dict[str, dict[tuple, tuple[_CompiledNode, list[tuple[int, int]]]]] = {}
         for ri, (rule, plan) in enumerate(zip(self.rules, self.plans, strict=True)):
             for slot, p in enumerate(rule.src):
                 c = plan.nodes[slot]
                 groups.setdefault(p.op, {}).setdefault(c.key, (c, []))[1].append((ri, slot))
-        self.groups = {op: list(g.values()) for op, g in groups.items()}
+        self.groups: dict[str, dict[tuple[int, int], list[tuple[_CompiledNode, list[tuple[int, int]]]]]] = {}
+        for op, by_key in groups.items():
+            for c, slots in by_key.values():
+                self.groups.setdefault(op, {}).setdefault(c.arity, []).append((c, slots))
+        self._usable: dict[frozenset[str], list[bool]] = {}
+        self.widest = max((len(r.src) for r in self.rules), default=0)  # most nodes in a source pattern
+
+    def usable(self, graph: Graph) -> list[bool]:
+        """Per rule: are all its source ops in the graph?"""
+        present = frozenset(graph.by_op)
+        usable = self._usable.get(present)
+        if usable is None:
+            usable = self._usable[present] = [plan.ops <= present for plan in self.plans]
+        return usable
 
     def all_matches(self, graph: Graph) -> list[Match]:
         """All matches of all rules, rule by rule (rules whose ops are absent are skipped)."""
-        present = graph.by_op.keys()
         out: list[Match] = []
-        for rule, plan in zip(self.rules, self.plans, strict=True):
-            if plan.ops <= present:
-                out.extend(_search(graph, rule, plan, plan.order(rule, None), None, None))
+        facts = {id(n): _facts(graph, n) for n in graph.nodes}
+        for rule, plan, ok in zip(self.rules, self.plans, self.usable(graph), strict=True):
+            if ok:
+                first = plan.order(rule, None)
+                c = plan.nodes[first[0]]
+                seeds = [n for n in graph.by_op[rule.src[first[0]].op]
+                         if (f := facts[id(n)]) is not None and len(n.inputs) == c.arity[0]
+                         and len(n.outputs) == c.arity[1] and c.fits_facts(n, f)]
+                if seeds:
+                    out.extend(_search(graph, rule, plan, first, seeds, None))
         return out
 
     def anchored_matches(self, graph: Graph, anchor: Iterable[Node]) -> list[Match]:
         """All matches that use at least one anchor node, rule by rule in rule order; the same list
         as ``find_matches(graph, rule, anchor=anchor)`` over all rules, without visiting rules that
         no anchor node can seed."""
-        present = graph.by_op.keys()
+        usable = self.usable(graph)
         seeds: dict[int, dict[int, list[Node]]] = {}
         for node in anchor:
-            for c, slots in self.groups.get(node.op, ()):
-                if not c.fits(graph, node):
-                    continue
-                for ri, slot in slots:
-                    if self.plans[ri].ops <= present:
-                        seeds.setdefault(ri, {}).setdefault(slot, []).append(node)
+            groups = self.groups.get(node.op, {}).get((len(node.inputs), len(node.outputs)))
+            if not groups:
+                continue
+            facts = _facts(graph, node)
+            if facts is None:
+                continue
+            for c, slots in groups:
+                if c.fits_facts(node, facts):
+                    for ri, slot in slots:
+                        if usable[ri]:
+                            seeds.setdefault(ri, {}).setdefault(slot, []).append(node)
         out: list[Match] = []
         for ri in sorted(seeds):
             out.extend(_anchored(graph, self.rules[ri], self.plans[ri], seeds[ri], None))
         return out
 
 
+class _Job(NamedTuple):
+    graph: Graph
+    rule: Rule
+    plan: _CompiledRule
+    order: list[int]
+    seeds: list[Node] | None
+    tracer: MatchTracer | None
+
+
 def _search(graph: Graph, rule: Rule, plan: _CompiledRule, order: list[int], seeds: list[Node] | None,
             tracer: MatchTracer | None) -> Iterator[Match]:
-    src = rule.src
-    last = len(order)
+    return _extend(_Job(graph, rule, plan, order, seeds, tracer), 0, [], {}, {})
 
-    def search(k: int, used: list[Node], values: dict[str, str], env: dict[str, Any]) -> Iterator[Match]:
-        if k == last:
-            nodes: list[Node] = [None] * len(src)  # type: ignore[list-item]
-            for slot, node in zip(order, used, strict=True):
-                nodes[slot] = node
-            match = _finish(graph, rule, tuple(nodes), values, env, tracer)
-            if match is not None:
-                yield match
-            return
-        slot = order[k]
-        p = src[slot]
-        candidates = seeds if (k == 0 and seeds is not None) else _candidates(graph, p, values)
-        for node in candidates:
-            if any(node is u for u in used):
-                continue
-            for new_values, new_env in _unify_node(p, plan.nodes[slot], node, values, env):
-                used.append(node)
-                yield from search(k + 1, used, new_values, new_env)
-                used.pop()
 
-    yield from search(0, [], {}, {})
+def _extend(job: _Job, k: int, used: list[Node], values: dict[str, str], env: dict[str, Any]
+            ) -> Iterator[Match]:
+    """Bind source node ``job.order[k]`` and the rest after it (a module-level generator, not a
+    closure: a closure that calls itself is a reference cycle, garbage only the cyclic GC frees)."""
+    order, src = job.order, job.rule.src
+    if k == len(order):
+        nodes: list[Node] = [None] * len(src)  # type: ignore[list-item]
+        for slot, node in zip(order, used, strict=True):
+            nodes[slot] = node
+        match = _finish(job.graph, job.rule, tuple(nodes), values, env, job.tracer)
+        if match is not None:
+            yield match
+        return
+    slot = order[k]
+    p = src[slot]
+    candidates = job.seeds if (k == 0 and job.seeds is not None) else _candidates(job.graph, p, values)
+    c = job.plan.nodes[slot]
+    for node in candidates:
+        if any(node is u for u in used):
+            continue
+        for new_values, new_env in _unify_node(p, c, node, values, env):
+            used.append(node)
+            yield from _extend(job, k + 1, used, new_values, new_env)
+            used.pop()
 
 
 def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str, str], env: dict[str, Any],

@@ -9,12 +9,14 @@ region and searches anew only from the nodes around it.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import itertools
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from xflow.cost.base import GraphCoster
@@ -76,20 +78,28 @@ def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, 
                     rules: Sequence[Rule] | RuleIndex) -> list[Match]:
     """Matches of ``child`` = parent matches away from the change + matches through changed nodes."""
     index = rules if isinstance(rules, RuleIndex) else RuleIndex(rules)
-    # A match of the child that is not a match of the parent uses a new node or the producer of a value
-    # whose readers changed (the source's internal values must have no readers outside the match); all
-    # else a match depends on (ops, attributes, edges, names, types, constness) is unchanged.
+    # A match of the child that is not a match of the parent uses a new node, or has as an internal
+    # value (no readers outside the match) one whose readers changed; all else a match depends on (ops,
+    # attributes, edges, names, types, constness) is unchanged. A value read by as many nodes as a
+    # source pattern has, before and after, is internal in no match of either graph.
     removed, added = child.__dict__.get("last_change") or _change(parent, child)
     anchor: dict[int, Node] = {id(n): n for n in added}
+    widest = index.widest
     for n in (*removed, *added):
         for name in (*n.inputs, *n.implicit):
             producer = child.producers.get(name) if name else None
-            if producer is not None:
-                anchor.setdefault(id(producer), producer)
+            if producer is not None and id(producer) not in anchor and (
+                    _readers(child, name) < widest or _readers(parent, name) < widest):
+                anchor[id(producer)] = producer
     gone = {id(n) for n in removed}
     kept = [m for m in parent_matches if all(id(n) not in gone and id(n) not in anchor for n in m.nodes)]
     kept.extend(index.anchored_matches(child, anchor.values()))
     return kept
+
+
+def _readers(graph: Graph, value: str) -> int:
+    """How many nodes read ``value`` (outputs count as a reader outside any match)."""
+    return len({id(u) for u, _ in graph.users.get(value, ())}) + (value in graph.output_set)
 
 
 def _change(parent: Graph, child: Graph) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
@@ -138,6 +148,18 @@ def rss_mb() -> float:
         return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Run the cyclic GC less often while inside: the search allocates many short-lived objects
+    (freed by reference counting) and each full collection walks every graph and match alive."""
+    threshold = gc.get_threshold()
+    gc.set_threshold(max(threshold[0], 100_000), *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+
+
 def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float = 1.05,
                         budget: int = 1000, time_limit: float = 60.0, max_growth: float = 2.0,
                         progress: Callable[[SearchResult], None] | None = None,
@@ -145,6 +167,13 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     """Search for the cheapest equivalent graph reachable by applying ``rules``. The search stops at
     ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS exceeds
     ``memory_limit_mb``, and returns the best graph found so far."""
+    with _fewer_collections():
+        return _search(graph, rules, coster, alpha, budget, time_limit, max_growth, progress, memory_limit_mb)
+
+
+def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float, budget: int,
+            time_limit: float, max_growth: float, progress: Callable[[SearchResult], None] | None,
+            memory_limit_mb: float | None) -> SearchResult:
     start = time.perf_counter()
     initial_cost = coster.cost(graph)
     result = SearchResult(graph, initial_cost, initial_cost, (), "exhausted", 0, 0, 0.0)

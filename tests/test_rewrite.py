@@ -11,8 +11,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
+from xflow.ir import CycleError
 from xflow.onnx_io import graph_from_model, to_model_proto
-from xflow.rewrite import MatchTracer, apply_match, find_matches
+from xflow.rewrite import MatchTracer, RuleIndex, apply_match, find_matches, plan_match
 from xflow.rules import RuleError, parse_rule, rules_from_json
 
 RNG = np.random.default_rng(0)
@@ -175,6 +176,9 @@ def test_applier_rejects_cycles():
     matches = list(find_matches(graph, rule))
     assert matches
     assert all(apply_match(graph, m) is None for m in matches)
+    for m in matches:  # the search's check, which builds no graph, says the same
+        change = plan_match(graph, m)
+        assert graph.creates_cycle(change.removed, change.added)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -193,3 +197,60 @@ def test_bad_rules_are_rejected_when_loaded(mutate, message):
     mutate(raw)
     with pytest.raises(RuleError, match=message):
         parse_rule(raw)
+
+
+def _walk(graph, rules, steps):
+    """A deterministic walk of rewrites (each step the middle match), yielding (graph, match, change)."""
+    index = RuleIndex(rules)
+    for _ in range(steps):
+        matches = index.all_matches(graph)
+        if not matches:
+            return
+        match = matches[len(matches) // 2]
+        change = plan_match(graph, match)
+        yield graph, match, change
+        if graph.creates_cycle(change.removed, change.added):
+            return
+        graph = graph.derive(change.removed, change.added, change.types)
+
+
+@pytest.mark.parametrize("name", ["inception_v3", "nasrnn", "squeezenet"])
+def test_pending_graph_and_incremental_indexes_equal_a_fresh_build(name):
+    from xflow import zoo
+    from xflow.rules import load_rules
+
+    graph = graph_from_model(zoo.build(name, small=True))
+    rules = load_rules("benchmarks/bench_rules.json") + list(load_rules("rules/default.json"))[:200]
+    assert graph.users and graph.by_op  # computed, so derived graphs update them instead of rebuilding
+    for parent, _match, change in _walk(graph, rules, 6):
+        cyclic = parent.creates_cycle(change.removed, change.added)
+        pending = parent.pending(change.removed, change.added, change.types)
+        if cyclic:
+            with pytest.raises(CycleError):
+                pending.build()
+            continue
+        built = pending.build()
+        assert pending.hash_sum == built.hash_sum == built.fresh().hash_sum
+        assert pending.size == len(built.nodes)
+        fresh = built.fresh()
+        assert built.producers == fresh.producers
+        assert {k: v for k, v in built.users.items()} == fresh.users
+        assert built.by_op == fresh.by_op
+        for node in change.added:
+            for name_ in (*node.inputs, *node.outputs):
+                assert pending.types.get(name_) == built.types.get(name_)
+                assert pending.is_constant_value(name_) == fresh.is_constant_value(name_)
+
+
+def test_rule_index_finds_what_find_matches_finds_in_rule_order():
+    from xflow import zoo
+    from xflow.rules import load_rules
+
+    graph = graph_from_model(zoo.build("inception_v3", small=True))
+    rules = list(load_rules("rules/default.json")) + list(load_rules("benchmarks/bench_rules.json"))
+    index = RuleIndex(rules)
+    key = lambda ms: [(m.rule.name, tuple(map(id, m.nodes))) for m in ms]  # noqa: E731
+    assert key(index.all_matches(graph)) == key(m for r in rules for m in find_matches(graph, r))
+    anchor = graph.nodes[::7]
+    assert key(index.anchored_matches(graph, anchor)) == key(
+        m for r in rules for m in find_matches(graph, r, anchor=anchor))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.rulebook import MATMUL_MERGE, SPLIT_SPLIT_MERGE
@@ -81,3 +82,39 @@ def test_incremental_hash_and_cost_agree_with_full_recomputation():
     fresh = type(g)(g.nodes, g.inputs, g.outputs, g.types, g.constants, g.context)
     assert fresh.hash_sum == g.hash_sum
     assert abs(GraphCoster(LAUNCH_BOUND).cost(fresh) - result.best_cost) < 1e-12
+
+
+@pytest.mark.parametrize("name", ["inception_v3", "nasrnn", "bert"])
+def test_incremental_matching_finds_every_match_of_the_child(name):
+    """derived_matches (parent matches away from the change + matches around it) = matching the whole
+    child anew, along a walk of rewrites with the dev rules and shipped rules."""
+    from xflow import zoo
+    from xflow.rewrite import RuleIndex, plan_match
+    from xflow.rules import load_rules
+    from xflow.search.backtrack import derived_matches
+
+    graph = graph_from_model(zoo.build(name, small=True))
+    rules = list(load_rules("benchmarks/bench_rules.json")) + list(load_rules("rules/default.json"))
+    index = RuleIndex(rules)
+    key = lambda ms: sorted((m.rule.name, tuple(map(id, m.nodes))) for m in ms)  # noqa: E731
+    matches = index.all_matches(graph)
+    for step in range(5):
+        if not matches:
+            break
+        match = matches[(7 * step) % len(matches)]
+        change = plan_match(graph, match)
+        if graph.creates_cycle(change.removed, change.added):
+            break
+        child = graph.derive(change.removed, change.added, change.types)
+        matches = derived_matches(graph, matches, match, child, index)
+        assert key(matches) == key(index.all_matches(child))
+        graph = child
+
+
+def test_search_result_is_the_same_in_every_run():
+    graph = graph_from_model(shared_input_model(5))
+    rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
+    runs = [backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=50) for _ in range(2)]
+    assert runs[0].steps == runs[1].steps and runs[0].best_cost == runs[1].best_cost
+    assert runs[0].graph.structural_hash == runs[1].graph.structural_hash
+    assert (runs[0].explored, runs[0].generated) == (runs[1].explored, runs[1].generated)

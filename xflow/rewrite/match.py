@@ -126,6 +126,8 @@ class _CompiledNode:
         """False when the node cannot be bound to this pattern node in any match: wrong arity or
         attributes, or an input whose producer (an output whose readers) lack the ops the pattern
         puts there."""
+        if (len(node.inputs), len(node.outputs)) != self.arity:
+            return False
         facts = _facts(graph, node)
         return facts is not None and self.fits_facts(node, facts)
 

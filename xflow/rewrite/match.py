@@ -134,11 +134,15 @@ class _CompiledNode:
     def fits_facts(self, node: Node, facts: _Facts) -> bool:
         """``fits`` with the node's neighbourhood already summed up by ``_facts`` (same arity assumed)."""
         in_ops, out_ops = facts
-        if self.ground and not self.admits(node):
-            return False
         need = self.in_ops
         if any(need) and not _ops_fit(need, in_ops) and not (
                 self.commutative and len(in_ops) == 2 and _ops_fit(need, in_ops[::-1])):
+            return False
+        return self.fits_rest(node, out_ops)
+
+    def fits_rest(self, node: Node, out_ops: tuple[frozenset[str], ...]) -> bool:
+        """``fits_facts`` once the inputs' producers are known to fit."""
+        if self.ground and not self.admits(node):
             return False
         return all(not ops or have.issuperset(ops) for ops, have in zip(self.out_ops, out_ops, strict=True))
 
@@ -247,16 +251,16 @@ def find_matches(graph: Graph, rule: Rule, tracer: MatchTracer | None = None,
 
 def _anchored(graph: Graph, rule: Rule, plan: _CompiledRule, seeds: dict[int, list[Node]],
               tracer: MatchTracer | None) -> Iterator[Match]:
-    """Matches with source node ``slot`` bound to one of ``seeds[slot]``, each match once."""
-    seen: set[tuple[int, ...]] = set()
+    """Matches with source node ``slot`` bound to one of ``seeds[slot]``, each match once: the search
+    from a slot leaves out the matches that bind an earlier slot to one of its seeds (the search from
+    that slot finds them), so the matches come in the same order as searching every slot and
+    skipping repeats, without building the repeats."""
+    banned: dict[int, set[int]] = {}
     for slot in sorted(seeds):
         if not seeds[slot]:
             continue
-        for match in _search(graph, rule, plan, plan.order(rule, slot), seeds[slot], tracer):
-            key = tuple(map(id, match.nodes))
-            if key not in seen:
-                seen.add(key)
-                yield match
+        yield from _search(graph, rule, plan, plan.order(rule, slot), seeds[slot], tracer, banned)
+        banned[slot] = {id(n) for n in seeds[slot]}
 
 
 class RuleIndex:
@@ -267,16 +271,17 @@ class RuleIndex:
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.rules = list(rules)
         self.plans = [compiled(r) for r in self.rules]
-        # op -> arity -> one group per distinct prefilter: (a pattern node with it, [(rule, slot)])
+        # op -> arity -> the ops required of the inputs' producers -> one group per distinct prefilter:
+        # (a pattern node with it, [(rule, slot)])
         groups: dict[str, dict[tuple, tuple[_CompiledNode, list[tuple[int, int]]]]] = {}
         for ri, (rule, plan) in enumerate(zip(self.rules, self.plans, strict=True)):
             for slot, p in enumerate(rule.src):
                 c = plan.nodes[slot]
                 groups.setdefault(p.op, {}).setdefault(c.key, (c, []))[1].append((ri, slot))
-        self.groups: dict[str, dict[tuple[int, int], list[tuple[_CompiledNode, list[tuple[int, int]]]]]] = {}
+        self.groups: dict[str, dict[tuple[int, int], dict[tuple, list[_Group]]]] = {}
         for op, by_key in groups.items():
             for c, slots in by_key.values():
-                self.groups.setdefault(op, {}).setdefault(c.arity, []).append((c, slots))
+                self.groups.setdefault(op, {}).setdefault(c.arity, {}).setdefault(c.in_ops, []).append((c, slots))
         self._usable: dict[frozenset[str], list[bool]] = {}
         self.widest = max((len(r.src) for r in self.rules), default=0)  # most nodes in a source pattern
 
@@ -310,21 +315,52 @@ class RuleIndex:
         usable = self.usable(graph)
         seeds: dict[int, dict[int, list[Node]]] = {}
         for node in anchor:
-            groups = self.groups.get(node.op, {}).get((len(node.inputs), len(node.outputs)))
-            if not groups:
+            by_need = self.groups.get(node.op, {}).get((len(node.inputs), len(node.outputs)))
+            if not by_need:
                 continue
             facts = _facts(graph, node)
             if facts is None:
                 continue
-            for c, slots in groups:
-                if c.fits_facts(node, facts):
-                    for ri, slot in slots:
-                        if usable[ri]:
-                            seeds.setdefault(ri, {}).setdefault(slot, []).append(node)
+            for _c, slots in _fitting(by_need, node, facts):
+                for ri, slot in slots:
+                    if usable[ri]:
+                        seeds.setdefault(ri, {}).setdefault(slot, []).append(node)
         out: list[Match] = []
         for ri in sorted(seeds):
             out.extend(_anchored(graph, self.rules[ri], self.plans[ri], seeds[ri], None))
         return out
+
+
+_Group = tuple[_CompiledNode, list[tuple[int, int]]]
+
+
+def _fitting(by_need: dict[tuple, list[_Group]], node: Node, facts: _Facts) -> Iterator[_Group]:
+    """The groups whose pattern node ``node`` fits, found by looking up the input-producer ops the
+    node offers (each input's producer op or nothing, in either order for a commutative op) instead of
+    testing every group."""
+    in_ops, out_ops = facts
+    if len(in_ops) > 8:  # too many combinations: test each group
+        yield from ((c, slots) for groups in by_need.values() for c, slots in groups if c.fits_facts(node, facts))
+        return
+    offers = set(_relaxations(in_ops))
+    if len(in_ops) == 2:  # only commutative pattern nodes take the swapped order
+        swapped = set(_relaxations(in_ops[::-1])) - offers
+        for need in swapped:
+            for c, slots in by_need.get(need, ()):
+                if c.commutative and c.fits_rest(node, out_ops):
+                    yield c, slots
+    for need in offers:
+        for c, slots in by_need.get(need, ()):
+            if c.fits_rest(node, out_ops):
+                yield c, slots
+
+
+def _relaxations(ops: tuple[str | None, ...]) -> list[tuple[str | None, ...]]:
+    """Every tuple made from ``ops`` by replacing some entries with None."""
+    out: list[tuple[str | None, ...]] = [()]
+    for op in ops:
+        out = [t + (None,) for t in out] + ([t + (op,) for t in out] if op is not None else [])
+    return out
 
 
 class _Job(NamedTuple):
@@ -334,11 +370,12 @@ class _Job(NamedTuple):
     order: list[int]
     seeds: list[Node] | None
     tracer: MatchTracer | None
+    banned: dict[int, set[int]] | None  # slot -> ids of nodes not to bind there
 
 
 def _search(graph: Graph, rule: Rule, plan: _CompiledRule, order: list[int], seeds: list[Node] | None,
-            tracer: MatchTracer | None) -> Iterator[Match]:
-    return _extend(_Job(graph, rule, plan, order, seeds, tracer), 0, [], {}, {})
+            tracer: MatchTracer | None, banned: dict[int, set[int]] | None = None) -> Iterator[Match]:
+    return _extend(_Job(graph, rule, plan, order, seeds, tracer, banned or None), 0, [], {}, {})
 
 
 def _extend(job: _Job, k: int, used: list[Node], values: dict[str, str], env: dict[str, Any]
@@ -358,8 +395,9 @@ def _extend(job: _Job, k: int, used: list[Node], values: dict[str, str], env: di
     p = src[slot]
     candidates = job.seeds if (k == 0 and job.seeds is not None) else _candidates(job.graph, p, values)
     c = job.plan.nodes[slot]
+    banned = job.banned.get(slot) if job.banned is not None else None
     for node in candidates:
-        if any(node is u for u in used):
+        if any(node is u for u in used) or (banned is not None and id(node) in banned):
             continue
         for new_values, new_env in _unify_node(p, c, node, values, env):
             used.append(node)

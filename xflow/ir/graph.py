@@ -161,19 +161,21 @@ class Graph:
     def _splice_bounds(self, gone: set[int], added: list[Node] | tuple[Node, ...]) -> tuple[int, int]:
         """(earliest position of a kept reader of an added output, latest position of a kept producer
         of an added input): the added nodes fit in place between them when latest < earliest."""
-        position = self.position
+        position, users, producers = self.position, self.users, self.producers
         new_outputs = {o for n in added for o in n.outputs}
         earliest = len(self.nodes)
         for o in new_outputs:
-            for user, _ in self.users.get(o, []):
+            for user, _ in users.get(o, ()):  # in node order: the first kept one is the earliest
                 if id(user) not in gone:
                     earliest = min(earliest, position[user])
+                    break
         latest = -1
         for n in added:
-            for i in (*n.inputs, *n.implicit):
-                producer = self.producers.get(i)
-                if producer is not None and id(producer) not in gone and i not in new_outputs:
-                    latest = max(latest, position[producer])
+            for names in (n.inputs, n.implicit):
+                for i in names:
+                    producer = producers.get(i)
+                    if producer is not None and id(producer) not in gone and i not in new_outputs:
+                        latest = max(latest, position[producer])
         return earliest, latest
 
     def derive(self, removed: Iterable[Node], added: Iterable[Node], types: Mapping[str, TensorType]) -> Graph:

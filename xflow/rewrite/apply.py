@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from xflow.ir import Attrs, CycleError, Graph, Node, TensorType
+from xflow.ir import OPAQUE, Attrs, CycleError, Graph, Node, TensorType
 from xflow.rewrite.match import Match
 
 
@@ -141,17 +141,20 @@ def apply_match(graph: Graph, match: Match) -> Graph | None:
 def _dead_producers(graph: Graph, removed: list[Node], added: list[Node]) -> list[Node]:
     """Op-table nodes whose every output lost its last user through this rewrite."""
     producers, users, outputs = graph.producers, graph.users, graph.output_set
-    gone = {id(n) for n in removed}
+    gone: set[int] | None = None
     still_read: set[str] | None = None
     dead: list[Node] = []
     frontier = [i for n in removed for i in n.inputs if i]
     while frontier:
         value = frontier.pop()
         producer = producers.get(value)
-        if producer is None or producer.is_opaque or id(producer) in gone:
+        if producer is None or producer.op == OPAQUE:
             continue
-        if still_read is None:
+        if gone is None or still_read is None:
+            gone = {id(n) for n in removed}
             still_read = {i for n in added for i in (*n.inputs, *n.implicit)}
+        if id(producer) in gone:
+            continue
         if any(o in outputs or o in still_read or any(id(u) not in gone for u, _ in users.get(o, ()))
                for o in producer.outputs):
             continue

@@ -293,11 +293,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         # The last op must join every component: a graph of independent parts only yields rules that are
         # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
         components = component_tensors() if depth == max_ops - 1 and graph else None
+        tuples: dict[str, list[tuple[int, ...]]] = {}  # the operand tuples depend on the op, not its params
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
             entry = OPS[app.op]
-            for operands in operand_tuples(app.op, components):
+            if app.op not in tuples:
+                tuples[app.op] = list(operand_tuples(app.op, components))
+            for operands in tuples[app.op]:
                 if entry.commutative and operands[0] > operands[1]:
                     continue
                 key = (app.key, operands)

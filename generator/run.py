@@ -49,19 +49,45 @@ def _walk(args: tuple[int, int, int, int]) -> tuple[int, tuple[np.ndarray, np.nd
     return count, pack(kept)
 
 
-def _collect(max_ops: int, seed: int, jobs: int) -> Buckets:
+def _collect(max_ops: int, seed: int, jobs: int, pool: Any) -> Buckets:
     buckets = Buckets(seed)
-    if jobs <= 1:
+    if pool is None:
         buckets.extend(enumerate_graphs(max_ops, seed))
     else:
-        import multiprocessing
-
         # Many more parts than workers: the parts differ a lot in size (conv-first walks are slow).
         parts = [(max_ops, seed, jobs * 8, i) for i in range(jobs * 8)]
-        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-            for count, arrays in pool.imap_unordered(_walk, parts):
-                buckets.add_arrays(arrays, count)
+        for count, arrays in pool.imap_unordered(_walk, parts):
+            buckets.add_arrays(arrays, count)
     return buckets
+
+
+def _chunks(items: list[Any], parts: int) -> list[list[Any]]:
+    size = max(1, -(-len(items) // parts))
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _recheck(args: tuple[int, list[Pair]]) -> list[tuple[str, str] | None]:
+    """Per pair: its input-renaming key when it passes the float re-check, else None."""
+    seed, pairs = args
+    checker = FloatChecker(seed)
+    return [renaming_key(p) if checker.check(p) else None for p in pairs]
+
+
+def _emit(args: tuple[int, int, list[Pair]]) -> tuple[int, list[dict[str, Any]]]:
+    """(pairs without a common subgraph, their rules in both directions)."""
+    seed, max_ops, pairs = args
+    cs = CommonSubgraph(seed)
+    kept = [p for p in pairs if cs.reason(p) is None]
+    # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
+    # input takes more ops), so the search gets both and the cost model decides.
+    rules = [pair_to_rule(q, seed, max_ops) for p in kept
+             for q in ((p, Pair(p.b, p.a, p.fingerprint)) if p.b.graph else (p,))]
+    return len(kept), rules
+
+
+def _map(pool: Any, fn: Callable[[Any], Any], work: list[Any]) -> list[Any]:
+    """``fn`` over ``work`` in order, in the pool when there is one."""
+    return list(pool.imap(fn, work)) if pool is not None else [fn(w) for w in work]
 
 
 def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None) -> GenerationResult:
@@ -75,35 +101,44 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
             progress(name, count, now - start)
         return now
 
+    import multiprocessing
+
+    pool = multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else None
+    try:
+        return _generate(max_ops, seed, jobs, pool, step, table)
+    finally:
+        if pool is not None:
+            pool.terminate()
+
+
+def _generate(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str, int, float], float],
+              table: list[tuple[str, int, float]]) -> GenerationResult:
     t = time.perf_counter()
-    buckets = _collect(max_ops, seed, jobs)
+    buckets = _collect(max_ops, seed, jobs, pool)
     t = step("graphs enumerated", buckets.graphs, t)
     star = max_ops >= STAR_FROM
     raw, pairs = candidate_pairs(buckets, star=star)
     del buckets
     t = step("candidates (equal fingerprint)", raw, t)
     t = step("after trivial (same graph)" + (", star" if star else ""), len(pairs), t)
-    checker = FloatChecker(seed)
-    pairs = [p for p in pairs if checker.check(p)]
-    t = step("after float re-check", len(pairs), t)
+    parts = max(1, jobs * 8)
+    keys = [k for chunk in _map(pool, _recheck, [(seed, c) for c in _chunks(pairs, parts)]) for k in chunk]
+    checked = [(p, k) for p, k in zip(pairs, keys, strict=True) if k is not None]
+    t = step("after float re-check", len(checked), t)
     by_key: dict[tuple[str, str], Any] = {}
-    for p in pairs:
-        by_key.setdefault(renaming_key(p), p)
+    for p, k in checked:
+        by_key.setdefault(k, p)
     pairs = [by_key[k] for k in sorted(by_key)]
     t = step("after input renaming", len(pairs), t)
-    cs = CommonSubgraph(seed)
-    pairs = [p for p in pairs if cs.reason(p) is None]
-    t = step("after common subgraph", len(pairs), t)
-    # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
-    # input takes more ops), so the search gets both and the cost model decides.
-    rules = [pair_to_rule(q, seed, max_ops) for p in pairs
-             for q in ((p, Pair(p.b, p.a, p.fingerprint)) if p.b.graph else (p,))]
+    emitted = _map(pool, _emit, [(seed, max_ops, c) for c in _chunks(pairs, parts)])
+    t = step("after common subgraph", sum(n for n, _ in emitted), t)
     seen: set[str] = set()
     unique = []
-    for r in rules:
-        if r["name"] not in seen:
-            seen.add(r["name"])
-            unique.append(r)
+    for _, rules in emitted:
+        for r in rules:
+            if r["name"] not in seen:
+                seen.add(r["name"])
+                unique.append(r)
     step("rules emitted", len(unique), t)
     return GenerationResult(unique, table)
 

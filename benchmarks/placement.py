@@ -187,7 +187,7 @@ def sim_chart(rows: list[dict], path: str) -> None:
 def markdown(rows: list[dict], transfer: list[dict]) -> str:
     lines = ["| model | topology | groups | best single | round-robin | min-cut | m-ETF | RL | RL+improve | "
              "RL / best baseline | RL+improve / best baseline | planning s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] if rows else []
     for r in rows:
         single = min(v for k, v in r["baselines"].items() if k.startswith("single"))
         lines.append(f"| {r['model']} | {r['topology']} | {r['groups']} | {ms(single)} | "
@@ -195,7 +195,8 @@ def markdown(rows: list[dict], transfer: list[dict]) -> str:
                      + f" | {ms(r['rl'])} | {ms(r['rl_improved'])} | {r['rl_vs_best_baseline']:.3f} | "
                      f"{r['rl_improved_vs_best_baseline']:.3f} | {r['planning_seconds']:.0f} |")
     if transfer:
-        lines += ["", "| held-out model | zero-shot ms | per-model RL ms | gap | best baseline ms | placing s |",
+        lines += [""] * bool(lines)
+        lines += ["| held-out model | zero-shot ms | per-model RL ms | gap | best baseline ms | placing s |",
                   "| --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {t['model']} | {ms(t['zero_shot'])} | {ms(t['per_model'])} | {t['gap'] * 100:+.1f}% | "
                   f"{ms(t['best_baseline'])} | {t['zero_shot_seconds']:.1f} |" for t in transfer]

@@ -36,7 +36,7 @@ class PlaceOptions:
     sim_params: SimParams = field(default_factory=SimParams)
     policy: Policy | None = None
     zero_shot_samples: int = 1024
-    zero_shot_temperature: float = 0.5
+    zero_shot_temperature: float = 0.3
     transfer_steps: int = TRANSFER_STEPS
     runs: int = 10
 

@@ -101,10 +101,12 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
                    "so a seed gives the same policy anywhere (default 600).")
 @click.option("--samples", type=int, default=16, show_default=True, help="Placements sampled per step.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True,
-              help="Training time limit (s) on IN.onnx (not --train-on); the improvement pass adds at most 30 s.")
+              help="Training time limit (s) on IN.onnx (not --train-on); the improvement pass comes after it.")
 @click.option("--max-groups", type=int, default=128, show_default=True, help="Cap on co-location groups.")
 @click.option("--improve/--no-improve", default=True, show_default=True,
               help="Placeto-style iterative improvement of the RL result.")
+@click.option("--improve-seconds", type=float, default=30.0, show_default=True,
+              help="Time limit of the improvement pass.")
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True, help="Node costs: measured with ONNX Runtime (cached) or analytic.")
 @click.option("--cost-db", type=click.Path(dir_okay=False), default=None, help="SQLite cache of measured costs.")
@@ -127,7 +129,8 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
 def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, samples: int, time_limit: float,
-          max_groups: int, improve: bool, cost_kind: str, cost_db: str | None, calibration_path: str | None,
+          max_groups: int, improve: bool, improve_seconds: float, cost_kind: str, cost_db: str | None,
+          calibration_path: str | None,
           train_on: tuple[str, ...], save_policy: str | None, policy_path: str | None, zero_shot_samples: int,
           out_path: str | None,
           onnx_out: str | None, curve_path: str | None, seed: int, quiet: bool) -> None:
@@ -163,8 +166,8 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
                                           f"{topology.name} has {len(topology.devices)}")
     graph = _load_graph(in_path) if in_path else None
     options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=PlaceOptions.improve_sweeps if improve else 0,
-                           sim_params=_sim_params(calibration_path), policy=policy,
-                           zero_shot_samples=zero_shot_samples,
+                           improve_seconds=improve_seconds, sim_params=_sim_params(calibration_path),
+                           policy=policy, zero_shot_samples=zero_shot_samples,
                            train=TrainOptions(steps=steps or TrainOptions.steps, samples=samples,
                                               time_limit=time_limit, seed=seed))
     if steps:

@@ -25,14 +25,15 @@ TRANSFER_STEPS = 600  # about 90 s for four zoo models on one core of a shared 2
 @dataclass
 class PlaceOptions:
     """Settings of one placement run. ``env`` is "sim" or "real"; ``improve_sweeps`` > 0 adds the
-    Placeto-style iterative improvement after RL; ``policy`` places zero-shot (no training): its most
-    likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``, the fastest in the
-    environment kept. ``transfer_steps`` is how long ``train_across`` trains (steps, no time limit)."""
+    Placeto-style iterative improvement after RL (at most ``improve_seconds``); ``policy`` places zero-shot
+    (no training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``,
+    the fastest in the environment kept. ``transfer_steps``: how long ``train_across`` trains (no time limit)."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
     max_groups: int = 128
     improve_sweeps: int = 16
+    improve_seconds: float = 30.0
     sim_params: SimParams = field(default_factory=SimParams)
     policy: Policy | None = None
     zero_shot_samples: int = 1024
@@ -103,7 +104,8 @@ def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None =
     candidates["rl"] = rl_seconds
     plans["rl"] = rl_plan
     if opts.improve_sweeps > 0 and rl_plan:
-        improved, groups = improve(task, grouping.project(rl_plan), opts.improve_sweeps)
+        improved, groups = improve(task, grouping.project(rl_plan), opts.improve_sweeps, opts.improve_seconds,
+                                   seed=opts.train.seed)
         rl["improved_seconds"] = float(improved)
         candidates["rl+improve"] = improved
         plans["rl+improve"] = grouping.expand(groups)

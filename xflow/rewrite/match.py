@@ -103,6 +103,9 @@ def _bind_names(pattern: tuple[str, ...], actual: tuple[str, ...], values: dict[
     return new
 
 
+_Nbr = tuple[int, str, tuple[int, int], tuple[tuple[str, Any], ...]]
+
+
 @dataclass(frozen=True)
 class _CompiledNode:
     """A source pattern node prepared for matching: attribute templates with the op's defaults filled
@@ -116,6 +119,8 @@ class _CompiledNode:
     arity: tuple[int, int] = (0, 0)  # inputs, outputs
     in_ops: tuple[str | None, ...] = ()  # per input: the op of the source node producing it, if any
     out_ops: tuple[tuple[str, ...], ...] = ()  # per output: ops of the source nodes reading it
+    in_nbrs: tuple[_Nbr, ...] = ()  # the source nodes producing inputs: (input, op, arity, ground attrs)
+    out_nbrs: tuple[_Nbr, ...] = ()  # the source nodes reading outputs: (output, op, arity, ground attrs)
 
     def admits(self, node: Node) -> bool:
         """False when the node's attributes rule it out whatever the variables are bound to."""
@@ -129,7 +134,22 @@ class _CompiledNode:
         if (len(node.inputs), len(node.outputs)) != self.arity:
             return False
         facts = _facts(graph, node)
-        return facts is not None and self.fits_facts(node, facts)
+        return facts is not None and self.fits_facts(node, facts) and self.neighbours_fit(graph, node)
+
+    def neighbours_fit(self, graph: Graph, node: Node) -> bool:
+        """The node's producers and readers where the pattern has source nodes: each must be one that
+        source node's op, arity and ground attributes admit."""
+        if self.in_nbrs:
+            producers = graph.producers
+            orders = [node.inputs]
+            if self.commutative and len(node.inputs) == 2:
+                orders.append(node.inputs[::-1])
+            if not any(all(_nbr_admits(producers.get(inputs[nbr[0]]), nbr) for nbr in self.in_nbrs)
+                       for inputs in orders):
+                return False
+        users = graph.users
+        return all(any(_nbr_admits(u, nbr) for u, _ in users.get(node.outputs[nbr[0]], ()))
+                   for nbr in self.out_nbrs)
 
     def fits_facts(self, node: Node, facts: _Facts) -> bool:
         """``fits`` with the node's neighbourhood already summed up by ``_facts`` (same arity assumed)."""
@@ -149,10 +169,18 @@ class _CompiledNode:
     @property
     def key(self) -> tuple:
         """Everything ``fits`` reads: equal keys, equal answers."""
-        return (self.ground, self.commutative, self.arity, self.in_ops, self.out_ops)
+        return (self.ground, self.commutative, self.arity, self.in_ops, self.out_ops, self.in_nbrs, self.out_nbrs)
 
 
 _Facts = tuple[tuple["str | None", ...], tuple[frozenset[str], ...]]
+
+
+def _nbr_admits(node: Node | None, nbr: _Nbr) -> bool:
+    _, op, arity, ground = nbr
+    if node is None or node.op != op or (len(node.inputs), len(node.outputs)) != arity:
+        return False
+    attrs = node.attrs
+    return all(attrs.get(key) == value for key, value in ground)
 
 
 def _facts(graph: Graph, node: Node) -> _Facts | None:
@@ -194,8 +222,8 @@ def compiled(rule: Rule) -> _CompiledRule:
     """The rule's matching plan, computed once per rule object (kept on the object)."""
     plan = rule.__dict__.get("_xflow_compiled")
     if plan is None:
-        nodes = []
-        made_by = {o: q.op for q in rule.src for o in q.outputs}
+        grounds: list[tuple[tuple[str, Any], ...]] = []
+        variables: list[tuple[tuple[str, AttrTemplate], ...]] = []
         for p in rule.src:
             entry = OPS[p.op]
             ground: list[tuple[str, Any]] = []
@@ -204,10 +232,23 @@ def compiled(rule: Rule) -> _CompiledRule:
             for key in sorted(defaults):
                 template = p.attrs.get(key, defaults[key])
                 (variable if _has_var(template) else ground).append((key, template))
-            out_ops = tuple(tuple(sorted({q.op for q in rule.src if o in q.inputs})) for o in p.outputs)
-            nodes.append(_CompiledNode(tuple(ground), tuple(variable), entry.commutative,
-                                       (len(p.inputs), len(p.outputs)),
-                                       tuple(made_by.get(i) for i in p.inputs), out_ops))
+            grounds.append(tuple(ground))
+            variables.append(tuple(variable))
+        made_by = {o: k for k, q in enumerate(rule.src) for o in q.outputs}
+
+        def nbr(pos: int, k: int) -> _Nbr:
+            q = rule.src[k]
+            return (pos, q.op, (len(q.inputs), len(q.outputs)), grounds[k])
+
+        nodes = []
+        for j, p in enumerate(rule.src):
+            readers = [[k for k, q in enumerate(rule.src) if k != j and o in q.inputs] for o in p.outputs]
+            nodes.append(_CompiledNode(
+                grounds[j], variables[j], OPS[p.op].commutative, (len(p.inputs), len(p.outputs)),
+                tuple(rule.src[made_by[i]].op if i in made_by else None for i in p.inputs),
+                tuple(tuple(sorted({rule.src[k].op for k in ks})) for ks in readers),
+                tuple(nbr(pos, made_by[i]) for pos, i in enumerate(p.inputs) if i in made_by),
+                tuple(nbr(pos, k) for pos, ks in enumerate(readers) for k in ks)))
         plan = _CompiledRule(tuple(nodes), frozenset(p.op for p in rule.src))
         rule.__dict__["_xflow_compiled"] = plan  # Rule is frozen; the plan is derived data, not state
     return plan
@@ -303,7 +344,7 @@ class RuleIndex:
                 c = plan.nodes[first[0]]
                 seeds = [n for n in graph.by_op[rule.src[first[0]].op]
                          if (f := facts[id(n)]) is not None and len(n.inputs) == c.arity[0]
-                         and len(n.outputs) == c.arity[1] and c.fits_facts(n, f)]
+                         and len(n.outputs) == c.arity[1] and c.fits_facts(n, f) and c.neighbours_fit(graph, n)]
                 if seeds:
                     out.extend(_search(graph, rule, plan, first, seeds, None))
         return out
@@ -321,7 +362,7 @@ class RuleIndex:
             facts = _facts(graph, node)
             if facts is None:
                 continue
-            for _c, slots in _fitting(by_need, node, facts):
+            for _c, slots in _fitting(graph, by_need, node, facts):
                 for ri, slot in slots:
                     if usable[ri]:
                         seeds.setdefault(ri, {}).setdefault(slot, []).append(node)
@@ -334,24 +375,25 @@ class RuleIndex:
 _Group = tuple[_CompiledNode, list[tuple[int, int]]]
 
 
-def _fitting(by_need: dict[tuple, list[_Group]], node: Node, facts: _Facts) -> Iterator[_Group]:
+def _fitting(graph: Graph, by_need: dict[tuple, list[_Group]], node: Node, facts: _Facts) -> Iterator[_Group]:
     """The groups whose pattern node ``node`` fits, found by looking up the input-producer ops the
     node offers (each input's producer op or nothing, in either order for a commutative op) instead of
     testing every group."""
     in_ops, out_ops = facts
     if len(in_ops) > 8:  # too many combinations: test each group
-        yield from ((c, slots) for groups in by_need.values() for c, slots in groups if c.fits_facts(node, facts))
+        yield from ((c, slots) for groups in by_need.values() for c, slots in groups
+                    if c.fits_facts(node, facts) and c.neighbours_fit(graph, node))
         return
     offers = set(_relaxations(in_ops))
     if len(in_ops) == 2:  # only commutative pattern nodes take the swapped order
         swapped = set(_relaxations(in_ops[::-1])) - offers
         for need in swapped:
             for c, slots in by_need.get(need, ()):
-                if c.commutative and c.fits_rest(node, out_ops):
+                if c.commutative and c.fits_rest(node, out_ops) and c.neighbours_fit(graph, node):
                     yield c, slots
     for need in offers:
         for c, slots in by_need.get(need, ()):
-            if c.fits_rest(node, out_ops):
+            if c.fits_rest(node, out_ops) and c.neighbours_fit(graph, node):
                 yield c, slots
 
 

@@ -335,18 +335,24 @@ class RuleIndex:
         return usable
 
     def all_matches(self, graph: Graph) -> list[Match]:
-        """All matches of all rules, rule by rule (rules whose ops are absent are skipped)."""
+        """All matches of all rules, rule by rule (rules whose ops are absent are skipped); each rule's
+        search starts from the graph nodes (in node order) that fit its first source node."""
+        usable = self.usable(graph)
+        firsts = [plan.order(rule, None)[0] for rule, plan in zip(self.rules, self.plans, strict=True)]
+        seeds: dict[int, list[Node]] = {}
+        for node in graph.nodes:
+            by_need = self.groups.get(node.op, {}).get((len(node.inputs), len(node.outputs)))
+            facts = _facts(graph, node) if by_need else None
+            if facts is None:
+                continue
+            for _c, slots in _fitting(graph, by_need, node, facts):  # type: ignore[arg-type]
+                for ri, slot in slots:
+                    if usable[ri] and slot == firsts[ri]:
+                        seeds.setdefault(ri, []).append(node)
         out: list[Match] = []
-        facts = {id(n): _facts(graph, n) for n in graph.nodes}
-        for rule, plan, ok in zip(self.rules, self.plans, self.usable(graph), strict=True):
-            if ok:
-                first = plan.order(rule, None)
-                c = plan.nodes[first[0]]
-                seeds = [n for n in graph.by_op[rule.src[first[0]].op]
-                         if (f := facts[id(n)]) is not None and len(n.inputs) == c.arity[0]
-                         and len(n.outputs) == c.arity[1] and c.fits_facts(n, f) and c.neighbours_fit(graph, n)]
-                if seeds:
-                    out.extend(_search(graph, rule, plan, first, seeds, None))
+        for ri in sorted(seeds):
+            rule, plan = self.rules[ri], self.plans[ri]
+            out.extend(_search(graph, rule, plan, plan.order(rule, None), seeds[ri], None))
         return out
 
     def anchored_matches(self, graph: Graph, anchor: Iterable[Node]) -> list[Match]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from xflow.cost.base import GraphCoster
 from xflow.ir import Graph, Node, PendingGraph
-from xflow.rewrite import Match, RuleIndex, plan_match
+from xflow.rewrite import Match, RuleIndex, apply_match, plan_match
 from xflow.rules import Rule
 
 
@@ -95,6 +95,14 @@ def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, 
     kept = [m for m in parent_matches if all(id(n) not in gone and id(n) not in anchor for n in m.nodes)]
     kept.extend(index.anchored_matches(child, anchor.values()))
     return kept
+
+
+def _build(child: PendingGraph, match: Match) -> Graph:
+    """The Graph a kept child stands for, made by ``apply_match`` on its parent (the same change, so
+    the same graph; the child was checked for cycles when it was kept)."""
+    graph = apply_match(child.parent, match)
+    assert graph is not None
+    return graph
 
 
 def _readers(graph: Graph, value: str) -> int:
@@ -200,7 +208,8 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         cost, _, entry = heapq.heappop(queue)
         result.explored += 1
         if isinstance(entry.graph, PendingGraph):
-            entry.graph = entry.graph.build()
+            assert entry.applied is not None
+            entry.graph = _build(entry.graph, entry.applied)
         if entry.matches is None:
             assert entry.parent is not None and entry.parent.matches is not None and entry.applied is not None
             entry.matches = derived_matches(entry.parent.graph, entry.parent.matches, entry.applied, entry.graph,
@@ -232,11 +241,13 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         for match, child in children:
             result.generated += 1
             child_cost = _derived_cost(coster, change_costs, parent, cost, child)
+            kept: Graph | PendingGraph = child
             if child_cost < result.best_cost:
-                result.graph, result.best_cost, result.steps = child.build(), child_cost, steps + (_step(match),)
+                kept = _build(child, match)
+                result.graph, result.best_cost, result.steps = kept, child_cost, steps + (_step(match),)
                 result.trace.append((time.perf_counter() - start, child_cost))
             if child_cost < alpha * result.best_cost:
-                heapq.heappush(queue, (child_cost, next(counter), _Entry(child, steps, entry, match)))
+                heapq.heappush(queue, (child_cost, next(counter), _Entry(kept, steps, entry, match)))
         if progress is not None:
             result.seconds = time.perf_counter() - start
             progress(result)

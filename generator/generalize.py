@@ -5,7 +5,8 @@ model, so each pair becomes a list of variants, most general first; the verifier
 both checks numerically on random shapes and proves with z3:
 
 1. no shape pins; concat/split axes relative to the operand's rank (a source axis becomes a variable
-   tied by a ``where`` condition, a target axis an ``=rank(t) - k`` expression); source split sizes become
+   tied by a ``where`` condition, a target axis an ``=rank(t) - k`` expression; inputs the target
+   concatenates must have equal ranks); source split sizes become
    a variable; split sizes are expressed as dims of the concatenated pieces or of the inputs, one variant per
    candidate expression (the numeric check on random shapes tells the right one);
 2. the same with the rank of every input pinned;
@@ -103,6 +104,10 @@ def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: di
                     rendered[key] = f"=rank({first}) - {-offset}"
                 if op == "concat" and len(operands) == 2:
                     pieces.append((names[operands[0]], names[operands[1]], offset))
+                    a, b = (names[o] for o in operands)
+                    if not source and operands[0] < n_inputs and operands[1] < n_inputs and a != b:
+                        # the target's concat needs equal ranks; without the condition the proof cannot use it
+                        where.append(f"rank({a}) == rank({b})")
             elif general and key == "split" and len(value) == 2:
                 offset = attrs["axis"] - rank
                 choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars)
@@ -140,7 +145,7 @@ def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: 
         slots = s.size_slots + d.size_slots
         combos = itertools.islice(itertools.product(*(choices for _, choices in slots)), MAX_SIZE_COMBOS)
         for combo in combos:
-            where = list(s.where) + (rank_pins if pinned else [])
+            where = list(dict.fromkeys(s.where + d.where + (rank_pins if pinned else [])))
             for (node, _), choice in zip(slots, combo, strict=True):
                 if node in s.nodes:
                     if choice:

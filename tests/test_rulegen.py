@@ -137,3 +137,41 @@ def test_shipped_rules_are_proved_and_fire_on_the_zoo():
     result = CliRunner().invoke(main, ["rules", "stats", "bert", "--small"])
     assert result.exit_code == 0, result.output
     assert " 0 matches" not in result.output
+
+
+def _entry(graph, seed: int = 0):
+    from generator.enumerate import INPUTS
+    from generator.fingerprint import Entry, fps_of, int_values
+
+    n_in = len(INPUTS)
+    values = int_values(graph, seed)
+    consumed = {t for _, _, operands in graph for t in operands}
+    outputs = tuple(t for t in range(n_in, len(values)) if t not in consumed)
+    fps = fps_of(values)
+    return Entry(graph, outputs, tuple(fps[t] for t in outputs), frozenset(t for t in consumed if t < n_in))
+
+
+def test_matmul_merge_of_a_shared_input_is_proved_for_activations_of_any_rank():
+    """x @ w1, x @ w2 -> split(x @ concat(w1, w2)): the general variant needs the concatenated kernels' ranks
+    equal (a condition the target states), and must not use up the z3 budget of the pinned variants."""
+    from generator.enumerate import INPUTS
+    from generator.fingerprint import Pair
+    from generator.to_rules import pair_to_rule
+    from xflow.ir import Attrs
+
+    idx = {name: i for i, (name, _, _, _) in enumerate(INPUTS)}
+    n = len(INPUTS)
+    x, w1, w2 = idx["x1"], idx["w1"], idx["w2"]
+    src = (("matmul", Attrs({}), (x, w1)), ("matmul", Attrs({}), (x, w2)))
+    dst = (("concat", Attrs({"axis": 1}), (w1, w2)), ("matmul", Attrs({}), (x, n)),
+           ("split", Attrs({"axis": 1, "split": (4, 4)}), (n + 1,)))
+    a, b = _entry(src), _entry(dst)
+    assert sorted(a.output_fps) == sorted(b.output_fps)
+    candidate = pair_to_rule(Pair(a, b, 0), seed=0, max_ops=3)
+    assert "rank(w1) == rank(w2)" in candidate["variants"][0]["where"]
+    outcome = verify_candidate(candidate, timeout_ms=2000)
+    assert outcome.status == "proved", outcome.statuses
+    rule = outcome.rule
+    assert not any(w.startswith("rank(x1) ==") for w in rule["where"]), rule["where"]
+    bert_like = parse_rule(rule)
+    assert bert_like.inputs["x1"] == "any"

@@ -42,7 +42,8 @@ def _backend_name() -> str:
 def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials: int = 3,
                      seed: int = 0) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
-    ``timeout_ms`` is the z3 budget of the whole candidate, shared by its variants."""
+    ``timeout_ms`` is the z3 budget of the whole candidate, shared by its variants: each but the last gets
+    half of what is left."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
     deadline = time.monotonic() + timeout_ms / 1000
@@ -63,7 +64,9 @@ def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials:
         if left_ms <= 0:
             outcome.statuses.append("unknown: z3 budget spent on earlier variants")
             break
-        proof = prove_rule(rule, left_ms)
+        # half of what is left while more specific variants remain: a general variant that z3 cannot settle
+        # must not starve the pinned one that it can
+        proof = prove_rule(rule, left_ms if index == len(variants) - 1 else max(1, left_ms // 2))
         outcome.z3_seconds += proof.seconds
         outcome.statuses.append(f"{proof.status}: {proof.reason}")
         if proof.proved:

@@ -139,6 +139,21 @@ def test_shipped_rules_are_proved_and_fire_on_the_zoo():
     assert " 0 matches" not in result.output
 
 
+def test_shipped_rules_merge_the_conv_batchnorm_branches_of_inception():
+    """Inception's branches read one input through conv + BatchNormalization pairs: the shipped rules must
+    offer to merge them (the batchnorm lifts of the generated conv merges)."""
+    path = default_rules_path()
+    if not path.exists():
+        pytest.skip("no shipped rule file")
+    from xflow.zoo import build
+
+    rules = [r for r in load_rules(str(path)) if r.provenance.get("lifted", {}).get("by") == "batchnorm"]
+    graph = graph_from_model(build("inception_v3", small=True))
+    merges = [r for r in rules if [n.op for n in r.src].count("conv") == 2
+              and [n.op for n in r.dst].count("conv") == 1 and any(True for _ in find_matches(graph, r))]
+    assert merges, "no batchnorm-lifted conv merge matches Inception-v3"
+
+
 def _entry(graph, seed: int = 0):
     from generator.enumerate import INPUTS
     from generator.fingerprint import Entry, fps_of, int_values

@@ -99,14 +99,24 @@ def _work(args: tuple[dict[str, Any], int, int, int]) -> Outcome:
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, timeout_ms: int = 10000,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
-    """Outcomes in the candidates' order (parallel over ``jobs`` processes; the result does not depend on it)."""
+    """Outcomes in the candidates' order (parallel over ``jobs`` processes; a candidate z3 could not settle is
+    retried once in a fresh process)."""
     work = [(c, timeout_ms, trials, seed) for c in candidates]
     results: Iterator[Outcome]
     if jobs <= 1:
         results = (_work(w) for w in work)
         return _collect(results, progress)
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        return _collect(pool.imap(_work, work, chunksize=4), progress)
+        outcomes = _collect(pool.imap(_work, work, chunksize=4), progress)
+    # z3's search depends on the terms its context already holds, so a proof that times out in a worker
+    # that proved other rules before can succeed in a fresh process: retry those once, one per process.
+    retry = [i for i, o in enumerate(outcomes) if o.status == "unknown"]
+    if retry:
+        with multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:
+            for i, again in zip(retry, pool.imap(_work, [work[i] for i in retry]), strict=True):
+                if again.status == "proved":
+                    outcomes[i] = again
+    return outcomes
 
 
 def _collect(results: Iterator[Outcome], progress: Callable[[int, Outcome], None] | None) -> list[Outcome]:

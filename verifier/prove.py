@@ -42,6 +42,7 @@ class VerifyResult:
 
 
 _FORMULAS: dict[tuple[str, ...], list[z3.BoolRef]] = {}
+FIRST_ATTEMPT_MS = 100  # length of the first E-matching and model-based attempts; each round doubles it
 
 
 def _formulas(axioms: tuple[Axiom, ...]) -> list[z3.BoolRef]:
@@ -75,21 +76,29 @@ def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = 
     except Unsupported as exc:
         return ProofResult("unsupported", time.monotonic() - start, str(exc))
     formulas = _formulas(axioms)
-    for s, d, src, dst in enc.goals:
-        answer, solver = z3.unknown, None
-        for mbqi in (False, True):  # cheap E-matching first, then model-based instantiation
-            left_ms = int(timeout_ms - 1000 * (time.monotonic() - start))
-            if left_ms <= 0:
+    deadline = start + timeout_ms / 1000
+    for index, (s, d, src, dst) in enumerate(enc.goals):
+        # Each output gets an equal share of what is left, spent on attempts of doubling length that
+        # alternate cheap E-matching and model-based instantiation. A longer timeout repeats the attempts
+        # of a shorter one before trying longer ones, so it never proves less.
+        goal_end = time.monotonic() + (deadline - time.monotonic()) / (len(enc.goals) - index)
+        answer, solver, step_ms = z3.unknown, None, FIRST_ATTEMPT_MS
+        while answer == z3.unknown:
+            for mbqi in (False, True):
+                left_ms = int(1000 * (goal_end - time.monotonic()))
+                if left_ms <= 0:
+                    break
+                solver = make_solver(formulas, mbqi, min(step_ms, left_ms))
+                solver.add(*enc.hypotheses)
+                solver.add(src != dst)
+                answer = solver.check()
+                if answer == z3.sat and not mbqi:
+                    answer = z3.unknown  # E-matching alone does not instantiate enough to refute
+                if answer != z3.unknown:
+                    break
+            if goal_end <= time.monotonic():
                 break
-            # E-matching alone gets a quarter of what is left: given all of it, it could spend the budget
-            # of later outputs and of model-based instantiation, so a longer timeout would prove less.
-            phase_ms = left_ms if mbqi else max(min(left_ms, 200), left_ms // 4)
-            solver = make_solver(formulas, mbqi, phase_ms)
-            solver.add(*enc.hypotheses)
-            solver.add(src != dst)
-            answer = solver.check()
-            if answer == z3.unsat or (answer == z3.sat and mbqi):
-                break
+            step_ms *= 2
         if solver is None:
             return ProofResult("unknown", time.monotonic() - start, f"timeout before output {s}")
         if answer == z3.sat:

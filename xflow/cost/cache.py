@@ -82,7 +82,7 @@ class CostCache:
         conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _set_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -130,3 +130,17 @@ class CostCache:
     def close(self) -> None:
         """Close the connection (the WAL is checkpointed by SQLite when the last one closes)."""
         self._conn.close()
+
+
+def _set_wal(conn: sqlite3.Connection, patience_s: float = 30.0) -> None:
+    """Switch to WAL. SQLite answers "database is locked" at once, without its busy handler, when another
+    process is switching the same new file at the same moment, so this retries for a while."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

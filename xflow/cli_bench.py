@@ -19,7 +19,7 @@ from xflow.cli_common import check_writable, user_errors, write_json
 @click.option("--small", is_flag=True, help="Reduced zoo variants (quick runs).")
 @click.option("--budget", type=int, default=100, show_default=True, help="Search budget per model.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit per model (s).")
-@click.option("--seconds", type=float, default=10.0, show_default=True,
+@click.option("--seconds", type=float, default=30.0, show_default=True,
               help="About how long to time each model's variants (interleaved).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write the markdown table (command, machine, date, rows) to this file.")

@@ -175,7 +175,8 @@ def canonical_key(rule: dict[str, Any]) -> str:
     return pattern.sub(lambda m: order[m.group(1)], text)
 
 
-def _consts(rule: dict[str, Any]) -> int:
+def consts(rule: dict[str, Any]) -> int:
+    """How many inputs of the rule are ``const`` (dedupe keeps the rule with the fewest)."""
     return sum(1 for kind in rule["inputs"].values() if kind == "const")
 
 
@@ -186,7 +187,7 @@ def dedupe(rules: list[dict[str, Any]], key: Callable[[dict[str, Any]], str] = c
     for rule in rules:
         k = key(rule)
         current = best.get(k)
-        if current is None or (_consts(rule), rule["name"]) < (_consts(current), current["name"]):
+        if current is None or (consts(rule), rule["name"]) < (consts(current), current["name"]):
             best[k] = rule
     return sorted(best.values(), key=lambda r: r["name"])
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from generator.enumerate import APPLICATIONS, enumerate_graphs
 from generator.fingerprint import Buckets, FloatChecker, Pair, candidate_pairs, pack
+from generator.generalize import canonical_key, consts
 from generator.prune import CommonSubgraph, renaming_key
 from generator.to_rules import pair_to_rule
 
@@ -130,16 +131,29 @@ def _generate(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str
         by_key.setdefault(k, p)
     pairs = [by_key[k] for k in sorted(by_key)]
     t = step("after input renaming", len(pairs), t)
-    emitted = _map(pool, _emit, [(seed, max_ops, c) for c in _chunks(pairs, parts)])
-    t = step("after common subgraph", sum(n for n, _ in emitted), t)
-    seen: set[str] = set()
-    unique = []
-    for _, rules in emitted:
+    del keys, checked, by_key
+    # Streamed: the emitted rules (with all their variants) are the largest objects of the run, so only the
+    # best rule per shape-generic key is kept as the chunks arrive (``dedupe`` semantics, order-independent).
+    work = [(seed, max_ops, c) for c in _chunks(pairs, parts)]
+    del pairs
+    results = pool.imap(_emit, work) if pool is not None else map(_emit, work)
+    kept_pairs, names, emitted = 0, set(), 0
+    best: dict[str, dict[str, Any]] = {}
+    for kept, rules in results:
+        kept_pairs += kept
         for r in rules:
-            if r["name"] not in seen:
-                seen.add(r["name"])
-                unique.append(r)
-    step("rules emitted", len(unique), t)
+            if r["name"] in names:
+                continue
+            names.add(r["name"])
+            emitted += 1
+            key = canonical_key(r["variants"][0])
+            current = best.get(key)
+            if current is None or (consts(r), r["name"]) < (consts(current), current["name"]):
+                best[key] = r
+    t = step("after common subgraph", kept_pairs, t)
+    t = step("rules emitted (both directions)", emitted, t)
+    unique = sorted(best.values(), key=lambda r: r["name"])
+    step("after generalized dedupe", len(unique), t)
     return GenerationResult(unique, table)
 
 

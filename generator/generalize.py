@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,19 +175,19 @@ def canonical_key(rule: dict[str, Any]) -> str:
     return pattern.sub(lambda m: order[m.group(1)], text)
 
 
-def consts(rule: dict[str, Any]) -> int:
-    """How many inputs of the rule are ``const`` (dedupe keeps the rule with the fewest)."""
+def _consts(rule: dict[str, Any]) -> int:
     return sum(1 for kind in rule["inputs"].values() if kind == "const")
 
 
-def dedupe(rules: list[dict[str, Any]], key: Callable[[dict[str, Any]], str] = canonical_key) -> list[dict[str, Any]]:
+def dedupe(rules: Iterable[dict[str, Any]],
+           key: Callable[[dict[str, Any]], str] = canonical_key) -> list[dict[str, Any]]:
     """One rule per key (default: the canonical text), the most general (fewest ``const`` inputs), then by
-    name; in name order."""
+    name; in name order. ``rules`` is consumed once, so a generator is never held whole."""
     best: dict[str, dict[str, Any]] = {}
     for rule in rules:
         k = key(rule)
         current = best.get(k)
-        if current is None or (consts(rule), rule["name"]) < (consts(current), current["name"]):
+        if current is None or (_consts(rule), rule["name"]) < (_consts(current), current["name"]):
             best[k] = rule
     return sorted(best.values(), key=lambda r: r["name"])
 

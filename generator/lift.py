@@ -68,7 +68,7 @@ class _Mirror:
             op, ins = node["op"], node["in"]
             name = f"{kernel}_{self.leaf.format(w='')}".rstrip("_")
             if op == "enlarge":
-                name = self.vector(ins[0])
+                name = self.vector(ins[0])  # an enlarged kernel keeps its output channels
             elif op == "concat" and _out_channel_concat(node, self.where):
                 self._add("concat", [self.vector(i) for i in ins], name, {"axis": 0})
             elif op == "add" and self.allow_linear:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from generator.enumerate import APPLICATIONS, enumerate_graphs
 from generator.fingerprint import Buckets, FloatChecker, Pair, candidate_pairs, pack
-from generator.generalize import canonical_key, consts
+from generator.generalize import canonical_key, dedupe
 from generator.prune import CommonSubgraph, renaming_key
 from generator.to_rules import pair_to_rule
 
@@ -132,27 +132,25 @@ def _generate(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str
     pairs = [by_key[k] for k in sorted(by_key)]
     t = step("after input renaming", len(pairs), t)
     del keys, checked, by_key
-    # Streamed: the emitted rules (with all their variants) are the largest objects of the run, so only the
-    # best rule per shape-generic key is kept as the chunks arrive (``dedupe`` semantics, order-independent).
+    # Streamed: the emitted rules (with all their variants) are the largest objects of the run, so ``dedupe``
+    # consumes them as the chunks arrive and only the best rule per shape-generic key is ever held.
     work = [(seed, max_ops, c) for c in _chunks(pairs, parts)]
     del pairs
-    results = pool.imap(_emit, work) if pool is not None else map(_emit, work)
-    kept_pairs, names, emitted = 0, set(), 0
-    best: dict[str, dict[str, Any]] = {}
-    for kept, rules in results:
-        kept_pairs += kept
-        for r in rules:
-            if r["name"] in names:
-                continue
-            names.add(r["name"])
-            emitted += 1
-            key = canonical_key(r["variants"][0])
-            current = best.get(key)
-            if current is None or (consts(r), r["name"]) < (consts(current), current["name"]):
-                best[key] = r
-    t = step("after common subgraph", kept_pairs, t)
-    t = step("rules emitted (both directions)", emitted, t)
-    unique = sorted(best.values(), key=lambda r: r["name"])
+    counts = {"kept": 0, "emitted": 0}
+
+    def fresh_rules() -> Iterator[dict[str, Any]]:
+        names: set[str] = set()
+        for kept, rules in (pool.imap(_emit, work) if pool is not None else map(_emit, work)):
+            counts["kept"] += kept
+            for r in rules:
+                if r["name"] not in names:
+                    names.add(r["name"])
+                    counts["emitted"] += 1
+                    yield r
+
+    unique = dedupe(fresh_rules(), key=lambda r: canonical_key(r["variants"][0]))
+    t = step("after common subgraph", counts["kept"], t)
+    t = step("rules emitted (both directions)", counts["emitted"], t)
     step("after generalized dedupe", len(unique), t)
     return GenerationResult(unique, table)
 

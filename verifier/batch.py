@@ -99,8 +99,8 @@ def _work(args: tuple[dict[str, Any], int, int, int]) -> Outcome:
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, timeout_ms: int = 10000,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
-    """Outcomes in the candidates' order (parallel over ``jobs`` processes; a candidate z3 could not settle is
-    retried once in a fresh process)."""
+    """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in worker processes and a candidate
+    z3 could not settle is retried once in a fresh process."""
     work = [(c, timeout_ms, trials, seed) for c in candidates]
     results: Iterator[Outcome]
     if jobs <= 1:

@@ -219,16 +219,15 @@ def _run(xp: Any, op: str, attrs: dict[str, Any], arrays: list[Any], shapes: dic
         values[name] = arr
 
 
-def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str],
-              anchors: dict[str, str] | None = None) -> tuple[float, float, dict[str, tuple[int, ...]]]:
+def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str], anchors: dict[str, str],
+              defining: dict[str, list[Expr]]) -> tuple[float, float, dict[str, tuple[int, ...]]]:
     shapes = {name: _shape(rng, roles.get(name, "generic")) for name in rule.inputs}
-    for name, kernel in (anchors or {}).items():
+    for name, kernel in anchors.items():
         shapes[name] = (shapes[kernel][0],)
     # variances are positive: BatchNormalization takes the square root of var + epsilon
     values: dict[str, Any] = {name: xp.asarray(rng.uniform(0.5, 1.5, size=shapes[name]) if roles.get(name) == "variance"
                                                else rng.uniform(-1.0, 1.0, size=shapes[name])) for name in rule.inputs}
     variables: dict[str, Any] = {}
-    defining = _defining(rule)
     try:
         for node in rule.src:
             attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables, defining, shapes)
@@ -272,10 +271,11 @@ def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, at
     rng = np.random.default_rng(seed)
     roles = _roles(rule)
     anchors = _channel_anchors(rule)
+    defining = _defining(rule)
     worst, seen, run = 0.0, [], 0
     for _ in range(attempts):
         try:
-            err, scale, shapes = _instance(rule, rng, xp, roles, anchors)
+            err, scale, shapes = _instance(rule, rng, xp, roles, anchors, defining)
         except _Skip:
             continue
         except _Cannot as exc:

@@ -8,7 +8,8 @@ inputs in [-1, 1] with the reference kernels (relative threshold 1e-5).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -169,16 +170,47 @@ class Buckets:
 
     def colliding(self) -> dict[int, list[Entry]]:
         """Fingerprint -> entries, for the fingerprints shared by two or more graphs (deterministic order)."""
+        return dict(decode_buckets(self.colliding_arrays()))
+
+    def colliding_arrays(self) -> BucketArrays:
+        """The rows of the graphs whose fingerprint is shared by another, sorted by fingerprint."""
         fps, codes, outs = self.arrays()
         order = np.lexsort((*codes.T[::-1], fps))
         fps, codes, outs = fps[order], codes[order], outs[order]
         starts = np.flatnonzero(np.r_[True, fps[1:] != fps[:-1]])
         sizes = np.diff(np.r_[starts, len(fps)])
-        out: dict[int, list[Entry]] = {}
-        for start, size in zip(starts[sizes > 1], sizes[sizes > 1], strict=True):
-            entries = [decode(bytes(codes[i]), outs[i]) for i in range(start, start + size)]
-            out[int(fps[start])] = sorted(entries, key=lambda e: repr(e.graph))
-        return out
+        rows = np.repeat(sizes > 1, sizes)
+        return BucketArrays(fps[rows], codes[rows], outs[rows])
+
+
+@dataclass(frozen=True)
+class BucketArrays:
+    """Rows of enumerated graphs sorted by fingerprint (equal fingerprints adjacent)."""
+
+    fps: np.ndarray
+    codes: np.ndarray
+    outs: np.ndarray
+
+    def bounds(self) -> np.ndarray:
+        """Row index where each bucket starts, plus the end."""
+        fps = self.fps
+        return np.r_[np.flatnonzero(np.r_[True, fps[1:] != fps[:-1]]), len(fps)] if len(fps) else np.zeros(1, int)
+
+    def parts(self, count: int) -> list[BucketArrays]:
+        """About ``count`` slices of similar size, never cutting a bucket."""
+        bounds = self.bounds()
+        total = int(bounds[-1])
+        cuts = sorted({int(bounds[np.searchsorted(bounds, total * k // count)]) for k in range(1, count)} | {0, total})
+        return [BucketArrays(self.fps[a:b], self.codes[a:b], self.outs[a:b])
+                for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def decode_buckets(arrays: BucketArrays) -> Iterator[tuple[int, list[Entry]]]:
+    """(fingerprint, decoded entries in a deterministic order) per bucket of ``arrays``."""
+    bounds = arrays.bounds()
+    for start, end in itertools.pairwise(bounds.tolist()):
+        entries = [decode(bytes(arrays.codes[i]), arrays.outs[i]) for i in range(start, end)]
+        yield int(arrays.fps[start]), sorted(entries, key=lambda e: repr(e.graph))
 
 
 def pack(visits: Sequence[Visit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -200,13 +232,14 @@ def candidate_pairs(buckets: Buckets, star: bool = False) -> tuple[int, list[Pai
     Graphs with equal canonical text (the same graph in another op order) count as candidates but are
     trivial and not returned. With ``star``, each graph pairs only with the bucket's smallest graph: rules
     are emitted in both directions, so any other pair of the bucket is two rewrites through that graph."""
+    return bucket_pairs(buckets.colliding_arrays(), star)
+
+
+def bucket_pairs(arrays: BucketArrays, star: bool = False) -> tuple[int, list[Pair]]:
+    """``candidate_pairs`` over the buckets of ``arrays`` (in fingerprint order)."""
     raw = 0
     pairs: list[Pair] = []
-    by_fp = buckets.colliding()
-    for fp in sorted(by_fp):
-        bucket = by_fp[fp]
-        if len(bucket) < 2:
-            continue
+    for fp, bucket in decode_buckets(arrays):
         groups: dict[frozenset[int], list[Entry]] = {}
         for e in bucket:
             groups.setdefault(e.inputs_used, []).append(e)

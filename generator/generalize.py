@@ -161,13 +161,18 @@ def _copy(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**n, **({"attrs": dict(n["attrs"])} if "attrs" in n else {})} for n in nodes]
 
 
-def canonical_key(rule: dict[str, Any]) -> str:
-    """A text equal for rules that differ only in input names and kinds (x1 vs i1, const vs any)."""
+def _input_order(rule: dict[str, Any]) -> dict[str, str]:
     order: dict[str, str] = {}
     for node in rule["src"]:
         for name in node["in"]:
             if name in rule["inputs"] and name not in order:
                 order[name] = f"in{len(order)}"
+    return order
+
+
+def canonical_key(rule: dict[str, Any]) -> str:
+    """A text equal for rules that differ only in input names and kinds (x1 vs i1, const vs any)."""
+    order = _input_order(rule)
     text = repr((rule["src"], rule["dst"], rule["outputs"], rule.get("where", [])))
     if not order:
         return text
@@ -175,26 +180,36 @@ def canonical_key(rule: dict[str, Any]) -> str:
     return pattern.sub(lambda m: order[m.group(1)], text)
 
 
-def _consts(rule: dict[str, Any]) -> int:
-    return sum(1 for kind in rule["inputs"].values() if kind == "const")
+def const_slots(rule: dict[str, Any]) -> frozenset[str]:
+    """The canonical positions (``in0``, ``in1``, ...) of the inputs that must be constants."""
+    order = _input_order(rule)
+    return frozenset(order[name] for name, kind in rule["inputs"].items() if kind == "const" and name in order)
 
 
 def dedupe(rules: Iterable[dict[str, Any]],
-           key: Callable[[dict[str, Any]], str] = canonical_key) -> list[dict[str, Any]]:
-    """One rule per key (default: the canonical text), the most general (fewest ``const`` inputs), then by
-    name; in name order. ``rules`` is consumed once, so a generator is never held whole."""
-    best: dict[str, dict[str, Any]] = {}
+           key: Callable[[dict[str, Any]], str] = canonical_key,
+           slots: Callable[[dict[str, Any]], frozenset[str]] = const_slots) -> list[dict[str, Any]]:
+    """Per key (default: the canonical text), the most general rules: a rule is dropped when another of the
+    same key needs constants at a subset of its positions (``x @ w1, x @ w2`` and ``w @ x1, w @ x2`` have one
+    text but neither is more general, so both stay); among equal constant positions the first name wins.
+    In name order. ``rules`` is consumed once, so a generator is never held whole."""
+    best: dict[str, list[tuple[frozenset[str], dict[str, Any]]]] = {}
     for rule in rules:
-        k = key(rule)
-        current = best.get(k)
-        if current is None or (_consts(rule), rule["name"]) < (_consts(current), current["name"]):
-            best[k] = rule
-    return sorted(best.values(), key=lambda r: r["name"])
+        consts = slots(rule)
+        kept = best.setdefault(key(rule), [])
+        if any(c < consts or (c == consts and r["name"] <= rule["name"]) for c, r in kept):
+            continue
+        kept[:] = [(c, r) for c, r in kept if not consts <= c]
+        kept.append((consts, rule))
+    return sorted((r for group in best.values() for _, r in group), key=lambda r: r["name"])
 
 
 def final_name(rule: dict[str, Any], max_ops: int) -> str:
-    """A stable name from the rule's canonical text (independent of the input names it was found with)."""
-    return f"g{max_ops}_{hashlib.sha1(canonical_key(rule).encode()).hexdigest()[:10]}"
+    """A stable name from the rule's canonical text and constant positions (independent of the input names
+    it was found with)."""
+    consts = const_slots(rule)
+    text = canonical_key(rule) + (f" const {sorted(consts)}" if consts else "")
+    return f"g{max_ops}_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
 
 
 #: Ops of the algebra that real models are made of; candidates built from them are verified first.

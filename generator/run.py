@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from generator.enumerate import APPLICATIONS, enumerate_graphs
-from generator.fingerprint import Buckets, FloatChecker, Pair, candidate_pairs, pack
+from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
 from generator.generalize import canonical_key, dedupe
 from generator.prune import CommonSubgraph, renaming_key
 from generator.to_rules import pair_to_rule
@@ -67,11 +67,13 @@ def _chunks(items: list[Any], parts: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _recheck(args: tuple[int, list[Pair]]) -> list[tuple[str, str] | None]:
-    """Per pair: its input-renaming key when it passes the float re-check, else None."""
-    seed, pairs = args
+def _pair_and_check(args: tuple[int, bool, BucketArrays]) -> tuple[int, int, list[tuple[tuple[str, str], Pair]]]:
+    """Pair the graphs of some buckets and re-check the pairs on floats: (raw candidate pairs, pairs of
+    distinct graphs, (input-renaming key, pair) of each pair that passes, in fingerprint order)."""
+    seed, star, arrays = args
+    raw, pairs = bucket_pairs(arrays, star=star)
     checker = FloatChecker(seed)
-    return [renaming_key(p) if checker.check(p) else None for p in pairs]
+    return raw, len(pairs), [(renaming_key(p), p) for p in pairs if checker.check(p)]
 
 
 def _emit(args: tuple[int, int, list[Pair]]) -> tuple[int, list[dict[str, Any]]]:
@@ -118,20 +120,24 @@ def _generate(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str
     buckets = _collect(max_ops, seed, jobs, pool)
     t = step("graphs enumerated", buckets.graphs, t)
     star = max_ops >= STAR_FROM
-    raw, pairs = candidate_pairs(buckets, star=star)
-    del buckets
-    t = step("candidates (equal fingerprint)", raw, t)
-    t = step("after trivial (same graph)" + (", star" if star else ""), len(pairs), t)
     parts = max(1, jobs * 8)
-    keys = [k for chunk in _map(pool, _recheck, [(seed, c) for c in _chunks(pairs, parts)]) for k in chunk]
-    checked = [(p, k) for p, k in zip(pairs, keys, strict=True) if k is not None]
-    t = step("after float re-check", len(checked), t)
-    by_key: dict[tuple[str, str], Any] = {}
-    for p, k in checked:
-        by_key.setdefault(k, p)
+    colliding = buckets.colliding_arrays()
+    del buckets
+    # pairing and the float re-check run together in the workers, part by part (a part never cuts a bucket)
+    raw = distinct = checked = 0
+    by_key: dict[tuple[str, str], Pair] = {}
+    for part_raw, part_pairs, part_checked in _map(pool, _pair_and_check,
+                                                   [(seed, star, a) for a in colliding.parts(parts)]):
+        raw, distinct, checked = raw + part_raw, distinct + part_pairs, checked + len(part_checked)
+        for k, p in part_checked:
+            by_key.setdefault(k, p)
+    del colliding
+    t = step("candidates (equal fingerprint)", raw, t)
+    step("after trivial (same graph)" + (", star" if star else ""), distinct, t)
+    step("after float re-check", checked, t)
     pairs = [by_key[k] for k in sorted(by_key)]
     t = step("after input renaming", len(pairs), t)
-    del keys, checked, by_key
+    del by_key
     # Streamed: the emitted rules (with all their variants) are the largest objects of the run, so ``dedupe``
     # consumes them as the chunks arrive and only the best rule per shape-generic key is ever held.
     work = [(seed, max_ops, c) for c in _chunks(pairs, parts)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,11 @@ def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials:
             outcome.statuses.append(f"malformed: {exc}")
             continue
         outcome.variants_tried += 1
-        numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS)
+        try:
+            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS)
+        except MemoryError:
+            outcome.statuses.append("unknown: out of memory in the numeric check")
+            continue
         if not numeric.ok or numeric.trials_run < trials:
             status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
             outcome.statuses.append(f"{status}: {numeric.reason}")
@@ -96,27 +100,91 @@ def _work(args: tuple[dict[str, Any], int, int, int]) -> Outcome:
     return verify_candidate(*args)
 
 
+#: Address-space limit of a verifier worker: a candidate whose proof search or numeric check grows past it
+#: fails in that worker (z3 stops at half of it) instead of taking the machine's memory.
+WORKER_MEMORY_BYTES = 4 * 2**30
+
+
+def _limit_memory(limit_bytes: int) -> None:
+    import resource
+
+    import z3
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    z3.set_param("memory_max_size", limit_bytes // 2**21)  # in MB: half the limit
+
+
+def _died(candidate: dict[str, Any]) -> Outcome:
+    return Outcome(candidate["name"], "unknown", reason="unknown: its worker died (memory limit or crash)",
+                   statuses=["unknown: its worker died (memory limit or crash)"])
+
+
+def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int], jobs: int,
+                one_per_process: bool, on_result: Callable[[int, Any], None]) -> None:
+    """``fn(work[i])`` for every i of ``indices`` in memory-limited worker processes, calling
+    ``on_result(i, result)`` as each finishes. A worker that dies (killed for memory, a crash in z3) breaks
+    the pool: the items it may have been running are retried alone, and an item that kills its process
+    again gets ``on_result(i, None)``; the others go on in a fresh pool."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = multiprocessing.get_context("spawn")
+    left = list(indices)
+    while left:
+        suspects: list[int] = []
+        with ProcessPoolExecutor(min(jobs, len(left)), mp_context=ctx, initializer=_limit_memory,
+                                 initargs=(WORKER_MEMORY_BYTES,),
+                                 max_tasks_per_child=1 if one_per_process else None) as pool:
+            futures = {pool.submit(fn, work[i]): i for i in left}
+            done: set[int] = set()
+            try:
+                for future in as_completed(futures):
+                    on_result(futures[future], future.result())
+                    done.add(futures[future])
+            except BrokenProcessPool:
+                # work is handed out in submission order, at most one running and one queued per worker
+                # plus one: the culprit is among the first 2 * jobs + 1 unfinished
+                suspects = [i for i in left if i not in done][:2 * jobs + 1]
+        left = [i for i in left if i not in done and i not in suspects]
+        for i in suspects:  # alone in a process each: the culprit breaks only its own pool
+            if len(indices) == 1:
+                on_result(i, None)
+                continue
+            run_guarded(fn, work, [i], 1, True, on_result)
+
+
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, timeout_ms: int = 10000,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
-    """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in worker processes and a candidate
-    z3 could not settle is retried once in a fresh process."""
+    """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in worker processes, each limited to
+    ``WORKER_MEMORY_BYTES``; a candidate whose worker dies is "unknown", and a candidate z3 could not settle
+    is retried once in a fresh process."""
     work = [(c, timeout_ms, trials, seed) for c in candidates]
-    results: Iterator[Outcome]
     if jobs <= 1:
-        results = (_work(w) for w in work)
-        return _collect(results, progress)
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        outcomes = _collect(pool.imap(_work, work, chunksize=4), progress)
+        return _collect((_work(w) for w in work), progress)
+    outcomes: list[Outcome | None] = [None] * len(work)
+    finished = 0
+
+    def record(i: int, outcome: Outcome | None) -> None:
+        nonlocal finished
+        outcome = outcomes[i] = outcome if outcome is not None else _died(work[i][0])
+        finished += 1
+        if progress is not None:
+            progress(finished, outcome)
+
+    run_guarded(_work, work, list(range(len(work))), jobs, False, record)
     # z3's search depends on the terms its context already holds, so a proof that times out in a worker
     # that proved other rules before can succeed in a fresh process: retry those once, one per process.
-    retry = [i for i, o in enumerate(outcomes) if o.status == "unknown"]
+    retry = [i for i, o in enumerate(outcomes) if o is not None and o.status == "unknown"
+             and "worker died" not in o.reason]
+
+    def keep_proved(i: int, again: Outcome | None) -> None:
+        if again is not None and again.status == "proved":
+            outcomes[i] = again
+
     if retry:
-        with multiprocessing.get_context("spawn").Pool(jobs, maxtasksperchild=1) as pool:
-            for i, again in zip(retry, pool.imap(_work, [work[i] for i in retry]), strict=True):
-                if again.status == "proved":
-                    outcomes[i] = again
-    return outcomes
+        run_guarded(_work, work, retry, jobs, True, keep_proved)
+    return [o if o is not None else _died(w[0]) for o, w in zip(outcomes, work, strict=True)]
 
 
 def _collect(results: Iterator[Outcome], progress: Callable[[int, Outcome], None] | None) -> list[Outcome]:

@@ -52,9 +52,10 @@ def _formulas(axioms: tuple[Axiom, ...]) -> list[z3.BoolRef]:
     return _FORMULAS[key]
 
 
-def make_solver(formulas: list[z3.BoolRef], mbqi: bool, timeout_ms: int) -> z3.Solver:
+def make_solver(formulas: list[z3.BoolRef], mbqi: bool, timeout_ms: int, ctx: z3.Context | None = None
+                ) -> z3.Solver:
     """A solver holding the axioms: cheap E-matching only, or z3's default model-based instantiation."""
-    solver = z3.Solver()
+    solver = z3.Solver(ctx=ctx)
     if not mbqi:
         solver.set("auto_config", False)
         solver.set("smt.mbqi", False)
@@ -75,7 +76,12 @@ def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = 
         enc = encode_rule(rule)
     except Unsupported as exc:
         return ProofResult("unsupported", time.monotonic() - start, str(exc))
-    formulas = _formulas(axioms)
+    # A fresh context per rule: z3's search depends on the terms its context already holds (their ids order
+    # the instantiations), so in a shared context whether a rule is proved within the timeout would depend on
+    # which rules were proved before it.
+    ctx = z3.Context()
+    formulas = [f.translate(ctx) for f in _formulas(axioms)]
+    hypotheses = [h.translate(ctx) for h in enc.hypotheses]
     deadline = start + timeout_ms / 1000
     for index, (s, d, src, dst) in enumerate(enc.goals):
         # Each output gets an equal share of what is left, spent on attempts of doubling length that
@@ -88,10 +94,13 @@ def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = 
                 left_ms = int(1000 * (goal_end - time.monotonic()))
                 if left_ms <= 0:
                     break
-                solver = make_solver(formulas, mbqi, min(step_ms, left_ms))
-                solver.add(*enc.hypotheses)
-                solver.add(src != dst)
-                answer = solver.check()
+                solver = make_solver(formulas, mbqi, min(step_ms, left_ms), ctx)
+                solver.add(*hypotheses)
+                solver.add((src != dst).translate(ctx))
+                try:
+                    answer = solver.check()
+                except z3.Z3Exception as exc:  # e.g. z3's memory limit in a verifier worker
+                    return ProofResult("unknown", time.monotonic() - start, f"output {s} -> {d}: z3 failed: {exc}")
                 if answer == z3.sat and not mbqi:
                     answer = z3.unknown  # E-matching alone does not instantiate enough to refute
                 if answer != z3.unknown:

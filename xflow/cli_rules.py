@@ -34,12 +34,16 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
               help="z3 time limit per rule variant in seconds; unknown or timeout = not proved, not shipped.")
 @click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
 @click.option("--limit", type=int, default=None,
-              help="Verify only the first N candidates in the generator's priority order (ops real models use "
-                   "first); the rest are left out, and the table says how many.")
+              help="Verify only the first N candidates in priority order (those matching a zoo model first, then "
+                   "ops real models use); the rest are left out, and the table says how many.")
+@click.option("--keep-independent-batching", is_flag=True,
+              help="Also write rules that batch unconnected elementwise ops (relu(a) ; relu(b) -> "
+                   "split(relu(concat(a, b)))); left out by default: they match every pair of such ops and "
+                   "flood the search, and concat + split only add copies on a CPU.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
 def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s: float, trials: int,
-                   limit: int | None, quiet: bool) -> None:
+                   limit: int | None, keep_independent_batching: bool, quiet: bool) -> None:
     """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
 
     Only proved rules are written. Prints the pruning and proof table at the end.
@@ -47,6 +51,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     from generator.generalize import dedupe, final_name, priority
     from generator.lift import lift_candidates
     from generator.run import format_table, generate
+    from generator.usefulness import match_counts, zoo_graphs
     from verifier.batch import verify_candidates
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
@@ -58,7 +63,14 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     table = list(result.table)
     candidates = result.rules  # one per shape-generic key (``generate`` dedupes while it emits)
     if limit is not None and limit < len(candidates):
-        candidates = sorted(candidates, key=priority)[:limit]
+        # what can fire on the zoo first (in a lifted form too), then the generator's own priority
+        t = time.perf_counter()
+        show("matching candidates against the zoo")
+        fires = match_counts(candidates, zoo_graphs())
+        table.append(("candidates matching a zoo model (verified first)", sum(n > 0 for n in fires),
+                      round(time.perf_counter() - t, 3)))
+        order = sorted(range(len(candidates)), key=lambda i: (fires[i] == 0, priority(candidates[i])))
+        candidates = [candidates[i] for i in order[:limit]]
         table.append(("verified (--limit, priority order)", len(candidates), 0.0))
     counts: Counter[str] = Counter()
 
@@ -73,6 +85,10 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
         outcomes = verify_candidates(batch, jobs=jobs, timeout_ms=int(timeout_s * 1000), trials=trials, seed=seed,
                                      progress=on_outcome)
         seconds = round(time.perf_counter() - t, 3)
+        died = [o.name for o in outcomes if "worker died" in o.reason]
+        if died and not quiet:
+            click.echo(f"\n{len(died)} candidate(s) killed their worker (memory limit or crash; not proved): "
+                       + ", ".join(died[:20]), err=True)
         for status in ("proved", "refuted", "unknown", "unsupported", "unchecked"):
             table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
         return outcomes
@@ -85,6 +101,8 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     table.append(("lifts of proved rules (bias, batchnorm)", len(lifted), round(time.perf_counter() - t, 3)))
     outcomes += verify(lifted, "lifts: ")
     proved = dedupe([o.rule for o in outcomes if o.rule is not None])
+    proved, left_out = _split_batching(proved, keep_independent_batching)
+    table.append(("proved, left out: independent batching", len(left_out), 0.0))
     shipped = [{**r, "name": final_name(r, max_ops)} for r in proved]
     table.append(("rules shipped", len(shipped), 0.0))
     z3_total = sum(o.z3_seconds for o in outcomes)
@@ -93,6 +111,8 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
             "generator": {"max_ops": max_ops, "seed": seed},
             "verifier": {"timeout_s": timeout_s, "trials": trials, "z3_seconds": round(z3_total, 2)},
             "table": [list(row) for row in table]}
+    if left_out:
+        meta["left_out_independent_batching"] = [{"name": final_name(r, max_ops), "doc": r["doc"]} for r in left_out]
     dump_rules(rules_from_json(shipped), out_path, meta=meta)
     if not quiet:
         if sys.stderr.isatty():
@@ -144,8 +164,12 @@ def rules_stats(models: tuple[str, ...], rules_path: str | None, small: bool, to
 @rules_group.command("merge")
 @click.argument("inputs", nargs=-1, required=True, metavar="RULES.json...")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="Rule file to write.")
+@click.option("--keep-independent-batching", is_flag=True,
+              help="Also write rules that batch unconnected elementwise ops (relu(a) ; relu(b) -> "
+                   "split(relu(concat(a, b)))); left out by default: they match every pair of such ops and "
+                   "flood the search, and concat + split only add copies on a CPU.")
 @user_errors
-def rules_merge(inputs: tuple[str, ...], out_path: str) -> None:
+def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batching: bool) -> None:
     """Join rule files into one: a rule found in several (same canonical text, whatever its name) is kept
     once, the most general; every rule keeps its provenance."""
     import json
@@ -163,9 +187,23 @@ def rules_merge(inputs: tuple[str, ...], out_path: str) -> None:
         with open(path, encoding="utf-8") as f:
             sources.append({"file": os.path.basename(path), "rules": len(rules),
                             "generated_by": json.load(f).get("generated_by", "")})
-    kept = dedupe(merged, key=canonical_key)
-    dump_rules(rules_from_json(kept), out_path, meta={"merged_from": sources})
-    click.echo(f"wrote {out_path}: {len(kept)} rules from {len(merged)} in {len(inputs)} files")
+    kept, left_out = _split_batching(dedupe(merged, key=canonical_key), keep_independent_batching)
+    meta: dict[str, Any] = {"merged_from": sources}
+    if left_out:
+        meta["left_out_independent_batching"] = [{"name": r["name"], "doc": r["doc"]} for r in left_out]
+    dump_rules(rules_from_json(kept), out_path, meta=meta)
+    click.echo(f"wrote {out_path}: {len(kept)} rules from {len(merged)} in {len(inputs)} files"
+               + (f" ({len(left_out)} independent-batching rules left out)" if left_out else ""))
+
+
+def _split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rules to write, independent-batching rules left out)."""
+    from generator.usefulness import batches_independent_elementwise
+
+    if keep:
+        return rules, []
+    left_out = [r for r in rules if batches_independent_elementwise(r)]
+    return [r for r in rules if not batches_independent_elementwise(r)], left_out
 
 
 COMMANDS: list[click.Command] = [generate_rules, rules_group]

@@ -1,0 +1,70 @@
+"""Export real transformers models to ONNX with static shapes, for ``xflow bench FILE.onnx ...``.
+
+Not a test and not a project dependency: it needs torch and transformers in a separate environment::
+
+    python3 -m venv /tmp/exp
+    /tmp/exp/bin/pip install torch transformers onnx onnxruntime onnxscript
+    /tmp/exp/bin/python benchmarks/export_real.py --out build/real
+    xflow bench build/real/*.onnx --seconds 30
+
+Models are built from their default configs with random weights (``from_config``; nothing is
+downloaded): BERT-base and GPT-2 (batch 1, sequence 128), ViT-base, ConvNeXt-tiny and MobileNetV2 (batch 1,
+224x224), exported with the TorchScript exporter at opset 17 with every dim fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+
+class _FirstOutput(torch.nn.Module):
+    """The model's first output tensor (``last_hidden_state`` or logits), so the export has one output."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        out = self.model(*args, return_dict=False)
+        return out[0]
+
+
+def _models() -> dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], list[str]]]:
+    import transformers as tf
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 1000, (1, 128))
+    image = torch.rand(1, 3, 224, 224)
+    return {
+        "bert_base": (tf.BertModel(tf.BertConfig()), (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"]),
+        "gpt2": (tf.GPT2Model(tf.GPT2Config()), (ids,), ["input_ids"]),
+        "vit_base": (tf.ViTModel(tf.ViTConfig()), (image,), ["pixel_values"]),
+        "convnext_tiny": (tf.ConvNextModel(tf.ConvNextConfig()), (image,), ["pixel_values"]),
+        "mobilenet_v2": (tf.MobileNetV2Model(tf.MobileNetV2Config()), (image,), ["pixel_values"]),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="build/real", help="folder for the .onnx files")
+    parser.add_argument("--only", nargs="*", help="export only these models")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for name, (model, inputs, input_names) in _models().items():
+        if args.only and name not in args.only:
+            continue
+        path = os.path.join(args.out, f"{name}.onnx")
+        start = time.perf_counter()
+        with torch.no_grad():
+            torch.onnx.export(_FirstOutput(model.eval()), inputs, path, input_names=input_names,
+                              output_names=["output"], opset_version=17, dynamo=False)
+        print(f"{path}: {os.path.getsize(path) / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

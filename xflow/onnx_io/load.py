@@ -13,6 +13,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
+from xflow.onnx_io.observe import observed_types
 from xflow.ops import DECODERS, OPS, ShapeError
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -236,6 +237,11 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
     for tensor in model.graph.initializer:
         constants[tensor.name] = Constant.from_proto(tensor, base_dir)
         types[tensor.name] = constants[tensor.name].type
+    if any(not (types.get(name) and types[name].is_static) for n in model.graph.node for name in n.output if name):
+        # symbolic dims left by inference: a run of the static-shape model gives the exact ones
+        for name, t in observed_types(model, types).items():
+            if not (types.get(name) and types[name].is_static):
+                types[name] = t
     const_nodes = {n.output[0]: n.attribute[0].t for n in model.graph.node
                    if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and len(n.attribute) == 1
                    and n.attribute[0].name == "value" and len(n.output) == 1}

@@ -19,7 +19,7 @@ from generator.enumerate import APPLICATIONS, enumerate_graphs
 from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
 from generator.generalize import canonical_key, dedupe
 from generator.prune import CommonSubgraph, renaming_key
-from generator.to_rules import pair_to_rule
+from generator.to_rules import pair_to_rule, rule_variables
 
 Progress = Callable[[str, int, float], None]
 
@@ -83,8 +83,12 @@ def _emit(args: tuple[int, int, list[Pair]]) -> tuple[int, list[dict[str, Any]]]
     kept = [p for p in pairs if cs.reason(p) is None]
     # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
     # input takes more ops), so the search gets both and the cost model decides.
-    rules = [pair_to_rule(q, seed, max_ops) for p in kept
-             for q in ((p, Pair(p.b, p.a, p.fingerprint)) if p.b.graph else (p,))]
+    rules = []
+    for p in kept:
+        variables = rule_variables(p, seed)  # the same both ways: evaluated once
+        rules.append(pair_to_rule(p, seed, max_ops, variables))
+        if p.b.graph:
+            rules.append(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables))
     return len(kept), rules
 
 

@@ -95,9 +95,9 @@ def _int_inputs(seed: int) -> list[np.ndarray]:
     return IntEvaluator(seed).inputs
 
 
-def pair_to_rule(pair: Pair, seed: int, max_ops: int) -> dict[str, Any]:
-    """The candidate of one pair (``pair.a`` is the source): a JSON rule with its shape-generic ``variants``
-    (most general first, see ``generator.generalize``) under the key ``"variants"``."""
+def rule_variables(pair: Pair, seed: int) -> dict[tuple[str, str], str]:
+    """(op, attribute) -> variable name, for the attributes the pair's equality does not depend on. The same
+    for the pair in either direction."""
     mapping = match_outputs(pair.a, pair.b)
     assert mapping is not None
     inputs = _int_inputs(seed)
@@ -106,6 +106,18 @@ def pair_to_rule(pair: Pair, seed: int, max_ops: int) -> dict[str, Any]:
         if _generalizable(pair, mapping, ops, attr, alternatives, inputs) is not None:
             for op in ops:
                 variables[(op, attr)] = var
+    return variables
+
+
+def pair_to_rule(pair: Pair, seed: int, max_ops: int,
+                 variables: dict[tuple[str, str], str] | None = None) -> dict[str, Any]:
+    """The candidate of one pair (``pair.a`` is the source): a JSON rule with its shape-generic ``variants``
+    (most general first, see ``generator.generalize``) under the key ``"variants"``. ``variables`` is
+    ``rule_variables(pair, seed)`` when the caller has it (from the pair in the other direction)."""
+    mapping = match_outputs(pair.a, pair.b)
+    assert mapping is not None
+    if variables is None:
+        variables = rule_variables(pair, seed)
     src_names = tensor_names(pair.a.graph, INPUT_NAMES, "s")
     dst_names = tensor_names(pair.b.graph, INPUT_NAMES, "d")
     used = [INPUT_NAMES[i] for i in sorted(pair.a.inputs_used)]

@@ -168,19 +168,14 @@ class Buckets:
         return (np.concatenate([*self._fps, fps]), np.concatenate([*self._codes, codes]),
                 np.concatenate([*self._outs, outs]))
 
-    def colliding(self) -> dict[int, list[Entry]]:
-        """Fingerprint -> entries, for the fingerprints shared by two or more graphs (deterministic order)."""
-        return dict(decode_buckets(self.colliding_arrays()))
-
     def colliding_arrays(self) -> BucketArrays:
         """The rows of the graphs whose fingerprint is shared by another, sorted by fingerprint."""
         fps, codes, outs = self.arrays()
         order = np.lexsort((*codes.T[::-1], fps))
-        fps, codes, outs = fps[order], codes[order], outs[order]
-        starts = np.flatnonzero(np.r_[True, fps[1:] != fps[:-1]])
-        sizes = np.diff(np.r_[starts, len(fps)])
-        rows = np.repeat(sizes > 1, sizes)
-        return BucketArrays(fps[rows], codes[rows], outs[rows])
+        rows = BucketArrays(fps[order], codes[order], outs[order])
+        sizes = np.diff(rows.bounds())
+        shared = np.repeat(sizes > 1, sizes)
+        return BucketArrays(rows.fps[shared], rows.codes[shared], rows.outs[shared])
 
 
 @dataclass(frozen=True)

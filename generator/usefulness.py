@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from generator.lift import lift_candidate
+from generator.lift import lift_candidates
 from xflow.ir import Graph
+from xflow.ops import OPS
 from xflow.rewrite.match import RuleIndex
 from xflow.rules.model import Rule, RuleError, parse_rule
 
@@ -30,13 +31,8 @@ def zoo_graphs(names: Sequence[str] = ZOO_MODELS) -> list[Graph]:
 
 
 def _forms(candidate: dict[str, Any]) -> list[Rule]:
-    forms = [candidate]
-    for kind in ("bias", "batchnorm"):
-        lifted = lift_candidate(candidate, kind)
-        if lifted is not None:
-            forms.append(lifted)
     rules = []
-    for form in forms:
+    for form in (candidate, *lift_candidates([candidate])):
         first = (form.get("variants") or [form])[0]
         try:
             rules.append(parse_rule({k: v for k, v in first.items() if k != "variants"}))
@@ -70,8 +66,6 @@ def batches_independent_elementwise(rule: dict[str, Any]) -> bool:
     ``relu(a) ; relu(b) -> split(relu(concat(a, b)))``. Such a rule is proved, but it matches every pair of
     those ops in a graph (28,000 matches in NasNet-A), which floods the search, and it cannot pay off on a
     CPU: the concat and split only add copies around an op whose cost is linear in its data."""
-    from xflow.ops import OPS
-
     src = rule["src"]
     if len(src) < 2 or not all(n["op"] in OPS and OPS[n["op"]].elementwise for n in src):
         return False

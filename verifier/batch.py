@@ -114,9 +114,12 @@ def _limit_memory(limit_bytes: int) -> None:
     z3.set_param("memory_max_size", limit_bytes // 2**21)  # in MB: half the limit
 
 
+#: The reason of a candidate whose worker process died while verifying it.
+WORKER_DIED = "unknown: its worker died (memory limit or crash)"
+
+
 def _died(candidate: dict[str, Any]) -> Outcome:
-    return Outcome(candidate["name"], "unknown", reason="unknown: its worker died (memory limit or crash)",
-                   statuses=["unknown: its worker died (memory limit or crash)"])
+    return Outcome(candidate["name"], "unknown", reason=WORKER_DIED, statuses=[WORKER_DIED])
 
 
 def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int], jobs: int,
@@ -157,34 +160,19 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, timeo
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
     """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in worker processes, each limited to
-    ``WORKER_MEMORY_BYTES``; a candidate whose worker dies is "unknown", and a candidate z3 could not settle
-    is retried once in a fresh process."""
+    ``WORKER_MEMORY_BYTES``; a candidate whose worker dies is "unknown" (reason ``WORKER_DIED``)."""
     work = [(c, timeout_ms, trials, seed) for c in candidates]
     if jobs <= 1:
         return _collect((_work(w) for w in work), progress)
-    outcomes: list[Outcome | None] = [None] * len(work)
-    finished = 0
+    outcomes: dict[int, Outcome] = {}
 
     def record(i: int, outcome: Outcome | None) -> None:
-        nonlocal finished
-        outcome = outcomes[i] = outcome if outcome is not None else _died(work[i][0])
-        finished += 1
+        outcomes[i] = outcome if outcome is not None else _died(work[i][0])
         if progress is not None:
-            progress(finished, outcome)
+            progress(len(outcomes), outcomes[i])
 
     run_guarded(_work, work, list(range(len(work))), jobs, False, record)
-    # z3's search depends on the terms its context already holds, so a proof that times out in a worker
-    # that proved other rules before can succeed in a fresh process: retry those once, one per process.
-    retry = [i for i, o in enumerate(outcomes) if o is not None and o.status == "unknown"
-             and "worker died" not in o.reason]
-
-    def keep_proved(i: int, again: Outcome | None) -> None:
-        if again is not None and again.status == "proved":
-            outcomes[i] = again
-
-    if retry:
-        run_guarded(_work, work, retry, jobs, True, keep_proved)
-    return [o if o is not None else _died(w[0]) for o, w in zip(outcomes, work, strict=True)]
+    return [outcomes[i] for i in range(len(work))]
 
 
 def _collect(results: Iterator[Outcome], progress: Callable[[int, Outcome], None] | None) -> list[Outcome]:

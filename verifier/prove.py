@@ -89,6 +89,7 @@ def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = 
         # of a shorter one before trying longer ones, so it never proves less.
         goal_end = time.monotonic() + (deadline - time.monotonic()) / (len(enc.goals) - index)
         answer, solver, step_ms = z3.unknown, None, FIRST_ATTEMPT_MS
+        differ = (src != dst).translate(ctx)
         while answer == z3.unknown:
             for mbqi in (False, True):
                 left_ms = int(1000 * (goal_end - time.monotonic()))
@@ -96,7 +97,7 @@ def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = 
                     break
                 solver = make_solver(formulas, mbqi, min(step_ms, left_ms), ctx)
                 solver.add(*hypotheses)
-                solver.add((src != dst).translate(ctx))
+                solver.add(differ)
                 try:
                     answer = solver.check()
                 except z3.Z3Exception as exc:  # e.g. z3's memory limit in a verifier worker

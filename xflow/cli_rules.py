@@ -52,7 +52,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     from generator.lift import lift_candidates
     from generator.run import format_table, generate
     from generator.usefulness import match_counts, zoo_graphs
-    from verifier.batch import verify_candidates
+    from verifier.batch import WORKER_DIED, verify_candidates
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -85,7 +85,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
         outcomes = verify_candidates(batch, jobs=jobs, timeout_ms=int(timeout_s * 1000), trials=trials, seed=seed,
                                      progress=on_outcome)
         seconds = round(time.perf_counter() - t, 3)
-        died = [o.name for o in outcomes if "worker died" in o.reason]
+        died = [o.name for o in outcomes if o.reason == WORKER_DIED]
         if died and not quiet:
             click.echo(f"\n{len(died)} candidate(s) killed their worker (memory limit or crash; not proved): "
                        + ", ".join(died[:20]), err=True)
@@ -202,8 +202,9 @@ def _split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[
 
     if keep:
         return rules, []
-    left_out = [r for r in rules if batches_independent_elementwise(r)]
-    return [r for r in rules if not batches_independent_elementwise(r)], left_out
+    batching = [batches_independent_elementwise(r) for r in rules]
+    return ([r for r, b in zip(rules, batching, strict=True) if not b],
+            [r for r, b in zip(rules, batching, strict=True) if b])
 
 
 COMMANDS: list[click.Command] = [generate_rules, rules_group]

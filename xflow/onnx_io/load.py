@@ -14,6 +14,7 @@ from onnx import numpy_helper
 from xflow.errors import XflowError
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
 from xflow.onnx_io.observe import observed_types
+from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
 from xflow.ops import DECODERS, OPS, ShapeError
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -237,11 +238,10 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
     for tensor in model.graph.initializer:
         constants[tensor.name] = Constant.from_proto(tensor, base_dir)
         types[tensor.name] = constants[tensor.name].type
-    if any(not (types.get(name) and types[name].is_static) for n in model.graph.node for name in n.output if name):
-        # symbolic dims left by inference: a run of the static-shape model gives the exact ones
-        for name, t in observed_types(model, types).items():
-            if not (types.get(name) and types[name].is_static):
-                types[name] = t
+    unknown = {name for n in model.graph.node for name in n.output
+               if name and not (name in types and types[name].is_static)}
+    if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
+        types.update((name, t) for name, t in observed_types(model, types).items() if name in unknown)
     const_nodes = {n.output[0]: n.attribute[0].t for n in model.graph.node
                    if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and len(n.attribute) == 1
                    and n.attribute[0].name == "value" and len(n.output) == 1}
@@ -261,53 +261,23 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
     return Graph(tuple(nodes), inputs, outputs, types, constants, context)
 
 
-INFERENCE_INLINE_ELEMENTS = 4096  # initializers up to this size are given to shape inference with data
-
-
 def _inference_model(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model as shape inference sees it: large inline initializers become typed graph inputs.
 
     ``infer_shapes`` serializes the whole model; without this, every weight would be copied (twice
     the memory) and models near protobuf's 2 GB limit would fail inference. Only small tensors (shape
     targets, axes, ...) matter for data propagation, so those are kept with their values."""
-    big = [t for t in model.graph.initializer
-           if t.data_location != onnx.TensorProto.EXTERNAL and _elements(t) > INFERENCE_INLINE_ELEMENTS]
-    if not big:
-        return model
-    shell = onnx.ModelProto()
-    _copy_fields(model, shell, skip=("graph",))
-    _copy_fields(model.graph, shell.graph, skip=("initializer",))
-    big_names = {t.name for t in big}
-    shell.graph.initializer.extend(t for t in model.graph.initializer if t.name not in big_names)
-    declared = {vi.name for vi in model.graph.input}
-    for t in big:
-        if t.name not in declared:
-            shell.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return shell
-
-
-def _elements(tensor: onnx.TensorProto) -> int:
-    return int(np.prod(list(tensor.dims), dtype=np.int64))
+    big = {t.name for t in model.graph.initializer
+           if t.data_location != onnx.TensorProto.EXTERNAL and elements(t) > INLINE_ELEMENTS}
+    return weights_as_inputs(model, big) if big else model
 
 
 def _without_nodes(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of the model without graph nodes and initializers (so weights are not copied)."""
     shell = onnx.ModelProto()
-    _copy_fields(model, shell, skip=("graph",))
-    _copy_fields(model.graph, shell.graph, skip=("node", "initializer"))
+    copy_fields(model, shell, skip=("graph",))
+    copy_fields(model.graph, shell.graph, skip=("node", "initializer"))
     return shell
-
-
-def _copy_fields(src, dst, skip: tuple[str, ...]) -> None:  # noqa: ANN001 - any protobuf message
-    for field, value in src.ListFields():
-        if field.name in skip:
-            continue
-        if field.is_repeated:
-            getattr(dst, field.name).extend(value)
-        elif field.message_type is not None:
-            getattr(dst, field.name).CopyFrom(value)
-        else:
-            setattr(dst, field.name, value)
 
 
 def _default_opset(model: onnx.ModelProto) -> int:

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import TensorType
+from xflow.onnx_io.shell import INLINE_ELEMENTS, elements, weights_as_inputs
 
 #: Inputs (by position) whose values set an op's output shape.
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
@@ -25,19 +26,12 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "Split": (1,), "Squeeze": (1,), "Unsqueeze": (1,), "TopK": (1,), "ReduceSum": (1,), "ReduceMean": (1,),
     "ReduceMax": (1,), "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
     "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "CenterCropPad": (1,),
-    "CenterCrop": (1,), "Trilu": (), "Col2Im": (1, 2), "DFT": (1,), "STFT": (2, 3),
+    "CenterCrop": (1,), "Col2Im": (1, 2), "DFT": (1,), "STFT": (2, 3),
 }
 #: Ops whose output shape depends on the values of their data inputs.
 VALUE_SHAPED = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression", "StringSplit", "RegexFullMatch"})
 #: Ops whose outputs depend only on their inputs' shapes.
 SHAPE_ONLY = frozenset({"Shape", "Size"})
-INLINE_ELEMENTS = 4096  # initializers up to this size keep their values in the run (shape targets, axes)
-
-
-def _elements(tensor: onnx.TensorProto) -> int:
-    return int(np.prod(list(tensor.dims), dtype=np.int64))
-
-
 def _shapes_depend_only_on_shapes(model: onnx.ModelProto, zeroed: set[str]) -> bool:
     """True when no output shape can depend on the values of the graph inputs or of ``zeroed`` initializers:
     such values never reach a shape-setting input (and the graph has no control flow)."""
@@ -66,13 +60,11 @@ def observed_types(model: onnx.ModelProto, input_types: dict[str, TensorType]) -
     if any(name not in input_types or not input_types[name].is_static for name in real_inputs):
         return {}
     large = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
-             or _elements(t) > INLINE_ELEMENTS]
+             or elements(t) > INLINE_ELEMENTS]
     zeroed = {t.name for t in large}
     if not _shapes_depend_only_on_shapes(model, zeroed):
         return {}
-    shell = _without_large(model, zeroed)
-    for t in large:
-        shell.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    shell = weights_as_inputs(model, zeroed)
     declared = {vi.name for vi in shell.graph.output}
     wanted = [name for node in graph.node for name in node.output if name and name not in declared]
     shell.graph.output.extend(onnx.ValueInfoProto(name=name) for name in wanted)
@@ -97,24 +89,3 @@ def _types(pairs: Iterable[tuple[str, object]]) -> Iterable[tuple[str, TensorTyp
     for name, value in pairs:
         if isinstance(value, np.ndarray) and value.dtype != object:
             yield name, TensorType(onnx.helper.np_dtype_to_tensor_dtype(value.dtype), tuple(value.shape))
-
-
-def _copy(src, dst, skip: tuple[str, ...] = ()) -> None:  # noqa: ANN001 - any protobuf message
-    for field, value in src.ListFields():
-        if field.name in skip:
-            continue
-        if field.is_repeated:
-            getattr(dst, field.name).extend(value)
-        elif field.type == field.TYPE_MESSAGE:
-            getattr(dst, field.name).CopyFrom(value)
-        else:
-            setattr(dst, field.name, value)
-
-
-def _without_large(model: onnx.ModelProto, large: set[str]) -> onnx.ModelProto:
-    """A copy of the model without the ``large`` initializers (their weights are not copied)."""
-    shell = onnx.ModelProto()
-    _copy(model, shell, skip=("graph",))
-    _copy(model.graph, shell.graph, skip=("initializer",))
-    shell.graph.initializer.extend(t for t in model.graph.initializer if t.name not in large)
-    return shell

@@ -15,6 +15,7 @@ nothing but the current path is kept.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,10 @@ APPLICATIONS: tuple[Application, ...] = tuple(
     enumerate((op, p) for op in sorted(MENU) for p in MENU[op]))
 
 
+BY_OP: dict[str, tuple[Application, ...]] = {
+    op: tuple(a for a in APPLICATIONS if a.op == op) for op in dict.fromkeys(a.op for a in APPLICATIONS)}
+
+
 class IntEvaluator:
     """Fixed random int64 inputs (seeded) and per-tensor fingerprints."""
 
@@ -129,19 +134,21 @@ class IntEvaluator:
                        for _, _, _, shape in INPUTS]
 
 
+_SHAPE_TEXT: dict[tuple[int, ...], bytes] = {}
+
+
 def tensor_fp(array: np.ndarray) -> int:
     """A 64-bit fingerprint of one integer tensor (shape and values)."""
-    import hashlib
-
-    a = np.ascontiguousarray(array)
-    h = hashlib.blake2b(repr(a.shape).encode() + a.tobytes(), digest_size=8)
+    shape = array.shape
+    text = _SHAPE_TEXT.get(shape)
+    if text is None:
+        text = _SHAPE_TEXT[shape] = repr(shape).encode()
+    h = hashlib.blake2b(text + np.ascontiguousarray(array).tobytes(), digest_size=8)
     return int.from_bytes(h.digest(), "little")
 
 
 def graph_fp(output_fps: list[int]) -> int:
     """Order-independent fingerprint of a graph from its output tensors' fingerprints (a multiset)."""
-    import hashlib
-
     h = hashlib.blake2b(repr(sorted(output_fps)).encode(), digest_size=8)
     return int.from_bytes(h.digest(), "little")
 
@@ -204,6 +211,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     st = stats if stats is not None else {}
     resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]]] | None] = {}
     counter = [0]
+    # (menu key, operand fingerprints) -> (outputs, their fingerprints); equal fingerprints mean equal values
+    evaluated: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[int]]] = {}
 
     def cached(app: Application, in_shapes: tuple[tuple[int, ...], ...]):
         key = (app.key, in_shapes)
@@ -217,6 +226,16 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                     result = None
             resolve_cache[key] = result
         return resolve_cache[key]
+
+    applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
+
+    def some_entry_applies(op: str, in_shapes: tuple[tuple[int, ...], ...]) -> bool:
+        """Whether any menu entry of ``op`` accepts these operand shapes (the op table's shape rule)."""
+        key = (op, in_shapes)
+        found = applies.get(key)
+        if found is None:
+            found = applies[key] = any(cached(app, in_shapes) is not None for app in BY_OP[op])
+        return found
 
     def operand_tuples(op: str, components: list[set[int]] | None) -> Iterator[tuple[int, ...]]:
         # TASO's typing of operands: conv and pools read activations and conv kernels are weights (images and
@@ -233,7 +252,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         if k == 1:
             for a in (components[0] if components is not None else range(n)):
-                if not (op in ("avgpool", "maxpool") and weight[a]):
+                if not (op in ("avgpool", "maxpool") and weight[a]) and some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
         if op in ("add", "mul"):
@@ -249,11 +268,24 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             seconds = dict.fromkeys(firsts, kernels)
         else:
             firsts = range(n)
-            seconds = dict.fromkeys(firsts, list(range(n)))
-        for a in firsts:
-            for b in seconds[a]:
-                if components is None or all(a in c or b in c for c in components):
+            per_shape: dict[tuple[int, ...], list[int]] = {}
+            for shape in dict.fromkeys(shapes):
+                per_shape[shape] = [b for b in range(n) if some_entry_applies(op, (shape, shapes[b]))]
+            seconds = {a: per_shape[shapes[a]] for a in firsts}
+        if components is None:
+            for a in firsts:
+                for b in seconds[a]:
                     yield (a, b)
+            return
+        # the components a tensor touches as a bit mask: a tuple qualifies when its masks cover them all
+        full = (1 << len(components)) - 1
+        mask = [sum(1 << i for i, c in enumerate(components) if t in c) for t in range(n)]
+        for a in firsts:
+            need = full & ~mask[a]
+            if not need:
+                yield from ((a, b) for b in seconds[a])
+            else:
+                yield from ((a, b) for b in seconds[a] if mask[b] & need == need)
 
     def component_tensors() -> list[set[int]]:
         """Per connected component of the current ops (joined by shared tensors): the tensors it touches."""
@@ -289,43 +321,60 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
+    def level_tuples(op: str, components: list[set[int]] | None) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
+        """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
+        entry: (operands, whether they read the previous op's outputs, operand shapes, all weights)."""
+        entry = OPS[op]
+        prev_first = producers[-1] if graph else len(shapes)
+        out = []
+        for operands in operand_tuples(op, components):
+            if entry.commutative and operands[0] > operands[1]:
+                continue
+            all_weights = all(weight[t] for t in operands)
+            if entry.weights_only and operands and not all_weights:
+                continue
+            if not input_order_ok(operands):
+                continue
+            depends = any(t >= prev_first for t in operands)
+            out.append((operands, depends, tuple(shapes[t] for t in operands), all_weights))
+        return out
+
     def walk(depth: int) -> Iterator[Visit]:
         # The last op must join every component: a graph of independent parts only yields rules that are
         # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
         components = component_tensors() if depth == max_ops - 1 and graph else None
-        tuples: dict[str, list[tuple[int, ...]]] = {}  # the operand tuples depend on the op, not its params
+        tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}  # per op, not per menu entry
+        last_key = op_keys[-1] if graph else None
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
-            entry = OPS[app.op]
             if app.op not in tuples:
-                tuples[app.op] = list(operand_tuples(app.op, components))
-            for operands in tuples[app.op]:
-                if entry.commutative and operands[0] > operands[1]:
+                tuples[app.op] = level_tuples(app.op, components)
+            # an op independent of the previous one must come after it in (menu key, operands) order
+            before = last_key is not None and app.key < last_key[0]
+            same = last_key is not None and app.key == last_key[0]
+            entry = OPS[app.op]
+            for operands, depends, in_shapes, is_w in tuples[app.op]:
+                if not depends and (before or (same and operands <= last_key[1])):
                     continue
                 key = (app.key, operands)
-                if graph:
-                    prev_first = producers[-1]
-                    depends = any(t >= prev_first for t in operands)
-                    if not depends and key <= op_keys[-1]:
-                        continue
                 if key in op_keys:
                     continue
-                if entry.weights_only and operands and not all(weight[t] for t in operands):
-                    continue
-                if not input_order_ok(operands):
-                    continue
-                res = cached(app, tuple(shapes[t] for t in operands))
+                res = cached(app, in_shapes)
                 if res is None:
                     continue
                 attrs, out_shapes = res
-                is_w = all(weight[t] for t in operands)
                 if not is_w and any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes):
                     continue
-                with np.errstate(over="ignore"):
-                    outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
+                # three quarters of the applications repeat one already evaluated on other paths
+                memo_key = (app.key, tuple(fps[t] for t in operands))
+                memo = evaluated.get(memo_key)
+                if memo is None:
+                    with np.errstate(over="ignore"):
+                        outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
+                    memo = evaluated[memo_key] = (outs, [tensor_fp(o) for o in outs])
+                outs, new_fps = memo
                 st["applications"] = st.get("applications", 0) + 1
-                new_fps = [tensor_fp(o) for o in outs]
                 existing = set(fps)
                 duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
                 # apply

@@ -71,16 +71,29 @@ def evaluate(graph: Graph, inputs: Sequence[np.ndarray], integer: bool,
     return values
 
 
+_OP_TEXT: dict[tuple[str, Any], tuple[str, bool, int]] = {}
+
+
+def _op_text(op: str, attrs: Any) -> tuple[str, bool, int]:
+    """(``op[attrs]`` prefix, commutative, output count) of one op application, cached: the generator
+    renders the same few hundred applications millions of times."""
+    key = (op, attrs)
+    found = _OP_TEXT.get(key)
+    if found is None:
+        attr_text = ",".join(f"{k}={v}" for k, v in attrs.items())
+        found = _OP_TEXT[key] = (f"{op}[{attr_text}]", OPS[op].commutative, OPS[op].num_outputs(attrs))
+    return found
+
+
 def expressions(graph: Graph, names: Sequence[str] = INPUT_NAMES) -> list[str]:
     """Canonical text of every tensor of the graph (commutative operands sorted)."""
     texts = list(names)
     for op, attrs, operands in graph:
+        prefix, commutative, n = _op_text(op, attrs)
         args = [texts[t] for t in operands]
-        if OPS[op].commutative:
+        if commutative:
             args.sort()
-        attr_text = ",".join(f"{k}={v}" for k, v in attrs.items())
-        base = f"{op}[{attr_text}]({','.join(args)})"
-        n = OPS[op].num_outputs(attrs)
+        base = f"{prefix}({','.join(args)})"
         texts.extend([base] if n == 1 else [f"{base}#{k}" for k in range(n)])
     return texts
 
@@ -102,6 +115,20 @@ def padded_code(code: bytes) -> bytes:
 MAX_OUTPUTS = 8  # output fingerprints kept per enumerated graph
 
 
+_REPLAYS: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[str, Any, list[tuple[int, ...]]] | None] = {}
+
+
+def _replay(key: int, in_shapes: tuple[tuple[int, ...], ...]) -> tuple[str, Any, list[tuple[int, ...]]] | None:
+    """(op, attributes, output shapes) of menu application ``key`` on these operand shapes, cached."""
+    found = _REPLAYS.get((key, in_shapes), False)
+    if found is False:
+        app = APPLICATIONS[key]
+        attrs = resolve(app.op, app.params, in_shapes)
+        found = None if attrs is None else (app.op, attrs, [tuple(s) for s in OPS[app.op].infer(in_shapes, attrs)])
+        _REPLAYS[(key, in_shapes)] = found
+    return found
+
+
 def decode(code: bytes, output_fps: Sequence[int]) -> Entry:
     """Rebuild the enumerated graph of a code (replaying the op table's shape rules; no evaluation)."""
     shapes = [shape for _, _, _, shape in INPUTS]
@@ -115,15 +142,14 @@ def decode(code: bytes, output_fps: Sequence[int]) -> Entry:
         if key == INPUT_SET:
             chosen.append(a)
             continue
-        app = APPLICATIONS[key]
         operands = tuple(t for t in (a, b) if t != NO_OPERAND)
-        in_shapes = tuple(shapes[t] for t in operands)
-        attrs = resolve(app.op, app.params, in_shapes)
-        if attrs is None:
+        replayed = _replay(key, tuple(shapes[t] for t in operands))
+        if replayed is None:
             raise ValueError(f"code {code.hex()} does not replay")
-        shapes.extend(tuple(s) for s in OPS[app.op].infer(in_shapes, attrs))
+        op, attrs, out_shapes = replayed
+        shapes.extend(out_shapes)
         consumed.update(operands)
-        graph.append((app.op, attrs, operands))
+        graph.append((op, attrs, operands))
     if chosen:
         outputs = tuple(chosen)
         used = frozenset(chosen)

@@ -87,6 +87,23 @@ class Attrs(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._dict)
 
+    # The Mapping mixins go through __iter__/__getitem__ one key at a time; these run in the generator's
+    # inner loops, so they read the dict directly.
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._dict.get(key, default)
+
+    def keys(self):  # type: ignore[override]
+        return self._dict.keys()
+
+    def items(self):  # type: ignore[override]
+        return self._dict.items()
+
+    def values(self):  # type: ignore[override]
+        return self._dict.values()
+
     def __hash__(self) -> int:
         return self._hash
 

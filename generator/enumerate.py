@@ -168,6 +168,8 @@ class Visit:
 #: Images whose height or width shrinks below this are degenerate: on 1x1 or 2x2 maps stride 1 and 2 (or a
 #: pool and the identity) coincide, so identities found there are artifacts of the small enumeration shapes.
 MIN_SPATIAL = 3
+#: Most memoized op applications one walk keeps (then the memo starts over): bounds memory at 4 ops.
+MEMO_ENTRIES = 400_000
 NO_OPERAND = 255
 INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
 
@@ -345,6 +347,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         components = component_tensors() if depth == max_ops - 1 and graph else None
         tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}  # per op, not per menu entry
         last_key = op_keys[-1] if graph else None
+        last = depth == max_ops - 1
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
@@ -369,11 +372,16 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 # three quarters of the applications repeat one already evaluated on other paths
                 memo_key = (app.key, tuple(fps[t] for t in operands))
                 memo = evaluated.get(memo_key)
-                if memo is None:
+                if memo is None or (memo[0] is None and not last):
                     with np.errstate(over="ignore"):
                         outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
-                    memo = evaluated[memo_key] = (outs, [tensor_fp(o) for o in outs])
+                    if len(evaluated) >= MEMO_ENTRIES:
+                        evaluated.clear()
+                    # the last op's outputs are never operands: only their fingerprints are kept
+                    memo = evaluated[memo_key] = (None if last else outs, [tensor_fp(o) for o in outs])
                 outs, new_fps = memo
+                if outs is None:
+                    outs = [None] * len(new_fps)
                 st["applications"] = st.get("applications", 0) + 1
                 existing = set(fps)
                 duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)

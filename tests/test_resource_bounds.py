@@ -40,7 +40,8 @@ def optimize(src, out, rules: str, *extra: str):  # noqa: ANN001
 def test_time_limit_returns_the_best_graph_so_far(zoo_model, tmp_path):
     src, rules = zoo_model
     out, report = tmp_path / "out.onnx", tmp_path / "r.json"
-    result = optimize(src, out, rules, "--budget", "100000", "--time-limit", "0.5", "--report", str(report))
+    result = optimize(src, out, rules, "--budget", "100000", "--patience", "0", "--time-limit", "0.5",
+                      "--report", str(report))
     assert result.exit_code == 0, result.stderr
     data = json.loads(report.read_text())
     assert data["search_stop"] == "time" and data["search_seconds"] < 0.5 + 1.0, data
@@ -106,7 +107,8 @@ def test_sigterm_unwinds_like_ctrl_c(tmp_path):
     rules = rule_file(tmp_path / "rules.json")
     before = snapshot(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "xflow.cli", "optimize", str(src), str(work / "out.onnx"),
-                             "--rules", rules, "--cost", "analytic", "--budget", "1000000", "--time-limit", "600"],
+                             "--rules", rules, "--cost", "analytic", "--budget", "1000000", "--patience", "0",
+                             "--time-limit", "600"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     time.sleep(8)  # imports and load take ~2 s; the search (pairwise MatMul merges) runs for minutes
     assert proc.poll() is None, proc.communicate()

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.rulebook import MATMUL_MERGE, SPLIT_SPLIT_MERGE
+from tests.rulebook import ALL, CONV_RELU_FOLD, MATMUL_MERGE, SPLIT_SPLIT_MERGE
 from xflow.cost import AnalyticCost, GraphCoster
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.rewrite import fold_constants
@@ -118,3 +118,63 @@ def test_search_result_is_the_same_in_every_run():
     assert runs[0].steps == runs[1].steps and runs[0].best_cost == runs[1].best_cost
     assert runs[0].graph.structural_hash == runs[1].graph.structural_hash
     assert (runs[0].explored, runs[0].generated) == (runs[1].explored, runs[1].generated)
+
+
+def conv_relu_model(chains: int) -> onnx.ModelProto:
+    """``chains`` Conv -> Relu chains reading one image, each with its own kernel."""
+    rng = np.random.default_rng(0)
+    nodes, inits, outputs = [], [], []
+    for k in range(chains):
+        nodes.append(helper.make_node("Conv", ["x", f"K{k}"], [f"c{k}"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"c{k}"], [f"y{k}"]))
+        inits.append(numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), f"K{k}"))
+        outputs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [1, 4, 8, 8]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_sweep_rewrites_every_copy_of_a_repeated_pattern_in_one_expansion():
+    model = conv_relu_model(4)
+    graph = graph_from_model(model)
+    rules = rules_from_json([CONV_RELU_FOLD])
+    swept = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=1)
+    single = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=1, sweep=False)
+    assert single.graph.op_counts().get("relu") == 3  # one fold per expansion
+    assert "relu" not in swept.graph.op_counts() and len(swept.steps) == 4
+    assert swept.best_cost < single.best_cost
+    out = to_model_proto(fold_constants(swept.graph))
+    onnx.checker.check_model(out)
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    got = ort.InferenceSession(out.SerializeToString()).run([o.name for o in model.graph.output], {"x": x})
+    for u, v in zip(want, got, strict=True):
+        np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-4)
+
+
+def test_matches_of_a_swept_graph_derive_from_its_parent():
+    """The sweep child's matches come from its parent's through the combined change: the same as
+    matching the swept graph anew."""
+    from xflow.rewrite import RuleIndex
+    from xflow.search.backtrack import _sweep, derived_matches
+
+    graph = graph_from_model(conv_relu_model(3))
+    index = RuleIndex(ALL)
+    matches = index.all_matches(graph)
+    folds = [m for m in matches if m.rule.name == CONV_RELU_FOLD["name"]]
+    swept = _sweep(graph, 1.0, folds, index, GraphCoster(LAUNCH_BOUND), cap=100)
+    assert swept is not None and len(swept.applied) == 3
+    key = lambda ms: sorted((m.rule.name, tuple(map(id, m.nodes))) for m in ms)  # noqa: E731
+    assert key(derived_matches(graph, matches, swept.applied[-1], swept.graph, index)) == \
+        key(index.all_matches(swept.graph))
+
+
+def test_patience_stops_a_search_that_no_longer_improves():
+    graph = graph_from_model(conv_relu_model(3))
+    rules = rules_from_json([CONV_RELU_FOLD])
+    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=1000, alpha=10.0, patience=2)
+    assert result.stop_reason == "patience"
+    assert "relu" not in result.graph.op_counts()  # every fold was found before it stopped
+    assert result.explored <= 4

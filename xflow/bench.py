@@ -55,7 +55,8 @@ class BenchSettings:
     provider: str = "cpu"
     threads: int | None = None
     small: bool = False
-    budget: int = 100
+    budget: int = 300  # the search settings of ``xflow optimize``: the bench runs what a user runs
+    patience: int | None = 50
     time_limit: float = 60.0
     seconds_per_model: float = 30.0  # 10 s gave BERT 12 rounds: 0.83x, then 1.03x at 30 s
     min_runs: int = 10
@@ -125,7 +126,8 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     """Search cold and warm, write xflow's model (verified, never slower), build the other tools'
     models, and time them all against the original in the same interleaved runs."""
     cold_db = os.path.join(work, f"{label}.costs.sqlite")  # fresh: a cold cost cache for this model
-    base = OptimizeOptions(rules_path=settings.rules_path, budget=settings.budget, time_limit=settings.time_limit,
+    base = OptimizeOptions(rules_path=settings.rules_path, budget=settings.budget, patience=settings.patience,
+                           time_limit=settings.time_limit,
                            provider=settings.provider, threads=settings.threads, cost_db=cold_db, seed=settings.seed)
     quiet: Callable[[str], None] = lambda _m: None  # noqa: E731
     cold = optimize_file(model_path, os.path.join(work, f"{label}.cold.onnx"),

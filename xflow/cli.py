@@ -36,6 +36,8 @@ def main() -> None:
 @click.option("--alpha", type=float, default=1.05, show_default=True,
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
 @click.option("--budget", type=int, default=300, show_default=True, help="Most graphs the search expands.")
+@click.option("--patience", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Stop the search after this many expansions in a row found no cheaper graph (0: never).")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit in seconds.")
 @click.option("--memory-limit", type=click.FloatRange(min=1), default=None, metavar="MB",
               help="Stop the search (keeping the best graph so far) once the process uses this much memory.")
@@ -58,9 +60,9 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @place_option
 @user_errors
-def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, time_limit: float,
-             memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str, threads: int | None,
-             input_shapes: tuple[str, ...],
+def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
+             time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
+             threads: int | None, input_shapes: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
@@ -70,9 +72,9 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     from xflow.onnx_io import parse_input_shapes
     from xflow.pipeline import OptimizeOptions, optimize_file
 
-    options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, time_limit=time_limit,
-                              memory_limit=memory_limit, provider=provider, threads=threads, cost=cost_kind,
-                              cost_db=cost_db,
+    options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
+                              time_limit=time_limit, memory_limit=memory_limit, provider=provider,
+                              threads=threads, cost=cost_kind, cost_db=cost_db,
                               input_shapes=parse_input_shapes(input_shapes),
                               inputs_npz=inputs_npz, seed=seed, keep_if_slower=keep_if_slower)
     say = (lambda _m: None) if quiet else click.echo

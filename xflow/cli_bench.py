@@ -17,7 +17,9 @@ from xflow.cli_common import check_writable, user_errors, write_json
               help="ONNX Runtime execution provider for costs and timing.")
 @click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
 @click.option("--small", is_flag=True, help="Reduced zoo variants (quick runs).")
-@click.option("--budget", type=int, default=100, show_default=True, help="Search budget per model.")
+@click.option("--budget", type=int, default=300, show_default=True, help="Search budget per model.")
+@click.option("--patience", type=click.IntRange(min=0), default=50, show_default=True,
+              help="Stop each search after this many expansions without a cheaper graph (0: never).")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit per model (s).")
 @click.option("--seconds", type=float, default=30.0, show_default=True,
               help="About how long to time each model's variants (interleaved).")
@@ -28,7 +30,7 @@ from xflow.cli_common import check_writable, user_errors, write_json
               help="Write a PNG bar chart of the speedups.")
 @user_errors
 def bench(models: tuple[str, ...], rules_path: str | None, provider: str, threads: int | None, small: bool,
-          budget: int, time_limit: float, seconds: float, out_path: str | None, json_path: str | None,
+          budget: int, patience: int, time_limit: float, seconds: float, out_path: str | None, json_path: str | None,
           chart_path: str | None) -> None:
     """Benchmark xflow on zoo models (default: all) and ONNX files.
 
@@ -45,7 +47,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
         if path:
             check_writable(path)
     settings = BenchSettings(rules_path=rules_path, provider=provider, threads=threads, small=small, budget=budget,
-                             time_limit=time_limit, seconds_per_model=seconds)
+                             patience=patience or None, time_limit=time_limit, seconds_per_model=seconds)
     if not onnxsim_available():
         click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow[bench]')", err=True)
     click.echo(HEADER)

@@ -42,6 +42,7 @@ class OptimizeOptions:
     rules_path: str | None = None
     alpha: float = 1.05
     budget: int = 300
+    patience: int | None = 50  # stop after this many expansions without a better graph (None: never)
     time_limit: float = 60.0
     memory_limit: float | None = None  # MB of process RSS above which the search stops expanding
     provider: str = "cpu"
@@ -223,7 +224,8 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     coster = GraphCoster(cost_model or make_cost_model(options))
     if rules:
         result = backtracking_search(graph, rules, coster, options.alpha, options.budget, options.time_limit,
-                                     progress=progress, memory_limit_mb=options.memory_limit)
+                                     progress=progress, memory_limit_mb=options.memory_limit,
+                                     patience=options.patience)
     else:  # nothing to search: do not measure every node of the model for a cost nobody compares
         result = SearchResult(graph, 0.0, 0.0, (), "no-rules", 0, 0, 0.0)
     optimized = fold_constants(result.graph) if result.steps else graph

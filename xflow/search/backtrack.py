@@ -24,6 +24,10 @@ from xflow.ir import Graph, Node, PendingGraph
 from xflow.rewrite import Match, RuleIndex, apply_match, plan_match
 from xflow.rules import Rule
 
+#: A graph is a new best only when cheaper by more than float rounding: the same graph reached along
+#: another path sums its node costs in another order.
+BETTER = 1 - 1e-9
+
 
 @dataclass(frozen=True)
 class Step:
@@ -41,7 +45,7 @@ class SearchResult:
     initial_cost: float
     best_cost: float
     steps: tuple[Step, ...]
-    stop_reason: str  # "exhausted" | "budget" | "time" | "memory" | "no-rules"
+    stop_reason: str  # "exhausted" | "budget" | "patience" | "time" | "memory" | "no-rules"
     explored: int
     generated: int
     seconds: float
@@ -83,18 +87,25 @@ def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, 
     # attributes, edges, names, types, constness) is unchanged. A value read by as many nodes as a
     # source pattern has, before and after, is internal in no match of either graph.
     removed, added = child.__dict__.get("last_change") or _change(parent, child)
+    anchor = _anchors(parent, child, removed, added, index.widest)
+    gone = {id(n) for n in removed}
+    kept = [m for m in parent_matches if all(id(n) not in gone and id(n) not in anchor for n in m.nodes)]
+    kept.extend(index.anchored_matches(child, anchor.values()))
+    return kept
+
+
+def _anchors(parent: Graph, child: Graph, removed: tuple[Node, ...], added: tuple[Node, ...],
+             widest: int) -> dict[int, Node]:
+    """The child's nodes a match must go through to be new: the added nodes and the producers of values
+    the change gave or took readers from (when they have fewer readers than ``widest``)."""
     anchor: dict[int, Node] = {id(n): n for n in added}
-    widest = index.widest
     for n in (*removed, *added):
         for name in (*n.inputs, *n.implicit):
             producer = child.producers.get(name) if name else None
             if producer is not None and id(producer) not in anchor and (
                     _readers(child, name) < widest or _readers(parent, name) < widest):
                 anchor[id(producer)] = producer
-    gone = {id(n) for n in removed}
-    kept = [m for m in parent_matches if all(id(n) not in gone and id(n) not in anchor for n in m.nodes)]
-    kept.extend(index.anchored_matches(child, anchor.values()))
-    return kept
+    return anchor
 
 
 def _build(child: PendingGraph, match: Match) -> Graph:
@@ -144,6 +155,46 @@ def _derived_cost(coster: GraphCoster, change_costs: dict[tuple[tuple[Node, ...]
     return parent_cost - sums[0] + sums[1]
 
 
+@dataclass
+class _Swept:
+    """A graph made by applying several matches of one rule in turn, with its cost and matches."""
+
+    graph: Graph
+    cost: float
+    applied: tuple[Match, ...]
+
+
+def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIndex, coster: GraphCoster,
+           cap: int) -> _Swept | None:
+    """Apply the matches of ``wanted`` (one rule's improving matches on ``parent``) in turn, each one
+    whose nodes no earlier rewrite touched (so it is still a match, as ``derived_matches`` keeps it);
+    None when fewer than two apply. Repeated structure (BERT's layers, an RNN's steps, Inception's
+    blocks) then takes one step of the search instead of one per copy; the single-match children
+    stay, so the search can still take any one of them alone."""
+    graph, cost = parent, parent_cost
+    applied: list[Match] = []
+    touched: set[int] = set()
+    for match in wanted:
+        if any(id(n) in touched for n in match.nodes):
+            continue
+        change = plan_match(graph, match)
+        if len(graph.nodes) - len(change.removed) + len(change.added) > cap:
+            continue
+        if graph.creates_cycle(change.removed, change.added):
+            continue
+        child = graph.derive(change.removed, change.added, change.types)
+        cost = (cost - coster.cost(_NodesOf(graph, change.removed))  # type: ignore[arg-type]
+                + coster.cost(_NodesOf(child, change.added)))  # type: ignore[arg-type]
+        touched.update(id(n) for n in change.removed)
+        touched.update(_anchors(graph, child, change.removed, change.added, index.widest))
+        graph = child
+        applied.append(match)
+    if len(applied) < 2:
+        return None
+    graph.__dict__["last_change"] = _change(parent, graph)  # its matches derive from the parent's
+    return _Swept(graph, cost, tuple(applied))
+
+
 def rss_mb() -> float:
     """This process's resident set size in MB (current on Linux; the peak where /proc is missing)."""
     try:
@@ -171,17 +222,21 @@ def _fewer_collections() -> Iterator[None]:
 def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float = 1.05,
                         budget: int = 1000, time_limit: float = 60.0, max_growth: float = 2.0,
                         progress: Callable[[SearchResult], None] | None = None,
-                        memory_limit_mb: float | None = None) -> SearchResult:
+                        memory_limit_mb: float | None = None, sweep: bool = True,
+                        patience: int | None = None) -> SearchResult:
     """Search for the cheapest equivalent graph reachable by applying ``rules``. The search stops at
     ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS exceeds
-    ``memory_limit_mb``, and returns the best graph found so far."""
+    ``memory_limit_mb``, and returns the best graph found so far. With ``sweep``, each expansion also
+    makes, per rule with several improving matches, the child that applies all of them (see ``_sweep``).
+    With ``patience``, it also stops once that many expansions in a row found no better graph."""
     with _fewer_collections():
-        return _search(graph, rules, coster, alpha, budget, time_limit, max_growth, progress, memory_limit_mb)
+        return _search(graph, rules, coster, alpha, budget, time_limit, max_growth, progress, memory_limit_mb,
+                       sweep, patience)
 
 
 def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float, budget: int,
             time_limit: float, max_growth: float, progress: Callable[[SearchResult], None] | None,
-            memory_limit_mb: float | None) -> SearchResult:
+            memory_limit_mb: float | None, sweep: bool, patience: int | None) -> SearchResult:
     start = time.perf_counter()
     initial_cost = coster.cost(graph)
     result = SearchResult(graph, initial_cost, initial_cost, (), "exhausted", 0, 0, 0.0)
@@ -195,9 +250,13 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
     queue: list[tuple[float, int, _Entry]] = [(initial_cost, next(counter), root)]
     seen = {graph.hash_sum}
     change_costs: dict[tuple[tuple[Node, ...], tuple[Node, ...]], tuple[float, float]] = {}
+    improved_at = 0  # expansions done when the best graph last improved
     while queue:
         if result.explored >= budget:
             result.stop_reason = "budget"
+            break
+        if patience is not None and result.explored - improved_at >= patience:
+            result.stop_reason = "patience"
             break
         if time.perf_counter() - start > time_limit:
             result.stop_reason = "time"
@@ -207,6 +266,7 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
             break
         cost, _, entry = heapq.heappop(queue)
         result.explored += 1
+        best_before = result.best_cost
         if isinstance(entry.graph, PendingGraph):
             assert entry.applied is not None
             entry.graph = _build(entry.graph, entry.applied)
@@ -238,16 +298,37 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         # model times them in one session)
         coster.prefetch([(child, child.last_change[1]) for _, child in children
                          if child.last_change not in change_costs])
+        improving: dict[str, list[tuple[Match, float]]] = {}
         for match, child in children:
             result.generated += 1
             child_cost = _derived_cost(coster, change_costs, parent, cost, child)
+            if child_cost < cost:
+                improving.setdefault(match.rule.name, []).append((match, child_cost))
             kept: Graph | PendingGraph = child
-            if child_cost < result.best_cost:
+            if child_cost < result.best_cost * BETTER:
                 kept = _build(child, match)
                 result.graph, result.best_cost, result.steps = kept, child_cost, steps + (_step(match),)
                 result.trace.append((time.perf_counter() - start, child_cost))
             if child_cost < alpha * result.best_cost:
                 heapq.heappush(queue, (child_cost, next(counter), _Entry(kept, steps, entry, match)))
+        if sweep:
+            for found in improving.values():
+                if len(found) < 2 or time.perf_counter() - start > time_limit:
+                    continue
+                swept = _sweep(parent, cost, [m for m, _ in found], index, coster, cap)
+                if swept is None or swept.graph.hash_sum in seen:
+                    continue
+                seen.add(swept.graph.hash_sum)
+                result.generated += 1
+                sweep_steps = steps + tuple(_step(m) for m in swept.applied[:-1])
+                sweep_entry = _Entry(swept.graph, sweep_steps, entry, swept.applied[-1])
+                if swept.cost < result.best_cost * BETTER:
+                    result.graph, result.best_cost, result.steps = swept.graph, swept.cost, sweep_entry.steps
+                    result.trace.append((time.perf_counter() - start, swept.cost))
+                if swept.cost < alpha * result.best_cost:
+                    heapq.heappush(queue, (swept.cost, next(counter), sweep_entry))
+        if result.best_cost < best_before:
+            improved_at = result.explored
         if progress is not None:
             result.seconds = time.perf_counter() - start
             progress(result)

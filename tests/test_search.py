@@ -178,3 +178,13 @@ def test_patience_stops_a_search_that_no_longer_improves():
     assert result.stop_reason == "patience"
     assert "relu" not in result.graph.op_counts()  # every fold was found before it stopped
     assert result.explored <= 4
+
+
+def test_patience_waits_for_the_first_cheaper_graph():
+    """Merging two of three matmuls costs more; only the second merge and the split merge pay off. A search
+    with patience 1 still crosses that plateau: patience counts from the first cheaper graph."""
+    graph = graph_from_model(shared_input_model(3))
+    rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
+    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=300, patience=1)
+    assert result.best_cost < result.initial_cost
+    assert result.graph.op_counts()["matmul"] == 1

@@ -36,8 +36,9 @@ def main() -> None:
 @click.option("--alpha", type=float, default=1.05, show_default=True,
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
 @click.option("--budget", type=int, default=300, show_default=True, help="Most graphs the search expands.")
-@click.option("--patience", type=click.IntRange(min=0), default=50, show_default=True,
-              help="Stop the search after this many expansions in a row found no cheaper graph (0: never).")
+@click.option("--patience", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Once a cheaper graph is found, stop the search after this many expansions in a row find no "
+              "cheaper one (0: never).")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit in seconds.")
 @click.option("--memory-limit", type=click.FloatRange(min=1), default=None, metavar="MB",
               help="Stop the search (keeping the best graph so far) once the process uses this much memory.")

@@ -42,7 +42,7 @@ class OptimizeOptions:
     rules_path: str | None = None
     alpha: float = 1.05
     budget: int = 300
-    patience: int | None = 50  # stop after this many expansions without a better graph (None: never)
+    patience: int | None = 20  # once improved, stop after this many expansions without a better graph
     time_limit: float = 60.0
     memory_limit: float | None = None  # MB of process RSS above which the search stops expanding
     provider: str = "cpu"

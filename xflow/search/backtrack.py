@@ -228,7 +228,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS exceeds
     ``memory_limit_mb``, and returns the best graph found so far. With ``sweep``, each expansion also
     makes, per rule with several improving matches, the child that applies all of them (see ``_sweep``).
-    With ``patience``, it also stops once that many expansions in a row found no better graph."""
+    With ``patience``, it also stops once that many expansions in a row after a cheaper graph was found
+    found no better one."""
     with _fewer_collections():
         return _search(graph, rules, coster, alpha, budget, time_limit, max_growth, progress, memory_limit_mb,
                        sweep, patience)
@@ -250,12 +251,14 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
     queue: list[tuple[float, int, _Entry]] = [(initial_cost, next(counter), root)]
     seen = {graph.hash_sum}
     change_costs: dict[tuple[tuple[Node, ...], tuple[Node, ...]], tuple[float, float]] = {}
-    improved_at = 0  # expansions done when the best graph last improved
+    improved_at: int | None = None  # expansions done when the best graph last improved
     while queue:
         if result.explored >= budget:
             result.stop_reason = "budget"
             break
-        if patience is not None and result.explored - improved_at >= patience:
+        # Before the first cheaper graph, crossing a plateau of costlier rewrites is the only way to one
+        # (NasRNN's merges measured not cheaper one at a time in some runs): patience starts after it.
+        if patience is not None and improved_at is not None and result.explored - improved_at >= patience:
             result.stop_reason = "patience"
             break
         if time.perf_counter() - start > time_limit:

@@ -315,7 +315,11 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
             if child_cost < alpha * result.best_cost:
                 heapq.heappush(queue, (child_cost, next(counter), _Entry(kept, steps, entry, match)))
         if sweep:
-            for found in improving.values():
+            # Only the rule of the cheapest single child is swept: sweeping every rule made the search
+            # greedy for the rule with the most copies (NasRNN's 64 gate merges, 8.86 ms by its own
+            # measured costs) over the one each step prefers (batching across time: 7.01 ms).
+            best_rule = min(improving, key=lambda r: min(c for _, c in improving[r]), default=None)
+            for found in ([improving[best_rule]] if best_rule is not None else []):
                 if len(found) < 2 or time.perf_counter() - start > time_limit:
                     continue
                 swept = _sweep(parent, cost, [m for m, _ in found], index, coster, cap)

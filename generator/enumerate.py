@@ -134,16 +134,10 @@ class IntEvaluator:
                        for _, _, _, shape in INPUTS]
 
 
-_SHAPE_TEXT: dict[tuple[int, ...], bytes] = {}
-
-
 def tensor_fp(array: np.ndarray) -> int:
     """A 64-bit fingerprint of one integer tensor (shape and values)."""
-    shape = array.shape
-    text = _SHAPE_TEXT.get(shape)
-    if text is None:
-        text = _SHAPE_TEXT[shape] = repr(shape).encode()
-    h = hashlib.blake2b(text + np.ascontiguousarray(array).tobytes(), digest_size=8)
+    a = np.ascontiguousarray(array)
+    h = hashlib.blake2b(repr(a.shape).encode() + a.tobytes(), digest_size=8)
     return int.from_bytes(h.digest(), "little")
 
 

@@ -157,7 +157,7 @@ def _derived_cost(coster: GraphCoster, change_costs: dict[tuple[tuple[Node, ...]
 
 @dataclass
 class _Swept:
-    """A graph made by applying several matches of one rule in turn, with its cost and matches."""
+    """A graph made by applying several matches of one rule in turn, with its cost."""
 
     graph: Graph
     cost: float
@@ -183,8 +183,7 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
         if graph.creates_cycle(change.removed, change.added):
             continue
         child = graph.derive(change.removed, change.added, change.types)
-        cost = (cost - coster.cost(_NodesOf(graph, change.removed))  # type: ignore[arg-type]
-                + coster.cost(_NodesOf(child, change.added)))  # type: ignore[arg-type]
+        cost = coster.derived_cost(graph, cost, child)
         touched.update(id(n) for n in change.removed)
         touched.update(_anchors(graph, child, change.removed, change.added, index.widest))
         graph = child
@@ -227,7 +226,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     """Search for the cheapest equivalent graph reachable by applying ``rules``. The search stops at
     ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS exceeds
     ``memory_limit_mb``, and returns the best graph found so far. With ``sweep``, each expansion also
-    makes, per rule with several improving matches, the child that applies all of them (see ``_sweep``).
+    makes, when the rule of its cheapest child has several improving matches, the child that applies all
+    of them (see ``_sweep``).
     With ``patience``, it also stops once that many expansions in a row after a cheaper graph was found
     found no better one."""
     with _fewer_collections():
@@ -314,26 +314,24 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
                 result.trace.append((time.perf_counter() - start, child_cost))
             if child_cost < alpha * result.best_cost:
                 heapq.heappush(queue, (child_cost, next(counter), _Entry(kept, steps, entry, match)))
-        if sweep:
-            # Only the rule of the cheapest single child is swept: sweeping every rule made the search
-            # greedy for the rule with the most copies (NasRNN's 64 gate merges, 8.86 ms by its own
-            # measured costs) over the one each step prefers (batching across time: 7.01 ms).
-            best_rule = min(improving, key=lambda r: min(c for _, c in improving[r]), default=None)
-            for found in ([improving[best_rule]] if best_rule is not None else []):
-                if len(found) < 2 or time.perf_counter() - start > time_limit:
-                    continue
-                swept = _sweep(parent, cost, [m for m, _ in found], index, coster, cap)
-                if swept is None or swept.graph.hash_sum in seen:
-                    continue
-                seen.add(swept.graph.hash_sum)
-                result.generated += 1
-                sweep_steps = steps + tuple(_step(m) for m in swept.applied[:-1])
-                sweep_entry = _Entry(swept.graph, sweep_steps, entry, swept.applied[-1])
-                if swept.cost < result.best_cost * BETTER:
-                    result.graph, result.best_cost, result.steps = swept.graph, swept.cost, sweep_entry.steps
-                    result.trace.append((time.perf_counter() - start, swept.cost))
-                if swept.cost < alpha * result.best_cost:
-                    heapq.heappush(queue, (swept.cost, next(counter), sweep_entry))
+        # Only the rule of the cheapest single child is swept: sweeping every rule made the search greedy
+        # for the rule with the most copies (NasRNN's 64 gate merges, 8.86 ms by its own measured costs)
+        # over the one each step prefers (batching across time: 7.01 ms).
+        best_rule = min(improving, key=lambda r: min(c for _, c in improving[r]), default=None)
+        swept = None
+        if sweep and best_rule is not None and len(improving[best_rule]) >= 2 \
+                and time.perf_counter() - start <= time_limit:
+            swept = _sweep(parent, cost, [m for m, _ in improving[best_rule]], index, coster, cap)
+        if swept is not None and swept.graph.hash_sum not in seen:
+            seen.add(swept.graph.hash_sum)
+            result.generated += 1
+            sweep_steps = steps + tuple(_step(m) for m in swept.applied[:-1])
+            sweep_entry = _Entry(swept.graph, sweep_steps, entry, swept.applied[-1])
+            if swept.cost < result.best_cost * BETTER:
+                result.graph, result.best_cost, result.steps = swept.graph, swept.cost, sweep_entry.steps
+                result.trace.append((time.perf_counter() - start, swept.cost))
+            if swept.cost < alpha * result.best_cost:
+                heapq.heappush(queue, (swept.cost, next(counter), sweep_entry))
         if result.best_cost < best_before:
             improved_at = result.explored
         if progress is not None:

@@ -39,3 +39,13 @@ def test_bench_says_when_onnxsim_is_missing(tmp_path, monkeypatch):
     (row,) = run_bench(["squeezenet"], settings, say=lambda _m: None)
     assert "onnxsim" not in row.speedup
     assert "onnxsim not installed (pip install 'xflow[bench]')" in format_table([row], settings, "xflow bench")
+
+
+def test_a_model_xflow_leaves_unchanged_is_one_x_not_timed_against_itself(tmp_path):
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE]}))  # squeezenet has no MatMul
+    settings = BenchSettings(rules_path=str(rules), small=True, budget=2, seconds_per_model=0.1, min_runs=3)
+    (row,) = run_bench(["squeezenet"], settings, say=lambda _m: None)
+    assert row.decision.startswith("copied")
+    assert row.speedup["xflow"] == 1.0 and row.latency_ms["xflow"] == row.latency_ms["original"]
+    assert any("1.000x by construction" in n for n in row.notes)

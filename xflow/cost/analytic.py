@@ -3,7 +3,7 @@ Deterministic and instant; used by tests and ``--cost analytic``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from xflow.cost.base import is_folded, value_bytes
@@ -19,6 +19,7 @@ class AnalyticCost:
     bytes_per_second: float = 10e9
     overhead_seconds: float = 3e-6
     name: str = "analytic"
+    fuses: bool = False  # cost groups as fused: an epilogue adds its arithmetic, not a pass over memory
 
     def node_cost(self, graph: Graph, node: Node) -> float:
         """Estimated seconds for one node."""
@@ -39,3 +40,16 @@ class AnalyticCost:
     def node_costs(self, graph: Graph, nodes: Iterable[Node]) -> list[float]:
         """Estimated seconds per node."""
         return [self.node_cost(graph, n) for n in nodes]
+
+    def group_costs(self, items: Sequence[tuple[Graph, tuple[Node, ...]]]) -> list[float]:
+        """Estimated seconds per (graph, group): the head's cost plus each epilogue's arithmetic."""
+        return [self.node_cost(graph, group[0]) + sum(self._flops(graph, n) for n in group[1:]) / self.flops_per_second
+                for graph, group in items]
+
+    @staticmethod
+    def _flops(graph: Graph, node: Node) -> int:
+        if node.is_opaque:
+            return sum(value_bytes(graph.types.get(o)) // 4 for o in node.outputs if o)
+        in_shapes = [graph.types[i].static_shape for i in node.inputs if i]
+        out_shapes = [graph.types[o].static_shape for o in node.outputs if o]
+        return OPS[node.op].count_flops(in_shapes, out_shapes, node.attrs)

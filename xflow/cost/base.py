@@ -1,12 +1,16 @@
-"""The cost-model interface: a graph's cost is the sum of its nodes' costs."""
+"""The cost-model interface: a graph's cost is the sum of its nodes' costs, or, for a model that
+``fuses``, of its groups' costs (a head and the epilogues ORT fuses into it, see ``fusion``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from xflow.cost.fusion import chain, groups, head_of, is_folded, neighbourhood
 from xflow.ir import Graph, Node, TensorType
-from xflow.ops import OPS
+
+__all__ = ["CostModel", "GraphCoster", "changed_values", "group_key", "is_folded", "node_key", "value_bytes"]
 
 
 def node_key(graph: Graph, node: Node) -> tuple:
@@ -16,13 +20,6 @@ def node_key(graph: Graph, node: Node) -> tuple:
     outs = tuple(graph.types.get(o) if o else None for o in node.outputs)
     consts = tuple(bool(i) and graph.is_constant_value(i) for i in node.inputs)
     return (node.signature(), ins, outs, consts)
-
-
-def is_folded(graph: Graph, node: Node) -> bool:
-    """True for op-table nodes that ``fold_constants`` turns into initializers: they cost nothing."""
-    if node.is_opaque:
-        return False
-    return OPS[node.op].weights_only or all(graph.is_constant_value(i) for i in node.inputs if i)
 
 
 class CostModel(Protocol):
@@ -35,11 +32,30 @@ class CostModel(Protocol):
         ...
 
 
+def group_key(graph: Graph, nodes: Sequence[Node], key_of: Callable[[Graph, Node], tuple]) -> tuple:
+    """What a group's cost depends on: its nodes' keys and at which input each epilogue reads the
+    value before it. A group of one has its node's key (so cached node costs stay valid)."""
+    if len(nodes) == 1:
+        return key_of(graph, nodes[0])
+    links = tuple(n.inputs.index(next(o for o in prev.outputs if o)) for prev, n in itertools.pairwise(nodes))
+    return ("fused", tuple(key_of(graph, n) for n in nodes), links)
+
+
+def changed_values(removed: Iterable[Node], added: Iterable[Node]) -> set[str]:
+    """Every value a change's removed or added nodes read or write."""
+    return {v for n in (*removed, *added) for v in (*n.inputs, *n.outputs, *n.implicit) if v}
+
+
 class GraphCoster:
-    """Sums node costs with a memo by node key, so derived graphs only cost their new nodes."""
+    """Sums node (or group) costs with a memo by key, so derived graphs only cost their new nodes
+    (and, with fusion, the groups around them)."""
 
     def __init__(self, model: CostModel) -> None:
         self.model = model
+        self.fusion = bool(getattr(model, "fuses", False))
+        # a group's cost by its nodes (a key is the same in every graph, see below; Nodes hash by
+        # identity, where a key tuple of types and attributes is hashed anew on every lookup)
+        self.by_nodes: dict[tuple[Node, ...], float] = {}
         self.memo: dict[tuple, float] = {}
         self.keys: dict[Node, tuple] = {}  # a node's key is the same in every graph it is in (names identify values)
         self.lookups = 0
@@ -47,15 +63,38 @@ class GraphCoster:
 
     def cost(self, graph: Graph) -> float:
         """Total cost of the graph."""
+        if self.fusion:
+            return sum(self._group_costs(graph, [chain(graph, n) for n in graph.nodes
+                                                 if head_of(graph, n) is None]))
         return sum(self._costs(graph, graph.nodes))
 
     def derived_cost(self, parent: Graph, parent_cost: float, child: Graph) -> float:
-        """Cost of a graph made by ``Graph.derive`` from ``parent``: only changed nodes are costed."""
+        """Cost of a graph made by ``Graph.derive`` from ``parent``: only changed nodes are costed
+        (with fusion: the groups of the changed nodes and of their neighbours, in both graphs)."""
         change = child.__dict__.get("last_change")
         if change is None:
             return self.cost(child)
         removed, added = change
+        if self.fusion:
+            before, after = self._change_groups(parent, child)
+            return parent_cost - sum(self._group_costs(parent, before)) + sum(self._group_costs(child, after))
         return parent_cost - sum(self._costs(parent, removed)) + sum(self._costs(child, added))
+
+    @staticmethod
+    def _change_groups(parent: Graph, child: Graph) -> tuple[list[tuple[Node, ...]], list[tuple[Node, ...]]]:
+        """The groups a change can have unmade (in ``parent``) and made (in ``child``): those of the
+        changed nodes and of every unchanged node near the change in either graph (kept on the child)."""
+        found = child.__dict__.get("_change_groups")
+        if found is None:
+            removed, added = child.__dict__["last_change"]
+            values = changed_values(removed, added)
+            changed = {id(n) for n in (*removed, *added)}
+            near: dict[int, Node] = {}
+            for graph in (parent, child):
+                near.update((id(n), n) for n in neighbourhood(graph, (), values) if id(n) not in changed)
+            found = child.__dict__["_change_groups"] = (groups(parent, [*removed, *near.values()]),
+                                                        groups(child, [*added, *near.values()]))
+        return found
 
     def _key(self, graph: Graph, node: Node) -> tuple:
         key = self.keys.get(node)
@@ -64,7 +103,22 @@ class GraphCoster:
         return key
 
     def prefetch(self, changes: Sequence[tuple[Graph, Sequence[Node]]]) -> None:
-        """Cost the new nodes of many derived graphs at once (one measuring batch for all of them)."""
+        """Cost the new nodes of many derived graphs at once (one measuring batch for all of them);
+        with fusion, the groups their changes made."""
+        if self.fusion:
+            wanted: dict[tuple, tuple[Graph, tuple[Node, ...]]] = {}
+            for graph, _ in changes:
+                parent = getattr(graph, "parent", None)  # a PendingGraph knows it; others are costed later
+                if parent is None:
+                    continue
+                for group in self._change_groups(parent, graph)[1]:
+                    k = self._group_key(graph, group)
+                    if k not in self.memo:
+                        wanted.setdefault(k, (graph, group))
+            if wanted:
+                self.memo.update(zip(wanted, self.model.group_costs(list(wanted.values())),  # type: ignore[attr-defined]
+                                     strict=True))
+            return
         missing: dict[tuple, tuple[Graph, Node]] = {}
         for graph, nodes in changes:
             for n in nodes:
@@ -79,6 +133,28 @@ class GraphCoster:
         else:
             costs = [self.model.node_costs(g, [n])[0] for g, n in missing.values()]
         self.memo.update(zip(missing, costs, strict=True))
+
+    def _group_key(self, graph: Graph, group: tuple[Node, ...]) -> tuple:
+        return group_key(graph, group, self._key)
+
+    def _group_costs(self, graph: Graph, found: Sequence[tuple[Node, ...]]) -> list[float]:
+        by_nodes = self.by_nodes
+        self.lookups += len(found)
+        todo = [g for g in found if g not in by_nodes]
+        if todo:
+            keys = [self._group_key(graph, g) for g in todo]
+            missing: dict[tuple, tuple[Graph, tuple[Node, ...]]] = {}
+            for k, g in zip(keys, todo, strict=True):
+                if k not in self.memo:
+                    missing.setdefault(k, (graph, g))
+            if missing:
+                self.memo.update(zip(missing, self.model.group_costs(list(missing.values())),  # type: ignore[attr-defined]
+                                     strict=True))
+            by_nodes.update((g, self.memo[k]) for g, k in zip(todo, keys, strict=True))
+            self.hits += len(found) - len(missing)
+        else:
+            self.hits += len(found)
+        return [by_nodes[g] for g in found]
 
     def _costs(self, graph: Graph, nodes: Sequence[Node]) -> list[float]:
         keys = [self._key(graph, n) for n in nodes]
@@ -99,3 +175,4 @@ def value_bytes(t: TensorType | None) -> int:
     if t is None or not t.is_static:
         return 0
     return t.size * t.np_dtype.itemsize
+

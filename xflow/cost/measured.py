@@ -1,11 +1,12 @@
 """Node costs measured with ONNX Runtime, many nodes per session, cached in SQLite.
 
-Every node not yet in the cache becomes a one-node subgraph with inputs of its own (constant inputs
-as initializers, as the real model has them); up to a few hundred such subgraphs form one model,
-which runs a few times in one ORT session with profiling on (same provider, threads and session
-options as the final run). Each node's cost is the median over the timed runs of the summed kernel
-times ORT reports for its subgraph. Op-table nodes are written with the op table's encoder, opaque
-nodes from their original proto.
+Every group not yet in the cache (a node, or a head with the epilogues ORT fuses into it: see
+``fusion``) becomes a subgraph with inputs of its own (constant inputs as initializers, as the real
+model has them); up to a few hundred such subgraphs form one model, which runs a few times in one ORT
+session with profiling on (same provider, threads and session options as the final run). Each group's
+cost is the median over the timed runs of the summed kernel times ORT reports for its subgraph, so a
+fused Conv+BatchNormalization+Relu costs what the fused kernel takes. Op-table nodes are written with
+the op table's encoder, opaque nodes from their original proto.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import onnx
 from onnx import numpy_helper
 
 from xflow.cost.analytic import AnalyticCost
-from xflow.cost.base import is_folded, node_key
+from xflow.cost.base import group_key, is_folded, node_key
 from xflow.cost.cache import CostCache
 from xflow.ir import Graph, Node
 from xflow.ops import OPS
@@ -121,25 +122,32 @@ class MeasuredCost:
         self.env = f"{provider}|{device_name(provider)}|ort {ort.__version__}|{self.threads} threads"
 
     # ---- the CostModel interface --------------------------------------------------------------------
+    fuses = True  # groups (a head and the epilogues ORT fuses into it) are measured as one subgraph
+
     def node_costs(self, graph: Graph, nodes: Iterable[Node]) -> list[float]:
-        """Seconds per node of ``graph``: from the cache, else measured (all unknown ones in one go)."""
-        return self.costs_of([(graph, n) for n in nodes])
+        """Seconds per node of ``graph``, each alone: from the cache, else measured (in one go)."""
+        return self.group_costs([(graph, (n,)) for n in nodes])
 
     def costs_of(self, items: Sequence[tuple[Graph, Node]]) -> list[float]:
         """Seconds per (graph, node) pair; the nodes may come from different graphs (one batch)."""
+        return self.group_costs([(graph, (node,)) for graph, node in items])
+
+    def group_costs(self, items: Sequence[tuple[Graph, tuple[Node, ...]]]) -> list[float]:
+        """Seconds per (graph, group): each group (one node, or a head and its fused epilogues) runs
+        as one subgraph; from the cache, else measured, all unknown ones in one batch."""
         costs: list[float | None] = [None] * len(items)
         keyed: dict[str, list[int]] = {}
-        first: dict[str, tuple[Graph, Node]] = {}
-        for idx, (graph, node) in enumerate(items):
-            if is_folded(graph, node):
+        first: dict[str, tuple[Graph, tuple[Node, ...]]] = {}
+        for idx, (graph, group) in enumerate(items):
+            if len(group) == 1 and is_folded(graph, group[0]):
                 costs[idx] = 0.0
-            elif not self._measurable(graph, node):
-                self.stats.fallback += 1
-                costs[idx] = self.fallback.node_cost(graph, node)
+            elif not all(self._measurable(graph, n) for n in group):
+                self.stats.fallback += len(group)
+                costs[idx] = sum(self.fallback.node_cost(graph, n) for n in group)
             else:
-                key = self.cache_key(graph, node)
+                key = self.cache_key(graph, group)
                 keyed.setdefault(key, []).append(idx)
-                first.setdefault(key, (graph, node))
+                first.setdefault(key, (graph, group))
         known: dict[str, float] = {}
         if keyed and self.cache is not None:
             before = (self.cache.hits, self.cache.misses)
@@ -153,17 +161,21 @@ class MeasuredCost:
             measured = self._measure_all(todo)
             known.update(measured)
             if self.cache is not None:
-                self.cache.put_many({k: (measured[k], node.onnx_type, self.env, self._detail(graph, node))
-                                     for k, graph, node in todo if k in measured})
+                self.cache.put_many({k: (measured[k], "+".join(n.onnx_type for n in group), self.env,
+                                         " -> ".join(self._detail(graph, n) for n in group))
+                                     for k, graph, group in todo if k in measured})
         for key, positions in keyed.items():
             for idx in positions:
-                costs[idx] = known[key] if key in known else self.fallback.node_cost(*items[idx])
+                graph, group = items[idx]
+                costs[idx] = known[key] if key in known else sum(self.fallback.node_cost(graph, n) for n in group)
         return [float(c) for c in costs]  # type: ignore[arg-type]
 
     # ---- keys --------------------------------------------------------------------------------------
-    def cache_key(self, graph: Graph, node: Node) -> str:
-        """A stable key: environment (provider, device, ORT version, threads) + the node's cost key."""
-        text = repr((self.env, node_key(graph, node)))
+    def cache_key(self, graph: Graph, group: Node | tuple[Node, ...]) -> str:
+        """A stable key: environment (provider, device, ORT version, threads) + the node's (or the
+        group's) cost key."""
+        nodes = (group,) if isinstance(group, Node) else group
+        text = repr((self.env, group_key(graph, nodes, node_key)))
         return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
 
     @staticmethod
@@ -185,15 +197,15 @@ class MeasuredCost:
             if t is None or not t.is_static:
                 return False
             if (not np.issubdtype(t.np_dtype, np.floating) and not graph.is_constant_value(name)
-                    and name in graph.producers):
+                    and graph.producer_of(name) is not None):
                 return False
         return all(not o or (graph.types.get(o) is not None and graph.types[o].is_static) for o in node.outputs)
 
     # ---- measuring ---------------------------------------------------------------------------------
-    def _measure_all(self, todo: list[tuple[str, Graph, Node]]) -> dict[str, float]:
+    def _measure_all(self, todo: list[tuple[str, Graph, tuple[Node, ...]]]) -> dict[str, float]:
         started = time.perf_counter()
         results: dict[str, float] = {}
-        chunk: list[tuple[str, Graph, Node]] = []
+        chunk: list[tuple[str, Graph, tuple[Node, ...]]] = []
         size = 0
         for item in todo:
             nbytes = _input_bytes(item[1], item[2])
@@ -207,7 +219,7 @@ class MeasuredCost:
         self.stats.seconds += time.perf_counter() - started
         return results
 
-    def _measure_batch(self, chunk: list[tuple[str, Graph, Node]]) -> dict[str, float]:
+    def _measure_batch(self, chunk: list[tuple[str, Graph, tuple[Node, ...]]]) -> dict[str, float]:
         """Measure a batch in one session; if ORT refuses it, halve it until the culprit is alone."""
         try:
             batch = self._build(chunk)
@@ -221,8 +233,9 @@ class MeasuredCost:
         self.stats.measured += len(chunk)
         return {key: times.get(idx, 0.0) for idx, (key, _, _) in enumerate(chunk)}
 
-    def _build(self, chunk: list[tuple[str, Graph, Node]]) -> _Batch:
-        """One model holding each node as an independent subgraph named ``xf<idx>...``."""
+    def _build(self, chunk: list[tuple[str, Graph, tuple[Node, ...]]]) -> _Batch:
+        """One model holding each group as an independent subgraph named ``xf<idx>...``; a group's
+        inner values are not outputs of the model, so ORT can fuse its nodes as in the real model."""
         template = chunk[0][1].context.template if chunk[0][1].context is not None else None
         opset = chunk[0][1].context.opset if chunk[0][1].context is not None else 17
         nodes: list[onnx.NodeProto] = []
@@ -231,10 +244,12 @@ class MeasuredCost:
         constants: dict[str, np.ndarray] = {}
         feeds: dict[str, np.ndarray] = {}
         nbytes = 0
-        for idx, (_, graph, node) in enumerate(chunk):
+        for idx, (_, graph, group) in enumerate(chunk):
+            made = {o for n in group for o in n.outputs if o}
+            read = {i for n in group for i in n.inputs if i}
             rename: dict[str, str] = {}
-            for name in node.inputs:
-                if not name or name in rename:
+            for name in (i for n in group for i in n.inputs):
+                if not name or name in rename or name in made:
                     continue
                 new = rename[name] = f"xf{idx}v_in{len(rename)}"
                 t = graph.types[name]
@@ -246,26 +261,35 @@ class MeasuredCost:
                     feeds[new] = self._random(t.np_dtype, t.static_shape)
                     inputs.append(onnx.helper.make_tensor_value_info(new, t.dtype, t.static_shape))
                 nbytes += t.size * t.np_dtype.itemsize
-            new_outputs = tuple(f"xf{idx}o{k}" if o else "" for k, o in enumerate(node.outputs))
-            new_inputs = tuple(rename.get(i, "") for i in node.inputs)
-            if node.is_opaque:
-                proto = onnx.NodeProto()
-                proto.CopyFrom(node.origin.proto)  # type: ignore[union-attr]
-                del proto.input[:]
-                proto.input.extend(new_inputs)
-                del proto.output[:]
-                proto.output.extend(new_outputs)
-                protos = [proto]
-            else:
-                renamed = dataclasses.replace(node, inputs=new_inputs, outputs=new_outputs, name=f"xf{idx}n")
-                protos = OPS[node.op].encode(renamed, _BatchEncoder(opset, f"xf{idx}", constants))
+            encoder = _BatchEncoder(opset, f"xf{idx}", constants)
+            protos: list[onnx.NodeProto] = []
+            for member, node in enumerate(group):
+                new_outputs = []
+                for k, o in enumerate(node.outputs):
+                    if not o:
+                        new_outputs.append("")
+                    elif o in read:  # inner value of the group
+                        new_outputs.append(rename.setdefault(o, f"xf{idx}v_m{member}_{k}"))
+                    else:
+                        new_outputs.append(rename.setdefault(o, f"xf{idx}o{len(outputs)}"))
+                        t = graph.types[o]
+                        outputs.append(onnx.helper.make_tensor_value_info(rename[o], t.dtype, t.static_shape))
+                new_inputs = tuple(rename.get(i, "") for i in node.inputs)
+                if node.is_opaque:
+                    proto = onnx.NodeProto()
+                    proto.CopyFrom(node.origin.proto)  # type: ignore[union-attr]
+                    del proto.input[:]
+                    proto.input.extend(new_inputs)
+                    del proto.output[:]
+                    proto.output.extend(new_outputs)
+                    protos.append(proto)
+                else:
+                    renamed = dataclasses.replace(node, inputs=new_inputs, outputs=tuple(new_outputs),
+                                                  name=f"xf{idx}n")
+                    protos.extend(OPS[node.op].encode(renamed, encoder))
             for j, proto in enumerate(protos):
                 proto.name = f"xf{idx}n{j}"
             nodes.extend(protos)
-            for new, old in zip(new_outputs, node.outputs, strict=True):
-                if new:
-                    t = graph.types[old]
-                    outputs.append(onnx.helper.make_tensor_value_info(new, t.dtype, t.static_shape))
         body = onnx.helper.make_graph(nodes, "xflow_cost_batch", inputs, outputs,
                                       [numpy_helper.from_array(np.asarray(a), n) for n, a in constants.items()])
         if template is not None:
@@ -303,9 +327,9 @@ class MeasuredCost:
         return _median_kernel_times(events, self.warmup, count)
 
 
-def _input_bytes(graph: Graph, node: Node) -> int:
+def _input_bytes(graph: Graph, group: tuple[Node, ...]) -> int:
     total = 0
-    for name in node.inputs:
+    for name in (i for n in group for i in n.inputs):
         t = graph.types.get(name) if name else None
         if t is not None and t.is_static:
             total += t.size * t.np_dtype.itemsize

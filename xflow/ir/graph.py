@@ -64,14 +64,7 @@ class Graph:
     @cached_property
     def users(self) -> dict[str, list[tuple[Node, int]]]:
         """Value name -> (node, input index) pairs that read it, in node order."""
-        table: dict[str, list[tuple[Node, int]]] = {}
-        for n in self.nodes:
-            for i, name in enumerate(n.inputs):
-                if name:
-                    table.setdefault(name, []).append((n, i))
-            for name in n.implicit:
-                table.setdefault(name, []).append((n, -1))
-        return table
+        return _users_table(self.nodes)
 
     @cached_property
     def by_op(self) -> dict[str, list[Node]]:
@@ -107,6 +100,14 @@ class Graph:
     def type_of(self, name: str) -> TensorType | None:
         """The type of a value, or None when unknown."""
         return self.types.get(name)
+
+    def producer_of(self, name: str) -> Node | None:
+        """The node that produces ``name``, None for inputs and constants."""
+        return self.producers.get(name)
+
+    def users_of(self, name: str) -> list[tuple[Node, int]]:
+        """(node, input index) pairs that read ``name``."""
+        return self.users.get(name, [])
 
     # ---- derived graphs ---------------------------------------------------------------------
     def with_nodes(self, nodes: Iterable[Node], types: Mapping[str, TensorType] | None = None,
@@ -399,10 +400,41 @@ class PendingGraph:
         """The type of a value, or None when unknown."""
         return self.types.get(name)
 
+    @property
+    def output_set(self) -> frozenset[str]:
+        """Graph outputs as a set (the parent's)."""
+        return self.parent.output_set
+
+    def producer_of(self, name: str) -> Node | None:
+        """As ``Graph.producer_of`` on the built graph, without building it."""
+        return self._producer(name)
+
+    @cached_property
+    def _added_users(self) -> dict[str, list[tuple[Node, int]]]:
+        return _users_table(self.last_change[1])
+
+    def users_of(self, name: str) -> list[tuple[Node, int]]:
+        """As ``Graph.users_of`` on the built graph (not in node order), without building it."""
+        gone = self._gone
+        kept = [(n, i) for n, i in self.parent.users.get(name, ()) if id(n) not in gone]
+        return kept + self._added_users.get(name, [])
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("parent", "_built", "last_change", "change_types", "hash_sum"):
             raise AttributeError(name)
         return getattr(self.build(), name)
+
+
+def _users_table(nodes: Iterable[Node]) -> dict[str, list[tuple[Node, int]]]:
+    """Value name -> (node, input index) pairs of ``nodes`` that read it (-1 for a subgraph capture)."""
+    table: dict[str, list[tuple[Node, int]]] = {}
+    for n in nodes:
+        for i, name in enumerate(n.inputs):
+            if name:
+                table.setdefault(name, []).append((n, i))
+        for name in n.implicit:
+            table.setdefault(name, []).append((n, -1))
+    return table
 
 
 def _constant_value(name: str, memo: dict[str, bool], constants: Mapping[str, Constant],

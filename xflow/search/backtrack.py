@@ -145,7 +145,10 @@ def _derived_cost(coster: GraphCoster, change_costs: dict[tuple[tuple[Node, ...]
                   parent: Graph, parent_cost: float, child: PendingGraph) -> float:
     """``coster.derived_cost(parent, parent_cost, child)``, the same float, with the sums of the removed
     and the added nodes' costs kept per change: a match kept from graph to graph mostly makes the
-    same change (the same Node objects, so the same costs) in each."""
+    same change (the same Node objects, so the same costs) in each. With fusion a change's cost also
+    depends on the groups around it, which differ from graph to graph: no memo then."""
+    if coster.fusion:
+        return coster.derived_cost(parent, parent_cost, child)  # type: ignore[arg-type]
     change = child.last_change
     sums = change_costs.get(change)
     if sums is None:
@@ -191,6 +194,7 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
     if len(applied) < 2:
         return None
     graph.__dict__["last_change"] = _change(parent, graph)  # its matches derive from the parent's
+    graph.__dict__.pop("_change_groups", None)  # the coster's groups were for the last step's change
     return _Swept(graph, cost, tuple(applied))
 
 

@@ -138,7 +138,8 @@ def _print_summary(report: Any) -> None:
         click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms (model unchanged)")
     elif report.latency_before_ms is not None:
         click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
-                   f"({report.speedup:.3f}x, median of {report.timed_runs} interleaved runs)")
+                   f"({report.speedup:.3f}x, median of {report.timed_runs} interleaved runs; faster in "
+                   f"{report.faster_rounds} of them, sign test p = {report.sign_test_p:.2g})")
     click.echo(f"  wrote {report.output}: {report.decision}")
 
 

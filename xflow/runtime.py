@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -69,35 +70,67 @@ def random_feeds(session, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] |
 
 @dataclass(frozen=True)
 class ABResult:
-    """Interleaved A/B latency: medians in seconds, and how many timed runs each."""
+    """Interleaved A/B latency: medians in seconds, how many timed runs each, and in how many of the
+    rounds (one run of each, back to back) B was the faster."""
 
     a_median: float
     b_median: float
     runs: int
+    b_wins: int = 0
 
     @property
     def speedup(self) -> float:
         """a / b: above 1 means b is faster."""
         return self.a_median / self.b_median if self.b_median > 0 else float("inf")
 
+    @property
+    def p_value(self) -> float:
+        """One-sided sign test: the chance of B winning at least ``b_wins`` of ``runs`` rounds if it were
+        no faster than A. Rounds compare runs made back to back, so the VM's drift cancels out."""
+        return sign_test(self.b_wins, self.runs)
+
+    def b_is_faster(self, level: float = 0.05) -> bool:
+        """B measured faster: a lower median, and more rounds won than chance gives at ``level``."""
+        return self.b_median < self.a_median and self.p_value < level
+
+
+def sign_test(wins: int, rounds: int) -> float:
+    """P(X >= wins) for X ~ Binomial(rounds, 1/2)."""
+    if rounds == 0:
+        return 1.0
+    return sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2 ** rounds
+
 
 def measure_ab(session_a, session_b, feeds: Mapping[str, np.ndarray], min_runs: int = 10,  # noqa: ANN001
-               max_runs: int = 200, target_seconds: float = 3.0, warmup: int = 3) -> ABResult:
-    """Median latencies of two sessions over interleaved runs (A, B, A, B, ...) after warm-up."""
+               max_runs: int = 200, target_seconds: float = 3.0, warmup: int = 3,
+               undecided_seconds: float = 9.0) -> ABResult:
+    """Median latencies of two sessions over interleaved rounds (A then B, B then A, ...) after warm-up.
+    At least ``min_runs`` rounds and about ``target_seconds``; while B's median is lower but the sign
+    test does not yet say B is faster, rounds go on up to ``undecided_seconds`` in all."""
     for _ in range(warmup):
         session_a.run(None, dict(feeds))
         session_b.run(None, dict(feeds))
     times_a: list[float] = []
     times_b: list[float] = []
+
+    def result() -> ABResult:
+        wins = sum(1 for a, b in zip(times_a, times_b, strict=True) if b < a)
+        return ABResult(statistics.median(times_a), statistics.median(times_b), len(times_a), wins)
+
     start = time.perf_counter()
-    while len(times_a) < max_runs and (len(times_a) < min_runs or time.perf_counter() - start < target_seconds):
+    while len(times_a) < max_runs:
+        elapsed = time.perf_counter() - start
+        if len(times_a) >= min_runs and elapsed >= target_seconds:
+            current = result()
+            if elapsed >= undecided_seconds or current.b_is_faster() or current.b_median >= current.a_median:
+                break
         first, second, t_first, t_second = ((session_a, session_b, times_a, times_b) if len(times_a) % 2 == 0
                                             else (session_b, session_a, times_b, times_a))
         for sess, times in ((first, t_first), (second, t_second)):
             t0 = time.perf_counter()
             sess.run(None, dict(feeds))
             times.append(time.perf_counter() - t0)
-    return ABResult(statistics.median(times_a), statistics.median(times_b), len(times_a))
+    return result()
 
 
 def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, warmup: int = 3) -> float:  # noqa: ANN001

@@ -1,0 +1,45 @@
+"""The end-to-end A/B timing that decides whether ``xflow optimize`` writes its model: interleaved
+rounds, and "faster" only when most rounds say so (a one-sided sign test), not one lucky median."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from xflow.runtime import ABResult, make_session, measure_ab, random_feeds, sign_test
+
+
+def test_sign_test_is_the_binomial_tail():
+    assert sign_test(10, 10) == pytest.approx(1 / 1024)
+    assert sign_test(9, 10) == pytest.approx(11 / 1024)
+    assert sign_test(0, 10) == 1.0
+    assert sign_test(0, 0) == 1.0
+
+
+def test_a_lower_median_alone_is_not_faster():
+    assert ABResult(1.0, 0.9, runs=10, b_wins=10).b_is_faster()
+    assert not ABResult(1.0, 0.9, runs=10, b_wins=6).b_is_faster()  # p = 0.38: a coin could do that
+    assert not ABResult(1.0, 1.1, runs=10, b_wins=10).b_is_faster()  # most rounds, but a higher median
+
+
+def _matmul_chain(depth: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", [f"h{k}", "W"], [f"h{k + 1}"]) for k in range(depth)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("h0", TensorProto.FLOAT, [64, 256])],
+        [helper.make_tensor_value_info(f"h{depth}", TensorProto.FLOAT, [64, 256])],
+        [numpy_helper.from_array((rng.standard_normal((256, 256)) / 16).astype(np.float32), "W")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_measure_ab_finds_the_model_with_a_tenth_of_the_work_faster_and_not_the_reverse():
+    small, large = make_session(_matmul_chain(2)), make_session(_matmul_chain(20))
+    feeds = random_feeds(small, 0)
+    faster = measure_ab(large, small, feeds, min_runs=10, target_seconds=0.1)
+    slower = measure_ab(small, large, feeds, min_runs=10, target_seconds=0.1)
+    assert faster.b_is_faster() and faster.b_wins >= 9
+    assert not slower.b_is_faster() and slower.runs >= 10

@@ -87,7 +87,7 @@ class OptimizeReport:
     speedup: float | None = None
     timed_runs: int = 0
     faster_rounds: int = 0  # interleaved rounds in which the optimized model ran faster
-    sign_test_p: float | None = None  # one-sided sign test over those rounds (kept when < 0.05)
+    sign_test_p: float | None = None  # one-sided sign test over those rounds (kept when < 0.01)
     decision: str = ""
     total_seconds: float = 0.0
     cost_db: str | None = None  # the SQLite cost cache used (measured costs only)

@@ -89,7 +89,7 @@ class ABResult:
         no faster than A. Rounds compare runs made back to back, so the VM's drift cancels out."""
         return sign_test(self.b_wins, self.runs)
 
-    def b_is_faster(self, level: float = 0.05) -> bool:
+    def b_is_faster(self, level: float = 0.01) -> bool:
         """B measured faster: a lower median, and more rounds won than chance gives at ``level``."""
         return self.b_median < self.a_median and self.p_value < level
 

@@ -159,3 +159,18 @@ def test_two_concurrent_optimize_processes_share_one_cost_db(tmp_path):
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT count(*) FROM costs").fetchone()[0] > 0
+
+
+def test_later_sessions_are_put_on_the_first_sessions_scale_by_reference_groups(tmp_path):
+    first = graph_from_model(matmuls_model([16, 64, 128, 256, 512]))
+    model = MeasuredCost(cache=CostCache(tmp_path / "c.sqlite"), **FAST)
+    costs = model.node_costs(first, first.nodes)
+    assert model.stats.session_factors == []  # the first session is the scale
+    dearest = sorted(costs, reverse=True)[: len(costs) // 2]
+    assert [c for *_, c in model.references] == dearest[: len(model.references)] and model.references
+    later = graph_from_model(matmuls_model([32, 96, 384]))
+    assert all(c > 0 for c in model.node_costs(later, later.nodes))
+    # one more session, the references timed in it too, and only the new nodes counted as measured
+    assert model.stats.sessions == 2 and model.stats.measured == 8
+    (factor,) = model.stats.session_factors
+    assert 0.25 <= factor <= 4.0

@@ -56,11 +56,13 @@ def is_folded(graph: GraphView, node: Node) -> bool:
     return OPS[node.op].weights_only or all(graph.is_constant_value(i) for i in node.inputs if i)
 
 
+_OP_TYPES = {name: entry.onnx_types[0] for name, entry in OPS.items()}
+
+
 def ort_type(node: Node) -> str:
     """The ONNX op type ORT sees for ``node`` (the first one its op-table encoding writes)."""
-    if node.is_opaque:
-        return node.onnx_type
-    return OPS[node.op].onnx_types[0]
+    found = _OP_TYPES.get(node.op)
+    return found if found is not None else node.onnx_type
 
 
 def _single_output(node: Node) -> str | None:

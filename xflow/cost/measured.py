@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -40,6 +40,8 @@ from xflow.runtime import PROVIDERS, session_options
 _EVENT = re.compile(r"^xf(\d+)[nov]")
 MAX_BATCH_NODES = 300
 MAX_BATCH_BYTES = 512 << 20  # initializer + input bytes per measuring model (protobuf stays far below 2 GB)
+REFERENCES = 6  # groups re-measured in every later session to put its costs on the first one's scale
+_REF = "ref:"
 
 
 @dataclass
@@ -53,6 +55,7 @@ class MeasureStats:
     seconds: float = 0.0
     fallback: int = 0  # nodes that cannot be measured alone (dynamic shapes, subgraphs) -> analytic
     failed: int = 0  # nodes ORT refused to run alone -> analytic
+    session_factors: list[float] = field(default_factory=list)  # each later session's speed vs the first
 
 
 def device_name(provider: str) -> str:
@@ -119,6 +122,8 @@ class MeasuredCost:
         self.rng = np.random.default_rng(seed)
         self.fallback = AnalyticCost()
         self.stats = MeasureStats()
+        # (key, graph, group, cost) of groups whose cost is known on the scale of the first session
+        self.references: list[tuple[str, Graph, tuple[Node, ...], float]] = []
         self.env = f"{provider}|{device_name(provider)}|ort {ort.__version__}|{self.threads} threads"
 
     # ---- the CostModel interface --------------------------------------------------------------------
@@ -156,6 +161,8 @@ class MeasuredCost:
             self.stats.cache_misses += self.cache.misses - before[1]
         elif keyed:
             self.stats.cache_misses += len(keyed)
+        if not self.references and known:
+            self._choose_references([(k, *first[k]) for k in known], known)
         todo = [(k, *first[k]) for k in keyed if k not in known]
         if todo:
             measured = self._measure_all(todo)
@@ -210,14 +217,42 @@ class MeasuredCost:
         for item in todo:
             nbytes = _input_bytes(item[1], item[2])
             if chunk and (len(chunk) >= MAX_BATCH_NODES or size + nbytes > MAX_BATCH_BYTES):
-                results.update(self._measure_batch(chunk))
+                results.update(self._measure_scaled(chunk))
                 chunk, size = [], 0
             chunk.append(item)
             size += nbytes
         if chunk:
-            results.update(self._measure_batch(chunk))
+            results.update(self._measure_scaled(chunk))
         self.stats.seconds += time.perf_counter() - started
         return results
+
+    def _measure_scaled(self, chunk: list[tuple[str, Graph, tuple[Node, ...]]]) -> dict[str, float]:
+        """Measure a batch with the reference groups in the same session, and scale its costs by how
+        fast the references ran against their known costs. The speed of this VM moves between sessions
+        by up to 2.5x for memory-bound kernels (a 512x4096 MatMul: 214-550 us over five sessions, the
+        order within each session unchanged), and a search compares costs measured in many sessions."""
+        if not self.references:
+            measured = self._measure_batch(chunk)
+            self._choose_references(chunk, measured)
+            return measured
+        refs = [(_REF + key, graph, group) for key, graph, group, _ in self.references]
+        measured = self._measure_batch(chunk + refs)
+        pairs = [(measured[_REF + key], cost) for key, _, _, cost in self.references
+                 if measured.get(_REF + key, 0.0) > 0]
+        factor = min(4.0, max(0.25, sum(m for m, _ in pairs) / sum(c for _, c in pairs))) if pairs else 1.0
+        self.stats.session_factors.append(factor)
+        return {k: v / factor for k, v in measured.items() if not k.startswith(_REF)}
+
+    def _choose_references(self, items: Sequence[tuple[str, Graph, tuple[Node, ...]]],
+                           costs: dict[str, float]) -> None:
+        """Up to ``REFERENCES`` of the dearest groups, spread over the upper half by cost: the kernels
+        whose speed decides a rewrite (a model's big MatMuls and Convs are memory- or compute-bound, its
+        small ops overhead-bound, and a slow session slows the former far more)."""
+        known = sorted(((costs[k], k, g, grp) for k, g, grp in items if costs.get(k, 0.0) > 0),
+                       key=lambda t: -t[0])
+        upper = known[: max(1, len(known) // 2)]
+        step = max(1, len(upper) // REFERENCES)
+        self.references = [(k, g, grp, c) for c, k, g, grp in upper[::step][:REFERENCES]]
 
     def _measure_batch(self, chunk: list[tuple[str, Graph, tuple[Node, ...]]]) -> dict[str, float]:
         """Measure a batch in one session; if ORT refuses it, halve it until the culprit is alone."""
@@ -230,7 +265,7 @@ class MeasuredCost:
                 return {}
             half = len(chunk) // 2
             return {**self._measure_batch(chunk[:half]), **self._measure_batch(chunk[half:])}
-        self.stats.measured += len(chunk)
+        self.stats.measured += sum(1 for key, _, _ in chunk if not key.startswith(_REF))
         return {key: times.get(idx, 0.0) for idx, (key, _, _) in enumerate(chunk)}
 
     def _build(self, chunk: list[tuple[str, Graph, tuple[Node, ...]]]) -> _Batch:

@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 EXTRA  := $(shell if nvidia-smi -L >/dev/null 2>&1; then echo gpu; else echo cpu; fi)
 STAMP  := $(VENV)/.installed-$(EXTRA)
 DEMO   := build/demo
-MODEL  ?= inception_v3
+MODEL  ?= nasrnn
 
 .PHONY: install demo test test-fast lint bench clean
 

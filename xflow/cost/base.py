@@ -31,6 +31,11 @@ class CostModel(Protocol):
         """Costs of these nodes of ``graph`` (batched so a measuring model can time many at once)."""
         ...
 
+    def group_costs(self, items: Sequence[tuple[Graph, tuple[Node, ...]]]) -> list[float]:
+        """Costs of (graph, group) pairs, a group being a head and its fused epilogues or one node;
+        only asked of a model whose ``fuses`` attribute is true."""
+        ...
+
 
 def group_key(graph: Graph, nodes: Sequence[Node], key_of: Callable[[Graph, Node], tuple]) -> tuple:
     """What a group's cost depends on: its nodes' keys and at which input each epilogue reads the
@@ -116,7 +121,7 @@ class GraphCoster:
                     if k not in self.memo:
                         wanted.setdefault(k, (graph, group))
             if wanted:
-                self.memo.update(zip(wanted, self.model.group_costs(list(wanted.values())),  # type: ignore[attr-defined]
+                self.memo.update(zip(wanted, self.model.group_costs(list(wanted.values())),
                                      strict=True))
             return
         missing: dict[tuple, tuple[Graph, Node]] = {}
@@ -148,7 +153,7 @@ class GraphCoster:
                 if k not in self.memo:
                     missing.setdefault(k, (graph, g))
             if missing:
-                self.memo.update(zip(missing, self.model.group_costs(list(missing.values())),  # type: ignore[attr-defined]
+                self.memo.update(zip(missing, self.model.group_costs(list(missing.values())),
                                      strict=True))
             by_nodes.update((g, self.memo[k]) for g, k in zip(todo, keys, strict=True))
             self.hits += len(found) - len(missing)

@@ -174,3 +174,24 @@ def test_later_sessions_are_put_on_the_first_sessions_scale_by_reference_groups(
     assert model.stats.sessions == 2 and model.stats.measured == 8
     (factor,) = model.stats.session_factors
     assert 0.25 <= factor <= 4.0
+
+
+def test_the_report_gives_the_range_of_session_scales(tmp_path):
+    from xflow.pipeline import OptimizeOptions, optimize_file
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", f"W{k}"], [f"y{k}"]) for k in range(2)]  # one input: a merge
+    inits = [numpy_helper.from_array(rng.standard_normal((256, 256)).astype(np.float32), f"W{k}") for k in range(2)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 256])],
+        [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [32, 256]) for k in range(2)], inits),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    options = OptimizeOptions(cost_db=str(tmp_path / "c.sqlite"), budget=5, measure=False)
+    report = optimize_file(str(src), str(tmp_path / "o.onnx"), options, say=lambda _m: None)
+    # the original's nodes in the first session, the merged MatMul and its Split in a later one
+    assert report.measure_sessions >= 2
+    low, high = report.session_scale
+    assert 0.25 <= low <= high <= 4.0

@@ -131,7 +131,9 @@ def _print_summary(report: Any) -> None:
                    f"{report.cost_after * 1e3:.3f} ms")
     if report.cost_db is not None:
         click.echo(f"  cost cache: {report.cost_db_hits} hits, {report.nodes_measured} node configurations measured "
-                   f"in {report.measure_sessions} sessions ({report.measure_seconds:.2f} s)")
+                   f"in {report.measure_sessions} sessions ({report.measure_seconds:.2f} s)"
+                   + (f"; later sessions' kernels took {report.session_scale[0]:.2f}-{report.session_scale[1]:.2f}x "
+                      "the first's time and were scaled to it" if report.session_scale else ""))
     if report.verified:
         worst = max(report.max_abs_diff.values(), default=0.0)
         click.echo(f"  outputs match the original (max abs diff {worst:.2e})")

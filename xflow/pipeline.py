@@ -97,6 +97,9 @@ class OptimizeReport:
     measure_sessions: int = 0  # ORT sessions built to measure them
     measure_seconds: float = 0.0
     nodes_not_measurable: int = 0  # costed analytically (dynamic shapes, subgraphs, refused by ORT)
+    # the time each later measuring session's reference groups took over their time in the first (>1:
+    # slower); its costs were divided by it (min and max over the run; empty with one session or none)
+    session_scale: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -207,6 +210,8 @@ def _cost_figures(report: OptimizeReport, model: CostModel) -> None:
     report.nodes_measured, report.measure_sessions = stats.measured, stats.sessions
     report.measure_seconds = stats.seconds
     report.nodes_not_measurable = stats.fallback + stats.failed
+    if stats.session_factors:
+        report.session_scale = [min(stats.session_factors), max(stats.session_factors)]
 
 
 def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,

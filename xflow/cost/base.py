@@ -96,7 +96,7 @@ class GraphCoster:
             changed = {id(n) for n in (*removed, *added)}
             near: dict[int, Node] = {}
             for graph in (parent, child):
-                near.update((id(n), n) for n in neighbourhood(graph, (), values) if id(n) not in changed)
+                near.update((id(n), n) for n in neighbourhood(graph, values) if id(n) not in changed)
             found = child.__dict__["_change_groups"] = (groups(parent, [*removed, *near.values()]),
                                                         groups(child, [*added, *near.values()]))
         return found

@@ -161,13 +161,6 @@ def _head_of(graph: GraphView, node: Node) -> Node | None:
     return None
 
 
-def group_of(graph: GraphView, node: Node) -> tuple[Node, ...] | None:
-    """The nodes costed together with ``node`` as their head: its chain; None when it is absorbed."""
-    if head_of(graph, node) is not None:
-        return None
-    return chain(graph, node)
-
-
 def groups(graph: GraphView, nodes: Iterable[Node]) -> list[tuple[Node, ...]]:
     """The groups of the graph that hold any of ``nodes``, each once, in first-seen order."""
     found: dict[int, tuple[Node, ...]] = {}
@@ -178,12 +171,12 @@ def groups(graph: GraphView, nodes: Iterable[Node]) -> list[tuple[Node, ...]]:
     return list(found.values())
 
 
-def neighbourhood(graph: GraphView, changed: Iterable[Node], values: Iterable[str]) -> list[Node]:
-    """``changed``, the producer and the reader of each of ``values`` that is produced and read once
-    (only such a value can link a chain), and the epilogues up to ``MAX_EPILOGUES`` sole-reader steps
-    after those: the nodes whose group can differ between a graph and one derived from it by a change
-    over those values (take the union over both graphs)."""
-    seen: dict[int, Node] = {id(n): n for n in changed}
+def neighbourhood(graph: GraphView, values: Iterable[str]) -> list[Node]:
+    """The producer and the reader of each of ``values`` that is produced and read once (only such a
+    value can link a chain), and the epilogues up to ``MAX_EPILOGUES`` sole-reader steps after those:
+    with the changed nodes, the nodes whose group can differ between a graph and one derived from it
+    by a change over those values (take the union over both graphs)."""
+    seen: dict[int, Node] = {}
     memo = _memo(graph)
     for v in values:
         key = ("n", v)

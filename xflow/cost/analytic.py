@@ -23,19 +23,12 @@ class AnalyticCost:
 
     def node_cost(self, graph: Graph, node: Node) -> float:
         """Estimated seconds for one node."""
+        if is_folded(graph, node):
+            return 0.0  # folded into a constant before the model runs
         in_bytes = sum(value_bytes(graph.types.get(i)) for i in node.inputs if i)
         out_bytes = sum(value_bytes(graph.types.get(o)) for o in node.outputs if o)
-        flops = 0
-        if not node.is_opaque:
-            entry = OPS[node.op]
-            in_shapes = [graph.types[i].static_shape for i in node.inputs if i]
-            out_shapes = [graph.types[o].static_shape for o in node.outputs if o]
-            flops = entry.count_flops(in_shapes, out_shapes, node.attrs)
-            if is_folded(graph, node):
-                return 0.0  # folded into a constant before the model runs
-        else:
-            flops = sum(value_bytes(graph.types.get(o)) // 4 for o in node.outputs if o)
-        return self.overhead_seconds + flops / self.flops_per_second + (in_bytes + out_bytes) / self.bytes_per_second
+        return (self.overhead_seconds + self._flops(graph, node) / self.flops_per_second
+                + (in_bytes + out_bytes) / self.bytes_per_second)
 
     def node_costs(self, graph: Graph, nodes: Iterable[Node]) -> list[float]:
         """Estimated seconds per node."""
@@ -48,6 +41,7 @@ class AnalyticCost:
 
     @staticmethod
     def _flops(graph: Graph, node: Node) -> int:
+        """The op table's FLOP count; for an opaque node, one per output element."""
         if node.is_opaque:
             return sum(value_bytes(graph.types.get(o)) // 4 for o in node.outputs if o)
         in_shapes = [graph.types[i].static_shape for i in node.inputs if i]

@@ -32,8 +32,8 @@ class CostModel(Protocol):
         ...
 
     def group_costs(self, items: Sequence[tuple[Graph, tuple[Node, ...]]]) -> list[float]:
-        """Costs of (graph, group) pairs, a group being a head and its fused epilogues or one node;
-        only asked of a model whose ``fuses`` attribute is true."""
+        """Costs of (graph, group) pairs, a group being a head and its fused epilogues or one node
+        (only groups of one for a model whose ``fuses`` attribute is false), batched like node_costs."""
         ...
 
 
@@ -89,16 +89,18 @@ class GraphCoster:
     def _change_groups(parent: Graph, child: Graph) -> tuple[list[tuple[Node, ...]], list[tuple[Node, ...]]]:
         """The groups a change can have unmade (in ``parent``) and made (in ``child``): those of the
         changed nodes and of every unchanged node near the change in either graph (kept on the child)."""
-        found = child.__dict__.get("_change_groups")
-        if found is None:
-            removed, added = child.__dict__["last_change"]
-            values = changed_values(removed, added)
-            changed = {id(n) for n in (*removed, *added)}
-            near: dict[int, Node] = {}
-            for graph in (parent, child):
-                near.update((id(n), n) for n in neighbourhood(graph, values) if id(n) not in changed)
-            found = child.__dict__["_change_groups"] = (groups(parent, [*removed, *near.values()]),
-                                                        groups(child, [*added, *near.values()]))
+        change = child.__dict__["last_change"]
+        cached = child.__dict__.get("_change_groups")
+        if cached is not None and cached[0] is change:  # a sweep gives its graph a new change
+            return cached[1]
+        removed, added = change
+        values = changed_values(removed, added)
+        changed = {id(n) for n in (*removed, *added)}
+        near: dict[int, Node] = {}
+        for graph in (parent, child):
+            near.update((id(n), n) for n in neighbourhood(graph, values) if id(n) not in changed)
+        found = (groups(parent, [*removed, *near.values()]), groups(child, [*added, *near.values()]))
+        child.__dict__["_change_groups"] = (change, found)
         return found
 
     def _key(self, graph: Graph, node: Node) -> tuple:
@@ -110,34 +112,19 @@ class GraphCoster:
     def prefetch(self, changes: Sequence[tuple[Graph, Sequence[Node]]]) -> None:
         """Cost the new nodes of many derived graphs at once (one measuring batch for all of them);
         with fusion, the groups their changes made."""
-        if self.fusion:
-            wanted: dict[tuple, tuple[Graph, tuple[Node, ...]]] = {}
-            for graph, _ in changes:
-                parent = getattr(graph, "parent", None)  # a PendingGraph knows it; others are costed later
-                if parent is None:
-                    continue
-                for group in self._change_groups(parent, graph)[1]:
-                    k = self._group_key(graph, group)
-                    if k not in self.memo:
-                        wanted.setdefault(k, (graph, group))
-            if wanted:
-                self.memo.update(zip(wanted, self.model.group_costs(list(wanted.values())),
-                                     strict=True))
-            return
-        missing: dict[tuple, tuple[Graph, Node]] = {}
+        wanted: dict[tuple, tuple[Graph, tuple[Node, ...]]] = {}
         for graph, nodes in changes:
-            for n in nodes:
-                k = self._key(graph, n)
+            if self.fusion:
+                parent = getattr(graph, "parent", None)  # a PendingGraph knows it; others are costed later
+                found = self._change_groups(parent, graph)[1] if parent is not None else []
+            else:
+                found = [(n,) for n in nodes]
+            for group in found:
+                k = self._group_key(graph, group)
                 if k not in self.memo:
-                    missing.setdefault(k, (graph, n))
-        if not missing:
-            return
-        costs_of = getattr(self.model, "costs_of", None)
-        if costs_of is not None:
-            costs = costs_of(list(missing.values()))
-        else:
-            costs = [self.model.node_costs(g, [n])[0] for g, n in missing.values()]
-        self.memo.update(zip(missing, costs, strict=True))
+                    wanted.setdefault(k, (graph, group))
+        if wanted:
+            self.memo.update(zip(wanted, self.model.group_costs(list(wanted.values())), strict=True))
 
     def _group_key(self, graph: Graph, group: tuple[Node, ...]) -> tuple:
         return group_key(graph, group, self._key)

@@ -133,10 +133,6 @@ class MeasuredCost:
         """Seconds per node of ``graph``, each alone: from the cache, else measured (in one go)."""
         return self.group_costs([(graph, (n,)) for n in nodes])
 
-    def costs_of(self, items: Sequence[tuple[Graph, Node]]) -> list[float]:
-        """Seconds per (graph, node) pair; the nodes may come from different graphs (one batch)."""
-        return self.group_costs([(graph, (node,)) for graph, node in items])
-
     def group_costs(self, items: Sequence[tuple[Graph, tuple[Node, ...]]]) -> list[float]:
         """Seconds per (graph, group): each group (one node, or a head and its fused epilogues) runs
         as one subgraph; from the cache, else measured, all unknown ones in one batch."""
@@ -148,7 +144,7 @@ class MeasuredCost:
                 costs[idx] = 0.0
             elif not all(self._measurable(graph, n) for n in group):
                 self.stats.fallback += len(group)
-                costs[idx] = sum(self.fallback.node_cost(graph, n) for n in group)
+                costs[idx] = self._estimate(graph, group)
             else:
                 key = self.cache_key(graph, group)
                 keyed.setdefault(key, []).append(idx)
@@ -173,9 +169,12 @@ class MeasuredCost:
                                      for k, graph, group in todo if k in measured})
         for key, positions in keyed.items():
             for idx in positions:
-                graph, group = items[idx]
-                costs[idx] = known[key] if key in known else sum(self.fallback.node_cost(graph, n) for n in group)
+                costs[idx] = known[key] if key in known else self._estimate(*items[idx])
         return [float(c) for c in costs]  # type: ignore[arg-type]
+
+    def _estimate(self, graph: Graph, group: tuple[Node, ...]) -> float:
+        """The analytic cost of a group that cannot be measured (or that ORT refused)."""
+        return sum(self.fallback.node_cost(graph, n) for n in group)
 
     # ---- keys --------------------------------------------------------------------------------------
     def cache_key(self, graph: Graph, group: Node | tuple[Node, ...]) -> str:

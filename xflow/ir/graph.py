@@ -223,13 +223,7 @@ class Graph:
             producers.update((o, n) for n in added for o in n.outputs if o)
             graph.__dict__["producers"] = producers
         if "users" in mine:
-            reads: dict[str, list[tuple[Node, int]]] = {}
-            for n in added:
-                for k, name in enumerate(n.inputs):
-                    if name:
-                        reads.setdefault(name, []).append((n, k))
-                for name in n.implicit:
-                    reads.setdefault(name, []).append((n, -1))
+            reads = _users_table(added)
             touched = {i for n in removed for i in (*n.inputs, *n.implicit) if i} | reads.keys()
             position = graph.position
             users = dict(self.users)

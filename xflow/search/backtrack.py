@@ -194,7 +194,6 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
     if len(applied) < 2:
         return None
     graph.__dict__["last_change"] = _change(parent, graph)  # its matches derive from the parent's
-    graph.__dict__.pop("_change_groups", None)  # the coster's groups were for the last step's change
     return _Swept(graph, cost, tuple(applied))
 
 

@@ -16,6 +16,7 @@ nothing but the current path is kept.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -186,12 +187,38 @@ FAMILY_PREV = _family_prev()
 WEIGHT_INPUT = tuple(kind == "const" for _, _, kind, _ in INPUTS)
 
 
+@dataclass
+class Level:
+    """What every op's operand tuples at one walk level share: the tensors per shape (ascending) and, for the
+    last op, the components each tensor touches as a bit mask (``full``: all of them)."""
+
+    by_shape: dict[tuple[int, ...], list[int]]
+    masks: list[int]
+    full: int
+
+    @staticmethod
+    def of(shapes: list[tuple[int, ...]], components: list[set[int]] | None) -> Level:
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for t, shape in enumerate(shapes):
+            by_shape.setdefault(shape, []).append(t)
+        if components is None:
+            return Level(by_shape, [], 0)
+        masks = [0] * len(shapes)
+        for i, members in enumerate(components):
+            for t in members:
+                masks[t] |= 1 << i
+        return Level(by_shape, masks, (1 << len(components)) - 1)
+
+
 def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int], bool] | None = None,
-                     stats: dict[str, int] | None = None) -> Iterator[Visit]:
+                     stats: dict[str, int] | None = None,
+                     keep_last: Callable[[int], bool] | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
 
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
-    the no-op graphs come only from the walk that takes application 0."""
+    the no-op graphs come only from the walk that takes application 0. With ``keep_last``, a graph of
+    ``max_ops`` ops is yielded only when ``keep_last(its fingerprint)``; the others are counted in
+    ``stats["not_kept"]`` without being built (the 4-op run keeps only what a smaller graph computes)."""
     ev = IntEvaluator(seed)
     n_in = len(INPUTS)
     shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
@@ -233,7 +260,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             found = applies[key] = any(cached(app, in_shapes) is not None for app in BY_OP[op])
         return found
 
-    def operand_tuples(op: str, components: list[set[int]] | None) -> Iterator[tuple[int, ...]]:
+    def operand_tuples(op: str, components: list[set[int]] | None, level: Level) -> Iterator[tuple[int, ...]]:
         # TASO's typing of operands: conv and pools read activations and conv kernels are weights (images and
         # kernels are the rank-4 inputs); ewadd/ewmul take equal shapes (no broadcasting); smul scales a tensor
         # by the scalar. Everything else is left to the op table's shape rule. With ``components`` (the last
@@ -251,11 +278,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 if not (op in ("avgpool", "maxpool") and weight[a]) and some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
+        by_shape = level.by_shape
         if op in ("add", "mul"):
             firsts = range(n)
-            seconds = {a: [b for b in range(n) if shapes[b] == shapes[a]] for a in firsts}
+            seconds = {a: by_shape[shapes[a]] for a in firsts}
         elif op == "smul":
-            scalars = [t for t in range(n) if shapes[t] == ()]
+            scalars = by_shape.get((), [])
             firsts = [t for t in range(n) if shapes[t] != ()]
             seconds = dict.fromkeys(firsts, scalars)
         elif op == "conv":
@@ -265,8 +293,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         else:
             firsts = range(n)
             per_shape: dict[tuple[int, ...], list[int]] = {}
-            for shape in dict.fromkeys(shapes):
-                per_shape[shape] = [b for b in range(n) if some_entry_applies(op, (shape, shapes[b]))]
+            for shape in by_shape:
+                accepted = [by_shape[other] for other in by_shape if some_entry_applies(op, (shape, other))]
+                per_shape[shape] = accepted[0] if len(accepted) == 1 else sorted(itertools.chain(*accepted))
             seconds = {a: per_shape[shapes[a]] for a in firsts}
         if components is None:
             for a in firsts:
@@ -274,8 +303,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                     yield (a, b)
             return
         # the components a tensor touches as a bit mask: a tuple qualifies when its masks cover them all
-        full = (1 << len(components)) - 1
-        mask = [sum(1 << i for i, c in enumerate(components) if t in c) for t in range(n)]
+        full, mask = level.full, level.masks
         for a in firsts:
             need = full & ~mask[a]
             if not need:
@@ -317,13 +345,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
-    def level_tuples(op: str, components: list[set[int]] | None) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
+    def level_tuples(op: str, components: list[set[int]] | None,
+                     level: Level) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
         """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
         entry: (operands, whether they read the previous op's outputs, operand shapes, all weights)."""
         entry = OPS[op]
         prev_first = producers[-1] if graph else len(shapes)
         out = []
-        for operands in operand_tuples(op, components):
+        for operands in operand_tuples(op, components, level):
             if entry.commutative and operands[0] > operands[1]:
                 continue
             all_weights = all(weight[t] for t in operands)
@@ -342,11 +371,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}  # per op, not per menu entry
         last_key = op_keys[-1] if graph else None
         last = depth == max_ops - 1
+        filtering = last and keep_last is not None
+        open_outputs = [t for t in range(n_in, len(shapes)) if consumers[t] == 0] if filtering else []
+        level = Level.of(shapes, components)
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
             if app.op not in tuples:
-                tuples[app.op] = level_tuples(app.op, components)
+                tuples[app.op] = level_tuples(app.op, components, level)
             # an op independent of the previous one must come after it in (menu key, operands) order
             before = last_key is not None and app.key < last_key[0]
             same = last_key is not None and app.key == last_key[0]
@@ -377,6 +409,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 if outs is None:
                     outs = [None] * len(new_fps)
                 st["applications"] = st.get("applications", 0) + 1
+                if filtering and not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands] + new_fps)):
+                    st["not_kept"] = st.get("not_kept", 0) + 1
+                    continue
                 existing = set(fps)
                 duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
                 # apply
@@ -434,3 +469,4 @@ def _input_sets(fps: list[int]) -> Iterator[Visit]:
             out_fps = tuple(fps[t] for t in combo)
             yield Visit((), graph_fp(list(out_fps)), combo, out_fps, frozenset(combo),
                         b"".join(op_code(INPUT_SET, (t,)) for t in combo))
+

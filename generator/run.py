@@ -26,6 +26,8 @@ Progress = Callable[[str, int, float], None]
 #: From this many ops on, each graph pairs with its bucket's smallest graph only (see ``candidate_pairs``):
 #: all pairs grow quadratically with the bucket (531k raw pairs at 3 ops).
 STAR_FROM = 3
+#: From this many ops on, the run pairs the widest graphs with smaller ones only (``_generate_wide``).
+WIDE_FROM = 4
 
 
 @dataclass
@@ -50,6 +52,18 @@ def _walk(args: tuple[int, int, int, int]) -> tuple[int, tuple[np.ndarray, np.nd
     return count, pack(kept)
 
 
+def _walk_kept(args: tuple[int, int, int, int, np.ndarray]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """One part of the widest walk: (graphs walked, rows of the ``max_ops``-op graphs whose fingerprint is
+    one of ``kept``)."""
+    max_ops, seed, parts, index, kept = args
+    wanted = set(kept.tolist())
+    stats: dict[str, int] = {}
+    rows = [v for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
+                                        keep_last=wanted.__contains__)
+            if len(v.graph) == max_ops and v.inputs_used]
+    return stats.get("graphs", 0) + stats.get("not_kept", 0), pack(rows)
+
+
 def _collect(max_ops: int, seed: int, jobs: int, pool: Any) -> Buckets:
     buckets = Buckets(seed)
     if pool is None:
@@ -67,11 +81,13 @@ def _chunks(items: list[Any], parts: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _pair_and_check(args: tuple[int, bool, BucketArrays]) -> tuple[int, int, list[tuple[tuple[str, str], Pair]]]:
+def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[int, int, list[tuple[tuple[str, str], Pair]]]:
     """Pair the graphs of some buckets and re-check the pairs on floats: (raw candidate pairs, pairs of
-    distinct graphs, (input-renaming key, pair) of each pair that passes, in fingerprint order)."""
-    seed, star, arrays = args
+    distinct graphs, (input-renaming key, pair) of each pair that passes, in fingerprint order). Only pairs
+    whose larger side has at least ``min_ops`` ops are kept (the others are a smaller run's)."""
+    seed, star, arrays, min_ops = args
     raw, pairs = bucket_pairs(arrays, star=star)
+    pairs = [p for p in pairs if len(p.a.graph) >= min_ops]
     checker = FloatChecker(seed)
     return raw, len(pairs), [(renaming_key(p), p) for p in pairs if checker.check(p)]
 
@@ -98,7 +114,8 @@ def _map(pool: Any, fn: Callable[[Any], Any], work: list[Any]) -> list[Any]:
 
 
 def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None) -> GenerationResult:
-    """Run the whole generator; the same ``seed`` and ``max_ops`` give the same rule list."""
+    """Run the whole generator; the same ``seed`` and ``max_ops`` give the same rule list. From
+    ``WIDE_FROM`` ops on, only the pairs with a side of ``max_ops`` ops are made (see ``_generate_wide``)."""
     table: list[tuple[str, int, float]] = []
 
     def step(name: str, count: int, start: float) -> float:
@@ -112,6 +129,8 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
 
     pool = multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else None
     try:
+        if max_ops >= WIDE_FROM:
+            return _generate_wide(max_ops, seed, jobs, pool, step, table, progress)
         return _generate(max_ops, seed, jobs, pool, step, table)
     finally:
         if pool is not None:
@@ -122,22 +141,66 @@ def _generate(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str
               table: list[tuple[str, int, float]]) -> GenerationResult:
     t = time.perf_counter()
     buckets = _collect(max_ops, seed, jobs, pool)
-    t = step("graphs enumerated", buckets.graphs, t)
-    star = max_ops >= STAR_FROM
-    parts = max(1, jobs * 8)
+    step("graphs enumerated", buckets.graphs, t)
     colliding = buckets.colliding_arrays()
     del buckets
+    return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=0)
+
+
+def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str, int, float], float],
+                   table: list[tuple[str, int, float]], progress: Progress | None) -> GenerationResult:
+    """The run of ``max_ops`` >= 4 ops, with memory bounded by pruning while enumerating.
+
+    The graphs of up to ``max_ops - 1`` ops are enumerated first (the smaller run, all kept); then the walk
+    of ``max_ops`` ops keeps only the graphs whose fingerprint one of those has, without building the rest
+    (97-98% of them at 4 ops). So every kept pair has a side of ``max_ops`` ops and a smaller side: a bucket of
+    widest graphs alone is left out. Such pairs trade ``max_ops`` ops for as many (a rewrite that does not
+    shrink or grow the graph); the ones that matter (merges whose target needs a fourth op, such as a kernel
+    enlarged before two convs merge) have a smaller side."""
+    t = time.perf_counter()
+    smaller = _collect(max_ops - 1, seed, jobs, pool)
+    t = step(f"graphs of <= {max_ops - 1} ops enumerated", smaller.graphs, t)
+    small_fps, small_codes, small_outs = smaller.arrays()
+    del smaller
+    kept = np.unique(small_fps)
+    parts = [(max_ops, seed, jobs * 8, i, kept) for i in range(jobs * 8)]
+    walked, found = 0, Buckets(seed)
+    work = pool.imap_unordered(_walk_kept, parts) if pool is not None else map(_walk_kept, parts)
+    for done, (count, arrays) in enumerate(work, 1):
+        walked += count
+        found.add_arrays(arrays, 0)
+        if progress is not None:
+            progress(f"walking {max_ops} ops: part {done}/{len(parts)}", walked, time.perf_counter() - t)
+    wide = found.arrays()
+    t = step(f"graphs of {max_ops} ops walked (with smaller ones)", walked, t)
+    step("  kept: a smaller graph has the fingerprint", len(wide[0]), t)
+    partners = np.isin(small_fps, wide[0])
+    rows = Buckets(seed)
+    rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
+    rows.add_arrays(wide, 0)
+    del small_fps, small_codes, small_outs, wide, found
+    return _rules_of_buckets(rows.colliding_arrays(), max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
+
+
+def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: int, pool: Any,
+                      step: Callable[[str, int, float], float], table: list[tuple[str, int, float]],
+                      min_ops: int) -> GenerationResult:
+    """Pair, re-check, prune and emit the rules of the colliding rows (see ``_pair_and_check``)."""
+    t = time.perf_counter()
+    star = max_ops >= STAR_FROM
+    parts = max(1, jobs * 8)
     # pairing and the float re-check run together in the workers, part by part (a part never cuts a bucket)
     raw = distinct = checked = 0
     by_key: dict[tuple[str, str], Pair] = {}
     for part_raw, part_pairs, part_checked in _map(pool, _pair_and_check,
-                                                   [(seed, star, a) for a in colliding.parts(parts)]):
+                                                   [(seed, star, a, min_ops) for a in colliding.parts(parts)]):
         raw, distinct, checked = raw + part_raw, distinct + part_pairs, checked + len(part_checked)
         for k, p in part_checked:
             by_key.setdefault(k, p)
     del colliding
     t = step("candidates (equal fingerprint)", raw, t)
-    step("after trivial (same graph)" + (", star" if star else ""), distinct, t)
+    step("after trivial (same graph)" + (", star" if star else "")
+         + (f", {min_ops} ops on one side" if min_ops else ""), distinct, t)
     step("after float re-check", checked, t)
     pairs = [by_key[k] for k in sorted(by_key)]
     t = step("after input renaming", len(pairs), t)

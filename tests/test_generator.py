@@ -124,3 +124,46 @@ def test_jobs_give_the_same_rules():
     two = generate(max_ops=1, seed=3, jobs=2)
     assert two.rules == one.rules
     assert [c for _, c, _ in two.table] == [c for _, c, _ in one.table]
+
+
+def test_keep_last_yields_exactly_the_kept_widest_graphs():
+    """The 4-op run's pruning: widest graphs whose fingerprint is not kept are counted, never built."""
+    def walk(**kw):
+        return list(enumerate_graphs(3, seed=0, first_ops=lambda k: k == 39, **kw))  # transpose first
+
+    plain = [v for v in walk() if len(v.graph) == 3]
+    kept_fps = {v.fingerprint for v in plain[::3]}
+    stats: dict[str, int] = {}
+    filtered = [v for v in walk(stats=stats, keep_last=kept_fps.__contains__) if len(v.graph) == 3]
+    assert sorted(v.code for v in filtered) == sorted(v.code for v in plain if v.fingerprint in kept_fps)
+    assert 0 < len(filtered) < len(plain)
+    assert stats["not_kept"] == len(plain) - len(filtered)
+
+
+@pytest.fixture(scope="module")
+def wide_two():
+    import generator.run as run
+
+    saved = run.WIDE_FROM
+    run.WIDE_FROM = 2
+    try:
+        return generate(max_ops=2, seed=0)
+    finally:
+        run.WIDE_FROM = saved
+
+
+def test_wide_run_pairs_the_widest_graphs_with_smaller_ones(wide_two, two):
+    """The run used from 4 ops on, tried at 2: only pairs with a 2-op side and a smaller graph in the bucket,
+    each a rule the full run also finds (up to which rule represents a generalized key)."""
+    steps = [s for s, _, _ in wide_two.table]
+    assert steps[:3] == ["graphs of <= 1 ops enumerated", "graphs of 2 ops walked (with smaller ones)",
+                         "  kept: a smaller graph has the fingerprint"]
+    walked, kept = (c for _, c, _ in wide_two.table[1:3])
+    full_graphs = two["result"].table[0][1]
+    assert full_graphs - 200 < walked <= full_graphs and 0 < kept < walked // 10  # less the input sets
+    docs = {r["doc"] for r in wide_two.rules}
+    # concat(split(x1)) -> x1: a 2-op graph and a graph of no op
+    assert "concat[axis=0](split[axis=0,split=(2, 2)](x1)#0,split[axis=0,split=(2, 2)](x1)#1) -> x1" in docs
+    full_fps = {r["provenance"]["fingerprint"] for r in two["result"].rules}
+    assert {r["provenance"]["fingerprint"] for r in wide_two.rules} <= full_fps
+    assert len(wide_two.rules) < len(two["result"].rules)

@@ -123,6 +123,27 @@ def test_generate_rules_cli_writes_only_proved_rules(tmp_path):
     assert again.exit_code == 0, again.output
 
 
+def test_generate_rules_cli_verifies_saved_candidates(tmp_path):
+    """A long run's candidates are saved once and verified again (or further) without generating."""
+    saved, first, second = tmp_path / "cands.json", tmp_path / "a.json", tmp_path / "b.json"
+    run = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--jobs", "1", "--save-candidates",
+                                    str(saved), "--out", str(first)])
+    assert run.exit_code == 0, run.output
+    again = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--jobs", "1", "--candidates", str(saved),
+                                      "--out", str(second)])
+    assert again.exit_code == 0, again.output
+    assert "candidates read from cands.json" in again.output
+    assert [r["name"] for r in json.loads(second.read_text())["rules"]] == \
+        [r["name"] for r in json.loads(first.read_text())["rules"]]
+    wrong = CliRunner().invoke(main, ["generate-rules", "--max-ops", "2", "--candidates", str(saved),
+                                      "--out", str(tmp_path / "c.json")])
+    assert wrong.exit_code != 0 and "pass --max-ops 1" in wrong.output and not (tmp_path / "c.json").exists()
+    (tmp_path / "bad.json").write_text("{not json")
+    bad = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--candidates", str(tmp_path / "bad.json"),
+                                    "--out", str(tmp_path / "d.json")])
+    assert bad.exit_code != 0 and "bad.json" in bad.output and not (tmp_path / "d.json").exists()
+
+
 def test_generate_rules_cli_refuses_unwritable_output(tmp_path):
     result = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--out", str(tmp_path / "no" / "r.json")])
     assert result.exit_code == 2

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
@@ -11,6 +13,9 @@ from verifier.axioms import AXIOMS, Axiom, axiom_formulas
 from verifier.encode import Unsupported, encode_rule
 from verifier.numeric import NumericResult, numeric_check
 from xflow.rules.model import Rule
+
+#: How long past its deadline a proof may run before the watchdog interrupts z3.
+WATCHDOG_GRACE_S = 1.0
 
 __all__ = ["ProofResult", "VerifyResult", "NumericResult", "numeric_check", "prove_rule", "verify_rule"]
 
@@ -80,6 +85,18 @@ def prove_rule(rule: Rule, timeout_ms: int = 10000, axioms: tuple[Axiom, ...] = 
     # the instantiations), so in a shared context whether a rule is proved within the timeout would depend on
     # which rules were proved before it.
     ctx = z3.Context()
+    # z3 overruns its own timeout in some quantifier searches (minutes on a 2 s budget at 4 ops): a watchdog
+    # interrupts the context past the deadline, so the check returns "unknown" instead of hanging.
+    watchdog = threading.Timer(timeout_ms / 1000 + WATCHDOG_GRACE_S, ctx.interrupt)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        return _prove_goals(enc, ctx, axioms, start, timeout_ms)
+    finally:
+        watchdog.cancel()
+
+
+def _prove_goals(enc: Any, ctx: Any, axioms: tuple[Axiom, ...], start: float, timeout_ms: int) -> ProofResult:
     formulas = [f.translate(ctx) for f in _formulas(axioms)]
     hypotheses = [h.translate(ctx) for h in enc.hypotheses]
     deadline = start + timeout_ms / 1000

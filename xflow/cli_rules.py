@@ -40,10 +40,16 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
               help="Also write rules that batch unconnected elementwise ops (relu(a) ; relu(b) -> "
                    "split(relu(concat(a, b)))); left out by default: they match every pair of such ops and "
                    "flood the search, and concat + split only add copies on a CPU.")
+@click.option("--save-candidates", "save_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the generated (unverified) candidates here, so that a long run's verification can be "
+                   "redone or extended with --candidates.")
+@click.option("--candidates", "candidates_path", type=click.Path(dir_okay=False), default=None,
+              help="Verify the candidates of this file (written by --save-candidates) instead of generating.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
 def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s: float, trials: int,
-                   limit: int | None, keep_independent_batching: bool, quiet: bool) -> None:
+                   limit: int | None, keep_independent_batching: bool, save_path: str | None,
+                   candidates_path: str | None, quiet: bool) -> None:
     """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
 
     Only proved rules are written. Prints the pruning and proof table at the end.
@@ -57,11 +63,20 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     from xflow.rules.io import dump_rules
 
     check_writable(out_path)
+    if save_path is not None:
+        check_writable(save_path)
     started = time.perf_counter()
     show = _progress_line(not quiet and sys.stderr.isatty())
-    result = generate(max_ops, seed, jobs, progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"))
-    table = list(result.table)
-    candidates = result.rules  # one per shape-generic key (``generate`` dedupes while it emits)
+    if candidates_path is not None:
+        candidates = _load_candidates(candidates_path, max_ops)
+        table = [(f"candidates read from {os.path.basename(candidates_path)}", len(candidates), 0.0)]
+    else:
+        result = generate(max_ops, seed, jobs,
+                          progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"))
+        table = list(result.table)
+        candidates = result.rules  # one per shape-generic key (``generate`` dedupes while it emits)
+    if save_path is not None:
+        _save_candidates(save_path, candidates, max_ops, seed)
     if limit is not None and limit < len(candidates):
         # what can fire on the zoo first (in a lifted form too), then the generator's own priority
         t = time.perf_counter()
@@ -120,6 +135,30 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
         click.echo(format_table(table))
         click.echo(f"wrote {out_path}: {len(shipped)} proved rules in {time.perf_counter() - started:.1f} s "
                    f"(z3 {z3_total:.1f} s in all)")
+
+
+def _save_candidates(path: str, candidates: list[dict[str, Any]], max_ops: int, seed: int) -> None:
+    import json
+
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"format": "xflow.candidates/1", "max_ops": max_ops, "seed": seed, "candidates": candidates}, f)
+    os.replace(tmp, path)
+
+
+def _load_candidates(path: str, max_ops: int) -> list[dict[str, Any]]:
+    import json
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise XflowError(path, f"cannot read candidates ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != "xflow.candidates/1":
+        raise XflowError(path, "not a candidate file written by --save-candidates")
+    if data.get("max_ops") != max_ops:
+        raise XflowError(path, f"candidates of {data.get('max_ops')} ops; pass --max-ops {data.get('max_ops')}")
+    return list(data["candidates"])
 
 
 @click.group("rules")

@@ -167,3 +167,22 @@ def test_wide_run_pairs_the_widest_graphs_with_smaller_ones(wide_two, two):
     full_fps = {r["provenance"]["fingerprint"] for r in two["result"].rules}
     assert {r["provenance"]["fingerprint"] for r in wide_two.rules} <= full_fps
     assert len(wide_two.rules) < len(two["result"].rules)
+
+
+def test_common_subgraph_of_any_shape_prunes_a_smaller_identity_in_context():
+    """split(concat(a, b)) == a ; b around two unchanged convs (outputs 1x4x3x3, not an input shape) is the
+    2-op identity in a context: pruned, as the 4-op run showed it must be (it matched every pair of convs)."""
+    from generator.enumerate import APPLICATIONS, resolve
+    from generator.fingerprint import Pair
+    from generator.prune import CommonSubgraph
+
+    app = next(a for a in APPLICATIONS if a.op == "conv" and a.params == {
+        "strides": (2, 2), "padding": "valid", "act": "none", "group": "1"})
+    conv = resolve("conv", app.params, ((1, 4, 7, 7), (4, 4, 3, 3)))
+    cat = resolve("concat", {"axis": 1}, ((1, 4, 3, 3), (1, 4, 3, 3)))
+    split = resolve("split", {"axis": 1}, ((1, 8, 3, 3),))
+    convs = (("conv", conv, (IDX["i1"], IDX["k33"])), ("conv", conv, (IDX["i2"], IDX["k33b"])))
+    plain = _entry(convs)
+    around = _entry((*convs, ("concat", cat, (N, N + 1)), ("split", split, (N + 2,))))
+    assert match_outputs(around, plain) is not None
+    assert CommonSubgraph(0).reason(Pair(around, plain, 0)) == "common"

@@ -190,9 +190,11 @@ WEIGHT_INPUT = tuple(kind == "const" for _, _, kind, _ in INPUTS)
 @dataclass
 class Level:
     """What every op's operand tuples at one walk level share: the tensors per shape (ascending) and, for the
-    last op, the components each tensor touches as a bit mask (``full``: all of them)."""
+    last op, the connected components of the graph (``None`` before) with the ones each tensor touches as a
+    bit mask (``full``: all of them)."""
 
     by_shape: dict[tuple[int, ...], list[int]]
+    components: list[set[int]] | None
     masks: list[int]
     full: int
 
@@ -202,12 +204,12 @@ class Level:
         for t, shape in enumerate(shapes):
             by_shape.setdefault(shape, []).append(t)
         if components is None:
-            return Level(by_shape, [], 0)
+            return Level(by_shape, None, [], 0)
         masks = [0] * len(shapes)
         for i, members in enumerate(components):
             for t in members:
                 masks[t] |= 1 << i
-        return Level(by_shape, masks, (1 << len(components)) - 1)
+        return Level(by_shape, components, masks, (1 << len(components)) - 1)
 
 
 def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int], bool] | None = None,
@@ -260,11 +262,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             found = applies[key] = any(cached(app, in_shapes) is not None for app in BY_OP[op])
         return found
 
-    def operand_tuples(op: str, components: list[set[int]] | None, level: Level) -> Iterator[tuple[int, ...]]:
+    def operand_tuples(op: str, level: Level) -> Iterator[tuple[int, ...]]:
         # TASO's typing of operands: conv and pools read activations and conv kernels are weights (images and
         # kernels are the rank-4 inputs); ewadd/ewmul take equal shapes (no broadcasting); smul scales a tensor
         # by the scalar. Everything else is left to the op table's shape rule. With ``components`` (the last
         # op), only tuples touching every component.
+        components = level.components
         k = arity(op)
         n = len(shapes)
         if k == 0:
@@ -345,14 +348,13 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
-    def level_tuples(op: str, components: list[set[int]] | None,
-                     level: Level) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
+    def level_tuples(op: str, level: Level) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
         """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
         entry: (operands, whether they read the previous op's outputs, operand shapes, all weights)."""
         entry = OPS[op]
         prev_first = producers[-1] if graph else len(shapes)
         out = []
-        for operands in operand_tuples(op, components, level):
+        for operands in operand_tuples(op, level):
             if entry.commutative and operands[0] > operands[1]:
                 continue
             all_weights = all(weight[t] for t in operands)
@@ -378,7 +380,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
             if app.op not in tuples:
-                tuples[app.op] = level_tuples(app.op, components, level)
+                tuples[app.op] = level_tuples(app.op, level)
             # an op independent of the previous one must come after it in (menu key, operands) order
             before = last_key is not None and app.key < last_key[0]
             same = last_key is not None and app.key == last_key[0]
@@ -469,4 +471,3 @@ def _input_sets(fps: list[int]) -> Iterator[Visit]:
             out_fps = tuple(fps[t] for t in combo)
             yield Visit((), graph_fp(list(out_fps)), combo, out_fps, frozenset(combo),
                         b"".join(op_code(INPUT_SET, (t,)) for t in combo))
-

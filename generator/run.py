@@ -164,21 +164,19 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable
     del smaller
     kept = np.unique(small_fps)
     parts = [(max_ops, seed, jobs * 8, i, kept) for i in range(jobs * 8)]
-    walked, found = 0, Buckets(seed)
+    walked, rows, wide_fps = 0, Buckets(seed), []
     work = pool.imap_unordered(_walk_kept, parts) if pool is not None else map(_walk_kept, parts)
     for done, (count, arrays) in enumerate(work, 1):
         walked += count
-        found.add_arrays(arrays, 0)
+        rows.add_arrays(arrays, 0)
+        wide_fps.append(arrays[0])
         if progress is not None:
             progress(f"walking {max_ops} ops: part {done}/{len(parts)}", walked, time.perf_counter() - t)
-    wide = found.arrays()
     t = step(f"graphs of {max_ops} ops walked (with smaller ones)", walked, t)
-    step("  kept: a smaller graph has the fingerprint", len(wide[0]), t)
-    partners = np.isin(small_fps, wide[0])
-    rows = Buckets(seed)
+    step("  kept: a smaller graph has the fingerprint", sum(len(f) for f in wide_fps), t)
+    partners = np.isin(small_fps, np.concatenate(wide_fps))
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
-    rows.add_arrays(wide, 0)
-    del small_fps, small_codes, small_outs, wide, found
+    del small_fps, small_codes, small_outs, wide_fps
     return _rules_of_buckets(rows.colliding_arrays(), max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
 
 

@@ -43,3 +43,22 @@ def test_measure_ab_finds_the_model_with_a_tenth_of_the_work_faster_and_not_the_
     slower = measure_ab(small, large, feeds, min_runs=10, target_seconds=0.1)
     assert faster.b_is_faster() and faster.b_wins >= 9
     assert not slower.b_is_faster() and slower.runs >= 10
+
+
+def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):
+    """``xflow optimize`` times the search's graphs from different branches against each other and keeps
+    the fastest, whatever their estimated costs said."""
+    from xflow.onnx_io import graph_from_model
+    from xflow.pipeline import Finalist, OptimizeOptions, _pick_by_latency
+    from xflow.rewrite.simplify import Simplified
+
+    original = tmp_path / "in.onnx"
+    onnx.save(_matmul_chain(20), original)
+    finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), cost, ())
+                 for depth, cost in ((20, 1.0), (2, 2.0), (10, 0.5))]
+    picked = _pick_by_latency(finalists, str(original), str(tmp_path / "out.onnx"), OptimizeOptions(),
+                              rounds=5, seconds=0.1)
+    assert picked is not None and picked.index == 1
+    assert all(m is not None and m > 0 for m in picked.medians)
+    assert picked.medians[1] < picked.medians[2] < picked.medians[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]  # the scratch folder is gone

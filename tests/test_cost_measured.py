@@ -195,3 +195,39 @@ def test_the_report_gives_the_range_of_session_scales(tmp_path):
     assert report.measure_sessions >= 2
     low, high = report.session_scale
     assert 0.25 <= low <= high <= 4.0
+
+
+def test_a_model_whose_weights_fit_in_the_cache_is_measured_in_cache(tmp_path, monkeypatch):
+    """Half the last-level cache per measuring model when the weights fit in it; off the CPU, or for
+    weights larger than the cache, the usual batches (None). In-cache costs are cached apart."""
+    import xflow.cost.measured as measured
+
+    graph = graph_from_model(matmuls_model([256, 256, 256, 256]))  # 4 x 256 KiB of weights
+    monkeypatch.setattr(measured, "last_level_cache_bytes", lambda: 4 << 20)
+    assert measured.in_cache_batch_bytes(graph, "cpu") == 2 << 20
+    assert measured.in_cache_batch_bytes(graph, "cuda") is None
+    monkeypatch.setattr(measured, "last_level_cache_bytes", lambda: 512 << 10)
+    assert measured.in_cache_batch_bytes(graph, "cpu") is None
+    monkeypatch.setattr(measured, "last_level_cache_bytes", lambda: None)
+    assert measured.in_cache_batch_bytes(graph, "cpu") is None
+
+    # four configurations of 181-235 KiB of weights and inputs each: a 500 KiB budget holds two of them
+    graph = graph_from_model(matmuls_model([200, 210, 220, 230]))
+    small = MeasuredCost(cache=CostCache(tmp_path / "c.sqlite"), batch_bytes=500 << 10, **FAST)
+    costs = small.node_costs(graph, graph.nodes)
+    assert all(c > 0 for c in costs)
+    assert small.stats.sessions == 2 and small.stats.measured == 4
+    usual = MeasuredCost(cache=CostCache(tmp_path / "c.sqlite"), **FAST)
+    assert usual.cache_key(graph, graph.nodes[0]) != small.cache_key(graph, graph.nodes[0])
+
+
+def test_last_level_cache_size_is_read_from_sysfs():
+    import os
+
+    from xflow.cost.measured import last_level_cache_bytes
+
+    size = last_level_cache_bytes()
+    if not os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):
+        assert size is None
+    else:
+        assert size is None or size >= 64 << 10

@@ -42,6 +42,22 @@ def shared_input_model(n: int, hidden: int = 64) -> onnx.ModelProto:
 LAUNCH_BOUND = AnalyticCost(overhead_seconds=1e-3)
 
 
+class KernelCount:
+    """Costs for tests of the search's moves: 1 per kernel, a tenth for a split (a view in some
+    runtimes), nothing for a node folded into a constant. Merging two matmuls then pays at once."""
+
+    name = "kernels"
+    fuses = False
+
+    def node_costs(self, graph, nodes):  # noqa: ANN001, ANN201 - the CostModel protocol
+        from xflow.cost.base import is_folded
+
+        return [0.0 if is_folded(graph, n) else 0.1 if n.op == "split" else 1.0 for n in nodes]
+
+    def group_costs(self, items):  # noqa: ANN001, ANN201
+        return [sum(self.node_costs(graph, group)) for graph, group in items]
+
+
 def test_search_merges_three_parallel_matmuls_and_output_matches_ort():
     model = shared_input_model(3)
     graph = graph_from_model(model)
@@ -188,3 +204,68 @@ def test_patience_waits_for_the_first_cheaper_graph():
     result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=300, patience=1)
     assert result.best_cost < result.initial_cost
     assert result.graph.op_counts()["matmul"] == 1
+
+
+def test_sweep_rounds_merge_all_eight_matmuls_sharing_an_input_in_one_expansion():
+    """A pairwise merge swept in rounds merges the merged pairs again within the same expansion: one
+    expansion of the input graph ends with one matmul instead of four."""
+    model = shared_input_model(8)
+    graph = graph_from_model(model)
+    rules = rules_from_json([MATMUL_MERGE])
+    one_round = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=1, sweep_rounds=1)
+    rounds = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=1)
+    assert one_round.graph.op_counts()["matmul"] == 4
+    assert rounds.graph.op_counts()["matmul"] == 1 and len(rounds.steps) == 7
+    assert rounds.best_cost < one_round.best_cost
+    assert_same_outputs(model, to_model_proto(fold_constants(rounds.graph)))
+
+
+def test_sweeps_pair_copies_alike():
+    """Equally cheap matches are swept in graph order, so two copies of one structure (two inputs each
+    read by four matmuls) are merged into weights concatenated in the same order."""
+    rng = np.random.default_rng(0)
+    nodes, inits, outputs = [], [], []
+    for x in ("x", "z"):
+        for k in range(4):
+            nodes.append(helper.make_node("MatMul", [x, f"W{k}"], [f"{x}{k}"]))
+            outputs.append(helper.make_tensor_value_info(f"{x}{k}", TensorProto.FLOAT, [4, 64]))
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"W{k}") for k in range(4)]
+    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [4, 64]) for x in ("x", "z")]
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    result = backtracking_search(graph_from_model(model), rules_from_json([MATMUL_MERGE]),
+                                 GraphCoster(KernelCount()), budget=1)
+    matmuls = [n for n in result.graph.nodes if n.op == "matmul"]
+    assert len(matmuls) == 2 and matmuls[0].inputs[1] == matmuls[1].inputs[1]  # one concatenated weight
+
+
+def two_part_model() -> onnx.ModelProto:
+    """Four matmuls sharing an input, and two conv -> relu chains on an image."""
+    mm, conv = shared_input_model(4), conv_relu_model(2)
+    renamed = {"x": "image", "y0": "r0", "y1": "r1"}  # the two models' names apart
+    for node in conv.graph.node:
+        node.input[:] = [renamed.get(i, i) for i in node.input]
+        node.output[:] = [renamed.get(o, o) for o in node.output]
+    for value in (*conv.graph.input, *conv.graph.output):
+        value.name = renamed[value.name]
+    graph = helper.make_graph([*mm.graph.node, *conv.graph.node], "g", [*mm.graph.input, *conv.graph.input],
+                              [*mm.graph.output, *conv.graph.output], [*mm.graph.initializer, *conv.graph.initializer])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_branches_search_on_from_the_first_sweeps_the_best_graph_did_not_take():
+    graph = graph_from_model(two_part_model())
+    rules = rules_from_json([MATMUL_MERGE, CONV_RELU_FOLD])
+    plain = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=50)
+    result = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=50, branches=2)
+    assert plain.alternatives == [] and len(result.root_sweeps) == 2
+    assert result.best_cost == plain.best_cost
+    (alternative,) = result.alternatives
+    first_rules = {sweep.steps[0].rule for sweep in result.root_sweeps}
+    assert first_rules == {MATMUL_MERGE["name"], CONV_RELU_FOLD["name"]}
+    assert alternative.steps[0].rule != result.steps[0].rule  # it started from the other sweep
+    assert alternative.cost == pytest.approx(result.best_cost)  # and got as far: every fold and merge
+    assert alternative.graph.op_counts() == result.graph.op_counts()

@@ -39,6 +39,9 @@ def main() -> None:
 @click.option("--patience", type=click.IntRange(min=0), default=20, show_default=True,
               help="Once a cheaper graph is found, stop the search after this many expansions in a row find no "
               "cheaper one (0: never).")
+@click.option("--alternatives", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Also search on from up to this many other first sweeps (rules applied at every match of the "
+              "input); their best graphs and the best one are timed end to end and the fastest is kept.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit in seconds.")
 @click.option("--memory-limit", type=click.FloatRange(min=1), default=None, metavar="MB",
               help="Stop the search (keeping the best graph so far) once the process uses this much memory.")
@@ -62,6 +65,7 @@ def main() -> None:
 @place_option
 @user_errors
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
+             alternatives: int,
              time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
              threads: int | None, input_shapes: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool) -> None:
@@ -75,6 +79,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     from xflow.pipeline import OptimizeOptions, optimize_file
 
     options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
+                              alternatives=alternatives,
                               time_limit=time_limit, memory_limit=memory_limit, provider=provider,
                               threads=threads, cost=cost_kind, cost_db=cost_db,
                               input_shapes=parse_input_shapes(input_shapes),
@@ -127,6 +132,15 @@ def _print_summary(report: Any) -> None:
     if report.rules_applied:
         applied = ", ".join(f"{name} x{count}" for name, count in sorted(report.rules_applied.items()))
         click.echo(f"  rewrites: {applied}")
+        if report.finalists:
+            timed = " / ".join("-" if f["measured_ms"] is None else f"{f['measured_ms']:.3f}" for f in report.finalists)
+            estimated = " / ".join(f"{f['estimated_ms']:.3f}" for f in report.finalists)
+            chosen = next(i for i, f in enumerate(report.finalists) if f["chosen"]) + 1
+            click.echo(f"  {len(report.finalists)} graphs from different branches timed end to end: {timed} ms "
+                       f"(estimated {estimated} ms); kept #{chosen}")
+        if report.splits_folded or report.elementwise_hoisted:
+            click.echo(f"  then: {report.splits_folded} nested splits folded into one, "
+                       f"{report.elementwise_hoisted} elementwise ops applied once before a split")
         click.echo(f"  estimated cost ({report.cost_model}): {report.cost_before * 1e3:.3f} ms -> "
                    f"{report.cost_after * 1e3:.3f} ms")
     if report.cost_db is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -21,14 +22,16 @@ import onnx
 from xflow.cost import AnalyticCost, GraphCoster
 from xflow.cost.base import CostModel
 from xflow.cost.cache import CostCache
-from xflow.cost.measured import MeasuredCost
+from xflow.cost.measured import MeasuredCost, in_cache_batch_bytes
 from xflow.errors import XflowError
 from xflow.ir import Graph
 from xflow.onnx_io import load, save, would_overwrite
 from xflow.rewrite import fold_constants
+from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
 from xflow.runtime import make_session, measure_ab, median_latency, random_feeds
 from xflow.search import SearchResult, backtracking_search
+from xflow.search.backtrack import Step
 
 
 class EquivalenceError(XflowError):
@@ -43,6 +46,7 @@ class OptimizeOptions:
     alpha: float = 1.05
     budget: int = 300
     patience: int | None = 20  # once improved, stop after this many expansions without a better graph
+    alternatives: int = 2  # other first sweeps searched on; their best graphs are timed end to end
     time_limit: float = 60.0
     memory_limit: float | None = None  # MB of process RSS above which the search stops expanding
     provider: str = "cpu"
@@ -100,6 +104,12 @@ class OptimizeReport:
     # the time each later measuring session's reference groups took over their time in the first (>1:
     # slower); its costs were divided by it (min and max over the run; empty with one session or none)
     session_scale: list[float] = field(default_factory=list)
+    # graphs from different branches of the search timed end to end to choose the one written (when
+    # there was more than one): estimated and measured ms, rewrites, nodes, which one was chosen
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    # after the search: nested splits folded into one, elementwise ops hoisted before a split
+    splits_folded: int = 0
+    elementwise_hoisted: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -178,6 +188,82 @@ def _original_session(in_path: str, options: OptimizeOptions) -> tuple[Any, dict
         raise OriginalNotRunnable(in_path, f"ONNX Runtime cannot run the model ({first[:300]})") from None
 
 
+#: Alternatives estimated dearer than this times the best graph are not timed.
+FINALIST_SPREAD = 1.5
+
+
+@dataclass
+class Finalist:
+    """A graph the search ended with, folded and simplified, with its estimated cost and its path."""
+
+    simplified: Simplified
+    cost: float
+    steps: tuple[Step, ...]
+
+
+def _finalists(result: SearchResult, options: OptimizeOptions) -> list[Finalist]:
+    """The best graph, then the other branches' best graphs within ``FINALIST_SPREAD`` of its cost
+    (different graphs only)."""
+    found = [Finalist(simplify_splits(fold_constants(result.graph)), result.best_cost, result.steps)]
+    seen = {result.graph.hash_sum}
+    for alt in result.alternatives:
+        if not alt.steps or alt.graph.hash_sum in seen or alt.cost > FINALIST_SPREAD * result.best_cost:
+            continue
+        seen.add(alt.graph.hash_sum)
+        found.append(Finalist(simplify_splits(fold_constants(alt.graph)), alt.cost, alt.steps))
+    return found if options.measure else found[:1]
+
+
+@dataclass
+class Picked:
+    """Which finalist measured fastest end to end, and each one's median latency (s; None: ORT refused it)."""
+
+    index: int
+    medians: list[float | None]
+
+
+def _pick_by_latency(finalists: list[Finalist], in_path: str, out_path: str, options: OptimizeOptions,
+                     rounds: int = 7, seconds: float = 2.0) -> Picked | None:
+    """Time the finalists end to end in interleaved rounds (each one once per round, the order turning)
+    and pick the lowest median. The written model is then verified and timed against the original as
+    any other. None when the original cannot run in ORT (then nothing can be timed)."""
+    try:
+        _, feeds, _ = _original_session(in_path, options)
+    except OriginalNotRunnable:
+        return None
+    scratch = tempfile.mkdtemp(prefix=".xflow-", dir=os.path.dirname(os.path.abspath(out_path)))
+    try:
+        sessions: list[Any] = []
+        for i, finalist in enumerate(finalists):
+            path = os.path.join(scratch, f"finalist{i}.onnx")
+            try:
+                save(finalist.simplified.graph, path)
+                session = make_session(path, options.provider, options.threads)
+                session.run(None, dict(feeds))
+            except Exception:  # noqa: BLE001 - one that does not run is not chosen; the best is still verified
+                session = None
+            sessions.append(session)
+        times: list[list[float]] = [[] for _ in finalists]
+        started = time.perf_counter()
+        r = 0
+        while r < 200 and (r < rounds or time.perf_counter() - started < seconds):
+            order = list(range(len(finalists)))
+            order = order[r % len(order):] + order[:r % len(order)]
+            for i in order:
+                if sessions[i] is not None:
+                    t0 = time.perf_counter()
+                    sessions[i].run(None, dict(feeds))
+                    times[i].append(time.perf_counter() - t0)
+            r += 1
+        medians = [statistics.median(t) if t else None for t in times]
+        timed = [i for i, m in enumerate(medians) if m is not None]
+        if not timed:
+            return Picked(0, medians)
+        return Picked(min(timed, key=lambda i: medians[i]), medians)  # type: ignore[arg-type,return-value]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def check_output_path(in_path: str, out_path: str) -> None:
     """Refuse IN == OUT and outputs that cannot be written, before any work is done."""
     if os.path.abspath(in_path) == os.path.abspath(out_path) or (
@@ -192,13 +278,15 @@ def check_output_path(in_path: str, out_path: str) -> None:
         raise XflowError(out_path, "output is a directory")
 
 
-def make_cost_model(options: OptimizeOptions) -> CostModel:
-    """The cost model the options ask for; opens (or creates) the cost cache for measured costs."""
+def make_cost_model(options: OptimizeOptions, graph: Graph | None = None) -> CostModel:
+    """The cost model the options ask for; opens (or creates) the cost cache for measured costs. With
+    ``graph``, a model whose weights fit in the CPU's last-level cache is measured in the cache."""
     if options.cost == "analytic":
         return AnalyticCost()
     if options.cost != "measured":
         raise XflowError(None, f"unknown cost model {options.cost!r}; choose measured or analytic")
-    return MeasuredCost(options.provider, options.threads, CostCache(options.cost_db))
+    batch_bytes = in_cache_batch_bytes(graph, options.provider) if graph is not None else None
+    return MeasuredCost(options.provider, options.threads, CostCache(options.cost_db), batch_bytes=batch_bytes)
 
 
 def _cost_figures(report: OptimizeReport, model: CostModel) -> None:
@@ -228,32 +316,44 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
                                    "choose another output path")
     rules_file = options.rules_path or str(default_rules_path())
     rules: list[Rule] = load_rules(options.rules_path)
-    coster = GraphCoster(cost_model or make_cost_model(options))
+    coster = GraphCoster(cost_model or make_cost_model(options, graph))
     if rules:
         result = backtracking_search(graph, rules, coster, options.alpha, options.budget, options.time_limit,
                                      progress=progress, memory_limit_mb=options.memory_limit,
-                                     patience=options.patience)
+                                     patience=options.patience, branches=options.alternatives)
     else:  # nothing to search: do not measure every node of the model for a cost nobody compares
         result = SearchResult(graph, 0.0, 0.0, (), "no-rules", 0, 0, 0.0)
-    optimized = fold_constants(result.graph) if result.steps else graph
+    finalists = _finalists(result, options) if result.steps else []
+    picked = _pick_by_latency(finalists, in_path, out_path, options) if len(finalists) > 1 else None
+    chosen = finalists[picked.index] if picked is not None else (finalists[0] if finalists else None)
+    simplified = chosen.simplified if chosen is not None else None
+    optimized = simplified.graph if simplified is not None else graph
+    steps = chosen.steps if chosen is not None else ()
     report = OptimizeReport(
         input=in_path, output=out_path, rules_file=rules_file, rules_loaded=len(rules),
         nodes_before=len(graph.nodes), nodes_after=len(optimized.nodes), ops_before=graph.op_counts(),
         ops_after=optimized.op_counts(), cost_model=coster.model.name, cost_before=result.initial_cost,
-        cost_after=result.best_cost, search_seconds=result.seconds, search_stop=result.stop_reason,
-        graphs_explored=result.explored, graphs_generated=result.generated,
+        cost_after=chosen.cost if chosen is not None else result.best_cost, search_seconds=result.seconds,
+        search_stop=result.stop_reason, graphs_explored=result.explored, graphs_generated=result.generated,
         cost_cache_lookups=result.cost_lookups, cost_cache_hits=result.cost_hits,
-        rules_applied=dict(Counter(s.rule for s in result.steps)),
-        steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in result.steps])
+        rules_applied=dict(Counter(s.rule for s in steps)),
+        steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in steps])
+    if picked is not None:
+        report.finalists = [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps),
+                             "nodes": len(f.simplified.graph.nodes),
+                             "measured_ms": (picked.medians[i] * 1e3 if picked.medians[i] is not None else None),
+                             "chosen": i == picked.index} for i, f in enumerate(finalists)]
     _cost_figures(report, coster.model)
+    if simplified is not None:
+        report.splits_folded, report.elementwise_hoisted = simplified.nested_splits, simplified.elementwise_hoisted
     if not rules:
         say(f"no rules in {rules_file}: the model is copied through unchanged")
         report.decision = "copied (no rules)"
-    elif not result.steps:
+    elif not steps:
         say(f"no rewrite lowers the cost ({len(rules)} rules, {result.explored} graphs explored): "
             "the model is copied through unchanged")
         report.decision = "copied (no improving rewrite)"
-    if not result.steps:
+    if not steps:
         save(graph, out_path)
         if options.measure:
             try:

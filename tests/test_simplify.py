@@ -1,0 +1,88 @@
+"""Split trees left by pairwise rules are folded after the search; the model computes the same."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from xflow.onnx_io import graph_from_model, to_model_proto
+from xflow.rewrite.simplify import simplify_splits
+
+
+def model_of(nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], outputs: dict[str, list[int]]
+             ) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])  # split sizes as attributes
+    model.ir_version = 8
+    return model
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run([o.name for o in model.graph.output], feeds)
+
+
+def assert_same(model: onnx.ModelProto, simplified: onnx.ModelProto) -> None:
+    rng = np.random.default_rng(0)
+    feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in model.graph.input}
+    for want, got in zip(run(model, feeds), run(simplified, feeds), strict=True):
+        np.testing.assert_array_equal(want, got)
+
+
+def test_a_split_of_a_piece_of_a_split_becomes_one_split():
+    model = model_of([helper.make_node("Split", ["x"], ["p", "q"], axis=1, split=[4, 4]),
+                      helper.make_node("Split", ["p"], ["y0", "y1"], axis=1, split=[1, 3]),
+                      helper.make_node("Split", ["q"], ["y2", "y3"], axis=1, split=[2, 2])],
+                     {"x": [2, 8]}, {"y0": [2, 1], "y1": [2, 3], "y2": [2, 2], "y3": [2, 2]})
+    done = simplify_splits(graph_from_model(model))
+    assert done.nested_splits == 2
+    (split,) = done.graph.nodes
+    assert split.attrs["split"] == (1, 3, 2, 2)
+    assert_same(model, to_model_proto(done.graph))
+
+
+def test_splits_along_other_axes_or_with_other_readers_are_kept():
+    model = model_of([helper.make_node("Split", ["x"], ["p", "q"], axis=1, split=[4, 4]),
+                      helper.make_node("Split", ["p"], ["y0", "y1"], axis=0, split=[1, 1]),
+                      helper.make_node("Split", ["q"], ["y2", "y3"], axis=1, split=[2, 2]),
+                      helper.make_node("Relu", ["q"], ["r"])],
+                     {"x": [2, 8]}, {"y0": [1, 4], "y1": [1, 4], "y2": [2, 2], "y3": [2, 2], "r": [2, 4]})
+    done = simplify_splits(graph_from_model(model))
+    assert done.nested_splits == 0 and len(done.graph.nodes) == 4
+
+
+def test_an_elementwise_op_on_every_matching_piece_is_applied_once_before_the_split():
+    model = model_of([helper.make_node("Split", ["a"], ["a0", "a1", "a2"], axis=1, split=[2, 3, 3]),
+                      helper.make_node("Split", ["b"], ["b0", "b1", "b2"], axis=1, split=[2, 3, 3]),
+                      *[helper.make_node("Add", [f"a{i}", f"b{i}"], [f"s{i}"]) for i in range(3)],
+                      *[helper.make_node("Tanh", [f"s{i}"], [f"y{i}"]) for i in range(3)]],
+                     {"a": [1, 8], "b": [1, 8]}, {"y0": [1, 2], "y1": [1, 3], "y2": [1, 3]})
+    done = simplify_splits(graph_from_model(model))
+    assert done.elementwise_hoisted == 2  # the add, then the tanh on the add's pieces
+    assert done.graph.op_counts() == {"add": 1, "tanh": 1, "split": 1}
+    assert_same(model, to_model_proto(done.graph))
+
+
+def _halves_then(*nodes: onnx.NodeProto, extra_outputs: tuple[str, ...] = ()) -> onnx.ModelProto:
+    """a and b [1, 8] each split in halves a0, a1 / b0, b1, then ``nodes`` making y0, y1 (and more)."""
+    return model_of([helper.make_node("Split", ["a"], ["a0", "a1"], axis=1, split=[4, 4]),
+                     helper.make_node("Split", ["b"], ["b0", "b1"], axis=1, split=[4, 4]), *nodes],
+                    {"a": [1, 8], "b": [1, 8]}, {o: [1, 4] for o in ("y0", "y1", *extra_outputs)})
+
+
+def test_pieces_that_do_not_line_up_are_left_alone():
+    crossed = _halves_then(helper.make_node("Add", ["a0", "b1"], ["y0"]), helper.make_node("Add", ["a1", "b0"], ["y1"]))
+    partial = _halves_then(helper.make_node("Add", ["a0", "b0"], ["y0"]), helper.make_node("Mul", ["a1", "b1"], ["y1"]))
+    read_elsewhere = _halves_then(helper.make_node("Add", ["a0", "b0"], ["y0"]),
+                                  helper.make_node("Add", ["a1", "b1"], ["y1"]),
+                                  helper.make_node("Relu", ["b1"], ["y2"]), extra_outputs=("y2",))
+    for model in (crossed, partial, read_elsewhere):
+        assert simplify_splits(graph_from_model(model)).elementwise_hoisted == 0
+    lined_up = _halves_then(helper.make_node("Add", ["a0", "b0"], ["y0"]),
+                            helper.make_node("Add", ["a1", "b1"], ["y1"]))
+    assert simplify_splits(graph_from_model(lined_up)).elementwise_hoisted == 1

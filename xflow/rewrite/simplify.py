@@ -1,0 +1,119 @@
+"""Undo the split trees that pairwise rules leave behind once the search is done.
+
+Rules merge two operators at a time, so merging NasRNN's eight gates leaves seven two-way splits per
+step, and each gate's add reads one piece of two such trees. Both forms below are identities of
+split itself (a piece of a piece is a piece; an elementwise op on matching pieces is a piece of the op
+on the wholes) and need no search: every one removes kernels and copies. The written model is still
+checked against the original by ``xflow optimize``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xflow.ir import Attrs, Graph, Node, TensorType
+from xflow.ops import OPS
+from xflow.rewrite.apply import content_name
+
+
+@dataclass
+class Simplified:
+    """The simplified graph and what was done to it."""
+
+    graph: Graph
+    nested_splits: int = 0  # splits of a piece of another split folded into it
+    elementwise_hoisted: int = 0  # elementwise ops applied once before a split instead of per piece
+
+
+def simplify_splits(graph: Graph) -> Simplified:
+    """Fold nested splits along one axis into one split, and apply an elementwise op once before a
+    split when it is applied to every piece of splits alike; repeated until neither applies."""
+    result = Simplified(graph)
+    while True:
+        changed = _fold_nested(result) or _hoist_elementwise(result)
+        if not changed:
+            return result
+
+
+def _readers(graph: Graph, value: str) -> list[Node]:
+    return [u for u, _ in graph.users.get(value, ())]
+
+
+def _sole_reader(graph: Graph, value: str) -> Node | None:
+    readers = {id(u): u for u in _readers(graph, value)}
+    if len(readers) != 1 or value in graph.output_set:
+        return None
+    return next(iter(readers.values()))
+
+
+def _fold_nested(result: Simplified) -> bool:
+    graph = result.graph
+    for inner in graph.nodes:
+        if inner.op != "split" or inner.is_opaque:
+            continue
+        outer = graph.producers.get(inner.inputs[0])
+        if outer is None or outer.op != "split" or outer.attrs["axis"] != inner.attrs["axis"]:
+            continue
+        if _sole_reader(graph, inner.inputs[0]) is not inner:
+            continue
+        k = outer.outputs.index(inner.inputs[0])
+        sizes = outer.attrs["split"][:k] + inner.attrs["split"] + outer.attrs["split"][k + 1:]
+        outputs = outer.outputs[:k] + inner.outputs + outer.outputs[k + 1:]
+        merged = Node("split", outer.inputs, outputs,
+                      OPS["split"].normalize_attrs({"axis": outer.attrs["axis"], "split": tuple(sizes)}))
+        nodes = [n for n in graph.nodes if n is not inner and n is not outer] + [merged]
+        result.graph = graph.with_nodes(nodes)
+        result.nested_splits += 1
+        return True
+    return False
+
+
+def _hoist_elementwise(result: Simplified) -> bool:
+    graph = result.graph
+    for node in graph.nodes:
+        if node.is_opaque or not OPS[node.op].elementwise or OPS[node.op].num_outputs(node.attrs) != 1:
+            continue
+        splits = [graph.producers.get(i) for i in node.inputs]
+        if not splits or any(s is None or s.op != "split" or s.is_opaque for s in splits):
+            continue
+        first = splits[0]
+        index = first.outputs.index(node.inputs[0])
+        if any(s.attrs != first.attrs or s.outputs.index(i) != index for s, i in zip(splits, node.inputs, strict=True)):
+            continue
+        if any(graph.types[s.inputs[0]] != graph.types[first.inputs[0]] for s in splits):
+            continue  # pieces of equal shape can still come from wholes that broadcast differently
+        pieces = _pieces(graph, node, splits)
+        if pieces is None:
+            continue
+        wholes = tuple(s.inputs[0] for s in splits)
+        whole = content_name(node.op, node.attrs, wholes, 0)
+        if whole in graph.types:
+            continue
+        hoisted = Node(node.op, wholes, (whole,), Attrs(node.attrs))
+        split = Node("split", (whole,), tuple(p.outputs[0] for p in pieces), first.attrs)
+        gone = {id(n) for n in (*pieces, *splits)}
+        nodes = [n for n in graph.nodes if id(n) not in gone] + [hoisted, split]
+        whole_type = TensorType(graph.types[node.outputs[0]].dtype, graph.types[first.inputs[0]].shape)
+        result.graph = graph.with_nodes(nodes, types={whole: whole_type})
+        result.elementwise_hoisted += 1
+        return True
+    return False
+
+
+def _pieces(graph: Graph, node: Node, splits: list[Node]) -> list[Node] | None:
+    """The nodes applying ``node``'s op to each piece of ``splits`` in turn (piece i of every split at
+    the same input position), when they are all that reads the splits' outputs; else None."""
+    pieces: list[Node] = []
+    for i in range(len(splits[0].outputs)):
+        readers = {id(u): u for u in _readers(graph, splits[0].outputs[i])}
+        match = [u for u in readers.values() if u.op == node.op and u.attrs == node.attrs
+                 and u.inputs == tuple(s.outputs[i] for s in splits)]
+        if len(match) != 1:
+            return None
+        pieces.append(match[0])
+    wanted = {id(p) for p in pieces}
+    for s in splits:
+        for o in s.outputs:
+            if o in graph.output_set or any(id(u) not in wanted for u in _readers(graph, o)):
+                return None
+    return pieces

@@ -86,3 +86,17 @@ def test_pieces_that_do_not_line_up_are_left_alone():
     lined_up = _halves_then(helper.make_node("Add", ["a0", "b0"], ["y0"]),
                             helper.make_node("Add", ["a1", "b1"], ["y1"]))
     assert simplify_splits(graph_from_model(lined_up)).elementwise_hoisted == 1
+
+
+def test_pieces_in_another_order_are_put_in_order_by_a_concat_when_that_saves_kernels():
+    """Two merge trees that paired four gates differently: add(a_i, b_perm(i)). One add before one split
+    with b's pieces concatenated in a's order: 4 kernels instead of 6."""
+    perm = [1, 0, 3, 2]
+    model = model_of([helper.make_node("Split", ["a"], [f"a{i}" for i in range(4)], axis=1, split=[2, 2, 2, 2]),
+                      helper.make_node("Split", ["b"], [f"b{i}" for i in range(4)], axis=1, split=[2, 2, 2, 2]),
+                      *[helper.make_node("Add", [f"a{i}", f"b{perm[i]}"], [f"y{i}"]) for i in range(4)]],
+                     {"a": [1, 8], "b": [1, 8]}, {f"y{i}": [1, 2] for i in range(4)})
+    done = simplify_splits(graph_from_model(model))
+    assert done.elementwise_hoisted == 1
+    assert done.graph.op_counts() == {"split": 2, "concat": 1, "add": 1}
+    assert_same(model, to_model_proto(done.graph))

@@ -136,6 +136,10 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     warm = optimize_file(model_path, xflow_path, base, say=quiet)
     row = BenchRow(label, warm.nodes_before, warm.nodes_after if warm.decision == "optimized" else warm.nodes_before,
                    warm.rules_applied, cold.search_seconds, warm.search_seconds, warm.decision)
+    if warm.finalists:
+        row.notes.append("branches timed end to end: " + ", ".join(
+            f"{f['rewrites']} rewrites {f['measured_ms']:.3f} ms{' (kept)' if f['chosen'] else ''}"
+            for f in warm.finalists if f["measured_ms"] is not None))
     paths = {ORIGINAL: model_path, XFLOW: xflow_path}
     # Where xflow wrote the original back, timing that copy against the original measures only the
     # noise of two sessions of one model (0.92-1.00x against itself on real exports): it is 1x.

@@ -40,6 +40,7 @@ from xflow.runtime import PROVIDERS, session_options
 _EVENT = re.compile(r"^xf(\d+)[nov]")
 MAX_BATCH_NODES = 300
 MAX_BATCH_BYTES = 512 << 20  # initializer + input bytes per measuring model (protobuf stays far below 2 GB)
+IN_CACHE_RUNS_FACTOR = 3  # timed runs per session when measuring in the cache, times ``runs``
 REFERENCES = 6  # groups re-measured in every later session to put its costs on the first one's scale
 _REF = "ref:"
 
@@ -131,6 +132,8 @@ class MeasuredCost:
         self.batch_bytes = batch_bytes or MAX_BATCH_BYTES
         if batch_bytes is not None:
             self.env += f"|in cache {batch_bytes >> 10} KiB"
+            # small batches of short kernels (tens of us): cheap to time more often, and noisier per run
+            self.runs = runs * IN_CACHE_RUNS_FACTOR
 
     # ---- the CostModel interface --------------------------------------------------------------------
     fuses = True  # groups (a head and the epilogues ORT fuses into it) are measured as one subgraph

@@ -77,43 +77,68 @@ def _hoist_elementwise(result: Simplified) -> bool:
         if not splits or any(s is None or s.op != "split" or s.is_opaque for s in splits):
             continue
         first = splits[0]
-        index = first.outputs.index(node.inputs[0])
-        if any(s.attrs != first.attrs or s.outputs.index(i) != index for s, i in zip(splits, node.inputs, strict=True)):
+        if any(s.attrs["axis"] != first.attrs["axis"] for s in splits):
             continue
         if any(graph.types[s.inputs[0]] != graph.types[first.inputs[0]] for s in splits):
             continue  # pieces of equal shape can still come from wholes that broadcast differently
-        pieces = _pieces(graph, node, splits)
-        if pieces is None:
+        found = _pieces(graph, node, splits)
+        if found is None:
             continue
-        wholes = tuple(s.inputs[0] for s in splits)
-        whole = content_name(node.op, node.attrs, wholes, 0)
-        if whole in graph.types:
+        pieces, orders = found
+        permuted = sum(order != sorted(order) for order in orders)
+        if 2 * permuted + 2 >= len(splits) + len(pieces):
+            continue  # a concat per permuted split would cost what the hoist saves
+        added: list[Node] = []
+        types: dict[str, TensorType] = {}
+        wholes: list[str] = []
+        for s, order in zip(splits, orders, strict=True):
+            if order == sorted(order):
+                wholes.append(s.inputs[0])
+                continue
+            # the pieces line up in another order: put them in this one (two merge trees that paired
+            # NasRNN's gates differently concatenated their weights in different orders)
+            parts = tuple(s.outputs[k] for k in order)
+            name = content_name("concat", Attrs({"axis": first.attrs["axis"]}), parts, 0)
+            added.append(Node("concat", parts, (name,), OPS["concat"].normalize_attrs({"axis": first.attrs["axis"]})))
+            types[name] = graph.types[s.inputs[0]]
+            wholes.append(name)
+        whole = content_name(node.op, node.attrs, tuple(wholes), 0)
+        if whole in graph.types or any(a.outputs[0] in graph.types for a in added):
             continue
-        hoisted = Node(node.op, wholes, (whole,), Attrs(node.attrs))
-        split = Node("split", (whole,), tuple(p.outputs[0] for p in pieces), first.attrs)
-        gone = {id(n) for n in (*pieces, *splits)}
-        nodes = [n for n in graph.nodes if id(n) not in gone] + [hoisted, split]
-        whole_type = TensorType(graph.types[node.outputs[0]].dtype, graph.types[first.inputs[0]].shape)
-        result.graph = graph.with_nodes(nodes, types={whole: whole_type})
+        types[whole] = TensorType(graph.types[node.outputs[0]].dtype, graph.types[first.inputs[0]].shape)
+        added.append(Node(node.op, tuple(wholes), (whole,), Attrs(node.attrs)))
+        added.append(Node("split", (whole,), tuple(p.outputs[0] for p in pieces), first.attrs))
+        gone = {id(n) for n in pieces} | {id(s) for s, o in zip(splits, orders, strict=True) if o == sorted(o)}
+        result.graph = graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types)
         result.elementwise_hoisted += 1
         return True
     return False
 
 
-def _pieces(graph: Graph, node: Node, splits: list[Node]) -> list[Node] | None:
-    """The nodes applying ``node``'s op to each piece of ``splits`` in turn (piece i of every split at
-    the same input position), when they are all that reads the splits' outputs; else None."""
+def _pieces(graph: Graph, node: Node, splits: list[Node]) -> tuple[list[Node], list[list[int]]] | None:
+    """The nodes applying ``node``'s op to the pieces of ``splits``, one per piece of the first split in
+    turn, each reading one piece of every split of the same size, and for each split the piece each of
+    them reads; None unless they are all that reads the splits' outputs and read each piece once."""
+    first = splits[0]
+    sizes = first.attrs["split"]
     pieces: list[Node] = []
-    for i in range(len(splits[0].outputs)):
-        readers = {id(u): u for u in _readers(graph, splits[0].outputs[i])}
+    orders: list[list[int]] = [[] for _ in splits]
+    for i in range(len(first.outputs)):
+        readers = {id(u): u for u in _readers(graph, first.outputs[i])}
         match = [u for u in readers.values() if u.op == node.op and u.attrs == node.attrs
-                 and u.inputs == tuple(s.outputs[i] for s in splits)]
+                 and len(u.inputs) == len(splits) and u.inputs[0] == first.outputs[i]
+                 and all(v in s.outputs and s.attrs["split"][s.outputs.index(v)] == sizes[i]
+                         for s, v in zip(splits, u.inputs, strict=True))]
         if len(match) != 1:
             return None
         pieces.append(match[0])
+        for order, s, v in zip(orders, splits, match[0].inputs, strict=True):
+            order.append(s.outputs.index(v))
+    if any(sorted(order) != list(range(len(s.outputs))) for order, s in zip(orders, splits, strict=True)):
+        return None  # a piece read twice, or one not read
     wanted = {id(p) for p in pieces}
     for s in splits:
         for o in s.outputs:
             if o in graph.output_set or any(id(u) not in wanted for u in _readers(graph, o)):
                 return None
-    return pieces
+    return pieces, orders

@@ -32,6 +32,8 @@ BETTER = 1 - 1e-9
 SWEEP_ROUNDS = 8
 #: Rules swept per expansion: those of its cheapest single children.
 SWEEP_RULES = 3
+#: A branch (see ``backtracking_search``) is searched only if its first sweep saves this share of the cost.
+BRANCH_MIN_GAIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
         for branch in result.root_sweeps[:branches]:
             if result.steps[:len(branch.steps)] == branch.steps:
                 continue  # the main search went this way
+            if result.initial_cost - branch.cost < BRANCH_MIN_GAIN * result.initial_cost:
+                continue  # too small a start for timing end to end to tell its end from the best's
             left = time_limit - (time.perf_counter() - start)
             if left <= 0:
                 break

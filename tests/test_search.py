@@ -269,3 +269,26 @@ def test_branches_search_on_from_the_first_sweeps_the_best_graph_did_not_take():
     assert alternative.steps[0].rule != result.steps[0].rule  # it started from the other sweep
     assert alternative.cost == pytest.approx(result.best_cost)  # and got as far: every fold and merge
     assert alternative.graph.op_counts() == result.graph.op_counts()
+
+
+class SplitsCostLikeKernels(KernelCount):
+    """Every kernel costs 1, splits too: merging two matmuls (matmul + split) costs what they cost."""
+
+    def node_costs(self, graph, nodes):  # noqa: ANN001, ANN201
+        return [1.0 if c else 0.0 for c in super().node_costs(graph, nodes)]
+
+
+def test_a_sweep_with_a_limit_crosses_a_plateau_and_the_search_keeps_it_only_if_it_ends_cheaper():
+    from xflow.rewrite import RuleIndex
+    from xflow.search.backtrack import _sweep
+
+    graph = graph_from_model(shared_input_model(8))
+    index = RuleIndex(rules_from_json([MATMUL_MERGE]))
+    coster = GraphCoster(SplitsCostLikeKernels())
+    matches = index.all_matches(graph)  # each one a plateau: within 1.05 of the cost, not below it
+    relaxed = _sweep(graph, coster.cost(graph), matches, index, coster, cap=100, rounds=8, limit=1.05)
+    assert relaxed is not None
+    assert relaxed.graph.op_counts()["matmul"] == 1  # every round taken, each one a plateau
+    assert relaxed.cost == pytest.approx(coster.cost(graph))  # 1 matmul + 7 splits: no cheaper
+    result = backtracking_search(graph, index.rules, coster, budget=5)  # the sweep is no better: not kept
+    assert result.best_cost == pytest.approx(result.initial_cost) and not result.steps

@@ -187,7 +187,7 @@ class _Swept:
 
 
 def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIndex, coster: GraphCoster,
-           cap: int, deadline: float = float("inf"), rounds: int = 1) -> _Swept | None:
+           cap: int, deadline: float = float("inf"), rounds: int = 1, limit: float = 1.0) -> _Swept | None:
     """Apply the matches of ``wanted`` (one rule's improving matches on ``parent``) in turn, each one
     whose nodes no earlier rewrite touched (so it is still a match, as ``derived_matches`` keeps it);
     None when fewer than two apply. Repeated structure (BERT's layers, an RNN's steps, Inception's
@@ -197,7 +197,12 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
     With ``rounds`` > 1 the same rule is applied again, up to that many rounds in all, at the matches
     the previous round created that lower the cost: a pairwise rule (merge two matmuls sharing an
     input, batch two sharing a weight) then merges all eight of NasRNN's gates, or batches all its
-    steps, in one search step instead of a chain of seven that the search's patience cuts short."""
+    steps, in one search step instead of a chain of seven that the search's patience cuts short.
+
+    With ``limit`` > 1 (``wanted`` then holds the rule's matches within that factor of the parent's cost,
+    and later rounds take such matches too), the sweep crosses a plateau: the first merge of NasRNN's h
+    MatMuls costs more than it saves (it splits each gate's add from its matmul), the next ones save. The
+    caller keeps such a sweep only when it ends cheaper than the parent."""
     graph, cost = parent, parent_cost
     applied: list[Match] = []
     single: RuleIndex | None = None
@@ -207,7 +212,7 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
             if time.perf_counter() > deadline:
                 break
             single = single or RuleIndex([wanted[0].rule])
-            wanted = _improving(round_graph, graph, cost, single, coster, cap)
+            wanted = _improving(round_graph, graph, cost, single, coster, cap, limit)
             if not wanted:
                 break
         round_graph = graph
@@ -236,9 +241,9 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
 
 
 def _improving(before: Graph, graph: Graph, cost: float, single: RuleIndex, coster: GraphCoster,
-               cap: int) -> list[Match]:
+               cap: int, limit: float = 1.0) -> list[Match]:
     """The matches of ``single``'s rule that the change from ``before`` to ``graph`` created (through
-    its new nodes) and that make ``graph`` cheaper, cheapest first."""
+    its new nodes) and that make ``graph`` cheaper (below ``limit`` times its cost), cheapest first."""
     removed, added = _change(before, graph)
     anchor = _anchors(before, graph, removed, added, single.widest)
     candidates: list[tuple[Match, PendingGraph]] = []
@@ -253,7 +258,7 @@ def _improving(before: Graph, graph: Graph, cost: float, single: RuleIndex, cost
     coster.prefetch([(child, child.last_change[1]) for _, child in candidates])
     costed = [(coster.derived_cost(graph, cost, child), match)  # type: ignore[arg-type]
               for match, child in candidates]
-    return _in_sweep_order(graph, [(m, c) for c, m in costed if c < cost])
+    return _in_sweep_order(graph, [(m, c) for c, m in costed if c < limit * cost])
 
 
 def _in_sweep_order(graph: Graph, improving: list[tuple[Match, float]]) -> list[Match]:
@@ -399,11 +404,14 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         coster.prefetch([(child, child.last_change[1]) for _, child in children
                          if child.last_change not in change_costs])
         improving: dict[str, list[tuple[Match, float]]] = {}
+        near: dict[str, list[tuple[Match, float]]] = {}  # within alpha of the parent, for plateau sweeps
         for match, child in children:
             result.generated += 1
             child_cost = _derived_cost(coster, change_costs, parent, cost, child)
             if child_cost < cost:
                 improving.setdefault(match.rule.name, []).append((match, child_cost))
+            if child_cost < alpha * cost:
+                near.setdefault(match.rule.name, []).append((match, child_cost))
             kept: Graph | PendingGraph = child
             if child_cost < result.best_cost * BETTER:
                 kept = _build(child, match)
@@ -416,12 +424,15 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         # costs), after which merging each gate's two matmuls (on the way to 4.85 ms) fell outside alpha;
         # sweeping every rule made the search greedy for the rule with the most copies.
         ranked = sorted(improving, key=lambda r: min(c for _, c in improving[r]))[:sweep_rules if sweep else 0]
-        for rule_name in ranked:
-            if len(improving[rule_name]) < 2 or time.perf_counter() - start > time_limit:
-                continue
-            swept = _sweep(parent, cost, _in_sweep_order(parent, improving[rule_name]), index, coster, cap,
-                           start + time_limit, sweep_rounds)
-            if swept is None or swept.graph.hash_sum in seen:
+        sweeps = [(matches, limit) for rule_name in ranked
+                  for matches, limit in ((improving[rule_name], 1.0), (near[rule_name], alpha))
+                  if len(matches) >= 2 and (limit == 1.0 or len(matches) > len(improving[rule_name]))]
+        for matches, limit in sweeps:
+            if time.perf_counter() - start > time_limit:
+                break
+            swept = _sweep(parent, cost, _in_sweep_order(parent, matches), index, coster, cap,
+                           start + time_limit, sweep_rounds, limit)
+            if swept is None or swept.graph.hash_sum in seen or swept.cost >= cost:
                 continue
             seen.add(swept.graph.hash_sum)
             result.generated += 1

@@ -52,7 +52,7 @@ class SearchResult:
     initial_cost: float
     best_cost: float
     steps: tuple[Step, ...]
-    stop_reason: str  # "exhausted" | "budget" | "patience" | "time" | "memory" | "no-rules"
+    stop_reason: str  # "exhausted" | "budget" | "patience" | "time" | "memory" | "no-rules" | "converged"
     explored: int
     generated: int
     seconds: float
@@ -326,7 +326,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
             if left <= 0:
                 break
             sub = _search(branch.graph.fresh(), rules, coster, alpha, budget, left, max_growth, None,
-                          memory_limit_mb, sweep, patience, sweep_rounds, sweep_rules)
+                          memory_limit_mb, sweep, patience, sweep_rounds, sweep_rules, result.graph.hash_sum)
             result.explored += sub.explored
             result.generated += sub.generated
             result.alternatives.append(Alternative(sub.graph, sub.best_cost, branch.steps + sub.steps))
@@ -339,7 +339,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
 def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float, budget: int,
             time_limit: float, max_growth: float, progress: Callable[[SearchResult], None] | None,
             memory_limit_mb: float | None, sweep: bool, patience: int | None, sweep_rounds: int,
-            sweep_rules: int) -> SearchResult:
+            sweep_rules: int, converged_at: int | None = None) -> SearchResult:
     start = time.perf_counter()
     initial_cost = coster.cost(graph)
     result = SearchResult(graph, initial_cost, initial_cost, (), "exhausted", 0, 0, 0.0)
@@ -355,6 +355,9 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
     change_costs: dict[tuple[tuple[Node, ...], tuple[Node, ...]], tuple[float, float]] = {}
     improved_at: int | None = None  # expansions done when the best graph last improved
     while queue:
+        if converged_at is not None and converged_at in seen:
+            result.stop_reason = "converged"  # a branch that reached the main search's best graph
+            break
         if result.explored >= budget:
             result.stop_reason = "budget"
             break

@@ -317,9 +317,14 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     with _fewer_collections():
         result = _search(graph, rules, coster, alpha, budget, time_limit, max_growth, progress, memory_limit_mb,
                          sweep, patience, sweep_rounds, sweep_rules)
-        for branch in result.root_sweeps[:branches]:
-            if result.steps[:len(branch.steps)] == branch.steps:
-                continue  # the main search went this way
+        # one branch per rule: the strict and the plateau sweep of one rule start the same way
+        started = {result.steps[0].rule} if result.steps else set()
+        for branch in result.root_sweeps:
+            if len(result.alternatives) >= branches:
+                break
+            if branch.steps[0].rule in started:
+                continue  # the main search, or an earlier branch, started with this rule
+            started.add(branch.steps[0].rule)
             if result.initial_cost - branch.cost < BRANCH_MIN_GAIN * result.initial_cost:
                 continue  # too small a start for timing end to end to tell its end from the best's
             left = time_limit - (time.perf_counter() - start)

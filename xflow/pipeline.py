@@ -205,13 +205,15 @@ def _finalists(result: SearchResult, options: OptimizeOptions) -> list[Finalist]
     """The best graph, then the other branches' best graphs within ``FINALIST_SPREAD`` of its cost
     (different graphs only)."""
     found = [Finalist(simplify_splits(fold_constants(result.graph)), result.best_cost, result.steps)]
+    if not options.measure:
+        return found  # nothing will time the others
     seen = {result.graph.hash_sum}
     for alt in result.alternatives:
         if not alt.steps or alt.graph.hash_sum in seen or alt.cost > FINALIST_SPREAD * result.best_cost:
             continue
         seen.add(alt.graph.hash_sum)
         found.append(Finalist(simplify_splits(fold_constants(alt.graph)), alt.cost, alt.steps))
-    return found if options.measure else found[:1]
+    return found
 
 
 @dataclass

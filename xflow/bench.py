@@ -56,7 +56,7 @@ class BenchSettings:
     threads: int | None = None
     small: bool = False
     budget: int = 300  # the search settings of ``xflow optimize``: the bench runs what a user runs
-    patience: int | None = 20
+    patience: int | None = 10
     time_limit: float = 60.0
     seconds_per_model: float = 30.0  # 10 s gave BERT 12 rounds: 0.83x, then 1.03x at 30 s
     min_runs: int = 10

@@ -36,7 +36,7 @@ def main() -> None:
 @click.option("--alpha", type=float, default=1.05, show_default=True,
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
 @click.option("--budget", type=int, default=300, show_default=True, help="Most graphs the search expands.")
-@click.option("--patience", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--patience", type=click.IntRange(min=0), default=10, show_default=True,
               help="Once a cheaper graph is found, stop the search after this many expansions in a row find no "
               "cheaper one (0: never).")
 @click.option("--alternatives", type=click.IntRange(min=0), default=2, show_default=True,

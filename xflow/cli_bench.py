@@ -18,7 +18,7 @@ from xflow.cli_common import check_writable, user_errors, write_json
 @click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
 @click.option("--small", is_flag=True, help="Reduced zoo variants (quick runs).")
 @click.option("--budget", type=int, default=300, show_default=True, help="Search budget per model.")
-@click.option("--patience", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--patience", type=click.IntRange(min=0), default=10, show_default=True,
               help="Stop each search after this many expansions without a cheaper graph (0: never).")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit per model (s).")
 @click.option("--seconds", type=float, default=30.0, show_default=True,

@@ -45,7 +45,7 @@ class OptimizeOptions:
     rules_path: str | None = None
     alpha: float = 1.05
     budget: int = 300
-    patience: int | None = 20  # once improved, stop after this many expansions without a better graph
+    patience: int | None = 10  # once improved, stop after this many expansions without a better graph
     alternatives: int = 2  # other first sweeps searched on; their best graphs are timed end to end
     time_limit: float = 60.0
     memory_limit: float | None = None  # MB of process RSS above which the search stops expanding

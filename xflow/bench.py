@@ -10,19 +10,15 @@ import logging
 import math
 import os
 import platform
-import statistics
 import tempfile
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
-import numpy as np
 import onnx
 
 from xflow.errors import XflowError
 from xflow.pipeline import OptimizeOptions, optimize_file
-from xflow.runtime import make_session, random_feeds
+from xflow.runtime import make_session, measure_interleaved, random_feeds
 
 ORIGINAL = "original"
 XFLOW = "xflow"
@@ -98,27 +94,6 @@ def _ort_transformers(model_path: str, out_path: str, provider: str) -> None:
             optimized.save_model_to_file(out_path)
     finally:
         logging.disable(logging.NOTSET)
-
-
-def measure_interleaved(sessions: Mapping[str, Any], feeds: Mapping[str, np.ndarray], min_runs: int,
-                        seconds: float, warmup: int = 3) -> tuple[dict[str, float], int]:
-    """Median seconds per session over interleaved rounds (each round runs every session once, the
-    order rotating), after warm-up; at least ``min_runs`` rounds and about ``seconds`` in all."""
-    names = list(sessions)
-    for _ in range(warmup):
-        for name in names:
-            sessions[name].run(None, dict(feeds))
-    times: dict[str, list[float]] = {name: [] for name in names}
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < min_runs or (time.perf_counter() - start < seconds and rounds < 500):
-        shift = rounds % len(names)
-        for name in names[shift:] + names[:shift]:
-            t0 = time.perf_counter()
-            sessions[name].run(None, dict(feeds))
-            times[name].append(time.perf_counter() - t0)
-        rounds += 1
-    return {name: statistics.median(values) for name, values in times.items()}, rounds
 
 
 def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,

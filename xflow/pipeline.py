@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ from xflow.onnx_io import load, save, would_overwrite
 from xflow.rewrite import fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
-from xflow.runtime import make_session, measure_ab, median_latency, random_feeds
+from xflow.runtime import make_session, measure_ab, measure_interleaved, median_latency, random_feeds
 from xflow.search import SearchResult, backtracking_search
 from xflow.search.backtrack import Step
 
@@ -224,44 +223,27 @@ class Picked:
     medians: list[float | None]
 
 
-def _pick_by_latency(finalists: list[Finalist], in_path: str, out_path: str, options: OptimizeOptions,
-                     rounds: int = 7, seconds: float = 2.0) -> Picked | None:
-    """Time the finalists end to end in interleaved rounds (each one once per round, the order turning)
-    and pick the lowest median. The written model is then verified and timed against the original as
-    any other. None when the original cannot run in ORT (then nothing can be timed)."""
-    try:
-        _, feeds, _ = _original_session(in_path, options)
-    except OriginalNotRunnable:
-        return None
+def _pick_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], out_path: str,
+                     options: OptimizeOptions, rounds: int = 7, seconds: float = 2.0) -> Picked:
+    """Time the finalists end to end in interleaved rounds (``measure_interleaved``) on the original's
+    inputs and pick the lowest median. The written model is then verified and timed against the
+    original as any other; a finalist ORT cannot run is not timed (and the best one is still verified)."""
     scratch = tempfile.mkdtemp(prefix=".xflow-", dir=os.path.dirname(os.path.abspath(out_path)))
     try:
-        sessions: list[Any] = []
+        sessions: dict[int, Any] = {}
         for i, finalist in enumerate(finalists):
             path = os.path.join(scratch, f"finalist{i}.onnx")
             try:
                 save(finalist.simplified.graph, path)
-                session = make_session(path, options.provider, options.threads)
-                session.run(None, dict(feeds))
-            except Exception:  # noqa: BLE001 - one that does not run is not chosen; the best is still verified
-                session = None
-            sessions.append(session)
-        times: list[list[float]] = [[] for _ in finalists]
-        started = time.perf_counter()
-        r = 0
-        while r < 200 and (r < rounds or time.perf_counter() - started < seconds):
-            order = list(range(len(finalists)))
-            order = order[r % len(order):] + order[:r % len(order)]
-            for i in order:
-                if sessions[i] is not None:
-                    t0 = time.perf_counter()
-                    sessions[i].run(None, dict(feeds))
-                    times[i].append(time.perf_counter() - t0)
-            r += 1
-        medians = [statistics.median(t) if t else None for t in times]
-        timed = [i for i, m in enumerate(medians) if m is not None]
-        if not timed:
-            return Picked(0, medians)
-        return Picked(min(timed, key=lambda i: medians[i]), medians)  # type: ignore[arg-type,return-value]
+                sessions[i] = make_session(path, options.provider, options.threads)
+                sessions[i].run(None, dict(feeds))
+            except Exception:  # noqa: BLE001 - one that does not run is not chosen
+                sessions.pop(i, None)
+        if not sessions:
+            return Picked(0, [None] * len(finalists))
+        timed, _ = measure_interleaved(sessions, feeds, rounds, seconds)
+        medians: list[float | None] = [timed.get(i) for i in range(len(finalists))]
+        return Picked(min(timed, key=timed.__getitem__), medians)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -326,8 +308,16 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     else:  # nothing to search: do not measure every node of the model for a cost nobody compares
         result = SearchResult(graph, 0.0, 0.0, (), "no-rules", 0, 0, 0.0)
     finalists = _finalists(result, options) if result.steps else []
-    picked = _pick_by_latency(finalists, in_path, out_path, options) if len(finalists) > 1 else None
-    chosen = finalists[picked.index] if picked is not None else (finalists[0] if finalists else None)
+    picked: Picked | None = None
+    original_run = None  # the original's session, inputs and outputs, made once for the timing and the check
+    if len(finalists) > 1:
+        try:
+            original_run = _original_session(in_path, options)
+        except OriginalNotRunnable:
+            pass  # nothing can be timed; _verify_measure_write says so and writes the original
+        else:
+            picked = _pick_by_latency(finalists, original_run[1], out_path, options)
+    chosen = finalists[picked.index if picked is not None else 0] if finalists else None
     simplified = chosen.simplified if chosen is not None else None
     optimized = simplified.graph if simplified is not None else graph
     steps = chosen.steps if chosen is not None else ()
@@ -367,19 +357,20 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
                 report.speedup, report.timed_runs = 1.0, 20
         report.total_seconds = time.perf_counter() - started
         return report
-    _verify_measure_write(graph, optimized, in_path, out_path, options, report, say)
+    _verify_measure_write(graph, optimized, in_path, out_path, options, report, say, original_run)
     report.total_seconds = time.perf_counter() - started
     return report
 
 
 def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_path: str,
-                          options: OptimizeOptions, report: OptimizeReport, say: Callable[[str], None]) -> None:
+                          options: OptimizeOptions, report: OptimizeReport, say: Callable[[str], None],
+                          original_run: tuple[Any, dict[str, np.ndarray], list[Any]] | None = None) -> None:
     if not options.verify and not options.measure:  # nothing to run in ORT (and no weights to load there)
         save(optimized, out_path)
         report.decision = "optimized"
         return
     try:
-        session_a, feeds, expected = _original_session(in_path, options)
+        session_a, feeds, expected = original_run or _original_session(in_path, options)
     except OriginalNotRunnable as exc:
         say(f"{exc.problem}: the rewrites cannot be verified, so the model is copied through unchanged")
         save(original, out_path)

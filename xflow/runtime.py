@@ -8,6 +8,7 @@ import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -131,6 +132,27 @@ def measure_ab(session_a, session_b, feeds: Mapping[str, np.ndarray], min_runs: 
             sess.run(None, dict(feeds))
             times.append(time.perf_counter() - t0)
     return result()
+
+
+def measure_interleaved(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndarray], min_runs: int,
+                        seconds: float, warmup: int = 3) -> tuple[dict[str, float], int]:
+    """Median seconds per session over interleaved rounds (each round runs every session once, the
+    order rotating), after warm-up; at least ``min_runs`` rounds and about ``seconds`` in all."""
+    names = list(sessions)
+    for _ in range(warmup):
+        for name in names:
+            sessions[name].run(None, dict(feeds))
+    times: dict[str, list[float]] = {name: [] for name in names}
+    start = time.perf_counter()
+    rounds = 0
+    while rounds < min_runs or (time.perf_counter() - start < seconds and rounds < 500):
+        shift = rounds % len(names)
+        for name in names[shift:] + names[:shift]:
+            t0 = time.perf_counter()
+            sessions[name].run(None, dict(feeds))
+            times[name].append(time.perf_counter() - t0)
+        rounds += 1
+    return {name: statistics.median(values) for name, values in times.items()}, rounds
 
 
 def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, warmup: int = 3) -> float:  # noqa: ANN001

@@ -130,7 +130,8 @@ class MeasuredCost:
         # references included, reads at most that many bytes, so each run finds its weights in the cache
         # again, as the runs of a model that fits in the cache do. Costs so measured are cached apart.
         self.batch_bytes = batch_bytes or MAX_BATCH_BYTES
-        if batch_bytes is not None:
+        self.in_cache = batch_bytes is not None
+        if self.in_cache:
             self.env += f"|in cache {batch_bytes >> 10} KiB"
             # small batches of short kernels (tens of us): cheap to time more often, and noisier per run
             self.runs = runs * IN_CACHE_RUNS_FACTOR
@@ -258,7 +259,7 @@ class MeasuredCost:
         whose speed decides a rewrite (a model's big MatMuls and Convs are memory- or compute-bound, its
         small ops overhead-bound, and a slow session slows the former far more)."""
         # in-cache measuring: references small enough to leave most of each batch's bytes to the groups
-        most = self.batch_bytes // (2 * REFERENCES) if self.batch_bytes < MAX_BATCH_BYTES else self.batch_bytes
+        most = self.batch_bytes // (2 * REFERENCES) if self.in_cache else self.batch_bytes
         known = sorted(((costs[k], k, g, grp) for k, g, grp in items
                         if costs.get(k, 0.0) > 0 and _input_bytes(g, grp) <= most), key=lambda t: -t[0])
         upper = known[: max(1, len(known) // 2)]

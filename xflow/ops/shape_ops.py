@@ -59,6 +59,15 @@ def split_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     return [x[:axis] + (s,) + x[axis + 1:] for s in sizes]
 
 
+def nested_split_attrs(outer: Attrs, piece: int, inner: Attrs) -> Attrs | None:
+    """The attributes of one split that does what ``outer`` followed by ``inner`` on its output
+    ``piece`` does (the inner pieces take that piece's place); None when they cut different axes."""
+    if outer["axis"] != inner["axis"]:
+        return None
+    sizes = outer["split"][:piece] + inner["split"] + outer["split"][piece + 1:]
+    return Attrs({"axis": outer["axis"], "split": tuple(sizes)})
+
+
 def _split(xp, a, attrs):
     bounds = np.cumsum(attrs["split"])[:-1].tolist()
     return list(xp.split(a[0], bounds, axis=attrs["axis"]))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from xflow.ir import Attrs, Graph, Node, TensorType
 from xflow.ops import OPS
+from xflow.ops.shape_ops import nested_split_attrs
 from xflow.rewrite.apply import content_name
 
 
@@ -52,15 +53,13 @@ def _fold_nested(result: Simplified) -> bool:
         if inner.op != "split" or inner.is_opaque:
             continue
         outer = graph.producers.get(inner.inputs[0])
-        if outer is None or outer.op != "split" or outer.attrs["axis"] != inner.attrs["axis"]:
-            continue
-        if _sole_reader(graph, inner.inputs[0]) is not inner:
+        if outer is None or outer.op != "split" or _sole_reader(graph, inner.inputs[0]) is not inner:
             continue
         k = outer.outputs.index(inner.inputs[0])
-        sizes = outer.attrs["split"][:k] + inner.attrs["split"] + outer.attrs["split"][k + 1:]
-        outputs = outer.outputs[:k] + inner.outputs + outer.outputs[k + 1:]
-        merged = Node("split", outer.inputs, outputs,
-                      OPS["split"].normalize_attrs({"axis": outer.attrs["axis"], "split": tuple(sizes)}))
+        attrs = nested_split_attrs(outer.attrs, k, inner.attrs)
+        if attrs is None:
+            continue
+        merged = Node("split", outer.inputs, outer.outputs[:k] + inner.outputs + outer.outputs[k + 1:], attrs)
         nodes = [n for n in graph.nodes if n is not inner and n is not outer] + [merged]
         result.graph = graph.with_nodes(nodes)
         result.nested_splits += 1

@@ -246,19 +246,26 @@ def _improving(before: Graph, graph: Graph, cost: float, single: RuleIndex, cost
     its new nodes) and that make ``graph`` cheaper (below ``limit`` times its cost), cheapest first."""
     removed, added = _change(before, graph)
     anchor = _anchors(before, graph, removed, added, single.widest)
-    candidates: list[tuple[Match, PendingGraph]] = []
-    for match in single.anchored_matches(graph, anchor.values()):
-        change = plan_match(graph, match)
-        if len(graph.nodes) - len(change.removed) + len(change.added) > cap:
-            continue
-        if graph.creates_cycle(change.removed, change.added):
-            continue
-        digest = graph.derived_hash(change.removed, change.added)
-        candidates.append((match, graph.pending(change.removed, change.added, change.types, digest)))
+    candidates = [(match, child) for match in single.anchored_matches(graph, anchor.values())
+                  if (child := _pending_child(graph, match, cap)) is not None]
     coster.prefetch([(child, child.last_change[1]) for _, child in candidates])
     costed = [(coster.derived_cost(graph, cost, child), match)  # type: ignore[arg-type]
               for match, child in candidates]
     return _in_sweep_order(graph, [(m, c) for c, m in costed if c < limit * cost])
+
+
+def _pending_child(graph: Graph, match: Match, cap: int, seen: set[int] | frozenset[int] = frozenset()
+                   ) -> PendingGraph | None:
+    """The child applying ``match`` makes, unbuilt; None when it would grow past ``cap`` nodes, is in
+    ``seen`` (by structural hash) or would contain a cycle."""
+    change = plan_match(graph, match)
+    removed, added = change.removed, change.added
+    if len(graph.nodes) - len(removed) + len(added) > cap:  # plan_match removes each node once
+        return None
+    digest = graph.derived_hash(removed, added)
+    if digest in seen or graph.creates_cycle(removed, added):
+        return None
+    return graph.pending(removed, added, change.types, digest)
 
 
 def _in_sweep_order(graph: Graph, improving: list[tuple[Match, float]]) -> list[Match]:
@@ -302,8 +309,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     """Search for the cheapest equivalent graph reachable by applying ``rules``. The search stops at
     ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS exceeds
     ``memory_limit_mb``, and returns the best graph found so far. With ``sweep``, each expansion also
-    makes, when the rule of its cheapest child has several improving matches, the child that applies all
-    of them (see ``_sweep``).
+    makes, for the rules of its ``sweep_rules`` cheapest children that have several improving matches,
+    the children that apply all of them, in up to ``sweep_rounds`` rounds (see ``_sweep``).
     With ``patience``, it also stops once that many expansions in a row after a cheaper graph was found
     found no better one.
 
@@ -398,15 +405,10 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         for match in entry.matches:
             if time.perf_counter() - start > time_limit:
                 break
-            change = plan_match(parent, match)
-            removed, added = change.removed, change.added
-            if len(parent.nodes) - len(removed) + len(added) > cap:  # plan_match removes each node once
-                continue
-            digest = parent.derived_hash(removed, added)
-            if digest in seen or parent.creates_cycle(removed, added):
-                continue
-            seen.add(digest)
-            children.append((match, parent.pending(removed, added, change.types, digest)))
+            child = _pending_child(parent, match, cap, seen)
+            if child is not None:
+                seen.add(child.hash_sum)
+                children.append((match, child))
         # all new nodes of children whose change was not costed before, in one batch (a measuring cost
         # model times them in one session)
         coster.prefetch([(child, child.last_change[1]) for _, child in children

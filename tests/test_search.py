@@ -13,7 +13,7 @@ from xflow.cost import AnalyticCost, GraphCoster
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.rewrite import fold_constants
 from xflow.rules import rules_from_json
-from xflow.search import backtracking_search
+from xflow.search import backtracking_search, complete_sweeps
 
 
 def assert_same_outputs(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
@@ -292,3 +292,72 @@ def test_a_sweep_with_a_limit_crosses_a_plateau_and_the_search_keeps_it_only_if_
     assert relaxed.cost == pytest.approx(coster.cost(graph))  # 1 matmul + 7 splits: no cheaper
     result = backtracking_search(graph, index.rules, coster, budget=5)  # the sweep is no better: not kept
     assert result.best_cost == pytest.approx(result.initial_cost) and not result.steps
+
+
+class WideMatmulsCostMore(KernelCount):
+    """A matmul costs its column count squared (in units of 64): merging two of them never looks cheaper."""
+
+    def node_costs(self, graph, nodes):  # noqa: ANN001, ANN201
+        base = super().node_costs(graph, nodes)
+        return [(graph.types[n.outputs[0]].shape[-1] / 64) ** 2 if n.op == "matmul" and c else c
+                for n, c in zip(nodes, base, strict=True)]
+
+
+def test_complete_sweeps_applies_a_rule_at_every_match_whatever_the_costs_say():
+    model = shared_input_model(8)
+    graph = graph_from_model(model)
+    rules = rules_from_json([MATMUL_MERGE])
+    coster = GraphCoster(WideMatmulsCostMore())
+    assert not backtracking_search(graph, rules, coster, budget=20).steps  # no merge looks cheaper
+    completed = complete_sweeps(graph, coster.cost(graph), rules, coster)
+    assert completed is not None and len(completed.steps) == 7
+    assert completed.graph.op_counts()["matmul"] == 1
+    assert completed.cost > coster.cost(graph)  # dearer by the estimate: end-to-end timing decides
+    assert_same_outputs(model, to_model_proto(fold_constants(completed.graph)))
+    assert complete_sweeps(graph, coster.cost(graph), rules_from_json([CONV_RELU_FOLD]), coster) is None
+
+
+def test_optimize_times_the_completion_of_the_best_graph_as_a_finalist():
+    """A search cut short (one sweep round) ends with four of eight matmuls merged in pairs; the finalists
+    are that graph and its completion, with every matmul merged into one."""
+    from xflow.pipeline import OptimizeOptions, _finalists
+
+    graph = graph_from_model(shared_input_model(8))
+    rules = rules_from_json([MATMUL_MERGE])
+    coster = GraphCoster(KernelCount())
+    result = backtracking_search(graph, rules, coster, budget=1, sweep_rounds=1)
+    assert result.graph.op_counts()["matmul"] == 4
+    best, completion = _finalists(result, OptimizeOptions(cost="analytic"), coster, rules)
+    assert not best.completed and best.simplified.graph.op_counts()["matmul"] == 4
+    assert completion.completed and completion.simplified.graph.op_counts()["matmul"] == 1
+    assert completion.steps[:len(result.steps)] == result.steps and len(completion.steps) == 7
+
+
+def test_folding_keeps_one_copy_of_equal_new_constants():
+    """Two rewrites that concatenated the same weights in the same order under different names: the
+    folded model holds that weight once, read by both matmuls."""
+    from xflow.ir import Node, TensorType
+    from xflow.ops import OPS
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", f"V{k}"], [f"y{k}"]) for k in range(2)]
+    inits = [numpy_helper.from_array(w, "W")] + [numpy_helper.from_array(np.concatenate([w, w], 1), f"V{k}")
+                                                   for k in range(2)]
+    graph = graph_from_model(helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [2, 8]) for k in range(2)], inits),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    axis1 = OPS["concat"].normalize_attrs({"axis": 1})
+    rewritten = graph.with_nodes(
+        [Node("concat", ("W", "W"), (f"c{k}",), axis1) for k in range(2)]
+        + [Node("matmul", ("x", f"c{k}"), (f"y{k}",)) for k in range(2)],
+        types={f"c{k}": TensorType(TensorProto.FLOAT, (4, 8)) for k in range(2)})
+    folded = fold_constants(rewritten)
+    assert [n.op for n in folded.nodes] == ["matmul", "matmul"]
+    assert folded.nodes[0].inputs[1] == folded.nodes[1].inputs[1]
+    assert sum(c.type.shape == (4, 8) for c in folded.constants.values()) == 1
+    x = rng.standard_normal((2, 4)).astype(np.float32)
+    got = ort.InferenceSession(to_model_proto(folded).SerializeToString()).run(None, {"x": x})
+    for y in got:
+        np.testing.assert_allclose(y, x @ np.concatenate([w, w], 1), rtol=1e-5, atol=1e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.rewrite.simplify import simplify_splits
@@ -100,3 +100,57 @@ def test_pieces_in_another_order_are_put_in_order_by_a_concat_when_that_saves_ke
     assert done.elementwise_hoisted == 1
     assert done.graph.op_counts() == {"split": 2, "concat": 1, "add": 1}
     assert_same(model, to_model_proto(done.graph))
+
+
+def _with_weight(model: onnx.ModelProto, name: str, array: np.ndarray) -> onnx.ModelProto:
+    model.graph.initializer.append(numpy_helper.from_array(array, name))
+    return model
+
+
+def test_pieces_of_a_matmul_in_another_order_are_put_in_order_by_permuting_its_weight():
+    """add(a_i, (h @ W)_perm(i)): W's column blocks are permuted instead, so no concat is needed: one matmul,
+    one add, one split instead of a matmul, two splits and four adds."""
+    perm = [2, 0, 3, 1]
+    weight = np.random.default_rng(3).standard_normal((5, 8)).astype(np.float32)
+    model = _with_weight(model_of(
+        [helper.make_node("MatMul", ["h", "W"], ["m"]),
+         helper.make_node("Split", ["m"], [f"m{i}" for i in range(4)], axis=1, split=[2, 2, 2, 2]),
+         helper.make_node("Split", ["a"], [f"a{i}" for i in range(4)], axis=1, split=[2, 2, 2, 2]),
+         *[helper.make_node("Add", [f"a{i}", f"m{perm[i]}"], [f"y{i}"]) for i in range(4)]],
+        {"a": [1, 8], "h": [1, 5]}, {f"y{i}": [1, 2] for i in range(4)}), "W", weight)
+    done = simplify_splits(graph_from_model(model))
+    assert done.elementwise_hoisted == 1 and done.weights_permuted == 1
+    assert done.graph.op_counts() == {"matmul": 1, "add": 1, "split": 1}
+    (permuted,) = [c for c in done.graph.constants.values() if c.type.shape == (5, 8)]
+    expected = np.concatenate([weight[:, 2 * k:2 * k + 2] for k in perm], axis=1)
+    np.testing.assert_array_equal(permuted.value(), expected)
+    assert_same(model, to_model_proto(done.graph))
+
+
+def test_a_grid_of_splits_is_cut_rows_first_when_that_lets_each_row_be_added_once():
+    """x [4,6] cut by columns (two halves) and then by rows, each row's pieces added to the pieces of y_t:
+    cut rows first, each row is added to y_t once before one split (9 nodes instead of 15)."""
+    nodes = [helper.make_node("Split", ["x"], ["xa", "xb"], axis=1, split=[3, 3]),
+             helper.make_node("Split", ["xa"], [f"xa{t}" for t in range(4)], axis=0, split=[1, 1, 1, 1]),
+             helper.make_node("Split", ["xb"], [f"xb{t}" for t in range(4)], axis=0, split=[1, 1, 1, 1])]
+    for t in range(4):
+        nodes += [helper.make_node("Split", [f"y{t}"], [f"y{t}a", f"y{t}b"], axis=1, split=[3, 3]),
+                  helper.make_node("Add", [f"xa{t}", f"y{t}a"], [f"s{t}a"]),
+                  helper.make_node("Add", [f"xb{t}", f"y{t}b"], [f"s{t}b"])]
+    model = model_of(nodes, {"x": [4, 6], **{f"y{t}": [1, 6] for t in range(4)}},
+                     {f"s{t}{h}": [1, 3] for t in range(4) for h in "ab"})
+    done = simplify_splits(graph_from_model(model))
+    assert done.regridded == 1 and done.elementwise_hoisted == 4
+    assert done.graph.op_counts() == {"split": 5, "add": 4}
+    assert_same(model, to_model_proto(done.graph))
+
+
+def test_a_grid_cut_the_other_way_that_saves_nothing_is_left_alone():
+    """The same grid whose pieces are read one by one (no adds to line up): cutting it rows first would
+    make 1 + 4 splits out of 1 + 2, so it stays as it is."""
+    model = model_of([helper.make_node("Split", ["x"], ["xa", "xb"], axis=1, split=[3, 3]),
+                      helper.make_node("Split", ["xa"], [f"xa{t}" for t in range(4)], axis=0, split=[1, 1, 1, 1]),
+                      helper.make_node("Split", ["xb"], [f"xb{t}" for t in range(4)], axis=0, split=[1, 1, 1, 1])],
+                     {"x": [4, 6]}, {f"x{h}{t}": [1, 3] for t in range(4) for h in "ab"})
+    done = simplify_splits(graph_from_model(model))
+    assert done.regridded == 0 and len(done.graph.nodes) == 3

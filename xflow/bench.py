@@ -113,7 +113,8 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
                    warm.rules_applied, cold.search_seconds, warm.search_seconds, warm.decision)
     if warm.finalists:
         row.notes.append("branches timed end to end: " + ", ".join(
-            f"{f['rewrites']} rewrites {f['measured_ms']:.3f} ms{' (kept)' if f['chosen'] else ''}"
+            f"{f['rewrites']} rewrites{' (completed)' if f.get('completed') else ''} {f['measured_ms']:.3f} ms"
+            f"{' (kept)' if f['chosen'] else ''}"
             for f in warm.finalists if f["measured_ms"] is not None))
     paths = {ORIGINAL: model_path, XFLOW: xflow_path}
     # Where xflow wrote the original back, timing that copy against the original measures only the

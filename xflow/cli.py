@@ -136,11 +136,15 @@ def _print_summary(report: Any) -> None:
             timed = " / ".join("-" if f["measured_ms"] is None else f"{f['measured_ms']:.3f}" for f in report.finalists)
             estimated = " / ".join(f"{f['estimated_ms']:.3f}" for f in report.finalists)
             chosen = next(i for i, f in enumerate(report.finalists) if f["chosen"]) + 1
-            click.echo(f"  {len(report.finalists)} graphs from different branches timed end to end: {timed} ms "
-                       f"(estimated {estimated} ms); kept #{chosen}")
+            completed = sum(1 for f in report.finalists if f.get("completed"))
+            click.echo(f"  {len(report.finalists)} graphs timed end to end ({completed} of them completions of "
+                       f"another's rules): {timed} ms (estimated {estimated} ms); kept #{chosen}")
         if report.splits_folded or report.elementwise_hoisted:
             click.echo(f"  then: {report.splits_folded} nested splits folded into one, "
-                       f"{report.elementwise_hoisted} elementwise ops applied once before a split")
+                       f"{report.elementwise_hoisted} elementwise ops applied once before a split"
+                       + (f" ({report.splits_regridded} split trees cut in the other order, "
+                          f"{report.weights_permuted} weights' columns permuted to line pieces up)"
+                          if report.splits_regridded or report.weights_permuted else ""))
         click.echo(f"  estimated cost ({report.cost_model}): {report.cost_before * 1e3:.3f} ms -> "
                    f"{report.cost_after * 1e3:.3f} ms")
     if report.cost_db is not None:

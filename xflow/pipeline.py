@@ -29,7 +29,7 @@ from xflow.rewrite import fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
 from xflow.runtime import make_session, measure_ab, measure_interleaved, median_latency, random_feeds
-from xflow.search import SearchResult, backtracking_search
+from xflow.search import Alternative, SearchResult, backtracking_search, complete_sweeps
 from xflow.search.backtrack import Step
 
 
@@ -109,6 +109,8 @@ class OptimizeReport:
     # after the search: nested splits folded into one, elementwise ops hoisted before a split
     splits_folded: int = 0
     elementwise_hoisted: int = 0
+    splits_regridded: int = 0
+    weights_permuted: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -198,21 +200,40 @@ class Finalist:
     simplified: Simplified
     cost: float
     steps: tuple[Step, ...]
+    completed: bool = False  # made by ``complete_sweeps`` from a search result
 
 
-def _finalists(result: SearchResult, options: OptimizeOptions) -> list[Finalist]:
+def _finalists(result: SearchResult, options: OptimizeOptions, coster: GraphCoster | None = None,
+               rules: list[Rule] | None = None) -> list[Finalist]:
     """The best graph, then the other branches' best graphs within ``FINALIST_SPREAD`` of its cost
-    (different graphs only)."""
-    found = [Finalist(simplify_splits(fold_constants(result.graph)), result.best_cost, result.steps)]
+    (different graphs only), then with ``coster`` and ``rules`` each of those with the rules of its
+    path applied at every match left (``complete_sweeps``), where that makes another graph."""
+    best = Alternative(result.graph, result.best_cost, result.steps)
     if not options.measure:
-        return found  # nothing will time the others
+        return [_finalist(best)]  # nothing will time the others
+    sources = [best]
     seen = {result.graph.hash_sum}
     for alt in result.alternatives:
         if not alt.steps or alt.graph.hash_sum in seen or alt.cost > FINALIST_SPREAD * result.best_cost:
             continue
         seen.add(alt.graph.hash_sum)
-        found.append(Finalist(simplify_splits(fold_constants(alt.graph)), alt.cost, alt.steps))
+        sources.append(alt)
+    found = [_finalist(source) for source in sources]
+    if coster is None or rules is None:
+        return found
+    by_name = {rule.name: rule for rule in rules}
+    for source in sources:
+        path_rules = [by_name[name] for name in dict.fromkeys(s.rule for s in source.steps) if name in by_name]
+        completed = complete_sweeps(source.graph, source.cost, path_rules, coster)
+        if completed is None or completed.graph.hash_sum in seen or completed.cost > FINALIST_SPREAD * result.best_cost:
+            continue
+        seen.add(completed.graph.hash_sum)
+        found.append(_finalist(Alternative(completed.graph, completed.cost, source.steps + completed.steps), True))
     return found
+
+
+def _finalist(source: Alternative, completed: bool = False) -> Finalist:
+    return Finalist(simplify_splits(fold_constants(source.graph)), source.cost, source.steps, completed)
 
 
 @dataclass
@@ -307,7 +328,7 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
                                      patience=options.patience, branches=options.alternatives)
     else:  # nothing to search: do not measure every node of the model for a cost nobody compares
         result = SearchResult(graph, 0.0, 0.0, (), "no-rules", 0, 0, 0.0)
-    finalists = _finalists(result, options) if result.steps else []
+    finalists = _finalists(result, options, coster, rules) if result.steps else []
     picked: Picked | None = None
     original_run = None  # the original's session, inputs and outputs, made once for the timing and the check
     if len(finalists) > 1:
@@ -334,10 +355,12 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
         report.finalists = [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps),
                              "nodes": len(f.simplified.graph.nodes),
                              "measured_ms": (picked.medians[i] * 1e3 if picked.medians[i] is not None else None),
-                             "chosen": i == picked.index} for i, f in enumerate(finalists)]
+                             "chosen": i == picked.index, "completed": f.completed}
+                            for i, f in enumerate(finalists)]
     _cost_figures(report, coster.model)
     if simplified is not None:
         report.splits_folded, report.elementwise_hoisted = simplified.nested_splits, simplified.elementwise_hoisted
+        report.splits_regridded, report.weights_permuted = simplified.regridded, simplified.weights_permuted
     if not rules:
         say(f"no rules in {rules_file}: the model is copied through unchanged")
         report.decision = "copied (no rules)"

@@ -47,6 +47,15 @@ def decode_matmul(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | Non
     return simple_decoder("matmul", 2)(proto, ctx)
 
 
+
+def matmul_weight_axis(out_rank: int, weight_rank: int, axis: int) -> int | None:
+    """The axis of matmul's second operand whose blocks give the output's blocks along ``axis``: the
+    output's last axis is the weight's columns, so ``split(a @ W)`` there is ``a @ split(W)`` piece by
+    piece (and a permutation of those pieces is ``a`` times W with its column blocks permuted); None
+    for the other axes."""
+    return weight_rank - 1 if axis == out_rank - 1 else None
+
+
 def transpose_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Permute dims by ``perm``."""
     (x,) = shapes

@@ -64,8 +64,13 @@ def nested_split_attrs(outer: Attrs, piece: int, inner: Attrs) -> Attrs | None:
     ``piece`` does (the inner pieces take that piece's place); None when they cut different axes."""
     if outer["axis"] != inner["axis"]:
         return None
-    sizes = outer["split"][:piece] + inner["split"] + outer["split"][piece + 1:]
-    return Attrs({"axis": outer["axis"], "split": tuple(sizes)})
+    return split_attrs(outer["axis"], outer["split"][:piece] + inner["split"] + outer["split"][piece + 1:])
+
+
+
+def split_attrs(axis: int, sizes: Sequence[int]) -> Attrs:
+    """The attributes of a split along ``axis`` into pieces of ``sizes``."""
+    return Attrs({"axis": axis, "split": tuple(int(s) for s in sizes)})
 
 
 def _split(xp, a, attrs):

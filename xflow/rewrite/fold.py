@@ -3,6 +3,9 @@ weights, TASO's constant tensors) into new initializers."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+
 import numpy as np
 
 from xflow.ir import Constant, Graph, Node
@@ -33,4 +36,31 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
         del arrays, results  # let the inputs go before the next node reads its own (large weights)
     if not constants:
         return graph
-    return graph.with_nodes(kept, constants=constants)
+    return graph.with_nodes(_share_equal(kept, values, constants), constants=constants)
+
+
+def _share_equal(nodes: list[Node], values: dict[str, np.ndarray], constants: dict[str, Constant]) -> list[Node]:
+    """Let new nodes read one of several folded constants with equal contents (two copies of a tied
+    weight concatenated in the same order by different rewrites), so the model holds it once. Nodes
+    from the source model keep their inputs (they are written as their original protos)."""
+    by_type: dict[tuple, list[str]] = {}
+    for name in constants:
+        by_type.setdefault((values[name].dtype.str, values[name].shape), []).append(name)
+    first: dict[tuple, str] = {}
+    same: dict[str, str] = {}
+    for kind, names in by_type.items():
+        if len(names) < 2:
+            continue  # nothing to compare with: no hashing (a merged weight can be hundreds of MB)
+        for name in names:
+            data = constants[name].array  # C-contiguous (Constant.from_array): hashed without a copy
+            digest = hashlib.blake2b(data, digest_size=16).digest()
+            kept = first.setdefault((kind, digest), name)
+            if kept != name and np.array_equal(values[kept], data):
+                same[name] = kept
+    if not same:
+        return nodes
+    readers = [n for n in nodes if any(i in same for i in n.inputs)]
+    if any(n.origin is not None for n in readers):
+        return nodes
+    return [dataclasses.replace(n, inputs=tuple(same.get(i, i) for i in n.inputs)) if n in readers else n
+            for n in nodes]

@@ -1,20 +1,24 @@
 """Undo the split trees that pairwise rules leave behind once the search is done.
 
 Rules merge two operators at a time, so merging NasRNN's eight gates leaves seven two-way splits per
-step, and each gate's add reads one piece of two such trees. Both forms below are identities of
-split itself (a piece of a piece is a piece; an elementwise op on matching pieces is a piece of the op
-on the wholes) and need no search: every one removes kernels and copies. The written model is still
-checked against the original by ``xflow optimize``.
+step, and each gate's add reads one piece of two such trees. The forms below are identities of split
+itself (a piece of a piece is a piece; an elementwise op on matching pieces is a piece of the op on the
+wholes; a grid of blocks can be cut rows first or columns first) and of matmul's columns (the op table's
+``matmul_weight_axis``); they need no search, and each is taken only where it removes kernels. The
+written model is still checked against the original by ``xflow optimize``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from xflow.ir import Attrs, Graph, Node, TensorType
 from xflow.ops import OPS
-from xflow.ops.shape_ops import nested_split_attrs
+from xflow.ops.linalg import matmul_weight_axis
+from xflow.ops.shape_ops import nested_split_attrs, split_attrs
 from xflow.rewrite.apply import content_name
+from xflow.rewrite.fold import fold_constants
 
 
 @dataclass
@@ -24,16 +28,26 @@ class Simplified:
     graph: Graph
     nested_splits: int = 0  # splits of a piece of another split folded into it
     elementwise_hoisted: int = 0  # elementwise ops applied once before a split instead of per piece
+    regridded: int = 0  # split trees over two axes cut in the other order, so that a hoist applies
+    weights_permuted: int = 0  # matmuls given their weight's column blocks in the order a hoist needs
 
 
 def simplify_splits(graph: Graph) -> Simplified:
     """Fold nested splits along one axis into one split, and apply an elementwise op once before a
-    split when it is applied to every piece of splits alike; repeated until neither applies."""
+    split when it is applied to every piece of splits alike (pieces of a matmul with a constant weight
+    that line up in another order are put in order by permuting the weight's columns); where a tree of
+    splits cuts a grid of blocks over two axes and cutting it in the other order lets those apply and
+    leaves fewer nodes, it is cut so. Repeated until none applies; new weights are folded."""
     result = Simplified(graph)
-    while True:
-        changed = _fold_nested(result) or _hoist_elementwise(result)
-        if not changed:
-            return result
+    _simplify(result, regrid=True)
+    if result.weights_permuted:
+        result.graph = fold_constants(result.graph)
+    return result
+
+
+def _simplify(result: Simplified, regrid: bool) -> None:
+    while _fold_nested(result) or _hoist_elementwise(result) or (regrid and _regrid(result)):
+        pass
 
 
 def _readers(graph: Graph, value: str) -> list[Node]:
@@ -84,15 +98,24 @@ def _hoist_elementwise(result: Simplified) -> bool:
         if found is None:
             continue
         pieces, orders = found
-        permuted = sum(order != sorted(order) for order in orders)
+        reweighed = {id(s): w for s, order in zip(splits, orders, strict=True)
+                     if order != sorted(order) and (w := _weight_to_permute(graph, s)) is not None}
+        permuted = sum(order != sorted(order) and id(s) not in reweighed
+                       for s, order in zip(splits, orders, strict=True))
         if 2 * permuted + 2 >= len(splits) + len(pieces):
             continue  # a concat per permuted split would cost what the hoist saves
         added: list[Node] = []
         types: dict[str, TensorType] = {}
         wholes: list[str] = []
+        gone_too: set[int] = set()
         for s, order in zip(splits, orders, strict=True):
             if order == sorted(order):
                 wholes.append(s.inputs[0])
+                continue
+            if id(s) in reweighed:
+                matmul, weight_axis = reweighed[id(s)]
+                wholes.append(_permuted_matmul(graph, matmul, weight_axis, s.attrs["split"], order, added, types))
+                gone_too.update((id(s), id(matmul)))
                 continue
             # the pieces line up in another order: put them in this one (two merge trees that paired
             # NasRNN's gates differently concatenated their weights in different orders)
@@ -107,11 +130,151 @@ def _hoist_elementwise(result: Simplified) -> bool:
         types[whole] = TensorType(graph.types[node.outputs[0]].dtype, graph.types[first.inputs[0]].shape)
         added.append(Node(node.op, tuple(wholes), (whole,), Attrs(node.attrs)))
         added.append(Node("split", (whole,), tuple(p.outputs[0] for p in pieces), first.attrs))
-        gone = {id(n) for n in pieces} | {id(s) for s, o in zip(splits, orders, strict=True) if o == sorted(o)}
+        gone = ({id(n) for n in pieces} | gone_too
+                | {id(s) for s, o in zip(splits, orders, strict=True) if o == sorted(o)})
         result.graph = graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types)
         result.elementwise_hoisted += 1
+        result.weights_permuted += len(reweighed)
         return True
     return False
+
+
+def _weight_to_permute(graph: Graph, split: Node) -> tuple[Node, int] | None:
+    """The matmul ``split`` cuts the output of, and the axis of its constant weight to permute, when
+    putting the split's pieces in another order is permuting that weight's blocks (the split reads
+    the matmul's output alone, along the weight's columns); None otherwise."""
+    matmul = graph.producers.get(split.inputs[0])
+    if matmul is None or matmul.op != "matmul" or matmul.is_opaque or not graph.is_constant(matmul.inputs[1]):
+        return None
+    if _sole_reader(graph, split.inputs[0]) is not split:
+        return None
+    out_rank = len(graph.types[split.inputs[0]].shape)
+    weight_axis = matmul_weight_axis(out_rank, len(graph.types[matmul.inputs[1]].shape), split.attrs["axis"])
+    return None if weight_axis is None else (matmul, weight_axis)
+
+
+def _permuted_matmul(graph: Graph, matmul: Node, weight_axis: int, sizes: tuple[int, ...], order: list[int],
+                     added: list[Node], types: dict[str, TensorType]) -> str:
+    """Add (to ``added``) the matmul whose output is ``matmul``'s with its blocks of ``sizes`` in
+    ``order``: its weight is the old one cut into those blocks and concatenated in that order (constant
+    nodes, folded later; copies of one structure share them by their content names). Its output's name."""
+    weight = matmul.inputs[1]
+    cut = split_attrs(weight_axis, sizes)
+    blocks = tuple(content_name("split", cut, (weight,), k) for k in range(len(sizes)))
+    join = OPS["concat"].normalize_attrs({"axis": weight_axis})
+    permuted = content_name("concat", join, tuple(blocks[k] for k in order), 0)
+    if permuted not in graph.types and permuted not in types:
+        weight_type = graph.types[weight]
+        for k, name in enumerate(blocks):
+            shape = list(weight_type.shape)
+            shape[weight_axis] = sizes[k]
+            types[name] = TensorType(weight_type.dtype, tuple(shape))
+        added.append(Node("split", (weight,), blocks, cut))
+        added.append(Node("concat", tuple(blocks[k] for k in order), (permuted,), join))
+        types[permuted] = weight_type
+    out = content_name(matmul.op, matmul.attrs, (matmul.inputs[0], permuted), 0)
+    types[out] = graph.types[matmul.outputs[0]]
+    added.append(Node(matmul.op, (matmul.inputs[0], permuted), (out,), Attrs(matmul.attrs)))
+    return out
+
+
+@dataclass
+class _Grid:
+    """A tree of splits that cuts one value into a grid of blocks over two axes."""
+
+    splits: list[Node]  # the tree's split nodes
+    cuts: dict[int, list[int]]  # per axis, the block boundaries (0 ... dim)
+    leaves: dict[tuple[int, int], str]  # (block index along the lower axis, along the higher) -> value
+
+
+def _regrid(result: Simplified) -> bool:
+    """Cut a grid-shaped tree of splits in either order, one split per axis level, where the fold and
+    hoist that follow leave fewer nodes than there are now (so this never undoes itself)."""
+    graph = result.graph
+    for root in graph.nodes:
+        if root.op != "split" or root.is_opaque:
+            continue
+        above = graph.producers.get(root.inputs[0])
+        if above is not None and above.op == "split" and _sole_reader(graph, root.inputs[0]) is root:
+            continue  # not the top of its tree
+        grid = _grid(graph, root)
+        if grid is None:
+            continue
+        kept = {id(n) for n in grid.splits}
+        for first_axis in grid.cuts:
+            added, types = _cut(graph, root.inputs[0], grid, first_axis)
+            trial = Simplified(graph.with_nodes([n for n in graph.nodes if id(n) not in kept] + added, types=types))
+            _simplify(trial, regrid=False)
+            if len(trial.graph.nodes) < len(graph.nodes):
+                result.graph = trial.graph
+                result.nested_splits += trial.nested_splits
+                result.elementwise_hoisted += trial.elementwise_hoisted
+                result.weights_permuted += trial.weights_permuted
+                result.regridded += 1
+                return True
+    return False
+
+
+def _grid(graph: Graph, root: Node) -> _Grid | None:
+    """The grid ``root``'s tree of splits cuts its input into: every piece that only another split reads
+    is cut further, the others are the blocks; None unless the tree cuts two axes and its blocks are
+    exactly the cells between all its cuts."""
+    shape = graph.types[root.inputs[0]].shape
+    splits: list[Node] = []
+    boxes: dict[str, tuple[tuple[int, int], ...]] = {}
+    stack = [(root, tuple((0, d) for d in shape))]
+    while stack:
+        node, box = stack.pop()
+        splits.append(node)
+        axis, start = node.attrs["axis"], box[node.attrs["axis"]][0]
+        for value, size in zip(node.outputs, node.attrs["split"], strict=True):
+            piece = box[:axis] + ((start, start + size),) + box[axis + 1:]
+            start += size
+            below = _sole_reader(graph, value)
+            if below is not None and below.op == "split" and not below.is_opaque:
+                stack.append((below, piece))
+            else:
+                boxes[value] = piece
+    axes = sorted({s.attrs["axis"] for s in splits})
+    if len(axes) != 2 or len(splits) < 2:
+        return None
+    cuts = {a: sorted({b[a][0] for b in boxes.values()} | {shape[a]}) for a in axes}
+    if any(len(c) < 3 for c in cuts.values()):
+        return None
+    leaves: dict[tuple[int, int], str] = {}
+    for value, box in boxes.items():
+        cell = []
+        for a in axes:
+            lo, hi = box[a]
+            i = cuts[a].index(lo)
+            if cuts[a][i + 1] != hi:
+                return None  # the block spans several cells
+            cell.append(i)
+        leaves[(cell[0], cell[1])] = value
+    if len(leaves) != (len(cuts[axes[0]]) - 1) * (len(cuts[axes[1]]) - 1):
+        return None
+    return _Grid(splits, cuts, leaves)
+
+
+def _cut(graph: Graph, value: str, grid: _Grid, first_axis: int) -> tuple[list[Node], dict[str, TensorType]]:
+    """The splits that cut ``value`` into ``grid``'s blocks along ``first_axis`` first, each row of
+    blocks then along the other axis, and the types of the rows."""
+    low, high = sorted(grid.cuts)
+    second_axis = high if first_axis == low else low
+    sizes = {a: [hi - lo for lo, hi in pairwise(c)] for a, c in grid.cuts.items()}
+    first = split_attrs(first_axis, sizes[first_axis])
+    second = split_attrs(second_axis, sizes[second_axis])
+    whole = graph.types[value]
+    rows = tuple(content_name("split", first, (value,), i) for i in range(len(sizes[first_axis])))
+    added = [Node("split", (value,), rows, first)]
+    types: dict[str, TensorType] = {}
+    for i, row in enumerate(rows):
+        shape = list(whole.shape)
+        shape[first_axis] = sizes[first_axis][i]
+        types[row] = TensorType(whole.dtype, tuple(shape))
+        cells = [(i, j) if first_axis == low else (j, i) for j in range(len(sizes[second_axis]))]
+        added.append(Node("split", (row,), tuple(grid.leaves[c] for c in cells), second))
+    return added, types
 
 
 def _pieces(graph: Graph, node: Node, splits: list[Node]) -> tuple[list[Node], list[list[int]]] | None:

@@ -1,5 +1,5 @@
 """Cost-based search over rule applications."""
 
-from xflow.search.backtrack import SearchResult, Step, backtracking_search
+from xflow.search.backtrack import Alternative, SearchResult, Step, backtracking_search, complete_sweeps
 
-__all__ = ["SearchResult", "Step", "backtracking_search"]
+__all__ = ["Alternative", "SearchResult", "Step", "backtracking_search", "complete_sweeps"]

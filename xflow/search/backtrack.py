@@ -276,6 +276,37 @@ def _in_sweep_order(graph: Graph, improving: list[tuple[Match, float]]) -> list[
     return [m for m, _ in sorted(improving, key=lambda mc: (mc[1], [position[n] for n in mc[0].nodes]))]
 
 
+
+def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: GraphCoster,
+                    max_growth: float = 2.0, rounds: int = 2 * SWEEP_ROUNDS,
+                    time_limit: float = 10.0) -> Alternative | None:
+    """Apply each of ``rules`` in turn at every match it has in ``graph``, in rounds as a sweep does
+    (copies of a structure paired alike, matches the last round created taken next), whatever the
+    estimated costs say; None when no rule applies twice. The steps are this completion's alone.
+
+    A search result's rules stop where single-kernel costs stop falling: NasRNN's last merge of two
+    [512,2048] h matmuls into one [512,4096] measures dearer than the pair it replaces, yet the
+    completed graph lets ``simplify_splits`` add each step's x and h projections once before one split,
+    and runs as fast as the hand-written batched form. ``xflow optimize`` times such a completion end to
+    end against the search's own graphs and keeps it only if it runs faster."""
+    deadline = time.perf_counter() + time_limit
+    cap = max(int(len(graph.nodes) * max_growth), len(graph.nodes) + 4)
+    steps: list[Step] = []
+    for rule in rules:
+        if time.perf_counter() > deadline:
+            break
+        index = RuleIndex([rule])
+        matches = index.all_matches(graph)
+        if len(matches) < 2:
+            continue
+        swept = _sweep(graph, cost, _in_sweep_order(graph, [(m, 0.0) for m in matches]), index, coster, cap,
+                       deadline, rounds, limit=float("inf"))
+        if swept is not None:
+            graph, cost = swept.graph, swept.cost
+            steps.extend(_step(m) for m in swept.applied)
+    return Alternative(graph, cost, tuple(steps)) if steps else None
+
+
 def rss_mb() -> float:
     """This process's resident set size in MB (current on Linux; the peak where /proc is missing)."""
     try:

@@ -143,7 +143,7 @@ def _print_summary(report: Any) -> None:
             click.echo(f"  then: {report.splits_folded} nested splits folded into one, "
                        f"{report.elementwise_hoisted} elementwise ops applied once before a split"
                        + (f" ({report.splits_regridded} split trees cut in the other order, "
-                          f"{report.weights_permuted} weights' columns permuted to line pieces up)"
+                          f"{report.weights_permuted} matmuls given their weight's columns permuted to line pieces up)"
                           if report.splits_regridded or report.weights_permuted else ""))
         click.echo(f"  estimated cost ({report.cost_model}): {report.cost_before * 1e3:.3f} ms -> "
                    f"{report.cost_after * 1e3:.3f} ms")

@@ -357,6 +357,15 @@ def test_folding_keeps_one_copy_of_equal_new_constants():
     assert [n.op for n in folded.nodes] == ["matmul", "matmul"]
     assert folded.nodes[0].inputs[1] == folded.nodes[1].inputs[1]
     assert sum(c.type.shape == (4, 8) for c in folded.constants.values()) == 1
+    # the same when the second copy is folded later (simplify_splits permutes a weight after the search's fold)
+    one = fold_constants(rewritten.with_nodes([n for n in rewritten.nodes if "c1" not in (*n.inputs, *n.outputs)]
+                                              + [Node("matmul", ("x", "c0"), ("y1",))]))
+    (kept,) = [k for k, c in one.constants.items() if c.type.shape == (4, 8)]
+    again = fold_constants(one.with_nodes(
+        [n for n in one.nodes if n.outputs != ("y1",)]
+        + [Node("concat", ("W", "W"), ("c1",), axis1), Node("matmul", ("x", "c1"), ("y1",))],
+        types={"c1": TensorType(TensorProto.FLOAT, (4, 8))}, constants={"W": rewritten.constants["W"]}))
+    assert [n.inputs[1] for n in again.nodes] == [kept, kept]
     x = rng.standard_normal((2, 4)).astype(np.float32)
     got = ort.InferenceSession(to_model_proto(folded).SerializeToString()).run(None, {"x": x})
     for y in got:

@@ -5,6 +5,7 @@ same for a ModelProto in memory, for pipelines."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -260,6 +261,10 @@ def _pick_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], ou
                 sessions[i].run(None, dict(feeds))
             except Exception:  # noqa: BLE001 - one that does not run is not chosen
                 sessions.pop(i, None)
+            finally:  # the session holds its weights now: a large model's finalists need not all be on disk
+                for leftover in (path, path + ".data"):
+                    with contextlib.suppress(OSError):
+                        os.remove(leftover)
         if not sessions:
             return Picked(0, [None] * len(finalists))
         timed, _ = measure_interleaved(sessions, feeds, rounds, seconds)

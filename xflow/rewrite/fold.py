@@ -36,26 +36,28 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
         del arrays, results  # let the inputs go before the next node reads its own (large weights)
     if not constants:
         return graph
-    return graph.with_nodes(_share_equal(kept, values, constants), constants=constants)
+    return graph.with_nodes(_share_equal(kept, constants, graph.constants), constants=constants)
 
 
-def _share_equal(nodes: list[Node], values: dict[str, np.ndarray], constants: dict[str, Constant]) -> list[Node]:
-    """Let new nodes read one of several folded constants with equal contents (two copies of a tied
-    weight concatenated in the same order by different rewrites), so the model holds it once. Nodes
-    from the source model keep their inputs (they are written as their original protos)."""
+def _share_equal(nodes: list[Node], constants: dict[str, Constant], earlier: dict[str, Constant]) -> list[Node]:
+    """Let new nodes read one constant where several with equal contents were folded (two copies of a
+    tied weight concatenated in the same order by different rewrites, now or in an ``earlier`` fold: a
+    constant the optimizer made), so the model holds it once. Nodes from the source model keep their
+    inputs (they are written as their original protos)."""
+    made = {**{k: c for k, c in earlier.items() if c.array is not None and k not in constants}, **constants}
     by_type: dict[tuple, list[str]] = {}
-    for name in constants:
-        by_type.setdefault((values[name].dtype.str, values[name].shape), []).append(name)
+    for name, const in made.items():
+        by_type.setdefault((const.array.dtype.str, const.array.shape), []).append(name)  # type: ignore[union-attr]
     first: dict[tuple, str] = {}
     same: dict[str, str] = {}
     for kind, names in by_type.items():
-        if len(names) < 2:
-            continue  # nothing to compare with: no hashing (a merged weight can be hundreds of MB)
-        for name in names:
-            data = constants[name].array  # C-contiguous (Constant.from_array): hashed without a copy
+        if len(names) < 2 or not any(n in constants for n in names):
+            continue  # nothing new to compare: no hashing (a merged weight can be hundreds of MB)
+        for name in names:  # earlier ones first: they are kept, the new copies go
+            data = made[name].array  # C-contiguous (Constant.from_array): hashed without a copy
             digest = hashlib.blake2b(data, digest_size=16).digest()
             kept = first.setdefault((kind, digest), name)
-            if kept != name and np.array_equal(values[kept], data):
+            if kept != name and np.array_equal(made[kept].array, data):
                 same[name] = kept
     if not same:
         return nodes

@@ -137,12 +137,13 @@ def _print_summary(report: Any) -> None:
             estimated = " / ".join(f"{f['estimated_ms']:.3f}" for f in report.finalists)
             chosen = next(i for i, f in enumerate(report.finalists) if f["chosen"]) + 1
             completed = sum(1 for f in report.finalists if f.get("completed"))
-            click.echo(f"  {len(report.finalists)} graphs timed end to end ({completed} of them completions of "
-                       f"another's rules): {timed} ms (estimated {estimated} ms); kept #{chosen}")
+            which = f" ({completed} of them completions of another's rules)" if completed else ""
+            click.echo(f"  {len(report.finalists)} graphs timed end to end{which}: {timed} ms "
+                       f"(estimated {estimated} ms); kept #{chosen}")
         if report.splits_folded or report.elementwise_hoisted:
             click.echo(f"  then: {report.splits_folded} nested splits folded into one, "
                        f"{report.elementwise_hoisted} elementwise ops applied once before a split"
-                       + (f" ({report.splits_regridded} split trees cut in the other order, "
+                       + (f" ({report.splits_regridded} split trees cut the other way first, "
                           f"{report.weights_permuted} matmuls given their weight's columns permuted to line pieces up)"
                           if report.splits_regridded or report.weights_permuted else ""))
         click.echo(f"  estimated cost ({report.cost_model}): {report.cost_before * 1e3:.3f} ms -> "

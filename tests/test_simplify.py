@@ -154,3 +154,34 @@ def test_a_grid_cut_the_other_way_that_saves_nothing_is_left_alone():
                      {"x": [4, 6]}, {f"x{h}{t}": [1, 3] for t in range(4) for h in "ab"})
     done = simplify_splits(graph_from_model(model))
     assert done.regridded == 0 and len(done.graph.nodes) == 3
+
+
+BN_PARAMS = ("scale", "bias", "mean", "var")
+
+
+def _split_then_batchnorms(epsilons: tuple[float, float]) -> onnx.ModelProto:
+    """x [1,8,4,4] split along the channels into 3 + 5, each piece batch-normalized with its own params."""
+    rng = np.random.default_rng(5)
+    model = model_of([helper.make_node("Split", ["x"], ["p0", "p1"], axis=1, split=[3, 5]),
+                      *[helper.make_node("BatchNormalization", [f"p{i}", *(f"{n}{i}" for n in BN_PARAMS)],
+                                         [f"y{i}"], epsilon=epsilons[i]) for i in range(2)]],
+                     {"x": [1, 8, 4, 4]}, {"y0": [1, 3, 4, 4], "y1": [1, 5, 4, 4]})
+    for i, channels in enumerate((3, 5)):
+        for name in ("scale", "bias", "mean"):
+            _with_weight(model, f"{name}{i}", rng.standard_normal(channels).astype(np.float32))
+        _with_weight(model, f"var{i}", rng.uniform(0.5, 2.0, channels).astype(np.float32))
+    return model
+
+
+def test_a_batchnorm_on_every_piece_of_a_channel_split_is_applied_once_before_it():
+    """What pairwise conv merges leave: conv -> split -> a batchnorm per piece, which ORT cannot fuse into
+    the conv. One batchnorm with the pieces' params concatenated, then the split."""
+    model = _split_then_batchnorms((1e-5, 1e-5))
+    done = simplify_splits(graph_from_model(model))
+    assert done.channelwise_hoisted == 1
+    assert done.graph.op_counts() == {"batchnorm": 1, "split": 1}
+    x = np.random.default_rng(0).standard_normal((1, 8, 4, 4)).astype(np.float32)
+    for want, got in zip(run(model, {"x": x}), run(to_model_proto(done.graph), {"x": x}), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    differing = _split_then_batchnorms((1e-5, 1e-3))  # not the same op on every piece: left alone
+    assert simplify_splits(graph_from_model(differing)).channelwise_hoisted == 0

@@ -140,9 +140,10 @@ def _print_summary(report: Any) -> None:
             which = f" ({completed} of them completions of another's rules)" if completed else ""
             click.echo(f"  {len(report.finalists)} graphs timed end to end{which}: {timed} ms "
                        f"(estimated {estimated} ms); kept #{chosen}")
-        if report.splits_folded or report.elementwise_hoisted:
+        if report.splits_folded or report.elementwise_hoisted or report.channelwise_hoisted:
             click.echo(f"  then: {report.splits_folded} nested splits folded into one, "
-                       f"{report.elementwise_hoisted} elementwise ops applied once before a split"
+                       f"{report.elementwise_hoisted} elementwise ops and {report.channelwise_hoisted} batchnorms "
+                       "applied once before a split"
                        + (f" ({report.splits_regridded} split trees cut the other way first, "
                           f"{report.weights_permuted} matmuls given their weight's columns permuted to line pieces up)"
                           if report.splits_regridded or report.weights_permuted else ""))

@@ -110,6 +110,7 @@ class OptimizeReport:
     # after the search: nested splits folded into one, elementwise ops hoisted before a split
     splits_folded: int = 0
     elementwise_hoisted: int = 0
+    channelwise_hoisted: int = 0
     splits_regridded: int = 0
     weights_permuted: int = 0
 
@@ -366,6 +367,7 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     if simplified is not None:
         report.splits_folded, report.elementwise_hoisted = simplified.nested_splits, simplified.elementwise_hoisted
         report.splits_regridded, report.weights_permuted = simplified.regridded, simplified.weights_permuted
+        report.channelwise_hoisted = simplified.channelwise_hoisted
     if not rules:
         say(f"no rules in {rules_file}: the model is copied through unchanged")
         report.decision = "copied (no rules)"

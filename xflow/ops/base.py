@@ -79,6 +79,10 @@ class OpDef:
     associative: bool = False
     elementwise: bool = False
     weights_only: bool = False  # applied only to constants (enlarge, TASO's constant tensors)
+    # inputs that are per-channel vectors along axis 1 of input 0 (batchnorm's scale, bias, mean, var): on a
+    # piece of a split along the channels they are that piece's slice, so the op on the pieces is the op on
+    # the whole with those inputs concatenated
+    channel_params: tuple[int, ...] = ()
     z3_symbol: str = ""
     flops: Callable[[Sequence[Shape], Sequence[Shape], Attrs], int] | None = None  # default: one per output element
 

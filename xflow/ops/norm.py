@@ -72,6 +72,6 @@ BATCHNORM = OpDef(
     attrs=(AttrSpec("epsilon", 1e-5),), shape=batchnorm_shape, kernel=_batchnorm, int_kernel=_batchnorm_int,
     decode=decode_batchnorm, encode=encode_batchnorm,
     doc="inference batch normalization: (x - mean) / sqrt(var + epsilon) * scale + bias on axis 1",
-    z3_symbol="batchnorm")
+    z3_symbol="batchnorm", channel_params=(1, 2, 3, 4))
 
 OPS = (BATCHNORM,)

@@ -28,6 +28,7 @@ class Simplified:
     graph: Graph
     nested_splits: int = 0  # splits of a piece of another split folded into it
     elementwise_hoisted: int = 0  # elementwise ops applied once before a split instead of per piece
+    channelwise_hoisted: int = 0  # per-channel ops (batchnorm) applied once before a split along the channels
     regridded: int = 0  # split trees over two axes cut in the other order, so that a hoist applies
     weights_permuted: int = 0  # matmuls given their weight's column blocks in the order a hoist needs
 
@@ -40,13 +41,14 @@ def simplify_splits(graph: Graph) -> Simplified:
     leaves fewer nodes, it is cut so. Repeated until none applies; new weights are folded."""
     result = Simplified(graph)
     _simplify(result, regrid=True)
-    if result.weights_permuted:
+    if result.weights_permuted or result.channelwise_hoisted:
         result.graph = fold_constants(result.graph)
     return result
 
 
 def _simplify(result: Simplified, regrid: bool) -> None:
-    while _fold_nested(result) or _hoist_elementwise(result) or (regrid and _regrid(result)):
+    while (_fold_nested(result) or _hoist_elementwise(result) or _hoist_channelwise(result)
+           or (regrid and _regrid(result))):
         pass
 
 
@@ -139,6 +141,54 @@ def _hoist_elementwise(result: Simplified) -> bool:
     return False
 
 
+def _hoist_channelwise(result: Simplified) -> bool:
+    """A per-channel op (the op table's ``channel_params``: batchnorm) applied alike to every piece of a
+    split along the channels, with constant per-channel inputs, becomes one op on the whole with those
+    inputs concatenated, before the split. Pairwise conv merges leave a batchnorm per piece, which
+    ORT cannot fuse into the merged conv across the split (and runs outside its NCHWc layout)."""
+    graph = result.graph
+    for split in graph.nodes:
+        if split.op != "split" or split.is_opaque or split.attrs["axis"] != 1:
+            continue
+        readers = [_sole_reader(graph, o) for o in split.outputs]
+        first = readers[0]
+        if first is None or first.is_opaque or not OPS[first.op].channel_params:
+            continue
+        params = OPS[first.op].channel_params
+        if any(r is None or r.op != first.op or r.is_opaque or r.attrs != first.attrs or r.inputs[0] != piece
+               or len(r.inputs) != len(first.inputs) or len(r.outputs) != 1
+               or any(r.inputs[k] != first.inputs[k] for k in range(1, len(r.inputs)) if k not in params)
+               or any(not graph.is_constant_value(r.inputs[k]) for k in params)
+               for r, piece in zip(readers, split.outputs, strict=True)):
+            continue
+        added: list[Node] = []
+        types: dict[str, TensorType] = {}
+        join = OPS["concat"].normalize_attrs({"axis": 0})
+        inputs = [split.inputs[0]]
+        for k in range(1, len(first.inputs)):
+            if k not in params:
+                inputs.append(first.inputs[k])
+                continue
+            parts = tuple(r.inputs[k] for r in readers)  # type: ignore[union-attr]
+            name = content_name("concat", join, parts, 0)
+            if name not in graph.types and name not in types:
+                part_type = graph.types[parts[0]]
+                types[name] = TensorType(part_type.dtype, (sum(graph.types[p].shape[0] for p in parts),))
+                added.append(Node("concat", parts, (name,), join))
+            inputs.append(name)
+        whole = content_name(first.op, first.attrs, tuple(inputs), 0)
+        if whole in graph.types:
+            continue
+        types[whole] = TensorType(graph.types[first.outputs[0]].dtype, graph.types[split.inputs[0]].shape)
+        added.append(Node(first.op, tuple(inputs), (whole,), Attrs(first.attrs)))
+        added.append(Node("split", (whole,), tuple(r.outputs[0] for r in readers), split.attrs))  # type: ignore[union-attr]
+        gone = {id(split)} | {id(r) for r in readers}
+        result.graph = graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types)
+        result.channelwise_hoisted += 1
+        return True
+    return False
+
+
 def _weight_to_permute(graph: Graph, split: Node) -> tuple[Node, int] | None:
     """The matmul ``split`` cuts the output of, and the axis of its constant weight to permute, when
     putting the split's pieces in another order is permuting that weight's blocks (the split reads
@@ -210,6 +260,7 @@ def _regrid(result: Simplified) -> bool:
                 result.nested_splits += trial.nested_splits
                 result.elementwise_hoisted += trial.elementwise_hoisted
                 result.weights_permuted += trial.weights_permuted
+                result.channelwise_hoisted += trial.channelwise_hoisted
                 result.regridded += 1
                 return True
     return False

@@ -205,11 +205,11 @@ class Finalist:
     completed: bool = False  # made by ``complete_sweeps`` from a search result
 
 
-def _finalists(result: SearchResult, options: OptimizeOptions, coster: GraphCoster | None = None,
-               rules: list[Rule] | None = None) -> list[Finalist]:
+def _finalists(result: SearchResult, options: OptimizeOptions, coster: GraphCoster,
+               rules: list[Rule]) -> list[Finalist]:
     """The best graph, then the other branches' best graphs within ``FINALIST_SPREAD`` of its cost
-    (different graphs only), then with ``coster`` and ``rules`` each of those with the rules of its
-    path applied at every match left (``complete_sweeps``), where that makes another graph."""
+    (different graphs only), then each of those with the rules of its path applied at every match left
+    (``complete_sweeps``), where that makes another graph."""
     best = Alternative(result.graph, result.best_cost, result.steps)
     if not options.measure:
         return [_finalist(best)]  # nothing will time the others
@@ -221,8 +221,6 @@ def _finalists(result: SearchResult, options: OptimizeOptions, coster: GraphCost
         seen.add(alt.graph.hash_sum)
         sources.append(alt)
     found = [_finalist(source) for source in sources]
-    if coster is None or rules is None:
-        return found
     by_name = {rule.name: rule for rule in rules}
     for source in sources:
         path_rules = [by_name[name] for name in dict.fromkeys(s.rule for s in source.steps) if name in by_name]

@@ -86,6 +86,11 @@ class OpDef:
     z3_symbol: str = ""
     flops: Callable[[Sequence[Shape], Sequence[Shape], Attrs], int] | None = None  # default: one per output element
 
+    def channel_params_along(self, axis: int) -> tuple[int, ...]:
+        """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``
+        along the channels (axis 1), none along any other axis."""
+        return self.channel_params if axis == 1 else ()
+
     @property
     def attr_names(self) -> frozenset[str]:
         """Names of the attributes this op takes."""

@@ -47,7 +47,6 @@ def decode_matmul(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | Non
     return simple_decoder("matmul", 2)(proto, ctx)
 
 
-
 def matmul_weight_axis(out_rank: int, weight_rank: int, axis: int) -> int | None:
     """The axis of matmul's second operand whose blocks give the output's blocks along ``axis``: the
     output's last axis is the weight's columns, so ``split(a @ W)`` there is ``a @ split(W)`` piece by

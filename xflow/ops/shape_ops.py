@@ -67,7 +67,6 @@ def nested_split_attrs(outer: Attrs, piece: int, inner: Attrs) -> Attrs | None:
     return split_attrs(outer["axis"], outer["split"][:piece] + inner["split"] + outer["split"][piece + 1:])
 
 
-
 def split_attrs(axis: int, sizes: Sequence[int]) -> Attrs:
     """The attributes of a split along ``axis`` into pieces of ``sizes``."""
     return Attrs({"axis": axis, "split": tuple(int(s) for s in sizes)})

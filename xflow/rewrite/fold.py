@@ -61,8 +61,7 @@ def _share_equal(nodes: list[Node], constants: dict[str, Constant], earlier: dic
                 same[name] = kept
     if not same:
         return nodes
-    readers = [n for n in nodes if any(i in same for i in n.inputs)]
-    if any(n.origin is not None for n in readers):
+    if any(n.origin is not None and any(i in same for i in n.inputs) for n in nodes):
         return nodes
-    return [dataclasses.replace(n, inputs=tuple(same.get(i, i) for i in n.inputs)) if n in readers else n
-            for n in nodes]
+    return [dataclasses.replace(n, inputs=tuple(same.get(i, i) for i in n.inputs))
+            if any(i in same for i in n.inputs) else n for n in nodes]

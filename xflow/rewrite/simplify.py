@@ -52,6 +52,24 @@ def _simplify(result: Simplified, regrid: bool) -> None:
         pass
 
 
+def _add_node(graph: Graph, op: str, inputs: tuple[str, ...], attrs: dict, added: list[Node],
+              types: dict[str, TensorType], outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Add ``op`` on ``inputs`` to ``added``, its outputs typed by the op table's shape rule (dtype of the
+    first input) and, unless ``outputs`` names them, named by their content: a node whose outputs the
+    graph or ``added`` already has (copies of one structure share their constants) is not added again.
+    Its outputs."""
+    spec = OPS[op]
+    attrs = spec.normalize_attrs(attrs)
+    names = outputs or tuple(content_name(op, attrs, inputs, k) for k in range(spec.num_outputs(attrs)))
+    if outputs is None and (names[0] in graph.types or names[0] in types):
+        return names
+    in_types = [types.get(i) or graph.types[i] for i in inputs]
+    for name, shape in zip(names, spec.infer([t.shape for t in in_types], attrs), strict=True):
+        types[name] = TensorType(in_types[0].dtype, shape)
+    added.append(Node(op, inputs, names, attrs))
+    return names
+
+
 def _readers(graph: Graph, value: str) -> list[Node]:
     return [u for u, _ in graph.users.get(value, ())]
 
@@ -122,12 +140,9 @@ def _hoist_elementwise(result: Simplified) -> bool:
             # the pieces line up in another order: put them in this one (two merge trees that paired
             # NasRNN's gates differently concatenated their weights in different orders)
             parts = tuple(s.outputs[k] for k in order)
-            name = content_name("concat", Attrs({"axis": first.attrs["axis"]}), parts, 0)
-            added.append(Node("concat", parts, (name,), OPS["concat"].normalize_attrs({"axis": first.attrs["axis"]})))
-            types[name] = graph.types[s.inputs[0]]
-            wholes.append(name)
+            wholes.append(_add_node(graph, "concat", parts, {"axis": first.attrs["axis"]}, added, types)[0])
         whole = content_name(node.op, node.attrs, tuple(wholes), 0)
-        if whole in graph.types or any(a.outputs[0] in graph.types for a in added):
+        if whole in graph.types:
             continue
         types[whole] = TensorType(graph.types[node.outputs[0]].dtype, graph.types[first.inputs[0]].shape)
         added.append(Node(node.op, tuple(wholes), (whole,), Attrs(node.attrs)))
@@ -148,13 +163,15 @@ def _hoist_channelwise(result: Simplified) -> bool:
     ORT cannot fuse into the merged conv across the split (and runs outside its NCHWc layout)."""
     graph = result.graph
     for split in graph.nodes:
-        if split.op != "split" or split.is_opaque or split.attrs["axis"] != 1:
+        if split.op != "split" or split.is_opaque:
             continue
         readers = [_sole_reader(graph, o) for o in split.outputs]
         first = readers[0]
-        if first is None or first.is_opaque or not OPS[first.op].channel_params:
+        if first is None or first.is_opaque:
             continue
-        params = OPS[first.op].channel_params
+        params = OPS[first.op].channel_params_along(split.attrs["axis"])
+        if not params:
+            continue
         if any(r is None or r.op != first.op or r.is_opaque or r.attrs != first.attrs or r.inputs[0] != piece
                or len(r.inputs) != len(first.inputs) or len(r.outputs) != 1
                or any(r.inputs[k] != first.inputs[k] for k in range(1, len(r.inputs)) if k not in params)
@@ -163,19 +180,11 @@ def _hoist_channelwise(result: Simplified) -> bool:
             continue
         added: list[Node] = []
         types: dict[str, TensorType] = {}
-        join = OPS["concat"].normalize_attrs({"axis": 0})
         inputs = [split.inputs[0]]
         for k in range(1, len(first.inputs)):
-            if k not in params:
-                inputs.append(first.inputs[k])
-                continue
             parts = tuple(r.inputs[k] for r in readers)  # type: ignore[union-attr]
-            name = content_name("concat", join, parts, 0)
-            if name not in graph.types and name not in types:
-                part_type = graph.types[parts[0]]
-                types[name] = TensorType(part_type.dtype, (sum(graph.types[p].shape[0] for p in parts),))
-                added.append(Node("concat", parts, (name,), join))
-            inputs.append(name)
+            inputs.append(_add_node(graph, "concat", parts, {"axis": 0}, added, types)[0] if k in params
+                          else first.inputs[k])
         whole = content_name(first.op, first.attrs, tuple(inputs), 0)
         if whole in graph.types:
             continue
@@ -208,24 +217,9 @@ def _permuted_matmul(graph: Graph, matmul: Node, weight_axis: int, sizes: tuple[
     """Add (to ``added``) the matmul whose output is ``matmul``'s with its blocks of ``sizes`` in
     ``order``: its weight is the old one cut into those blocks and concatenated in that order (constant
     nodes, folded later; copies of one structure share them by their content names). Its output's name."""
-    weight = matmul.inputs[1]
-    cut = split_attrs(weight_axis, sizes)
-    blocks = tuple(content_name("split", cut, (weight,), k) for k in range(len(sizes)))
-    join = OPS["concat"].normalize_attrs({"axis": weight_axis})
-    permuted = content_name("concat", join, tuple(blocks[k] for k in order), 0)
-    if permuted not in graph.types and permuted not in types:
-        weight_type = graph.types[weight]
-        for k, name in enumerate(blocks):
-            shape = list(weight_type.shape)
-            shape[weight_axis] = sizes[k]
-            types[name] = TensorType(weight_type.dtype, tuple(shape))
-        added.append(Node("split", (weight,), blocks, cut))
-        added.append(Node("concat", tuple(blocks[k] for k in order), (permuted,), join))
-        types[permuted] = weight_type
-    out = content_name(matmul.op, matmul.attrs, (matmul.inputs[0], permuted), 0)
-    types[out] = graph.types[matmul.outputs[0]]
-    added.append(Node(matmul.op, (matmul.inputs[0], permuted), (out,), Attrs(matmul.attrs)))
-    return out
+    blocks = _add_node(graph, "split", (matmul.inputs[1],), split_attrs(weight_axis, sizes), added, types)
+    (permuted,) = _add_node(graph, "concat", tuple(blocks[k] for k in order), {"axis": weight_axis}, added, types)
+    return _add_node(graph, matmul.op, (matmul.inputs[0], permuted), matmul.attrs, added, types)[0]
 
 
 @dataclass
@@ -313,18 +307,13 @@ def _cut(graph: Graph, value: str, grid: _Grid, first_axis: int) -> tuple[list[N
     low, high = sorted(grid.cuts)
     second_axis = high if first_axis == low else low
     sizes = {a: [hi - lo for lo, hi in pairwise(c)] for a, c in grid.cuts.items()}
-    first = split_attrs(first_axis, sizes[first_axis])
-    second = split_attrs(second_axis, sizes[second_axis])
-    whole = graph.types[value]
-    rows = tuple(content_name("split", first, (value,), i) for i in range(len(sizes[first_axis])))
-    added = [Node("split", (value,), rows, first)]
+    added: list[Node] = []
     types: dict[str, TensorType] = {}
+    rows = _add_node(graph, "split", (value,), split_attrs(first_axis, sizes[first_axis]), added, types)
     for i, row in enumerate(rows):
-        shape = list(whole.shape)
-        shape[first_axis] = sizes[first_axis][i]
-        types[row] = TensorType(whole.dtype, tuple(shape))
         cells = [(i, j) if first_axis == low else (j, i) for j in range(len(sizes[second_axis]))]
-        added.append(Node("split", (row,), tuple(grid.leaves[c] for c in cells), second))
+        _add_node(graph, "split", (row,), split_attrs(second_axis, sizes[second_axis]), added, types,
+                  outputs=tuple(grid.leaves[c] for c in cells))
     return added, types
 
 

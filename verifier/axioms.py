@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 import z3
 
 from verifier.encode import DIM, RANK, T, apply_op, z3_and, z3_max
 
-DOUBLE = 11  # onnx.TensorProto.DOUBLE
+DOUBLE = onnx.TensorProto.DOUBLE  # constants are built in float64 for the checks
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def _only(found: list[OpDef], what: str) -> OpDef:
 _KERNEL_OP = _only([e for e in OPS.values() if "bias" in e.roles], "ops with a bias input")
 _KERNEL_AT, _BIAS_AT = _KERNEL_OP.roles.index("kernel"), _KERNEL_OP.roles.index("bias")
 #: its fused-activation attribute and the value that means none
-_ACT = next(a for a in _KERNEL_OP.attrs if a.z3 == "act")
+_ACT = next(a for a in _KERNEL_OP.attrs if a.z3 == "choice")
 #: the op with a parameter vector per channel of its input (batchnorm)
 _NORM = _only([e for e in OPS.values() if e.channel_params], "ops with per-channel parameters")
 #: the op that joins kernels (concat): an axis attribute and several inputs

@@ -5,11 +5,12 @@ Tensors are the uninterpreted sort ``T``. Each op is an uninterpreted function n
 trailing arguments are its input tensors. Multi-output ops (split) get one function per output.
 Shapes are modelled by ``rank(T) -> Int`` and ``dim(T, Int) -> Int``.
 
-Attribute kinds: an int n (n Int slots; tuples of length n), ``"act"`` (one Int: none 0, relu 1),
-``"float"`` (one Int: the bits of the value as float32, how ONNX stores it),
-(``ATTR_LAYOUT`` is a view of the op table's ``AttrSpec.z3``; the shape facts are the table's ``facts``)
-``"code"`` (one Int: an injective code of a tuple literal, for perm and shapes whose length varies)
-and ``"sizes"`` (split sizes: one Int per output). What cannot be expressed raises ``Unsupported``.
+Attribute kinds (the op table's ``AttrSpec.z3``; ``ATTR_LAYOUT`` is a view of them): an int n (n Int slots;
+tuples of length n), ``"choice"`` (one Int: the value's index among the attribute's choices, e.g. act none 0,
+relu 1), ``"float"`` (one Int: the bits of the value as float32, how ONNX stores it), ``"code"`` (one Int: an
+injective code of a tuple literal, for perm and shapes whose length varies) and ``"sizes"`` (split sizes: one
+Int per output). The shape facts of an application are the table's ``OpDef.facts``. What cannot be expressed
+raises ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ DIM = z3.Function("dim", T, z3.IntSort(), z3.IntSort())
 #: the op table's ``AttrSpec.z3``).
 ATTR_LAYOUT: dict[str, tuple[tuple[str, Any], ...]] = {
     name: tuple((a.name, a.z3) for a in entry.attrs) for name, entry in OPS.items()}
-#: Codes of the string values of "act"-kind attributes: the index of the value among the attribute's choices.
-CHOICE_CODES: dict[str, int] = {
-    value: i for entry in OPS.values() for a in entry.attrs if a.z3 == "act" for i, value in enumerate(a.choices or ())}
+#: Codes of the string values of "choice"-kind attributes: the index of the value among the attribute's choices.
+CHOICE_CODES: dict[str, int] = {value: i for entry in OPS.values() for a in entry.attrs if a.z3 == "choice"
+                                 for i, value in enumerate(a.choices or ())}
 
 
 class Unsupported(Exception):
@@ -81,7 +82,7 @@ def _int(v: Any) -> z3.ArithRef:
 
 def flatten_attr(op: str, kind: Any, value: Any, n_out: int) -> list[z3.ArithRef]:
     """The Int slots of one attribute value (python literal or z3 / tuple of z3)."""
-    if kind == "act":
+    if kind == "choice":
         if isinstance(value, str):
             if value not in CHOICE_CODES:
                 raise Unsupported(f"{op}: unknown activation {value!r}")
@@ -124,7 +125,7 @@ def apply_op(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], n_out: 
 def var_value(op: str, attr: str, name: str, n_out: int) -> Any:
     """A fresh z3 value for attribute variable ``name`` used as ``op.attr``."""
     kind = dict(ATTR_LAYOUT[op])[attr]
-    if kind in ("act", "code", "float") or kind == 1:
+    if kind in ("choice", "code", "float") or kind == 1:
         return z3.Int(name)
     width = n_out if kind == "sizes" else kind
     return tuple(z3.Int(f"{name}_{i}") for i in range(width))

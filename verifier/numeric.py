@@ -74,6 +74,7 @@ def _channel_anchors(rule: Rule) -> dict[str, str]:
         entry = OPS[node.op]
         roles = [entry.role(pos) for pos in range(len(node.inputs))]
         kernels = [name for name, role in zip(node.inputs, roles, strict=True) if role == "kernel"]
+        # an op applying a kernel to an image (conv): its output channels are the kernel's
         if kernels and kernels[0] in rule.inputs and roles[0] == "image":
             kernel_of[node.outputs[0]] = kernels[0]
             for name, role in zip(node.inputs, roles, strict=True):

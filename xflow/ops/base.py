@@ -50,7 +50,7 @@ ShapeRule = Callable[[Sequence[Shape], Attrs], list[Shape]]
 #: Draws a value of one attribute for a numeric check: (rng, the node's input shapes, the attributes drawn
 #: before it, the node's output count) -> a value, or None when no value fits these shapes.
 Sampler = Callable[[np.random.Generator, Sequence[Shape], Mapping[str, Any], int], Any]
-#: How an attribute is encoded for z3: an int n (n Int slots; tuples of length n), "act" (one Int: the index
+#: How an attribute is encoded for z3: an int n (n Int slots; tuples of length n), "choice" (one Int: the index
 #: of the value in the attribute's choices), "float" (one Int: the float32 bits), "code" (one Int: an
 #: injective code of a tuple whose length varies) or "sizes" (one Int per output of the node).
 Z3Kind = int | str

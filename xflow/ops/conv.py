@@ -309,7 +309,7 @@ CONV = OpDef(
     attrs=(replace(STRIDES, generalize=Generalize("cs", ((1, 1), (2, 2)))),
            replace(PADS, generalize=Generalize("cp", ((0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 0, 1), (1, 0, 1, 0)))),
            AttrSpec("group", 1, sample=one_of(1, 1, 2)),
-           AttrSpec("act", "none", ("none", "relu"), z3="act", sample=one_of("none", "relu"))),
+           AttrSpec("act", "none", ("none", "relu"), z3="choice", sample=one_of("none", "relu"))),
     shape=conv_shape, kernel=_conv, int_kernel=_conv_int, decode=decode_conv, encode=encode_conv,
     doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv",
     roles=("image", "kernel", "bias"), facts=conv_facts, family="convolution",

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from xflow.ops import OPS, ShapeError
+from xflow.ops.base import pick
 from xflow.rewrite.match import evaluate_template
 from xflow.rules.expr import Expr, ExprError, ShapeEnv
 from xflow.rules.model import PatternNode, Rule, Var
@@ -88,24 +89,20 @@ def _channel_anchors(rule: Rule) -> dict[str, str]:
     return anchors
 
 
-def _pick(rng: np.random.Generator, seq: Any) -> Any:
-    return seq[int(rng.integers(len(seq)))]
-
-
 def _shape(rng: np.random.Generator, role: str) -> tuple[int, ...]:
     if role == "image":
-        hw = _pick(rng, [4, 5])
-        return (_pick(rng, [1, 2]), _pick(rng, [1, 2, 4]), hw, hw)
+        hw = pick(rng, [4, 5])
+        return (pick(rng, [1, 2]), pick(rng, [1, 2, 4]), hw, hw)
     if role == "kernel":
-        k = _pick(rng, [1, 3])
-        return (_pick(rng, [1, 2, 4]), _pick(rng, [1, 2, 4]), k, k)
+        k = pick(rng, [1, 3])
+        return (pick(rng, [1, 2, 4]), pick(rng, [1, 2, 4]), k, k)
     if role in ("bias", "channel", "variance"):
-        return (_pick(rng, [1, 2, 4]),)
+        return (pick(rng, [1, 2, 4]),)
     if role == "scalar":
-        return _pick(rng, [(), (1,)])
+        return pick(rng, [(), (1,)])
     if role == "matrix":
-        return tuple(int(d) for d in rng.integers(2, 4, size=_pick(rng, [2, 2, 3])))
-    return tuple(int(d) for d in rng.integers(2, 4, size=_pick(rng, [1, 2, 2, 3, 4])))
+        return tuple(int(d) for d in rng.integers(2, 4, size=pick(rng, [2, 2, 3])))
+    return tuple(int(d) for d in rng.integers(2, 4, size=pick(rng, [1, 2, 2, 3, 4])))
 
 
 def _sample_attr(rng: np.random.Generator, op: str, attr: str, shapes: list[tuple[int, ...]],
@@ -164,7 +161,7 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
             values = []
             for t in template:
                 if isinstance(t, Var):
-                    variables.setdefault(t.name, _pick(rng, [0, 1, 2]))
+                    variables.setdefault(t.name, pick(rng, [0, 1, 2]))
                     values.append(variables[t.name])
                 else:
                     values.append(t)

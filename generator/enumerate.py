@@ -41,68 +41,27 @@ INPUTS: tuple[tuple[str, str, str, tuple[int, ...]], ...] = (
     ("s", "s", "const", ()),
 )
 
-#: Parameter menu per op. ``padding`` same/valid and ``group`` 1/depthwise are resolved from operand shapes;
-#: ``split`` cuts the axis in two halves.
-MENU: dict[str, list[dict[str, Any]]] = {
-    "add": [{}],
-    "mul": [{}],
-    "smul": [{}],
-    "matmul": [{}],
-    "relu": [{}],
-    "transpose": [{"perm": (1, 0)}],
-    "conv": [{"strides": (s, s), "padding": p, "act": a, "group": g}
-             for s in (1, 2) for p in ("same", "valid") for a in ("none", "relu") for g in ("1", "depthwise")],
-    "enlarge": [{"size": (3, 3)}],
-    "avgpool": [{"kernel": (3, 3), "strides": (s, s), "padding": p, "count_include_pad": 1}
-                for s in (1, 2) for p in ("same", "valid")],
-    "maxpool": [{"kernel": (3, 3), "strides": (s, s), "padding": p} for s in (1, 2) for p in ("same", "valid")],
-    "concat": [{"axis": 0}, {"axis": 1}],
-    "split": [{"axis": 0}, {"axis": 1}],
-    "const_pool": [{"shape": (4, 1, 3, 3)}],
-    "const_iconv": [{"shape": (4, 4, 3, 3)}, {"shape": (4, 4, 1, 1)}],
-    "const_imatmul": [{"shape": (4, 4)}],
-    "const_ones": [{"shape": (4, 4)}],
-}
-
-ARITY: dict[str, int] = {"add": 2, "mul": 2, "smul": 2, "matmul": 2, "conv": 2, "concat": 2}
+#: The ops the generator enumerates (those whose op-table entry has a ``menu``), in name order.
+MENU_OPS: tuple[str, ...] = tuple(sorted(name for name, entry in OPS.items() if entry.menu is not None))
 
 Op = tuple[str, Attrs, tuple[int, ...]]
 Graph = tuple[Op, ...]
 
 
 def arity(op: str) -> int:
-    """Operands one application of ``op`` takes in the enumeration."""
-    if op.startswith("const_"):
-        return 0
-    return ARITY.get(op, 1)
-
-
-def _same_pads(kernel: tuple[int, ...]) -> tuple[int, int, int, int]:
-    ph, pw = (kernel[0] - 1) // 2, (kernel[1] - 1) // 2
-    return (ph, pw, kernel[0] - 1 - ph, kernel[1] - 1 - pw)
+    """Operands one application of ``op`` takes in the enumeration (its menu's)."""
+    return OPS[op].menu.arity  # type: ignore[union-attr]
 
 
 def resolve(op: str, params: dict[str, Any], shapes: tuple[tuple[int, ...], ...]) -> Attrs | None:
     """The concrete attributes of one menu entry on these operand shapes, or None when it does not apply."""
-    attrs = dict(params)
-    if op == "conv":
-        kernel = shapes[1][2:] if len(shapes[1]) == 4 else (1, 1)
-        if len(shapes[0]) != 4 or len(shapes[1]) != 4:
-            return None
-        attrs["pads"] = _same_pads(kernel) if attrs.pop("padding") == "same" else (0, 0, 0, 0)
-        attrs["group"] = 1 if attrs["group"] == "1" else shapes[0][1]
-        if attrs["group"] != 1 and shapes[1][1] != 1:
-            return None
-    elif op in ("avgpool", "maxpool"):
-        attrs["pads"] = _same_pads(attrs["kernel"]) if attrs.pop("padding") == "same" else (0, 0, 0, 0)
-    elif op == "split":
-        axis = attrs["axis"]
-        if not shapes or axis >= len(shapes[0]) or shapes[0][axis] < 2:
-            return None
-        d = shapes[0][axis]
-        attrs["split"] = (d // 2, d - d // 2)
+    entry = OPS[op]
+    menu = entry.menu
+    attrs = dict(params) if menu is None or menu.resolve is None else menu.resolve(dict(params), shapes)
+    if attrs is None:
+        return None
     try:
-        return OPS[op].normalize_attrs(attrs)
+        return entry.normalize_attrs(attrs)
     except ShapeError:
         return None
 
@@ -118,7 +77,7 @@ class Application:
 
 APPLICATIONS: tuple[Application, ...] = tuple(
     Application(i, op, params) for i, (op, params) in
-    enumerate((op, p) for op in sorted(MENU) for p in MENU[op]))
+    enumerate((op, p) for op in MENU_OPS for p in OPS[op].menu.entries))  # type: ignore[union-attr]
 
 
 BY_OP: dict[str, tuple[Application, ...]] = {
@@ -263,11 +222,13 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         return found
 
     def operand_tuples(op: str, level: Level) -> Iterator[tuple[int, ...]]:
-        # TASO's typing of operands: conv and pools read activations and conv kernels are weights (images and
-        # kernels are the rank-4 inputs); ewadd/ewmul take equal shapes (no broadcasting); smul scales a tensor
-        # by the scalar. Everything else is left to the op table's shape rule. With ``components`` (the last
-        # op), only tuples touching every component.
+        # TASO's typing of operands, from the op table's input roles: an image is an activation (not a weight)
+        # and a kernel a weight, both rank 4; a scalar operand is the scalar input and scales a tensor that is
+        # not one; a menu with ``same_shapes`` takes equal shapes (ewadd/ewmul: no broadcasting). Everything
+        # else is left to the op table's shape rule. With ``components`` (the last op), only tuples touching
+        # every component.
         components = level.components
+        entry = OPS[op]
         k = arity(op)
         n = len(shapes)
         if k == 0:
@@ -278,18 +239,19 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         if k == 1:
             for a in (components[0] if components is not None else range(n)):
-                if not (op in ("avgpool", "maxpool") and weight[a]) and some_entry_applies(op, (shapes[a],)):
+                if not (entry.role(0) == "image" and weight[a]) and some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
         by_shape = level.by_shape
-        if op in ("add", "mul"):
+        roles = (entry.role(0), entry.role(1))
+        if entry.menu.same_shapes:  # type: ignore[union-attr]
             firsts = range(n)
             seconds = {a: by_shape[shapes[a]] for a in firsts}
-        elif op == "smul":
+        elif roles[1] == "scalar":
             scalars = by_shape.get((), [])
             firsts = [t for t in range(n) if shapes[t] != ()]
             seconds = dict.fromkeys(firsts, scalars)
-        elif op == "conv":
+        elif roles == ("image", "kernel"):
             firsts = [t for t in range(n) if len(shapes[t]) == 4 and not weight[t]]
             kernels = [t for t in range(n) if len(shapes[t]) == 4 and weight[t]]
             seconds = dict.fromkeys(firsts, kernels)

@@ -55,8 +55,8 @@ class _Side:
 
     nodes: list[dict[str, Any]]
     where: list[str]
-    # per split node whose sizes need an expression: (node, choices)
-    size_slots: list[tuple[dict[str, Any], list[str]]]
+    # per split node whose sizes need an expression: (node, its sizes attribute, choices)
+    size_slots: list[tuple[dict[str, Any], str, list[str]]]
 
 
 def _dims(a: str, b: str, offset: int) -> str:
@@ -80,7 +80,7 @@ def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: di
                  split_vars: list[str], n_inputs: int) -> _Side:
     nodes: list[dict[str, Any]] = []
     where: list[str] = []
-    slots: list[tuple[dict[str, Any], list[str]]] = []
+    slots: list[tuple[dict[str, Any], str, list[str]]] = []
     t = n_inputs
     for index, (op, attrs, operands) in enumerate(graph):
         n_out = OPS[op].num_outputs(attrs)
@@ -94,7 +94,7 @@ def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: di
             var = variables.get((op, key))
             if var:
                 rendered[key] = f"?{var}"
-            elif general and key == "axis" and op in ("concat", "split"):
+            elif general and OPS[op].attr(key).generalize is not None and key == "axis":
                 offset = value - rank
                 if source:
                     name = f"ax{index}"
@@ -102,23 +102,23 @@ def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: di
                     where.append(f"{name} == rank({first}) - {-offset}")
                 else:
                     rendered[key] = f"=rank({first}) - {-offset}"
-                if op == "concat" and len(operands) == 2:
+                if len(operands) == 2:  # two pieces joined along the axis
                     pieces.append((names[operands[0]], names[operands[1]], offset))
                     a, b = (names[o] for o in operands)
                     if not source and operands[0] < n_inputs and operands[1] < n_inputs and a != b:
                         # the target's concat needs equal ranks; without the condition the proof cannot use it
                         where.append(f"rank({a}) == rank({b})")
-            elif general and key == "split" and len(value) == 2:
+            elif general and OPS[op].attr(key).z3 == "sizes" and len(value) == 2:
                 offset = attrs["axis"] - rank
                 choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars)
                 if source:
                     name = f"sz{index}"
                     rendered[key] = f"?{name}"
                     split_vars.append(name)
-                    slots.append((node, [f"{name} == {c}" for c in choices] + [""]))
+                    slots.append((node, key, [f"{name} == {c}" for c in choices] + [""]))
                 else:
                     rendered[key] = None
-                    slots.append((node, choices))
+                    slots.append((node, key, choices))
             else:
                 rendered[key] = _render(value)
         if rendered:
@@ -143,15 +143,15 @@ def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: 
         s = _render_side(src, src_names, tensor_ranks[0], variables, True, general, inputs, pieces, split_vars, n)
         d = _render_side(dst, dst_names, tensor_ranks[1], variables, False, general, inputs, pieces, split_vars, n)
         slots = s.size_slots + d.size_slots
-        combos = itertools.islice(itertools.product(*(choices for _, choices in slots)), MAX_SIZE_COMBOS)
+        combos = itertools.islice(itertools.product(*(choices for _, _, choices in slots)), MAX_SIZE_COMBOS)
         for combo in combos:
             where = list(dict.fromkeys(s.where + d.where + (rank_pins if pinned else [])))
-            for (node, _), choice in zip(slots, combo, strict=True):
+            for (node, key, _), choice in zip(slots, combo, strict=True):
                 if node in s.nodes:
                     if choice:
                         where.append(choice)
                 else:
-                    node["attrs"]["split"] = f"={choice}"
+                    node["attrs"][key] = f"={choice}"
             rule = {**base, "src": _copy(s.nodes), "dst": _copy(d.nodes), "outputs": outputs, "where": where}
             out.append(rule)
     return out
@@ -212,9 +212,15 @@ def final_name(rule: dict[str, Any], max_ops: int) -> str:
     return f"g{max_ops}_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
 
 
-#: Ops of the algebra that real models are made of; candidates built from them are verified first.
-MODEL_OPS = frozenset({"matmul", "conv", "concat", "split", "relu", "add", "mul", "smul", "transpose",
-                       "maxpool", "avgpool", "batchnorm"})
+def _in_models(op: str) -> bool:
+    """Whether real models are made of ``op``: the op table's ops that are not applied only to constants
+    (enlarge and TASO's constant tensors are the search's own)."""
+    return op in OPS and not OPS[op].weights_only
+
+
+def _contraction(op: str) -> bool:
+    """Whether ``op`` costs more than one operation per output element (its op-table entry counts flops)."""
+    return op in OPS and OPS[op].flops is not None
 
 
 def priority(candidate: dict[str, Any]) -> tuple:
@@ -222,7 +228,6 @@ def priority(candidate: dict[str, Any]) -> tuple:
     graph smaller or merge ops, first; then by name (deterministic)."""
     src_ops = [n["op"] for n in candidate["src"]]
     dst_ops = [n["op"] for n in candidate["dst"]]
-    foreign = sum(op not in MODEL_OPS for op in src_ops + dst_ops)
-    heavy = ("matmul", "conv")
-    fewer_heavy = sum(op in heavy for op in dst_ops) < sum(op in heavy for op in src_ops)
+    foreign = sum(not _in_models(op) for op in src_ops + dst_ops)
+    fewer_heavy = sum(map(_contraction, dst_ops)) < sum(map(_contraction, src_ops))
     return (foreign, not fewer_heavy, len(dst_ops) - len(src_ops), candidate["name"])

@@ -10,6 +10,11 @@ convs feed a BatchNormalization. A candidate over convs becomes, mechanically:
   parameters are built from per-kernel inputs the same way (concat and enlarge only), all sharing one
   epsilon variable.
 
+Which ops these are is the op table's: the kernel op is the one with a ``bias`` input role, the normalization
+the one with per-channel parameters (``channel_params``); a kernel's vector follows a weights-only op on the
+kernel unchanged, a concat along the output channels as a concat on axis 0, and a linear element-wise op as
+the same op (its scalar inputs kept).
+
 Lifting only proposes: a lifted candidate goes through the verifier like any other (numeric check, then a
 z3 proof from the axioms of biased convs and batchnorm) and is shipped only when proved.
 """
@@ -20,6 +25,25 @@ import copy
 import re
 from typing import Any
 
+from xflow.ops import OPS, OpDef
+
+
+def _only(found: list[OpDef], what: str) -> OpDef:
+    if len(found) != 1:
+        raise RuntimeError(f"the op table has {len(found)} {what}; lifting needs exactly one")
+    return found[0]
+
+
+#: the op that applies a kernel and may add a bias per output channel (conv)
+_KERNEL_OP = _only([e for e in OPS.values() if "bias" in e.roles], "ops with a bias input")
+_KERNEL_AT, _BIAS_AT = _KERNEL_OP.roles.index("kernel"), _KERNEL_OP.roles.index("bias")
+#: its fused-activation attribute and the value that means none
+_ACT = next(a for a in _KERNEL_OP.attrs if a.z3 == "choice")
+#: the op with a parameter vector per channel of its input (batchnorm)
+_NORM = _only([e for e in OPS.values() if e.channel_params], "ops with per-channel parameters")
+#: the op that joins kernels (concat): an axis attribute and several inputs
+_JOIN = _only([e for e in OPS.values() if e.max_inputs > 1 and "axis" in e.attr_names], "joining ops")
+LIFTS = ("bias", _NORM.name)
 BN_PARAMS = ("scale", "shift", "mean", "var")
 #: A concat axis written relative to the rank of a 4-D kernel: axis 0, the output channels.
 _OUT_CHANNEL_EXPR = re.compile(r"^=rank\(\w+\) - 4$")
@@ -66,15 +90,15 @@ class _Mirror:
             if node is None:
                 raise _CannotLift(f"kernel {kernel} is neither an input nor computed")
             op, ins = node["op"], node["in"]
+            entry = OPS[op]
             name = f"{kernel}_{self.leaf.format(w='')}".rstrip("_")
-            if op == "enlarge":
-                name = self.vector(ins[0])  # an enlarged kernel keeps its output channels
-            elif op == "concat" and _out_channel_concat(node, self.where):
-                self._add("concat", [self.vector(i) for i in ins], name, {"axis": 0})
-            elif op == "add" and self.allow_linear:
-                self._add("add", [self.vector(i) for i in ins], name, None)
-            elif op == "smul" and self.allow_linear:
-                self._add("smul", [self.vector(ins[0]), ins[1]], name, None)
+            if entry.weights_only and len(ins) == 1 and entry.role(0) == "kernel":
+                name = self.vector(ins[0])  # a kernel reshaped in place (enlarged) keeps its output channels
+            elif entry is _JOIN and _out_channel_concat(node, self.where):
+                self._add(op, [self.vector(i) for i in ins], name, {"axis": 0})
+            elif entry.elementwise and entry.linear and self.allow_linear:
+                self._add(op, [i if entry.role(k) == "scalar" else self.vector(i) for k, i in enumerate(ins)],
+                          name, None)
             else:
                 raise _CannotLift(f"kernel built by {op}")
         self.memo[kernel] = name
@@ -88,17 +112,17 @@ class _Mirror:
 
 
 def _convs(rule: dict[str, Any]) -> list[dict[str, Any]]:
-    return [n for side in ("src", "dst") for n in rule[side] if n["op"] == "conv"]
+    return [n for side in ("src", "dst") for n in rule[side] if n["op"] == _KERNEL_OP.name]
 
 
 def _lift_side(nodes: list[dict[str, Any]], mirrors: list[_Mirror], rewrite_conv: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for node in nodes:
-        if node["op"] != "conv":
+        if node["op"] != _KERNEL_OP.name:
             out.append(node)
             continue
         before = [len(m.new_nodes) for m in mirrors]
-        vectors = [m.vector(node["in"][1]) for m in mirrors]
+        vectors = [m.vector(node["in"][_KERNEL_AT]) for m in mirrors]
         for m, start in zip(mirrors, before, strict=True):
             out.extend(m.new_nodes[start:])
         out.extend(rewrite_conv(node, vectors))
@@ -106,17 +130,17 @@ def _lift_side(nodes: list[dict[str, Any]], mirrors: list[_Mirror], rewrite_conv
 
 
 def _lift(rule: dict[str, Any], kind: str) -> dict[str, Any]:
-    if not any(n["op"] == "conv" for n in rule["src"]):
+    if not any(n["op"] == _KERNEL_OP.name for n in rule["src"]):
         raise _CannotLift("no conv in the source")
     lifted = copy.deepcopy({k: v for k, v in rule.items() if k != "variants"})
     for conv in _convs(lifted):
-        if len(conv["in"]) != 2:
+        if len(conv["in"]) != _BIAS_AT:
             raise _CannotLift("conv already has a bias")
-        act = conv.get("attrs", {}).get("act", "none")
-        if kind == "batchnorm" and act != "none":
+        act = conv.get("attrs", {}).get(_ACT.name, _ACT.default)
+        if kind == _NORM.name and act != _ACT.default:
             if not (isinstance(act, str) and act.startswith("?")):
                 raise _CannotLift("conv with a fused activation")
-            conv["attrs"]["act"] = "none"  # an activation variable: the batchnorm form is the act=none case
+            conv["attrs"][_ACT.name] = _ACT.default  # an activation variable: the normalized form has none
     where = list(lifted.get("where", []))
     inputs = dict(lifted["inputs"])
     leaves = ["b_{w}"] if kind == "bias" else [f"bn_{p}_{{w}}" for p in BN_PARAMS]
@@ -131,7 +155,7 @@ def _lift(rule: dict[str, Any], kind: str) -> dict[str, Any]:
             out = node["out"][0]
             raw = f"{out}_conv"
             return [{**node, "out": [raw]},
-                    {"op": "batchnorm", "in": [raw, *vectors], "out": [out], "attrs": {"epsilon": "?eps"}}]
+                    {"op": _NORM.name, "in": [raw, *vectors], "out": [out], "attrs": {"epsilon": "?eps"}}]
 
         sides[side] = _lift_side(lifted[side], mirrors, rewrite_conv)
         for m in mirrors:
@@ -152,7 +176,7 @@ def _lift(rule: dict[str, Any], kind: str) -> dict[str, Any]:
 def lift_candidate(candidate: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """The ``kind`` (``"bias"`` or ``"batchnorm"``) lift of a candidate and of each of its variants, or None
     when the candidate has no conv in its source or a kernel its vectors cannot follow."""
-    if kind not in ("bias", "batchnorm"):
+    if kind not in LIFTS:
         raise ValueError(f"unknown lift {kind!r}")
     variants = candidate.get("variants") or [candidate]
     lifted_variants = []
@@ -170,7 +194,7 @@ def lift_candidates(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every bias and batchnorm lift of ``candidates`` (in their order, bias first)."""
     out = []
     for candidate in candidates:
-        for kind in ("bias", "batchnorm"):
+        for kind in LIFTS:
             lifted = lift_candidate(candidate, kind)
             if lifted is not None:
                 out.append(lifted)

@@ -22,14 +22,18 @@ from generator.prune import renaming_key
 from xflow.ir import Attrs
 from xflow.ops import OPS, ShapeError
 
-#: (variable, ops, attribute, alternative values tried)
-GENERALIZABLE: tuple[tuple[str, tuple[str, ...], str, tuple[Any, ...]], ...] = (
-    ("cs", ("conv",), "strides", ((1, 1), (2, 2))),
-    ("cp", ("conv",), "pads", ((0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 0, 1), (1, 0, 1, 0))),
-    ("ps", ("avgpool", "maxpool"), "strides", ((1, 1), (2, 2))),
-    ("pp", ("avgpool", "maxpool"), "pads", ((0, 0, 0, 0), (1, 1, 1, 1))),
-    ("axis", ("concat", "split"), "axis", (0, 1, 2, 3)),
-)
+
+def _generalizable_attrs() -> tuple[tuple[str, tuple[str, ...], str, tuple[Any, ...]], ...]:
+    """(variable, ops, attribute, alternative values tried), from the op table's ``AttrSpec.generalize``."""
+    groups: dict[tuple[str, str, tuple[Any, ...]], list[str]] = {}
+    for name in sorted(OPS):
+        for spec in OPS[name].attrs:
+            if spec.generalize is not None:
+                groups.setdefault((spec.generalize.var, spec.name, spec.generalize.alternatives), []).append(name)
+    return tuple((var, tuple(ops), attr, alts) for (var, attr, alts), ops in groups.items())
+
+
+GENERALIZABLE = _generalizable_attrs()
 
 INPUT_NAMES = tuple(n for n, _, _, _ in INPUTS)
 INPUT_KIND = {n: k for n, _, k, _ in INPUTS}

@@ -68,9 +68,11 @@ def test_optimize_end_to_end_writes_equivalent_model(tmp_path):
     result = invoke("optimize", src, str(out), "--rules", rules, "--report", str(report), "--keep-if-slower",
                     "--cost", "analytic")
     assert result.exit_code == 0, result.output
-    assert "conv_bias_relu_fold x1" in result.output and "measured latency" in result.output
+    # the summary names the rule by what it does; the report keeps its id
+    assert "fuse-relu-into-conv x1" in result.output and "measured latency" in result.output
     data = json.loads(report.read_text())
     assert data["rules_applied"] == {"conv_bias_relu_fold": 1}
+    assert data["rule_names"] == {"conv_bias_relu_fold": "fuse-relu-into-conv"}
     assert data["verified"] and data["latency_before_ms"] > 0 and data["decision"] == "optimized"
     assert data["cost_after"] < data["cost_before"]
     optimized = onnx.load(str(out))

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 import z3
 
 from verifier.encode import DIM, RANK, T, apply_op, z3_and, z3_max
 
-DOUBLE = 11  # onnx.TensorProto.DOUBLE
+DOUBLE = onnx.TensorProto.DOUBLE  # constants are built in float64 for the checks
 
 
 @dataclass(frozen=True)
@@ -385,6 +386,10 @@ def _mul(a: Any, b: Any) -> Any:
     return ("mul", {}, a, b)
 
 
+def _sub(a: Any, b: Any) -> Any:
+    return ("sub", {}, a, b)
+
+
 def _smul(a: Any, b: Any) -> Any:
     return ("smul", {}, a, b)
 
@@ -473,6 +478,29 @@ def _build() -> list[Axiom]:
           ("x", "y", "s"), (), lambda rng: {**_same("x y")(rng), "s": _scalar(rng)}),
         A("smul_ewmul", _mul(_smul("x", "s"), "y"), _smul(_mul("x", "y"), "s"), ("x", "y", "s"), (),
           lambda rng: {**_same("x y")(rng), "s": _scalar(rng)}),
+        # -- element-wise subtraction: linear, so it commutes with what ewadd commutes with
+        A("ewsub_ewadd_assoc", _sub(_add("x", "y"), "z"), _add("x", _sub("y", "z")), ("x", "y", "z"), (),
+          _same("x y z")),
+        A("ewsub_ewadd_rhs", _sub("x", _add("y", "z")), _sub(_sub("x", "y"), "z"), ("x", "y", "z"), (),
+          _same("x y z")),
+        A("ewmul_distrib_ewsub", _mul(_sub("x", "y"), "z"), _sub(_mul("x", "z"), _mul("y", "z")),
+          ("x", "y", "z"), (), _same("x y z")),
+        A("smul_distrib_ewsub", _smul(_sub("x", "y"), "s"), _sub(_smul("x", "s"), _smul("y", "s")),
+          ("x", "y", "s"), (), lambda rng: {**_same("x y")(rng), "s": _scalar(rng)}),
+        A("transpose_ewsub", _t(_sub("x", "y")), _sub(_t("x"), _t("y")), ("x", "y"), (), _mat_gen("x:ab y:ab")),
+        A("matmul_ewsub_rhs", _mm("x", _sub("y", "z")), _sub(_mm("x", "y"), _mm("x", "z")), ("x", "y", "z"), (),
+          _mat_gen("x:ab y:bc z:bc")),
+        A("matmul_ewsub_lhs", _mm(_sub("x", "y"), "z"), _sub(_mm("x", "z"), _mm("y", "z")), ("x", "y", "z"), (),
+          _mat_gen("x:ab y:ab z:bc")),
+        A("conv_ewsub_input", _cv(_sub("x", "y"), "w", act="none"), _sub(_cv("x", "w", act="none"),
+                                                                         _cv("y", "w", act="none")),
+          ("x", "y", "w"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)})),
+        A("concat_ewsub", _cat(P("ax"), _sub("a", "b"), _sub("c", "d")), _sub(_cat(P("ax"), "a", "c"),
+                                                                             _cat(P("ax"), "b", "d")),
+          ("a", "b", "c", "d"), ("ax",),
+          lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
+              _concat_gen("a c")(rng))),
         A("identity_elim", ("identity", {}, "x"), "x", ("x",), (), _same("x")),
         A("relu_idempotent", _relu(_relu("x")), _relu("x"), ("x",), (), _same("x")),
         A("transpose_relu", _t(_relu("x")), _relu(_t("x")), ("x",), (), _same("x", (2,))),

@@ -5,10 +5,12 @@ Tensors are the uninterpreted sort ``T``. Each op is an uninterpreted function n
 trailing arguments are its input tensors. Multi-output ops (split) get one function per output.
 Shapes are modelled by ``rank(T) -> Int`` and ``dim(T, Int) -> Int``.
 
-Attribute kinds: an int n (n Int slots; tuples of length n), ``"act"`` (one Int: none 0, relu 1),
-``"float"`` (one Int: the bits of the value as float32, how ONNX stores it),
-``"code"`` (one Int: an injective code of a tuple literal, for perm and shapes whose length varies)
-and ``"sizes"`` (split sizes: one Int per output). What cannot be expressed raises ``Unsupported``.
+Attribute kinds (the op table's ``AttrSpec.z3``; ``ATTR_LAYOUT`` is a view of them): an int n (n Int slots;
+tuples of length n), ``"choice"`` (one Int: the value's index among the attribute's choices, e.g. act none 0,
+relu 1), ``"float"`` (one Int: the bits of the value as float32, how ONNX stores it), ``"code"`` (one Int: an
+injective code of a tuple literal, for perm and shapes whose length varies) and ``"sizes"`` (split sizes: one
+Int per output). The shape facts of an application are the table's ``OpDef.facts``. What cannot be expressed
+raises ``Unsupported``.
 """
 
 from __future__ import annotations
@@ -29,24 +31,13 @@ T = z3.DeclareSort("T")
 RANK = z3.Function("rank", T, z3.IntSort())
 DIM = z3.Function("dim", T, z3.IntSort(), z3.IntSort())
 
-ACT_CODES = {"none": 0, "relu": 1}
-
+#: Per op: its attributes with their z3 kinds, in the order of the function's Int arguments (a view of
+#: the op table's ``AttrSpec.z3``).
 ATTR_LAYOUT: dict[str, tuple[tuple[str, Any], ...]] = {
-    "add": (), "mul": (), "smul": (), "relu": (), "sigmoid": (), "tanh": (), "identity": (), "matmul": (),
-    "transpose": (("perm", "code"),),
-    "conv": (("strides", 2), ("pads", 4), ("group", 1), ("act", "act")),
-    "batchnorm": (("epsilon", "float"),),
-    "enlarge": (("size", 2),),
-    "maxpool": (("kernel", 2), ("strides", 2), ("pads", 4)),
-    "avgpool": (("kernel", 2), ("strides", 2), ("pads", 4), ("count_include_pad", 1)),
-    "concat": (("axis", 1),),
-    "split": (("axis", 1), ("split", "sizes")),
-    "reshape": (("shape", "code"),),
-    "const_pool": (("shape", 4), ("dtype", 1)),
-    "const_iconv": (("shape", 4), ("dtype", 1)),
-    "const_imatmul": (("shape", 2), ("dtype", 1)),
-    "const_ones": (("shape", "code"), ("dtype", 1)),
-}
+    name: tuple((a.name, a.z3) for a in entry.attrs) for name, entry in OPS.items()}
+#: Codes of the string values of "choice"-kind attributes: the index of the value among the attribute's choices.
+CHOICE_CODES: dict[str, int] = {value: i for entry in OPS.values() for a in entry.attrs if a.z3 == "choice"
+                                 for i, value in enumerate(a.choices or ())}
 
 
 class Unsupported(Exception):
@@ -91,11 +82,11 @@ def _int(v: Any) -> z3.ArithRef:
 
 def flatten_attr(op: str, kind: Any, value: Any, n_out: int) -> list[z3.ArithRef]:
     """The Int slots of one attribute value (python literal or z3 / tuple of z3)."""
-    if kind == "act":
+    if kind == "choice":
         if isinstance(value, str):
-            if value not in ACT_CODES:
+            if value not in CHOICE_CODES:
                 raise Unsupported(f"{op}: unknown activation {value!r}")
-            return [z3.IntVal(ACT_CODES[value])]
+            return [z3.IntVal(CHOICE_CODES[value])]
         return [_int(value)]
     if kind == "float":
         if isinstance(value, z3.ArithRef):
@@ -134,7 +125,7 @@ def apply_op(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], n_out: 
 def var_value(op: str, attr: str, name: str, n_out: int) -> Any:
     """A fresh z3 value for attribute variable ``name`` used as ``op.attr``."""
     kind = dict(ATTR_LAYOUT[op])[attr]
-    if kind in ("act", "code", "float") or kind == 1:
+    if kind in ("choice", "code", "float") or kind == 1:
         return z3.Int(name)
     width = n_out if kind == "sizes" else kind
     return tuple(z3.Int(f"{name}_{i}") for i in range(width))
@@ -232,8 +223,8 @@ def translate_expr(expr: Expr, variables: dict[str, Any], tensors: dict[str, z3.
         match node:
             case ast.Constant(value=value):
                 if isinstance(value, str):
-                    if value in ACT_CODES:
-                        return ACT_CODES[value]
+                    if value in CHOICE_CODES:
+                        return CHOICE_CODES[value]
                     raise Unsupported(f"string literal {value!r}")
                 return value
             case ast.Name(id=name):
@@ -388,33 +379,23 @@ def encode_rule(rule: Rule) -> EncodedRule:
     return EncodedRule(inputs, variables, {**src_terms, **dst_terms}, hyps, goals)
 
 
+class _Z3Shapes:
+    """The op table's ``ShapeFacts`` in z3: ``rank``/``dim`` terms of the tensor sort."""
+
+    rank = staticmethod(RANK)
+    dim = staticmethod(dim_term)
+    symbolic = staticmethod(_is_z3)
+    int = staticmethod(_int)
+    both = staticmethod(z3.And)
+
+
 def well_formed(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef]) -> list[Any]:
-    """Facts the op's shape rule guarantees when this application exists in a valid graph."""
-    facts: list[Any] = []
-    if op == "matmul":
-        facts += [RANK(args[0]) >= 2, RANK(args[1]) >= 2]
-    elif op in ("concat", "split") and "axis" in attrs:
-        axis = attrs["axis"]
-        facts += [axis >= 0, axis < RANK(args[0])] if _is_z3(axis) else [RANK(args[0]) > axis]
-        if op == "concat":
-            facts += [RANK(a) == RANK(args[0]) for a in args[1:]]
-        sizes = attrs.get("split")
-        if op == "split" and isinstance(sizes, tuple):
-            facts += [_int(v) >= 0 for v in sizes]
-            total: Any = 0
-            for v in sizes:
-                total = total + v
-            facts.append(_int(total) == dim_term(args[0], axis))
-    elif op in ("conv", "maxpool", "avgpool"):
-        facts.append(RANK(args[0]) == 4)
-        if op == "conv":
-            facts.append(RANK(args[1]) == 4)
-        if op == "conv" and len(args) == 3:
-            facts += [RANK(args[2]) == 1, DIM(args[2], 0) == DIM(args[1], 0)]
-    elif op == "batchnorm":
-        facts.append(RANK(args[0]) >= 2)
-        facts += [z3.And(RANK(p) == 1, DIM(p, 0) == DIM(args[0], 1)) for p in args[1:]]
-    return [f for f in facts if not isinstance(f, bool)]
+    """Facts the op's shape rule guarantees when this application exists in a valid graph (the op table's
+    ``facts``)."""
+    facts = OPS[op].facts
+    if facts is None:
+        return []
+    return [f for f in facts(_Z3Shapes, attrs, args) if not isinstance(f, bool)]
 
 
 def _encode_nodes(nodes: Sequence[Any], variables: dict[str, Any], terms: dict[str, z3.ExprRef],

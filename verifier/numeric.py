@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import onnx
 
 from xflow.ops import OPS, ShapeError
+from xflow.ops.base import pick
 from xflow.rewrite.match import evaluate_template
 from xflow.rules.expr import Expr, ExprError, ShapeEnv
 from xflow.rules.model import PatternNode, Rule, Var
-
-DOUBLE = 11  # onnx.TensorProto.DOUBLE
 
 
 def _pick_backend() -> Any:
@@ -55,99 +55,66 @@ def _to_numpy(a: Any) -> np.ndarray:
 
 
 def _roles(rule: Rule) -> dict[str, str]:
+    """Each rule input's role (the op table's) where the source first reads it."""
     roles: dict[str, str] = {}
     for node in rule.src:
+        entry = OPS[node.op]
         for pos, name in enumerate(node.inputs):
-            if name not in rule.inputs or name in roles:
-                continue
-            if node.op in ("conv", "maxpool", "avgpool") and pos == 0:
-                roles[name] = "image"
-            elif (node.op == "conv" and pos == 1) or node.op == "enlarge":
-                roles[name] = "kernel"
-            elif (node.op == "conv" and pos == 2) or (node.op == "batchnorm" and pos >= 1):
-                roles[name] = "variance" if node.op == "batchnorm" and pos == 4 else "bias"
-            elif node.op == "smul" and pos == 1:
-                roles[name] = "scalar"
-            elif node.op in ("matmul", "transpose"):
-                roles[name] = "matrix"
-            else:
-                roles[name] = "generic"
+            if name in rule.inputs and name not in roles:
+                roles[name] = entry.role(pos)
     return roles
 
 
 def _channel_anchors(rule: Rule) -> dict[str, str]:
-    """Per-channel vectors of the source (a conv's bias, a batchnorm's parameters) and the kernel input whose
-    output channels they must match, where the source says so directly (random sizes would almost never
-    agree for the four parameters of a batchnorm)."""
+    """Per-channel vectors of the source (a bias beside a kernel, the per-channel parameters of an op applied
+    to a kernel's output) and the kernel input whose output channels they must match, where the source says
+    so directly (random sizes would almost never agree for the four parameters of a batchnorm)."""
     kernel_of: dict[str, str] = {}
     anchors: dict[str, str] = {}
     for node in rule.src:
-        if node.op == "conv" and node.inputs[1] in rule.inputs:
-            kernel_of[node.outputs[0]] = node.inputs[1]
-            if len(node.inputs) > 2 and node.inputs[2] in rule.inputs:
-                anchors.setdefault(node.inputs[2], node.inputs[1])
-        elif node.op == "batchnorm" and node.inputs[0] in kernel_of:
+        entry = OPS[node.op]
+        roles = [entry.role(pos) for pos in range(len(node.inputs))]
+        kernels = [name for name, role in zip(node.inputs, roles, strict=True) if role == "kernel"]
+        # an op applying a kernel to an image (conv): its output channels are the kernel's
+        if kernels and kernels[0] in rule.inputs and roles[0] == "image":
+            kernel_of[node.outputs[0]] = kernels[0]
+            for name, role in zip(node.inputs, roles, strict=True):
+                if role == "bias" and name in rule.inputs:
+                    anchors.setdefault(name, kernels[0])
+        elif entry.channel_params and node.inputs[0] in kernel_of:
             kernel_of[node.outputs[0]] = kernel_of[node.inputs[0]]
-            for name in node.inputs[1:]:
-                if name in rule.inputs:
-                    anchors.setdefault(name, kernel_of[node.inputs[0]])
+            for pos in entry.channel_params:
+                if node.inputs[pos] in rule.inputs:
+                    anchors.setdefault(node.inputs[pos], kernel_of[node.inputs[0]])
     return anchors
-
-
-def _pick(rng: np.random.Generator, seq: Any) -> Any:
-    return seq[int(rng.integers(len(seq)))]
 
 
 def _shape(rng: np.random.Generator, role: str) -> tuple[int, ...]:
     if role == "image":
-        hw = _pick(rng, [4, 5])
-        return (_pick(rng, [1, 2]), _pick(rng, [1, 2, 4]), hw, hw)
+        hw = pick(rng, [4, 5])
+        return (pick(rng, [1, 2]), pick(rng, [1, 2, 4]), hw, hw)
     if role == "kernel":
-        k = _pick(rng, [1, 3])
-        return (_pick(rng, [1, 2, 4]), _pick(rng, [1, 2, 4]), k, k)
-    if role in ("bias", "variance"):
-        return (_pick(rng, [1, 2, 4]),)
+        k = pick(rng, [1, 3])
+        return (pick(rng, [1, 2, 4]), pick(rng, [1, 2, 4]), k, k)
+    if role in ("bias", "channel", "variance"):
+        return (pick(rng, [1, 2, 4]),)
     if role == "scalar":
-        return _pick(rng, [(), (1,)])
+        return pick(rng, [(), (1,)])
     if role == "matrix":
-        return tuple(int(d) for d in rng.integers(2, 4, size=_pick(rng, [2, 2, 3])))
-    return tuple(int(d) for d in rng.integers(2, 4, size=_pick(rng, [1, 2, 2, 3, 4])))
+        return tuple(int(d) for d in rng.integers(2, 4, size=pick(rng, [2, 2, 3])))
+    return tuple(int(d) for d in rng.integers(2, 4, size=pick(rng, [1, 2, 2, 3, 4])))
 
 
 def _sample_attr(rng: np.random.Generator, op: str, attr: str, shapes: list[tuple[int, ...]],
                  chosen: dict[str, Any], n_out: int) -> Any:
-    rank = len(shapes[0]) if shapes else 0
-    if attr == "axis":
-        if rank == 0:
-            raise _Skip
-        return int(rng.integers(rank))
-    if attr == "split":
-        total = shapes[0][chosen["axis"]]
-        if n_out > total:
-            raise _Skip
-        cuts = sorted(int(c) for c in rng.choice(np.arange(1, total), size=n_out - 1, replace=False)) \
-            if n_out > 1 else []
-        bounds = [0, *cuts, total]
-        return tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
-    if attr == "strides":
-        return _pick(rng, [(1, 1), (1, 1), (2, 2)])
-    if attr == "pads":
-        return _pick(rng, [(0, 0, 0, 0), (1, 1, 1, 1), (0, 0, 0, 0)])
-    if attr == "group":
-        return _pick(rng, [1, 1, 2])
-    if attr == "act":
-        return _pick(rng, ["none", "relu"])
-    if attr == "perm":
-        return tuple(int(p) for p in rng.permutation(rank))
-    if attr == "kernel":
-        return _pick(rng, [(1, 1), (2, 2), (3, 3)])
-    if attr == "size" and op == "enlarge":
-        return tuple(k + 2 * _pick(rng, [0, 1]) for k in shapes[0][2:])
-    if attr == "epsilon":
-        return _pick(rng, [1e-5, 1e-3])
-    if attr == "count_include_pad":
-        return _pick(rng, [0, 1])
-    raise _Cannot(f"cannot sample attribute {op}.{attr}")
+    """A value of ``op.attr`` from the op table's sampling domain."""
+    spec = next(a for a in OPS[op].attrs if a.name == attr)
+    if spec.sample is None:
+        raise _Cannot(f"cannot sample attribute {op}.{attr}")
+    value = spec.sample(rng, shapes, chosen, n_out)
+    if value is None:
+        raise _Skip
+    return value
 
 
 def _defining(rule: Rule) -> dict[str, list[Expr]]:
@@ -194,16 +161,21 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
             values = []
             for t in template:
                 if isinstance(t, Var):
-                    variables.setdefault(t.name, _pick(rng, [0, 1, 2]))
+                    variables.setdefault(t.name, pick(rng, [0, 1, 2]))
                     values.append(variables[t.name])
                 else:
                     values.append(t)
             chosen[spec.name] = tuple(values)
         else:
             chosen[spec.name] = template
-    if node.op.startswith("const_") and chosen.get("dtype", 1) == 1:
-        chosen["dtype"] = DOUBLE
-    return chosen
+    return _in_float64(node.op, chosen)
+
+
+def _in_float64(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes with a float32 ``dtype`` (default or given) made float64: the check runs in float64."""
+    if "dtype" in OPS[op].attr_names and attrs.get("dtype", onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT:
+        attrs["dtype"] = onnx.TensorProto.DOUBLE
+    return attrs
 
 
 def _run(xp: Any, op: str, attrs: dict[str, Any], arrays: list[Any], shapes: dict[str, tuple[int, ...]],
@@ -221,7 +193,7 @@ def _run(xp: Any, op: str, attrs: dict[str, Any], arrays: list[Any], shapes: dic
 
 def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str], anchors: dict[str, str],
               defining: dict[str, list[Expr]]) -> tuple[float, float, dict[str, tuple[int, ...]]]:
-    shapes = {name: _shape(rng, roles.get(name, "generic")) for name in rule.inputs}
+    shapes = {name: _shape(rng, roles.get(name, "any")) for name in rule.inputs}
     for name, kernel in anchors.items():
         shapes[name] = (shapes[kernel][0],)
     # variances are positive: BatchNormalization takes the square root of var + epsilon
@@ -240,8 +212,7 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
         for node in rule.dst:
             local = ShapeEnv(variables, dst_shapes)
             attrs = {k: evaluate_template(t, local) for k, t in node.attrs.items()}
-            if node.op.startswith("const_") and attrs.get("dtype", 1) == 1:
-                attrs["dtype"] = DOUBLE
+            attrs = _in_float64(node.op, attrs)
             _run(xp, node.op, attrs, [dst_values[i] for i in node.inputs], dst_shapes, node.inputs, node.outputs,
                  dst_values)
     except (ShapeError, ExprError, IndexError, TypeError, ZeroDivisionError, KeyError, ValueError) as exc:

@@ -18,6 +18,7 @@ import onnx
 
 from xflow.errors import XflowError
 from xflow.pipeline import OptimizeOptions, optimize_file
+from xflow.rules.naming import by_readable_name
 from xflow.runtime import make_session, measure_interleaved, random_feeds
 
 ORIGINAL = "original"
@@ -33,7 +34,7 @@ class BenchRow:
     model: str
     nodes_before: int
     nodes_after: int
-    rules_applied: dict[str, int]
+    rules_applied: dict[str, int]  # by readable rule name
     search_cold_s: float
     search_warm_s: float
     decision: str
@@ -110,7 +111,8 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     xflow_path = os.path.join(work, f"{label}.xflow.onnx")
     warm = optimize_file(model_path, xflow_path, base, say=quiet)
     row = BenchRow(label, warm.nodes_before, warm.nodes_after if warm.decision == "optimized" else warm.nodes_before,
-                   warm.rules_applied, cold.search_seconds, warm.search_seconds, warm.decision)
+                   by_readable_name(warm.rules_applied, warm.rule_names),
+                   cold.search_seconds, warm.search_seconds, warm.decision)
     if warm.finalists:
         row.notes.append("branches timed end to end: " + ", ".join(
             f"{f['rewrites']} rewrites{' (completed)' if f.get('completed') else ''} {f['measured_ms']:.3f} ms"

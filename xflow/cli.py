@@ -130,7 +130,10 @@ def _print_summary(report: Any) -> None:
     click.echo(f"{report.input}: {report.nodes_before} nodes -> {report.nodes_after} nodes "
                f"({report.rules_loaded} rules, search {report.search_seconds:.2f} s, stop: {report.search_stop})")
     if report.rules_applied:
-        applied = ", ".join(f"{name} x{count}" for name, count in sorted(report.rules_applied.items()))
+        from xflow.rules.naming import by_readable_name
+
+        named = by_readable_name(report.rules_applied, report.rule_names)
+        applied = ", ".join(f"{name} x{count}" for name, count in sorted(named.items()))
         click.echo(f"  rewrites: {applied}")
         if report.finalists:
             timed = " / ".join("-" if f["measured_ms"] is None else f"{f['measured_ms']:.3f}" for f in report.finalists)

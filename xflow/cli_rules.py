@@ -194,10 +194,11 @@ def rules_stats(models: tuple[str, ...], rules_path: str | None, small: bool, to
             n = sum(1 for _ in find_matches(graph, rule))
             if n:
                 fired[rule.name] = n
-        docs = {r.name: r.doc for r in rules}
+        by_id = {r.name: r for r in rules}
         click.echo(f"{model}: {len(graph.nodes)} nodes, {sum(fired.values())} matches of {len(fired)} rules")
         for name, n in fired.most_common(top):
-            click.echo(f"  {n:>5}  {name}  {docs[name][:90]}")
+            rule = by_id[name]
+            click.echo(f"  {n:>5}  {rule.readable_name:<32} {name}  {rule.doc[:80]}")
 
 
 @rules_group.command("merge")

@@ -82,8 +82,9 @@ class OptimizeReport:
     graphs_generated: int
     cost_cache_lookups: int  # node costs asked for during the search (in-memory memo)
     cost_cache_hits: int
-    rules_applied: dict[str, int]
+    rules_applied: dict[str, int]  # by rule id
     steps: list[dict[str, Any]]
+    rule_names: dict[str, str] = field(default_factory=dict)  # readable name of each applied rule, by id
     verified: bool = False
     max_abs_diff: dict[str, float] = field(default_factory=dict)
     latency_before_ms: float | None = None
@@ -354,7 +355,8 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
         search_stop=result.stop_reason, graphs_explored=result.explored, graphs_generated=result.generated,
         cost_cache_lookups=result.cost_lookups, cost_cache_hits=result.cost_hits,
         rules_applied=dict(Counter(s.rule for s in steps)),
-        steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in steps])
+        steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in steps],
+        rule_names={r.name: r.readable_name for r in rules if r.name in {s.rule for s in steps}})
     if picked is not None:
         report.finalists = [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps),
                              "nodes": len(f.simplified.graph.nodes),

@@ -1,7 +1,9 @@
 """The op-table entry type and the contexts its ONNX codecs work in.
 
-An ``OpDef`` is the one place an operator's meaning lives: its ONNX mapping both ways, attributes,
-shape rule, reference kernel, integer fingerprint variant, algebraic properties and z3 symbol.
+An ``OpDef`` is the one place an operator's meaning lives: its ONNX mapping both ways, attributes (with
+their z3 encoding and sampling domain), input roles, shape rule and the z3 facts it guarantees, reference
+kernel, integer fingerprint variant, algebraic properties, z3 symbol, enumeration menu, placement family and
+dtype rule. Other packages read these fields (or views computed from them); none re-declares them.
 """
 
 from __future__ import annotations
@@ -45,18 +47,88 @@ class EncodeContext(Protocol):
 
 
 ShapeRule = Callable[[Sequence[Shape], Attrs], list[Shape]]
+#: Draws a value of one attribute for a numeric check: (rng, the node's input shapes, the attributes drawn
+#: before it, the node's output count) -> a value, or None when no value fits these shapes.
+Sampler = Callable[[np.random.Generator, Sequence[Shape], Mapping[str, Any], int], Any]
+#: How an attribute is encoded for z3: an int n (n Int slots; tuples of length n), "choice" (one Int: the index
+#: of the value in the attribute's choices), "float" (one Int: the float32 bits), "code" (one Int: an
+#: injective code of a tuple whose length varies) or "sizes" (one Int per output of the node).
+Z3Kind = int | str
+#: What an input of an op holds, as the generator types operands and the numeric check draws shapes:
+#: "any"; "image" (an NCHW activation); "kernel" (a conv weight, output channels first); "bias" (a vector per
+#: output channel of the kernel beside it); "channel" (a vector per channel of input 0); "variance" (the same,
+#: positive); "scalar" (one element); "matrix" (rank >= 2, contracted).
+Role = str
+#: Placement-feature families, in feature-column order; an op's ``family`` is one of them or "" (other).
+FAMILIES: tuple[str, ...] = ("convolution", "matrix", "elementwise", "activation", "pool", "norm", "layout")
 Kernel = Callable[[Any, Sequence[Any], Attrs], list[Any]]
 Decoder = Callable[[onnx.NodeProto, DecodeContext], list[Node] | None]
 Encoder = Callable[[Node, EncodeContext], list[onnx.NodeProto]]
 
 
 @dataclass(frozen=True)
+class Generalize:
+    """An attribute the rule generator may make a variable: the variable's name (ops whose attribute means
+    the same share it, so they stay equal) and the other values it tries before doing so."""
+
+    var: str
+    alternatives: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
 class AttrSpec:
-    """One attribute of an op: its name, its default and, when finite, its allowed values."""
+    """One attribute of an op: its name, its default and, when finite, its allowed values; how z3 encodes it
+    and how a numeric check draws it (None: it cannot be drawn)."""
 
     name: str
     default: Any = None
     choices: tuple[Any, ...] | None = None
+    z3: Z3Kind = 1
+    sample: Sampler | None = None
+    generalize: Generalize | None = None
+
+
+def pick(rng: np.random.Generator, seq: Sequence[Any]) -> Any:
+    """One element of ``seq``, uniformly (one integer draw, so seeded runs repeat)."""
+    return seq[int(rng.integers(len(seq)))]
+
+
+def one_of(*values: Any) -> Sampler:
+    """A sampler drawing uniformly from ``values`` (repeat a value to weight it)."""
+    return lambda rng, shapes, chosen, n_out: pick(rng, values)
+
+
+class ShapeFacts(Protocol):
+    """The shape terms an op's ``facts`` are written in (z3's, from the verifier)."""
+
+    def rank(self, t: Any) -> Any: ...
+
+    def dim(self, t: Any, i: Any) -> Any: ...
+
+    def symbolic(self, v: Any) -> bool: ...
+
+    def int(self, v: Any) -> Any: ...
+
+    def both(self, *facts: Any) -> Any: ...
+
+
+#: The facts an application of the op guarantees about its inputs' shapes in a valid graph, as terms of
+#: ``ShapeFacts`` (the z3 side of the numpy shape rule): (shape terms, attributes, input tensors) -> facts.
+Facts = Callable[[ShapeFacts, Mapping[str, Any], Sequence[Any]], list[Any]]
+#: Turns a menu entry into attributes on the operand shapes, or None when the entry does not apply there.
+MenuResolver = Callable[[dict[str, Any], Sequence[Shape]], dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Menu:
+    """How the rule generator enumerates an op: its parameter entries (``resolve`` turns an entry into
+    attributes on given operand shapes), how many operands an application takes, and whether those must
+    have equal shapes (TASO's ewadd/ewmul take no broadcasting)."""
+
+    entries: tuple[Mapping[str, Any], ...] = ({},)
+    arity: int = 1
+    resolve: MenuResolver | None = None
+    same_shapes: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,18 +150,39 @@ class OpDef:
     commutative: bool = False
     associative: bool = False
     elementwise: bool = False
+    linear: bool = False  # op(a + b, ...) = op(a, ...) + op(b, ...) over its non-scalar inputs together
     weights_only: bool = False  # applied only to constants (enlarge, TASO's constant tensors)
     # inputs that are per-channel vectors along axis 1 of input 0 (batchnorm's scale, bias, mean, var): on a
     # piece of a split along the channels they are that piece's slice, so the op on the pieces is the op on
     # the whole with those inputs concatenated
     channel_params: tuple[int, ...] = ()
     z3_symbol: str = ""
+    roles: tuple[Role, ...] = ()  # per input position; positions beyond are "any"
+    facts: Facts | None = None  # z3 facts beside the shape rule (None: none)
+    menu: Menu | None = None  # None: the generator does not enumerate this op
+    family: str = ""  # one of FAMILIES, or "" (other)
+    same_dtype_inputs: bool = True  # False: inputs may differ in element type (a scalar operand)
     flops: Callable[[Sequence[Shape], Sequence[Shape], Attrs], int] | None = None  # default: one per output element
 
     def channel_params_along(self, axis: int) -> tuple[int, ...]:
         """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``
         along the channels (axis 1), none along any other axis."""
         return self.channel_params if axis == 1 else ()
+
+    def __post_init__(self) -> None:
+        if self.family and self.family not in FAMILIES:
+            raise ValueError(f"{self.name}: family {self.family!r} is not one of {FAMILIES}")
+
+    def role(self, position: int) -> Role:
+        """What input ``position`` holds (see ``Role``)."""
+        return self.roles[position] if position < len(self.roles) else "any"
+
+    def attr(self, name: str) -> AttrSpec:
+        """The spec of attribute ``name``; KeyError when the op has none."""
+        for spec in self.attrs:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"{self.name} has no attribute {name!r}")
 
     @property
     def attr_names(self) -> frozenset[str]:
@@ -132,13 +225,11 @@ class OpDef:
         return (self.int_kernel or self.kernel)(xp, arrays, attrs)
 
 
-def make_node(proto_or_name: onnx.NodeProto | str, op: str, inputs: Sequence[str], outputs: Sequence[str],
+def make_node(proto_or_name: onnx.NodeProto | str, op: OpDef, inputs: Sequence[str], outputs: Sequence[str],
               attrs: Mapping[str, Any] | None = None) -> Node:
-    """Build an IR node of an op-table op (attributes normalized by the table)."""
-    from xflow.ops.registry import OPS
-
+    """Build an IR node of op ``op`` (attributes normalized by it)."""
     name = proto_or_name if isinstance(proto_or_name, str) else proto_or_name.name
-    return Node(op, tuple(inputs), tuple(outputs), OPS[op].normalize_attrs(attrs or {}), name)
+    return Node(op.name, tuple(inputs), tuple(outputs), op.normalize_attrs(attrs or {}), name)
 
 
 def onnx_attrs(proto: onnx.NodeProto) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Also the sliding-window and auto_pad helpers the pooling ops share.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -16,10 +17,15 @@ from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
     EncodeContext,
+    Generalize,
+    Menu,
     OpDef,
     ShapeError,
+    ShapeFacts,
     make_node,
+    one_of,
     onnx_attrs,
+    pick,
     static_shape,
 )
 from xflow.ops.elementwise import _relu_int
@@ -85,15 +91,13 @@ def decode_geometry(attrs: Mapping[str, Any], spatial: Shape, kernel: Shape) -> 
     return strides, tuple(begin + end)
 
 
-def accepts(node: Node, ctx: DecodeContext) -> bool:
-    """True when every input of a decoded node has a static shape that the op's shape rule accepts."""
-    from xflow.ops.registry import OPS
-
+def accepts(op: OpDef, node: Node, ctx: DecodeContext) -> bool:
+    """True when every input of a decoded node of ``op`` has a static shape that its shape rule accepts."""
     shapes = [static_shape(ctx, name) for name in node.inputs]
     if any(s is None for s in shapes):
         return False
     try:
-        OPS[node.op].infer(shapes, node.attrs)  # type: ignore[arg-type]
+        op.infer(shapes, node.attrs)  # type: ignore[arg-type]
     except ShapeError:
         return False
     return True
@@ -112,6 +116,22 @@ def present_inputs(proto: onnx.NodeProto) -> list[str] | None:
     while inputs and not inputs[-1]:
         inputs.pop()
     return None if "" in inputs else inputs
+
+
+def same_pads(kernel: Sequence[int]) -> tuple[int, int, int, int]:
+    """The pads that keep a stride-1 window's output the size of its input (the larger half at the end)."""
+    ph, pw = (kernel[0] - 1) // 2, (kernel[1] - 1) // 2
+    return (ph, pw, kernel[0] - 1 - ph, kernel[1] - 1 - pw)
+
+
+def menu_padding(attrs: dict[str, Any], kernel: Sequence[int]) -> None:
+    """Resolve a menu entry's ``padding`` ("same" or "valid") into ``pads`` for this kernel size."""
+    attrs["pads"] = same_pads(kernel) if attrs.pop("padding") == "same" else (0, 0, 0, 0)
+
+
+def window_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """A window op reads a 4-D input."""
+    return [f.rank(args[0]) == 4]
 
 
 # ---- conv ---------------------------------------------------------------------------------------
@@ -155,6 +175,27 @@ def _conv_int(xp, a, attrs):
     return _relu_int(xp, [out], attrs) if attrs["act"] == "relu" else [out]
 
 
+def conv_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """Input and kernel are 4-D; a bias is a vector of the kernel's output channels."""
+    facts = [f.rank(args[0]) == 4, f.rank(args[1]) == 4]
+    if len(args) == 3:
+        facts += [f.rank(args[2]) == 1, f.dim(args[2], 0) == f.dim(args[1], 0)]
+    return facts
+
+
+def _menu_conv(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any] | None:
+    """A conv menu entry: ``padding`` same/valid for the kernel, ``group`` "1" or "depthwise" (one group per
+    input channel, for a kernel of one input channel)."""
+    if len(shapes[0]) != 4 or len(shapes[1]) != 4:
+        return None
+    attrs = dict(params)
+    menu_padding(attrs, shapes[1][2:])
+    attrs["group"] = 1 if attrs["group"] == "1" else shapes[0][1]
+    if attrs["group"] != 1 and shapes[1][1] != 1:
+        return None
+    return attrs
+
+
 def decode_conv(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """2-D Conv with dilation 1 and static shapes; auto_pad made explicit."""
     inputs = present_inputs(proto)
@@ -172,9 +213,9 @@ def decode_conv(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     if geometry is None:
         return None
     strides, pads = geometry
-    node = make_node(proto, "conv", inputs, proto.output,
+    node = make_node(proto, CONV, inputs, proto.output,
                      {"strides": strides, "pads": pads, "group": int(attrs.get("group", 1))})
-    return [node] if accepts(node, ctx) else None
+    return [node] if accepts(CONV, node, ctx) else None
 
 
 def encode_conv(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
@@ -211,6 +252,10 @@ def enlarge_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
 
 def _enlarge_pads(kernel: Sequence[int], size: Sequence[int]) -> tuple[int, int]:
     return (size[0] - kernel[0]) // 2, (size[1] - kernel[1]) // 2
+
+
+def _sample_size(rng: np.random.Generator, shapes: Sequence[Shape], chosen: Mapping[str, Any], n_out: int) -> Any:
+    return tuple(k + 2 * pick(rng, [0, 1]) for k in shapes[0][2:])
 
 
 def _enlarge(xp, a, attrs):
@@ -255,17 +300,29 @@ def encode_enlarge(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
                                   mode="constant")]
 
 
+#: the window geometry's attributes, shared with the pools (the same z3 slots and sampling domains)
+STRIDES = AttrSpec("strides", (1, 1), z3=2, sample=one_of((1, 1), (1, 1), (2, 2)))
+PADS = AttrSpec("pads", (0, 0, 0, 0), z3=4, sample=one_of((0, 0, 0, 0), (1, 1, 1, 1), (0, 0, 0, 0)))
+
 CONV = OpDef(
     name="conv", onnx_types=("Conv",), min_inputs=2, max_inputs=3,
-    attrs=(AttrSpec("strides", (1, 1)), AttrSpec("pads", (0, 0, 0, 0)), AttrSpec("group", 1),
-           AttrSpec("act", "none", ("none", "relu"))),
+    attrs=(replace(STRIDES, generalize=Generalize("cs", ((1, 1), (2, 2)))),
+           replace(PADS, generalize=Generalize("cp", ((0, 0, 0, 0), (1, 1, 1, 1), (0, 1, 0, 1), (1, 0, 1, 0)))),
+           AttrSpec("group", 1, sample=one_of(1, 1, 2)),
+           AttrSpec("act", "none", ("none", "relu"), z3="choice", sample=one_of("none", "relu"))),
     shape=conv_shape, kernel=_conv, int_kernel=_conv_int, decode=decode_conv, encode=encode_conv,
     doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv",
+    roles=("image", "kernel", "bias"), facts=conv_facts, family="convolution",
+    menu=Menu(tuple({"strides": (s, s), "padding": p, "act": a, "group": g}
+                    for s in (1, 2) for p in ("same", "valid") for a in ("none", "relu") for g in ("1", "depthwise")),
+              arity=2, resolve=_menu_conv),
     flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * int(np.prod(ins[1][1:], dtype=np.int64)))
 
 ENLARGE = OpDef(
-    name="enlarge", onnx_types=("Pad",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("size"),),
+    name="enlarge", onnx_types=("Pad",), min_inputs=1, max_inputs=1,
+    attrs=(AttrSpec("size", z3=2, sample=_sample_size),),
     shape=enlarge_shape, kernel=_enlarge, decode=None, encode=encode_enlarge,
-    doc="zero-pad a conv kernel, centered, to a larger kernel size", weights_only=True, z3_symbol="enlarge")
+    doc="zero-pad a conv kernel, centered, to a larger kernel size", weights_only=True, z3_symbol="enlarge",
+    roles=("kernel",), menu=Menu(({"size": (3, 3)},)), family="convolution")
 
 OPS = (CONV, ENLARGE)

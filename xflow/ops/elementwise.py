@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
-from xflow.ops.base import DecodeContext, EncodeContext, OpDef, ShapeError, make_node, static_shape
+from xflow.ops.base import DecodeContext, EncodeContext, Menu, OpDef, ShapeError, make_node, static_shape
 
 
 def broadcast_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -42,13 +42,14 @@ def simple_encoder(onnx_type: str):
     return encode
 
 
-def simple_decoder(op: str, arity: int):
-    """A decoder for ONNX nodes that map 1:1 with no attributes."""
+def simple_decoder(op: Callable[[], OpDef], arity: int):
+    """A decoder for ONNX nodes that map 1:1 with no attributes onto the op ``op()`` returns (a thunk, so a
+    decoder can be written before its OpDef)."""
 
     def decode(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
         if len(proto.input) != arity or len(proto.output) != 1 or proto.attribute:
             return None
-        return [make_node(proto, op, proto.input, proto.output)]
+        return [make_node(proto, op(), proto.input, proto.output)]
 
     return decode
 
@@ -63,8 +64,8 @@ def decode_mul(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     for big, small in ((0, 1), (1, 0)):
         s = shapes[small]
         if len(s) <= 1 and int(np.prod(s, dtype=np.int64)) == 1 and len(shapes[big]) >= len(s):
-            return [make_node(proto, "smul", [proto.input[big], proto.input[small]], proto.output)]
-    return [make_node(proto, "mul", proto.input, proto.output)]
+            return [make_node(proto, SMUL, [proto.input[big], proto.input[small]], proto.output)]
+    return [make_node(proto, MUL, proto.input, proto.output)]
 
 
 def encode_smul(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
@@ -102,39 +103,42 @@ def _tanh_int(xp, a, attrs):
 
 ADD = OpDef(
     name="add", onnx_types=("Add",), min_inputs=2, max_inputs=2, attrs=(), shape=broadcast_shape,
-    kernel=lambda xp, a, attrs: [a[0] + a[1]], decode=simple_decoder("add", 2), encode=simple_encoder("Add"),
+    kernel=lambda xp, a, attrs: [a[0] + a[1]], decode=simple_decoder(lambda: ADD, 2), encode=simple_encoder("Add"),
     doc="ewadd: element-wise addition with broadcasting", commutative=True, associative=True,
-    elementwise=True, z3_symbol="ewadd")
+    elementwise=True, linear=True, z3_symbol="ewadd", menu=Menu(arity=2, same_shapes=True), family="elementwise")
 
 MUL = OpDef(
     name="mul", onnx_types=("Mul",), min_inputs=2, max_inputs=2, attrs=(), shape=broadcast_shape,
     kernel=lambda xp, a, attrs: [a[0] * a[1]], decode=decode_mul, encode=simple_encoder("Mul"),
     doc="ewmul: element-wise multiplication with broadcasting", commutative=True, associative=True,
-    elementwise=True, z3_symbol="ewmul")
+    elementwise=True, z3_symbol="ewmul", menu=Menu(arity=2, same_shapes=True), family="elementwise")
 
 SMUL = OpDef(
     name="smul", onnx_types=("Mul",), min_inputs=2, max_inputs=2, attrs=(), shape=scalar_mul_shape,
     kernel=lambda xp, a, attrs: [a[0] * a[1].reshape(())], decode=None, encode=encode_smul,
-    doc="scalar mul: x times a one-element tensor", elementwise=True, z3_symbol="smul")
+    doc="scalar mul: x times a one-element tensor", elementwise=True, linear=True, z3_symbol="smul",
+    roles=("any", "scalar"),
+    menu=Menu(arity=2), family="elementwise", same_dtype_inputs=False)
 
 RELU = OpDef(
     name="relu", onnx_types=("Relu",), min_inputs=1, max_inputs=1, attrs=(), shape=same_shape,
-    kernel=_relu, int_kernel=_relu_int, decode=simple_decoder("relu", 1), encode=simple_encoder("Relu"),
-    doc="relu", elementwise=True, z3_symbol="relu")
+    kernel=_relu, int_kernel=_relu_int, decode=simple_decoder(lambda: RELU, 1), encode=simple_encoder("Relu"),
+    doc="relu", elementwise=True, z3_symbol="relu", menu=Menu(), family="activation")
 
 SIGMOID = OpDef(
     name="sigmoid", onnx_types=("Sigmoid",), min_inputs=1, max_inputs=1, attrs=(), shape=same_shape,
-    kernel=_sigmoid, int_kernel=_sigmoid_int, decode=simple_decoder("sigmoid", 1),
-    encode=simple_encoder("Sigmoid"), doc="logistic sigmoid", elementwise=True, z3_symbol="sigmoid")
+    kernel=_sigmoid, int_kernel=_sigmoid_int, decode=simple_decoder(lambda: SIGMOID, 1),
+    encode=simple_encoder("Sigmoid"), doc="logistic sigmoid", elementwise=True, z3_symbol="sigmoid",
+    family="activation")
 
 TANH = OpDef(
     name="tanh", onnx_types=("Tanh",), min_inputs=1, max_inputs=1, attrs=(), shape=same_shape,
-    kernel=_tanh, int_kernel=_tanh_int, decode=simple_decoder("tanh", 1), encode=simple_encoder("Tanh"),
-    doc="hyperbolic tangent", elementwise=True, z3_symbol="tanh")
+    kernel=_tanh, int_kernel=_tanh_int, decode=simple_decoder(lambda: TANH, 1), encode=simple_encoder("Tanh"),
+    doc="hyperbolic tangent", elementwise=True, z3_symbol="tanh", family="activation")
 
 IDENTITY = OpDef(
     name="identity", onnx_types=("Identity",), min_inputs=1, max_inputs=1, attrs=(), shape=same_shape,
-    kernel=lambda xp, a, attrs: [a[0]], decode=simple_decoder("identity", 1),
-    encode=simple_encoder("Identity"), doc="identity", elementwise=True, z3_symbol="identity")
+    kernel=lambda xp, a, attrs: [a[0]], decode=simple_decoder(lambda: IDENTITY, 1),
+    encode=simple_encoder("Identity"), doc="identity", elementwise=True, linear=True, z3_symbol="identity")
 
 OPS = (ADD, MUL, SMUL, RELU, SIGMOID, TANH, IDENTITY)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -12,13 +13,15 @@ from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
     EncodeContext,
+    Menu,
     OpDef,
     ShapeError,
+    ShapeFacts,
     make_node,
     onnx_attrs,
     static_shape,
 )
-from xflow.ops.elementwise import simple_decoder, simple_encoder
+from xflow.ops.elementwise import ADD, SMUL, simple_decoder, simple_encoder
 
 
 def matmul_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -44,7 +47,7 @@ def decode_matmul(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | Non
     shapes = [static_shape(ctx, n) for n in proto.input]
     if len(shapes) != 2 or any(s is None or len(s) < 2 for s in shapes):
         return None
-    return simple_decoder("matmul", 2)(proto, ctx)
+    return simple_decoder(lambda: MATMUL, 2)(proto, ctx)
 
 
 def matmul_weight_axis(out_rank: int, weight_rank: int, axis: int) -> int | None:
@@ -53,6 +56,11 @@ def matmul_weight_axis(out_rank: int, weight_rank: int, axis: int) -> int | None
     piece (and a permutation of those pieces is ``a`` times W with its column blocks permuted); None
     for the other axes."""
     return weight_rank - 1 if axis == out_rank - 1 else None
+
+
+def matmul_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """Both operands have rank >= 2."""
+    return [f.rank(args[0]) >= 2, f.rank(args[1]) >= 2]
 
 
 def transpose_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -64,13 +72,17 @@ def transpose_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     return [tuple(x[p] for p in perm)]
 
 
+def _sample_perm(rng: np.random.Generator, shapes: Sequence[Shape], chosen: Mapping[str, Any], n_out: int) -> Any:
+    return tuple(int(p) for p in rng.permutation(len(shapes[0]) if shapes else 0))
+
+
 def decode_transpose(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Transpose, with the default (reversed) perm made explicit."""
     shape = static_shape(ctx, proto.input[0])
     if shape is None:
         return None
     perm = onnx_attrs(proto).get("perm", list(reversed(range(len(shape)))))
-    return [make_node(proto, "transpose", proto.input, proto.output, {"perm": tuple(perm)})]
+    return [make_node(proto, TRANSPOSE, proto.input, proto.output, {"perm": tuple(perm)})]
 
 
 def encode_transpose(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
@@ -94,7 +106,7 @@ def decode_gemm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
         if not transposed:
             return name
         out = ctx.fresh_name(f"{name}_T")
-        nodes.append(make_node(proto.name, "transpose", [name], [out], {"perm": (1, 0)}))
+        nodes.append(make_node(proto.name, TRANSPOSE, [name], [out], {"perm": (1, 0)}))
         return out
 
     a = operand(0, bool(attrs.get("transA", 0)))
@@ -102,20 +114,20 @@ def decode_gemm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     has_c = len(proto.input) > 2 and proto.input[2] != "" and beta != 0.0
     out = proto.output[0]
     product = ctx.fresh_name(f"{out}_mm") if (alpha != 1.0 or has_c) else out
-    nodes.append(make_node(proto.name, "matmul", [a, b], [product]))
+    nodes.append(make_node(proto.name, MATMUL, [a, b], [product]))
     if alpha != 1.0:
         scaled = ctx.fresh_name(f"{out}_alpha") if has_c else out
         alpha_name = ctx.add_constant(np.array(alpha, dtype=dtype), "alpha")
-        nodes.append(make_node(proto.name, "smul", [product, alpha_name], [scaled]))
+        nodes.append(make_node(proto.name, SMUL, [product, alpha_name], [scaled]))
         product = scaled
     if has_c:
         c = proto.input[2]
         if beta != 1.0:
             c_scaled = ctx.fresh_name(f"{c}_beta")
             beta_name = ctx.add_constant(np.array(beta, dtype=dtype), "beta")
-            nodes.append(make_node(proto.name, "smul", [c, beta_name], [c_scaled]))
+            nodes.append(make_node(proto.name, SMUL, [c, beta_name], [c_scaled]))
             c = c_scaled
-        nodes.append(make_node(proto.name, "add", [product, c], [out]))
+        nodes.append(make_node(proto.name, ADD, [product, c], [out]))
     origin = Origin(proto, len(nodes))
     return [Node(n.op, n.inputs, n.outputs, n.attrs, n.name, origin) for n in nodes]
 
@@ -124,12 +136,16 @@ MATMUL = OpDef(
     name="matmul", onnx_types=("MatMul",), min_inputs=2, max_inputs=2, attrs=(), shape=matmul_shape,
     kernel=_matmul, decode=decode_matmul, encode=simple_encoder("MatMul"),
     flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * ins[0][-1],
-    doc="batched matrix multiply (numpy.matmul semantics, rank >= 2)", z3_symbol="matmul")
+    doc="batched matrix multiply (numpy.matmul semantics, rank >= 2)", z3_symbol="matmul",
+    roles=("matrix", "matrix"),
+    facts=matmul_facts, menu=Menu(arity=2), family="matrix")
 
 TRANSPOSE = OpDef(
-    name="transpose", onnx_types=("Transpose",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("perm"),),
+    name="transpose", onnx_types=("Transpose",), min_inputs=1, max_inputs=1,
+    attrs=(AttrSpec("perm", z3="code", sample=_sample_perm),),
     shape=transpose_shape, kernel=lambda xp, a, attrs: [xp.transpose(a[0], attrs["perm"])],
-    decode=decode_transpose, encode=encode_transpose, doc="permute dimensions", z3_symbol="transpose")
+    decode=decode_transpose, encode=encode_transpose, doc="permute dimensions", z3_symbol="transpose",
+    roles=("matrix",), menu=Menu(({"perm": (1, 0)},)), family="layout")
 
 OPS = (MATMUL, TRANSPOSE)
 DECODERS = {"Gemm": decode_gemm}

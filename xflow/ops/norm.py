@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, make_node, onnx_attrs
+from xflow.ops.base import (
+    AttrSpec,
+    DecodeContext,
+    EncodeContext,
+    OpDef,
+    ShapeError,
+    ShapeFacts,
+    make_node,
+    one_of,
+    onnx_attrs,
+)
 from xflow.ops.conv import accepts
 
 
@@ -41,6 +52,11 @@ def _batchnorm_int(xp, a, attrs):
     return [(x - mean) * scale * var + bias]
 
 
+def batchnorm_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """The input has rank >= 2 and each parameter is a vector of its channels."""
+    return [f.rank(args[0]) >= 2] + [f.both(f.rank(p) == 1, f.dim(p, 0) == f.dim(args[0], 1)) for p in args[1:]]
+
+
 def canonical_float(value: float) -> float:
     """A float attribute as stored in ONNX (float32), as the shortest decimal that round-trips it."""
     return float(str(np.float32(value)))
@@ -55,9 +71,9 @@ def decode_batchnorm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | 
         return None
     if len(proto.input) != 5 or "" in proto.input or not any(proto.output[:1]) or any(proto.output[1:]):
         return None
-    node = make_node(proto, "batchnorm", proto.input, proto.output[:1],
+    node = make_node(proto, BATCHNORM, proto.input, proto.output[:1],
                      {"epsilon": canonical_float(attrs.get("epsilon", 1e-5))})
-    return [node] if accepts(node, ctx) else None
+    return [node] if accepts(BATCHNORM, node, ctx) else None
 
 
 def encode_batchnorm(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
@@ -69,9 +85,11 @@ def encode_batchnorm(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
 
 BATCHNORM = OpDef(
     name="batchnorm", onnx_types=("BatchNormalization",), min_inputs=5, max_inputs=5,
-    attrs=(AttrSpec("epsilon", 1e-5),), shape=batchnorm_shape, kernel=_batchnorm, int_kernel=_batchnorm_int,
+    attrs=(AttrSpec("epsilon", 1e-5, z3="float", sample=one_of(1e-5, 1e-3)),), shape=batchnorm_shape,
+    kernel=_batchnorm, int_kernel=_batchnorm_int,
     decode=decode_batchnorm, encode=encode_batchnorm,
     doc="inference batch normalization: (x - mean) / sqrt(var + epsilon) * scale + bias on axis 1",
-    z3_symbol="batchnorm", channel_params=(1, 2, 3, 4))
+    z3_symbol="batchnorm", channel_params=(1, 2, 3, 4), roles=("any", "channel", "channel", "channel", "variance"),
+    facts=batchnorm_facts, family="norm")
 
 OPS = (BATCHNORM,)

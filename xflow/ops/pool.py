@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import onnx
@@ -12,15 +14,29 @@ from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
     EncodeContext,
+    Generalize,
+    Menu,
     OpDef,
     ShapeError,
     make_node,
+    one_of,
     onnx_attrs,
     static_shape,
 )
-from xflow.ops.conv import accepts, decode_geometry, sliding_windows, window_output
+from xflow.ops.conv import (
+    PADS,
+    STRIDES,
+    accepts,
+    decode_geometry,
+    menu_padding,
+    sliding_windows,
+    window_facts,
+    window_output,
+)
 
-_GEOMETRY = (AttrSpec("kernel"), AttrSpec("strides", (1, 1)), AttrSpec("pads", (0, 0, 0, 0)))
+_GEOMETRY = (AttrSpec("kernel", z3=2, sample=one_of((1, 1), (2, 2), (3, 3))),
+             replace(STRIDES, generalize=Generalize("ps", ((1, 1), (2, 2)))),
+             replace(PADS, generalize=Generalize("pp", ((0, 0, 0, 0), (1, 1, 1, 1)))))
 
 
 def pool_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -75,7 +91,7 @@ def _avgpool_int(xp, a, attrs):
     return [sums * (1 + kh * kw - _valid_counts(xp, x, attrs))]
 
 
-def _decode_pool(proto: onnx.NodeProto, ctx: DecodeContext, op: str,
+def _decode_pool(proto: onnx.NodeProto, ctx: DecodeContext, op: OpDef,
                  allowed: frozenset[str]) -> list[Node] | None:
     if not proto.output or not proto.output[0] or any(proto.output[1:]) or len(proto.input) != 1:
         return None
@@ -90,12 +106,12 @@ def _decode_pool(proto: onnx.NodeProto, ctx: DecodeContext, op: str,
     if geometry is None:
         return None
     params = {"kernel": kernel, "strides": geometry[0], "pads": geometry[1]}
-    if op == "avgpool":
+    if "count_include_pad" in op.attr_names:
         params["count_include_pad"] = int(attrs.get("count_include_pad", 0))
         if params["count_include_pad"] not in (0, 1):
             return None
     node = make_node(proto, op, proto.input, proto.output[:1], params)
-    return [node] if accepts(node, ctx) else None
+    return [node] if accepts(op, node, ctx) else None
 
 
 _COMMON = frozenset({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides"})
@@ -103,15 +119,15 @@ _COMMON = frozenset({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads
 
 def decode_maxpool(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """MaxPool with one output, storage_order 0, ceil_mode 0, dilation 1, 4-D static input."""
-    return _decode_pool(proto, ctx, "maxpool", _COMMON | {"storage_order"})
+    return _decode_pool(proto, ctx, MAXPOOL, _COMMON | {"storage_order"})
 
 
 def decode_avgpool(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """AveragePool with ceil_mode 0, dilation 1, 4-D static input."""
-    return _decode_pool(proto, ctx, "avgpool", _COMMON | {"count_include_pad"})
+    return _decode_pool(proto, ctx, AVGPOOL, _COMMON | {"count_include_pad"})
 
 
-def _global_decoder(op: str):
+def _global_decoder(op: OpDef):
     """A decoder for GlobalAveragePool / GlobalMaxPool: a pool whose kernel is the whole plane."""
 
     def decode(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
@@ -121,6 +137,18 @@ def _global_decoder(op: str):
         return [make_node(proto, op, proto.input, proto.output, {"kernel": x[2:]})]
 
     return decode
+
+
+def _menu_pool(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any] | None:
+    """A pool menu entry: ``padding`` same/valid for its kernel."""
+    attrs = dict(params)
+    menu_padding(attrs, attrs["kernel"])
+    return attrs
+
+
+def _pool_menu(**extra: Any) -> Menu:
+    return Menu(tuple({"kernel": (3, 3), "strides": (s, s), "padding": p, **extra} for s in (1, 2)
+                      for p in ("same", "valid")), resolve=_menu_pool)
 
 
 def _pool_encoder(onnx_type: str):
@@ -140,13 +168,16 @@ def _pool_encoder(onnx_type: str):
 MAXPOOL = OpDef(
     name="maxpool", onnx_types=("MaxPool", "GlobalMaxPool"), min_inputs=1, max_inputs=1, attrs=_GEOMETRY,
     shape=pool_shape, kernel=_maxpool, decode=decode_maxpool, encode=_pool_encoder("MaxPool"),
-    doc="2-D max pooling (padding never wins)", z3_symbol="maxpool")
+    doc="2-D max pooling (padding never wins)", z3_symbol="maxpool", roles=("image",), facts=window_facts,
+    menu=_pool_menu(), family="pool")
 
 AVGPOOL = OpDef(
     name="avgpool", onnx_types=("AveragePool", "GlobalAveragePool"), min_inputs=1, max_inputs=1,
-    attrs=_GEOMETRY + (AttrSpec("count_include_pad", 0, (0, 1)),), shape=pool_shape, kernel=_avgpool,
+    attrs=_GEOMETRY + (AttrSpec("count_include_pad", 0, (0, 1), sample=one_of(0, 1)),), shape=pool_shape,
+    kernel=_avgpool,
     int_kernel=_avgpool_int, decode=decode_avgpool, encode=_pool_encoder("AveragePool"),
-    doc="2-D average pooling (count_include_pad as in ONNX)", z3_symbol="avgpool")
+    doc="2-D average pooling (count_include_pad as in ONNX)", z3_symbol="avgpool", roles=("image",),
+    facts=window_facts, menu=_pool_menu(count_include_pad=1), family="pool")
 
 OPS = (MAXPOOL, AVGPOOL)
-DECODERS = {"GlobalMaxPool": _global_decoder("maxpool"), "GlobalAveragePool": _global_decoder("avgpool")}
+DECODERS = {"GlobalMaxPool": _global_decoder(MAXPOOL), "GlobalAveragePool": _global_decoder(AVGPOOL)}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -12,8 +13,11 @@ from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
     EncodeContext,
+    Generalize,
+    Menu,
     OpDef,
     ShapeError,
+    ShapeFacts,
     make_node,
     normalize_axis,
     onnx_attrs,
@@ -33,13 +37,32 @@ def concat_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     return [first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1:]]
 
 
+def _axis_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    axis = attrs.get("axis")
+    if axis is None:
+        return []
+    return [axis >= 0, axis < f.rank(args[0])] if f.symbolic(axis) else [f.rank(args[0]) > axis]
+
+
+def concat_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """The axis is one of the first input's, and every input has its rank."""
+    if attrs.get("axis") is None:
+        return []
+    return _axis_facts(f, attrs, args) + [f.rank(a) == f.rank(args[0]) for a in args[1:]]
+
+
+def _sample_axis(rng: np.random.Generator, shapes: Sequence[Shape], chosen: Mapping[str, Any], n_out: int) -> Any:
+    rank = len(shapes[0]) if shapes else 0
+    return int(rng.integers(rank)) if rank else None
+
+
 def decode_concat(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Concat with a normalized (non-negative) axis."""
     shape = static_shape(ctx, proto.input[0])
     if shape is None:
         return None
     axis = normalize_axis(int(onnx_attrs(proto)["axis"]), len(shape))
-    return [make_node(proto, "concat", proto.input, proto.output, {"axis": axis})]
+    return [make_node(proto, CONCAT, proto.input, proto.output, {"axis": axis})]
 
 
 def encode_concat(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
@@ -57,6 +80,42 @@ def split_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     if any(s < 0 for s in sizes) or sum(sizes) != x[axis]:
         raise ShapeError(f"split: sizes {sizes} do not add up to dim {x[axis]} of {x}")
     return [x[:axis] + (s,) + x[axis + 1:] for s in sizes]
+
+
+def split_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """The axis is one of the input's, and the sizes are non-negative and add up to its dim there."""
+    if attrs.get("axis") is None:
+        return []
+    facts = _axis_facts(f, attrs, args)
+    sizes = attrs.get("split")
+    if isinstance(sizes, tuple):
+        facts += [f.int(v) >= 0 for v in sizes]
+        total: Any = 0
+        for v in sizes:
+            total = total + v
+        facts.append(f.int(total) == f.dim(args[0], attrs["axis"]))
+    return facts
+
+
+def _sample_sizes(rng: np.random.Generator, shapes: Sequence[Shape], chosen: Mapping[str, Any], n_out: int) -> Any:
+    total = shapes[0][chosen["axis"]]
+    if n_out > total:
+        return None
+    cuts = sorted(int(c) for c in rng.choice(np.arange(1, total), size=n_out - 1, replace=False)) \
+        if n_out > 1 else []
+    bounds = [0, *cuts, total]
+    return tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+
+
+def _menu_halves(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any] | None:
+    """A split menu entry cuts its axis in two halves."""
+    attrs = dict(params)
+    axis = attrs["axis"]
+    if not shapes or axis >= len(shapes[0]) or shapes[0][axis] < 2:
+        return None
+    d = shapes[0][axis]
+    attrs["split"] = (d // 2, d - d // 2)
+    return attrs
 
 
 def nested_split_attrs(outer: Attrs, piece: int, inner: Attrs) -> Attrs | None:
@@ -97,7 +156,7 @@ def decode_split(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None
         sizes = [min(step, shape[axis] - i * step) for i in range(n)]
     if len(sizes) != n:
         return None
-    return [make_node(proto, "split", proto.input[:1], proto.output, {"axis": axis, "split": tuple(sizes)})]
+    return [make_node(proto, SPLIT, proto.input[:1], proto.output, {"axis": axis, "split": tuple(sizes)})]
 
 
 def encode_split(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
@@ -130,7 +189,7 @@ def decode_reshape(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | No
         return None
     if int(onnx_attrs(proto).get("allowzero", 0)) and 0 in target.tolist():
         return None
-    return [make_node(proto, "reshape", proto.input[:1], proto.output, {"shape": tuple(out)})]
+    return [make_node(proto, RESHAPE, proto.input[:1], proto.output, {"shape": tuple(out)})]
 
 
 def encode_reshape(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
@@ -140,20 +199,28 @@ def encode_reshape(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
     return [onnx.helper.make_node("Reshape", [node.inputs[0], shape_name], list(node.outputs), name=name)]
 
 
+#: concat's and split's axis: one variable when the generator generalizes it, so the two stay equal
+AXIS = AttrSpec("axis", sample=_sample_axis, generalize=Generalize("axis", (0, 1, 2, 3)))
+
 CONCAT = OpDef(
-    name="concat", onnx_types=("Concat",), min_inputs=1, max_inputs=1 << 16, attrs=(AttrSpec("axis"),),
+    name="concat", onnx_types=("Concat",), min_inputs=1, max_inputs=1 << 16,
+    attrs=(AXIS,),
     shape=concat_shape, kernel=lambda xp, a, attrs: [xp.concatenate(list(a), axis=attrs["axis"])],
-    decode=decode_concat, encode=encode_concat, doc="concatenate along axis", z3_symbol="concat")
+    decode=decode_concat, encode=encode_concat, doc="concatenate along axis", z3_symbol="concat",
+    facts=concat_facts, menu=Menu(({"axis": 0}, {"axis": 1}), arity=2), family="layout")
 
 SPLIT = OpDef(
     name="split", onnx_types=("Split",), min_inputs=1, max_inputs=1,
-    attrs=(AttrSpec("axis"), AttrSpec("split")), shape=split_shape, kernel=_split, decode=decode_split,
+    attrs=(AXIS, AttrSpec("split", z3="sizes", sample=_sample_sizes)),
+    shape=split_shape, kernel=_split, decode=decode_split,
     encode=encode_split, num_outputs=lambda attrs: len(attrs["split"]), doc="split along axis into sizes",
-    z3_symbol="split")
+    z3_symbol="split", facts=split_facts, menu=Menu(({"axis": 0}, {"axis": 1}), resolve=_menu_halves),
+    family="layout")
 
 RESHAPE = OpDef(
-    name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("shape"),),
+    name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("shape", z3="code"),),
     shape=reshape_shape, kernel=lambda xp, a, attrs: [xp.reshape(a[0], attrs["shape"])],
-    decode=decode_reshape, encode=encode_reshape, doc="reshape to a constant shape", z3_symbol="reshape")
+    decode=decode_reshape, encode=encode_reshape, doc="reshape to a constant shape", z3_symbol="reshape",
+    family="layout")
 
 OPS = (CONCAT, SPLIT, RESHAPE)

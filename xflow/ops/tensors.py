@@ -10,9 +10,9 @@ import onnx
 from onnx import numpy_helper
 
 from xflow.ir import FLOAT_DTYPES, Attrs, Node, Shape
-from xflow.ops.base import AttrSpec, EncodeContext, OpDef, ShapeError, ShapeRule
+from xflow.ops.base import AttrSpec, EncodeContext, Kernel, Menu, OpDef, ShapeError, ShapeRule, Z3Kind
 
-_ATTRS = (AttrSpec("shape"), AttrSpec("dtype", onnx.TensorProto.FLOAT))
+_DTYPE = AttrSpec("dtype", onnx.TensorProto.FLOAT)
 
 
 def _np_dtype(op: str, dtype: int) -> np.dtype:
@@ -98,28 +98,36 @@ def _kernels(op: str, make: Maker, int_make: Maker):
     return kernel, int_kernel
 
 
-def encode_constant(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
-    """An ONNX Constant node holding the tensor's value."""
-    from xflow.ops.registry import OPS
+def constant_encoder(kernel: Kernel):
+    """An encoder writing an ONNX Constant node that holds the value ``kernel`` makes."""
 
-    (value,) = OPS[node.op].evaluate(np, [], node.attrs)
-    name = node.name or ctx.fresh_name("Constant")
-    return [onnx.helper.make_node("Constant", [], list(node.outputs), name=name,
-                                  value=numpy_helper.from_array(np.asarray(value), f"{name}_value"))]
+    def encode(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+        (value,) = kernel(np, [], node.attrs)
+        name = node.name or ctx.fresh_name("Constant")
+        return [onnx.helper.make_node("Constant", [], list(node.outputs), name=name,
+                                      value=numpy_helper.from_array(np.asarray(value), f"{name}_value"))]
+
+    return encode
 
 
-def _constant_op(name: str, shape: ShapeRule, make: Maker, int_make: Maker, doc: str) -> OpDef:
+def _constant_op(name: str, shape: ShapeRule, rank: Z3Kind, make: Maker, int_make: Maker, doc: str,
+                 menu: tuple[dict[str, Any], ...]) -> OpDef:
+    """A constant op; ``rank`` is its shape's z3 encoding (a fixed rank, or "code" for any rank)."""
     kernel, int_kernel = _kernels(name, make, int_make)
-    return OpDef(name=name, onnx_types=("Constant",), min_inputs=0, max_inputs=0, attrs=_ATTRS, shape=shape,
-                 kernel=kernel, int_kernel=int_kernel, decode=None, encode=encode_constant, doc=doc,
-                 weights_only=True, z3_symbol=name)
+    return OpDef(name=name, onnx_types=("Constant",), min_inputs=0, max_inputs=0,
+                 attrs=(AttrSpec("shape", z3=rank), _DTYPE), shape=shape, kernel=kernel, int_kernel=int_kernel,
+                 decode=None, encode=constant_encoder(kernel), doc=doc, weights_only=True, z3_symbol=name,
+                 menu=Menu(menu, arity=0))
 
 
-CONST_POOL = _constant_op("const_pool", pool_kernel_shape, _pool_kernel, _ones,
-                          "Cpool: depthwise averaging kernel (C, 1, kh, kw) of 1/(kh*kw); ones over integers")
-CONST_ICONV = _constant_op("const_iconv", iconv_shape, _iconv, _iconv,
-                           "identity conv kernel (C, C, kh, kw): 1 at [c, c, kh//2, kw//2]")
-CONST_IMATMUL = _constant_op("const_imatmul", imatmul_shape, _imatmul, _imatmul, "identity matrix (n, n)")
-CONST_ONES = _constant_op("const_ones", ones_shape, _ones, _ones, "a tensor of ones")
+CONST_POOL = _constant_op("const_pool", pool_kernel_shape, 4, _pool_kernel, _ones,
+                          "Cpool: depthwise averaging kernel (C, 1, kh, kw) of 1/(kh*kw); ones over integers",
+                          ({"shape": (4, 1, 3, 3)},))
+CONST_ICONV = _constant_op("const_iconv", iconv_shape, 4, _iconv, _iconv,
+                           "identity conv kernel (C, C, kh, kw): 1 at [c, c, kh//2, kw//2]",
+                           ({"shape": (4, 4, 3, 3)}, {"shape": (4, 4, 1, 1)}))
+CONST_IMATMUL = _constant_op("const_imatmul", imatmul_shape, 2, _imatmul, _imatmul, "identity matrix (n, n)",
+                             ({"shape": (4, 4)},))
+CONST_ONES = _constant_op("const_ones", ones_shape, "code", _ones, _ones, "a tensor of ones", ({"shape": (4, 4)},))
 
 OPS = (CONST_POOL, CONST_ICONV, CONST_IMATMUL, CONST_ONES)

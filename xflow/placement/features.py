@@ -4,20 +4,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from xflow.ops import OPS
+from xflow.ops.base import FAMILIES
 from xflow.placement.groups import Grouping
 from xflow.placement.problem import Problem
 
-# Op families for the op-mix feature (by IR op name or ONNX type, lower case); anything else is "other".
-OP_FAMILIES: dict[str, tuple[str, ...]] = {
-    "conv": ("conv", "enlarge"),
-    "matmul": ("matmul", "gemm"),
-    "elementwise": ("add", "mul", "smul", "sub", "div", "pow", "sqrt"),
-    "activation": ("relu", "sigmoid", "tanh", "erf", "softmax", "gelu"),
-    "pool": ("maxpool", "avgpool", "globalaveragepool"),
-    "norm": ("batchnorm", "layernormalization", "batchnormalization"),
-    "layout": ("concat", "split", "reshape", "transpose", "flatten", "slice", "gather", "unsqueeze", "pad"),
+#: Families of the ONNX types the op table does not have (opaque nodes), by ONNX type.
+_ONNX_FAMILIES: dict[str, str] = {
+    "Gemm": "matrix", "Sub": "elementwise", "Div": "elementwise", "Pow": "elementwise", "Sqrt": "elementwise",
+    "Erf": "activation", "Softmax": "activation", "Gelu": "activation", "GlobalAveragePool": "pool",
+    "LayerNormalization": "norm", "BatchNormalization": "norm", "Flatten": "layout", "Slice": "layout",
+    "Gather": "layout", "Unsqueeze": "layout", "Pad": "layout",
 }
-_FAMILY = {op: i for i, ops in enumerate(OP_FAMILIES.values()) for op in ops}
+
+
+def _family_columns() -> dict[str, int]:
+    """Op-mix column per lower-case op name or ONNX type: the op table's ``family``, then the opaque types'."""
+    columns = {onnx_type.lower(): FAMILIES.index(family) for onnx_type, family in _ONNX_FAMILIES.items()}
+    columns.update({name: FAMILIES.index(entry.family) for name, entry in OPS.items() if entry.family})
+    return columns
+
+
+# Op-mix feature columns: the op table's families (by IR op name or ONNX type, lower case), then "other".
+OP_FAMILIES: tuple[str, ...] = FAMILIES
+_FAMILY = _family_columns()
 BASE_FEATURES = len(OP_FAMILIES) + 1 + 10
 
 

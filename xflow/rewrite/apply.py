@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xflow.ir import OPAQUE, Attrs, CycleError, Graph, Node, TensorType
+from xflow.ops.elementwise import IDENTITY
 from xflow.rewrite.match import Match
 
 
@@ -104,7 +105,7 @@ def plan_match(graph: Graph, match: Match) -> Change:
     if identities:
         types = dict(types)
         for tensor, graph_name in identities:
-            added.append(Node("identity", (names[tensor],), (graph_name,)))
+            added.append(Node(IDENTITY.name, (names[tensor],), (graph_name,)))
             types[graph_name] = graph.types[graph_name]
     removed: list[Node] = list(match.nodes)
     if rewire:

@@ -219,39 +219,35 @@ class _CompiledRule:
 
 
 def compiled(rule: Rule) -> _CompiledRule:
-    """The rule's matching plan, computed once per rule object (kept on the object)."""
-    plan = rule.__dict__.get("_xflow_compiled")
-    if plan is None:
-        grounds: list[tuple[tuple[str, Any], ...]] = []
-        variables: list[tuple[tuple[str, AttrTemplate], ...]] = []
-        for p in rule.src:
-            entry = OPS[p.op]
-            ground: list[tuple[str, Any]] = []
-            variable: list[tuple[str, AttrTemplate]] = []
-            defaults = {a.name: a.default for a in entry.attrs}
-            for key in sorted(defaults):
-                template = p.attrs.get(key, defaults[key])
-                (variable if _has_var(template) else ground).append((key, template))
-            grounds.append(tuple(ground))
-            variables.append(tuple(variable))
-        made_by = {o: k for k, q in enumerate(rule.src) for o in q.outputs}
+    """The rule's matching plan (a ``RuleIndex`` makes it once per rule and keeps it)."""
+    grounds: list[tuple[tuple[str, Any], ...]] = []
+    variables: list[tuple[tuple[str, AttrTemplate], ...]] = []
+    for p in rule.src:
+        entry = OPS[p.op]
+        ground: list[tuple[str, Any]] = []
+        variable: list[tuple[str, AttrTemplate]] = []
+        defaults = {a.name: a.default for a in entry.attrs}
+        for key in sorted(defaults):
+            template = p.attrs.get(key, defaults[key])
+            (variable if _has_var(template) else ground).append((key, template))
+        grounds.append(tuple(ground))
+        variables.append(tuple(variable))
+    made_by = {o: k for k, q in enumerate(rule.src) for o in q.outputs}
 
-        def nbr(pos: int, k: int) -> _Nbr:
-            q = rule.src[k]
-            return (pos, q.op, (len(q.inputs), len(q.outputs)), grounds[k])
+    def nbr(pos: int, k: int) -> _Nbr:
+        q = rule.src[k]
+        return (pos, q.op, (len(q.inputs), len(q.outputs)), grounds[k])
 
-        nodes = []
-        for j, p in enumerate(rule.src):
-            readers = [[k for k, q in enumerate(rule.src) if k != j and o in q.inputs] for o in p.outputs]
-            nodes.append(_CompiledNode(
-                grounds[j], variables[j], OPS[p.op].commutative, (len(p.inputs), len(p.outputs)),
-                tuple(rule.src[made_by[i]].op if i in made_by else None for i in p.inputs),
-                tuple(tuple(sorted({rule.src[k].op for k in ks})) for ks in readers),
-                tuple(nbr(pos, made_by[i]) for pos, i in enumerate(p.inputs) if i in made_by),
-                tuple(nbr(pos, k) for pos, ks in enumerate(readers) for k in ks)))
-        plan = _CompiledRule(tuple(nodes), frozenset(p.op for p in rule.src))
-        rule.__dict__["_xflow_compiled"] = plan  # Rule is frozen; the plan is derived data, not state
-    return plan
+    nodes = []
+    for j, p in enumerate(rule.src):
+        readers = [[k for k, q in enumerate(rule.src) if k != j and o in q.inputs] for o in p.outputs]
+        nodes.append(_CompiledNode(
+            grounds[j], variables[j], OPS[p.op].commutative, (len(p.inputs), len(p.outputs)),
+            tuple(rule.src[made_by[i]].op if i in made_by else None for i in p.inputs),
+            tuple(tuple(sorted({rule.src[k].op for k in ks})) for ks in readers),
+            tuple(nbr(pos, made_by[i]) for pos, i in enumerate(p.inputs) if i in made_by),
+            tuple(nbr(pos, k) for pos, ks in enumerate(readers) for k in ks)))
+    return _CompiledRule(tuple(nodes), frozenset(p.op for p in rule.src))
 
 
 def _unify_node(p: PatternNode, c: _CompiledNode, node: Node, values: dict[str, str], env: dict[str, Any]
@@ -279,7 +275,8 @@ def _unify_node(p: PatternNode, c: _CompiledNode, node: Node, values: dict[str, 
 def find_matches(graph: Graph, rule: Rule, tracer: MatchTracer | None = None,
                  anchor: Iterable[Node] | None = None) -> Iterator[Match]:
     """Every match of ``rule`` in ``graph``; with ``anchor``, only the matches that use at least one
-    of those nodes (the search then starts from them, so it costs little on a large graph)."""
+    of those nodes (the search then starts from them, so it costs little on a large graph). The rule's
+    plan is made for this call: to match many graphs, index the rules once (``RuleIndex``)."""
     plan = compiled(rule)
     if anchor is None:
         yield from _search(graph, rule, plan, plan.order(rule, None), None, tracer)
@@ -522,7 +519,7 @@ def instantiate_target(graph: Graph, rule: Rule, values: dict[str, str], env: Sh
             raise ShapeError(f"{p.op} gives {len(out_shapes)} outputs, pattern names {len(p.outputs)}")
         if in_types:
             dtype = in_types[0].dtype  # type: ignore[union-attr]
-            if any(t.dtype != dtype for t in in_types if t is not None and p.op not in ("smul",)):
+            if entry.same_dtype_inputs and any(t.dtype != dtype for t in in_types if t is not None):
                 raise ShapeError(f"{p.op}: inputs have different element types")
         else:
             dtype = int(attrs.get("dtype", 1))

@@ -15,8 +15,8 @@ from itertools import pairwise
 
 from xflow.ir import Attrs, Graph, Node, TensorType
 from xflow.ops import OPS
-from xflow.ops.linalg import matmul_weight_axis
-from xflow.ops.shape_ops import nested_split_attrs, split_attrs
+from xflow.ops.linalg import MATMUL, matmul_weight_axis
+from xflow.ops.shape_ops import CONCAT, SPLIT, nested_split_attrs, split_attrs
 from xflow.rewrite.apply import content_name
 from xflow.rewrite.fold import fold_constants
 
@@ -84,16 +84,16 @@ def _sole_reader(graph: Graph, value: str) -> Node | None:
 def _fold_nested(result: Simplified) -> bool:
     graph = result.graph
     for inner in graph.nodes:
-        if inner.op != "split" or inner.is_opaque:
+        if inner.op != SPLIT.name or inner.is_opaque:
             continue
         outer = graph.producers.get(inner.inputs[0])
-        if outer is None or outer.op != "split" or _sole_reader(graph, inner.inputs[0]) is not inner:
+        if outer is None or outer.op != SPLIT.name or _sole_reader(graph, inner.inputs[0]) is not inner:
             continue
         k = outer.outputs.index(inner.inputs[0])
         attrs = nested_split_attrs(outer.attrs, k, inner.attrs)
         if attrs is None:
             continue
-        merged = Node("split", outer.inputs, outer.outputs[:k] + inner.outputs + outer.outputs[k + 1:], attrs)
+        merged = Node(SPLIT.name, outer.inputs, outer.outputs[:k] + inner.outputs + outer.outputs[k + 1:], attrs)
         nodes = [n for n in graph.nodes if n is not inner and n is not outer] + [merged]
         result.graph = graph.with_nodes(nodes)
         result.nested_splits += 1
@@ -107,7 +107,7 @@ def _hoist_elementwise(result: Simplified) -> bool:
         if node.is_opaque or not OPS[node.op].elementwise or OPS[node.op].num_outputs(node.attrs) != 1:
             continue
         splits = [graph.producers.get(i) for i in node.inputs]
-        if not splits or any(s is None or s.op != "split" or s.is_opaque for s in splits):
+        if not splits or any(s is None or s.op != SPLIT.name or s.is_opaque for s in splits):
             continue
         first = splits[0]
         if any(s.attrs["axis"] != first.attrs["axis"] for s in splits):
@@ -140,13 +140,13 @@ def _hoist_elementwise(result: Simplified) -> bool:
             # the pieces line up in another order: put them in this one (two merge trees that paired
             # NasRNN's gates differently concatenated their weights in different orders)
             parts = tuple(s.outputs[k] for k in order)
-            wholes.append(_add_node(graph, "concat", parts, {"axis": first.attrs["axis"]}, added, types)[0])
+            wholes.append(_add_node(graph, CONCAT.name, parts, {"axis": first.attrs["axis"]}, added, types)[0])
         whole = content_name(node.op, node.attrs, tuple(wholes), 0)
         if whole in graph.types:
             continue
         types[whole] = TensorType(graph.types[node.outputs[0]].dtype, graph.types[first.inputs[0]].shape)
         added.append(Node(node.op, tuple(wholes), (whole,), Attrs(node.attrs)))
-        added.append(Node("split", (whole,), tuple(p.outputs[0] for p in pieces), first.attrs))
+        added.append(Node(SPLIT.name, (whole,), tuple(p.outputs[0] for p in pieces), first.attrs))
         gone = ({id(n) for n in pieces} | gone_too
                 | {id(s) for s, o in zip(splits, orders, strict=True) if o == sorted(o)})
         result.graph = graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types)
@@ -163,7 +163,7 @@ def _hoist_channelwise(result: Simplified) -> bool:
     ORT cannot fuse into the merged conv across the split (and runs outside its NCHWc layout)."""
     graph = result.graph
     for split in graph.nodes:
-        if split.op != "split" or split.is_opaque:
+        if split.op != SPLIT.name or split.is_opaque:
             continue
         readers = [_sole_reader(graph, o) for o in split.outputs]
         first = readers[0]
@@ -183,14 +183,14 @@ def _hoist_channelwise(result: Simplified) -> bool:
         inputs = [split.inputs[0]]
         for k in range(1, len(first.inputs)):
             parts = tuple(r.inputs[k] for r in readers)  # type: ignore[union-attr]
-            inputs.append(_add_node(graph, "concat", parts, {"axis": 0}, added, types)[0] if k in params
+            inputs.append(_add_node(graph, CONCAT.name, parts, {"axis": 0}, added, types)[0] if k in params
                           else first.inputs[k])
         whole = content_name(first.op, first.attrs, tuple(inputs), 0)
         if whole in graph.types:
             continue
         types[whole] = TensorType(graph.types[first.outputs[0]].dtype, graph.types[split.inputs[0]].shape)
         added.append(Node(first.op, tuple(inputs), (whole,), Attrs(first.attrs)))
-        added.append(Node("split", (whole,), tuple(r.outputs[0] for r in readers), split.attrs))  # type: ignore[union-attr]
+        added.append(Node(SPLIT.name, (whole,), tuple(r.outputs[0] for r in readers), split.attrs))  # type: ignore[union-attr]
         gone = {id(split)} | {id(r) for r in readers}
         result.graph = graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types)
         result.channelwise_hoisted += 1
@@ -203,7 +203,7 @@ def _weight_to_permute(graph: Graph, split: Node) -> tuple[Node, int] | None:
     putting the split's pieces in another order is permuting that weight's blocks (the split reads
     the matmul's output alone, along the weight's columns); None otherwise."""
     matmul = graph.producers.get(split.inputs[0])
-    if matmul is None or matmul.op != "matmul" or matmul.is_opaque or not graph.is_constant(matmul.inputs[1]):
+    if matmul is None or matmul.op != MATMUL.name or matmul.is_opaque or not graph.is_constant(matmul.inputs[1]):
         return None
     if _sole_reader(graph, split.inputs[0]) is not split:
         return None
@@ -217,8 +217,8 @@ def _permuted_matmul(graph: Graph, matmul: Node, weight_axis: int, sizes: tuple[
     """Add (to ``added``) the matmul whose output is ``matmul``'s with its blocks of ``sizes`` in
     ``order``: its weight is the old one cut into those blocks and concatenated in that order (constant
     nodes, folded later; copies of one structure share them by their content names). Its output's name."""
-    blocks = _add_node(graph, "split", (matmul.inputs[1],), split_attrs(weight_axis, sizes), added, types)
-    (permuted,) = _add_node(graph, "concat", tuple(blocks[k] for k in order), {"axis": weight_axis}, added, types)
+    blocks = _add_node(graph, SPLIT.name, (matmul.inputs[1],), split_attrs(weight_axis, sizes), added, types)
+    (permuted,) = _add_node(graph, CONCAT.name, tuple(blocks[k] for k in order), {"axis": weight_axis}, added, types)
     return _add_node(graph, matmul.op, (matmul.inputs[0], permuted), matmul.attrs, added, types)[0]
 
 
@@ -236,10 +236,10 @@ def _regrid(result: Simplified) -> bool:
     hoist that follow leave fewer nodes than there are now (so this never undoes itself)."""
     graph = result.graph
     for root in graph.nodes:
-        if root.op != "split" or root.is_opaque:
+        if root.op != SPLIT.name or root.is_opaque:
             continue
         above = graph.producers.get(root.inputs[0])
-        if above is not None and above.op == "split" and _sole_reader(graph, root.inputs[0]) is root:
+        if above is not None and above.op == SPLIT.name and _sole_reader(graph, root.inputs[0]) is root:
             continue  # not the top of its tree
         grid = _grid(graph, root)
         if grid is None:
@@ -276,7 +276,7 @@ def _grid(graph: Graph, root: Node) -> _Grid | None:
             piece = box[:axis] + ((start, start + size),) + box[axis + 1:]
             start += size
             below = _sole_reader(graph, value)
-            if below is not None and below.op == "split" and not below.is_opaque:
+            if below is not None and below.op == SPLIT.name and not below.is_opaque:
                 stack.append((below, piece))
             else:
                 boxes[value] = piece
@@ -309,10 +309,10 @@ def _cut(graph: Graph, value: str, grid: _Grid, first_axis: int) -> tuple[list[N
     sizes = {a: [hi - lo for lo, hi in pairwise(c)] for a, c in grid.cuts.items()}
     added: list[Node] = []
     types: dict[str, TensorType] = {}
-    rows = _add_node(graph, "split", (value,), split_attrs(first_axis, sizes[first_axis]), added, types)
+    rows = _add_node(graph, SPLIT.name, (value,), split_attrs(first_axis, sizes[first_axis]), added, types)
     for i, row in enumerate(rows):
         cells = [(i, j) if first_axis == low else (j, i) for j in range(len(sizes[second_axis]))]
-        _add_node(graph, "split", (row,), split_attrs(second_axis, sizes[second_axis]), added, types,
+        _add_node(graph, SPLIT.name, (row,), split_attrs(second_axis, sizes[second_axis]), added, types,
                   outputs=tuple(grid.leaves[c] for c in cells))
     return added, types
 

@@ -87,6 +87,14 @@ class Rule:
         return frozenset(o for n in self.dst for o in n.outputs)
 
     @property
+    def readable_name(self) -> str:
+        """What the rule does in a few words (``merge-matmul-shared-lhs``), derived from its patterns; the
+        ``name`` stays its id."""
+        from xflow.rules.naming import readable_name
+
+        return readable_name(self)
+
+    @property
     def variables(self) -> frozenset[str]:
         """Attribute variables bound by the source pattern."""
         return frozenset(v.name for n in self.src for t in n.attrs.values() for v in _vars(t))

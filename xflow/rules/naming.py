@@ -1,0 +1,76 @@
+"""Readable rule names, derived from what a rule's patterns do (``merge-matmul-shared-lhs``).
+
+A rule's id is its hash (``g3_0a9d59f7d5``): stable, unique, unreadable. Its readable name is computed
+from the source and target patterns each time it is asked for, so it cannot go stale, and several rules may
+share one (the id tells them apart):
+
+- ``cancel-A-B``: the target is empty (the outputs are inputs of the rule);
+- ``merge-X-shared-P``: two or more X nodes of the source read one tensor at position P (``lhs``/``rhs``,
+  or the input's role: ``input``, ``kernel``) and the target has fewer X; ``merge-X`` when they share none;
+- ``unmerge-X``: the target has more X nodes than the source (the reverse of a merge);
+- ``fuse-Y-into-X``: the source's Y nodes are gone and the target has fewer nodes;
+- ``reorder-A-B``: both sides apply the same ops, in another order;
+- ``rewrite-A-B-to-C``: anything else.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from xflow.ops import OPS
+
+if TYPE_CHECKING:
+    from xflow.rules.model import PatternNode, Rule
+
+
+def _ops(nodes: Sequence[PatternNode]) -> list[str]:
+    """The ops of ``nodes`` in pattern order, each once."""
+    return list(dict.fromkeys(n.op for n in nodes))
+
+
+def _position_name(op: str, position: int, arity: int) -> str:
+    role = OPS[op].role(position) if op in OPS else "any"
+    if role in ("matrix", "any"):
+        return ("lhs", "rhs")[position] if arity == 2 and position < 2 else f"input{position}"
+    return "input" if role == "image" else role
+
+
+def _shared_position(op: str, nodes: Sequence[PatternNode]) -> str | None:
+    """The position at which two or more ``op`` nodes read the same tensor, named; None when none do."""
+    same = [n for n in nodes if n.op == op]
+    for position in range(min(len(n.inputs) for n in same)):
+        readers = Counter(n.inputs[position] for n in same)
+        if readers.most_common(1)[0][1] >= 2:
+            return _position_name(op, position, len(same[0].inputs))
+    return None
+
+
+def readable_name(rule: Rule) -> str:
+    """What ``rule`` does, in a few words joined by dashes (see the module doc)."""
+    src, dst = Counter(n.op for n in rule.src), Counter(n.op for n in rule.dst)
+    if not rule.dst:
+        return "cancel-" + "-".join(_ops(rule.src))
+    for op in _ops(rule.src):
+        if src[op] >= 2 and 1 <= dst[op] < src[op]:
+            shared = _shared_position(op, rule.src)
+            return f"merge-{op}-shared-{shared}" if shared else f"merge-{op}"
+    for op in _ops(rule.dst):
+        if dst[op] >= 2 and 1 <= src[op] < dst[op]:
+            return f"unmerge-{op}"
+    gone = [op for op in _ops(rule.src) if op not in dst]
+    kept = [op for op in _ops(rule.dst) if op in src]
+    if gone and kept and len(rule.dst) < len(rule.src):
+        return f"fuse-{'-'.join(gone)}-into-{kept[0]}"
+    if src == dst:
+        return "reorder-" + "-".join(_ops(rule.src))
+    return f"rewrite-{'-'.join(_ops(rule.src))}-to-{'-'.join(_ops(rule.dst))}"
+
+
+def by_readable_name(counts: dict[str, int], names: dict[str, str]) -> dict[str, int]:
+    """Counts by rule id summed by readable name (``names``: id -> name; an id without one stays)."""
+    out: Counter[str] = Counter()
+    for rule_id, count in counts.items():
+        out[names.get(rule_id, rule_id)] += count
+    return dict(out)

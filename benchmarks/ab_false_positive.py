@@ -1,10 +1,11 @@
 """False-positive rate of the A/B decision that ``xflow optimize`` makes before it writes a model.
 
-A model is timed against a byte-identical copy of itself with ``measure_ab`` (the function and settings
-the pipeline uses), two fresh sessions per trial; the copy is "faster" only by chance. Each trial is one full decision; the rate is
-the share of trials that would have kept the copy. The pipeline's promise: at least 99 of 100 reverted.
+A model is timed against a byte-identical copy of itself with ``decide_ab`` (the decision and settings the
+pipeline uses), on two fresh sessions per trial; the copy is "faster" only by chance. Each trial is one
+full decision; the rate is the share of trials that would have kept the copy. The pipeline's promise: at
+least 99 of 100 reverted. ``--one-pair`` measures the decision as it was before a fresh pair confirmed it.
 
-    .venv/bin/python benchmarks/ab_false_positive.py [--trials 100] [--models matmul,nasrnn]
+    .venv/bin/python benchmarks/ab_false_positive.py [--trials 100] [--models matmul,nasrnn] [--one-pair]
 
 Prints one line per model with the trials, the copies kept, the rate, the rounds and seconds per
 decision, and a one-sided 95% upper bound on the rate (Clopper-Pearson). Run it on an idle machine and
@@ -22,7 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from xflow import zoo
-from xflow.runtime import make_session, measure_ab, random_feeds
+from xflow.runtime import decide_ab, make_session, measure_ab, random_feeds
 
 
 def matmul_chain(depth: int = 4, width: int = 256) -> onnx.ModelProto:
@@ -57,8 +58,9 @@ def upper_bound(kept: int, trials: int, confidence: float = 0.95) -> float:
     return hi
 
 
-def run(name: str, trials: int) -> dict[str, float]:
-    """``trials`` A/B decisions of the model against its identical copy."""
+def run(name: str, trials: int, confirm: bool = True) -> dict[str, float]:
+    """``trials`` A/B decisions of the model against its identical copy: ``decide_ab`` as the pipeline makes
+    them, or one ``measure_ab`` (``confirm=False``, the decision before a fresh pair confirmed it)."""
     data = MODELS[name]().SerializeToString()
     kept, rounds, seconds = 0, [], []
     for _ in range(trials):
@@ -67,7 +69,10 @@ def run(name: str, trials: int) -> dict[str, float]:
         a, b = make_session(data), make_session(data)
         feeds = random_feeds(a, 0)
         start = time.perf_counter()
-        ab = measure_ab(a, b, feeds)
+        if confirm:
+            ab = decide_ab(a, b, feeds, lambda: (make_session(data), make_session(data)))
+        else:
+            ab = measure_ab(a, b, feeds)
         seconds.append(time.perf_counter() - start)
         rounds.append(ab.runs)
         kept += ab.b_is_faster()
@@ -79,11 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--models", default="matmul,nasrnn")
+    parser.add_argument("--one-pair", action="store_true", help="One measure_ab per decision, no confirmation.")
     args = parser.parse_args()
     print("| model | trials | copy kept | false-positive rate | 95% upper bound | rounds (median) | s per decision |")
     print("|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        r = run(name, args.trials)
+        r = run(name, args.trials, confirm=not args.one_pair)
         print(f"| {name} | {r['trials']} | {r['kept']} | {r['rate']:.1%} | {r['upper95']:.1%} | {r['rounds']:.0f} "
               f"| {r['seconds']:.1f} |", flush=True)
 

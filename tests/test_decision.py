@@ -21,7 +21,7 @@ RELU_ON_A_DOUBLED_COPY = {
     "dst": [{"op": "concat", "in": ["x", "x"], "out": ["c"], "attrs": {"axis": 0}},
             {"op": "relu", "in": ["c"], "out": ["r"]},
             {"op": "split", "in": ["r"], "out": ["z", "z2"], "attrs": {"axis": 0, "split": "=(dim(x, 0), dim(x, 0))"}}],
-    "outputs": {"y": "z"}, "where": ["dim(x, 0) == 512"]}
+    "outputs": {"y": "z"}, "where": ["rank(x) == 2", "dim(x, 0) <= dim(x, 1)"]}
 
 
 class CopiesLookFree:

@@ -30,7 +30,7 @@ from xflow.onnx_io import load, save, would_overwrite
 from xflow.rewrite import fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
-from xflow.runtime import make_session, measure_ab, measure_interleaved, median_latency, random_feeds
+from xflow.runtime import decide_ab, make_session, measure_interleaved, median_latency, random_feeds
 from xflow.search import Alternative, SearchResult, backtracking_search, complete_sweeps
 from xflow.search.backtrack import Step
 
@@ -396,7 +396,9 @@ def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_p
             report.verify_reference, report.verify_inputs = verdict.reference, verdict.inputs
         keep_optimized = True
         if options.measure:
-            ab = measure_ab(session_a, session_b, feeds)
+            ab = decide_ab(session_a, session_b, feeds, lambda: (
+                make_session(in_path, options.provider, options.threads),
+                make_session(candidate_path, options.provider, options.threads)))
             report.latency_before_ms, report.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
             report.speedup, report.timed_runs = ab.speedup, ab.runs
             report.faster_rounds, report.sign_test_p = ab.b_wins, ab.p_value

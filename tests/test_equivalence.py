@@ -72,16 +72,24 @@ def test_an_infinity_turned_finite_is_refused(values, data):
         check_output("y", original, broken)
 
 
+def _changed_beside(values: list[float], data: st.DataObject, other: float, before: float,
+                    after: float) -> tuple[np.ndarray, np.ndarray]:
+    """(original, broken): ``values`` with ``other`` at one place and ``before`` at another, and the same
+    with ``before`` turned into ``after``."""
+    original = np.array(values, np.float32)
+    where_other, where_changed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=2, max_size=2,
+                                                    unique=True))
+    original[where_other], original[where_changed] = other, before
+    broken = original.copy()
+    broken[where_changed] = after
+    return original, broken
+
+
 @PROPERTY
 @given(st.lists(st.floats(-10, 10, width=32), min_size=3, max_size=20), st.data())
 def test_a_change_beside_a_shared_infinity_is_refused(values, data):
     """+inf at one place on both sides made the old check's difference NaN, and NaN > bound is false."""
-    original = np.array(values, np.float32)
-    where_inf, where_changed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=2, max_size=2,
-                                                  unique=True))
-    original[where_inf], original[where_changed] = np.inf, 2.0
-    broken = original.copy()
-    broken[where_changed] = 200.0
+    original, broken = _changed_beside(values, data, np.inf, 2.0, 200.0)
     with pytest.raises(EquivalenceError, match="differs at"):
         check_output("y", original, broken)
 
@@ -90,11 +98,7 @@ def test_a_change_beside_a_shared_infinity_is_refused(values, data):
 @given(st.lists(st.floats(-10, 10, width=32), min_size=3, max_size=20), st.data())
 def test_a_large_element_widens_no_other_elements_tolerance(values, data):
     """The old bound was atol + rtol * max|a|: with 1e6 in the output, 1.0 -> 900 passed."""
-    original = np.array(values, np.float32)
-    big, changed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=2, max_size=2, unique=True))
-    original[big], original[changed] = 1e6, 1.0
-    broken = original.copy()
-    broken[changed] = 900.0
+    original, broken = _changed_beside(values, data, 1e6, 1.0, 900.0)
     with pytest.raises(EquivalenceError, match="differs at"):
         check_output("y", original, broken, original.astype(np.float64))
 

@@ -192,3 +192,22 @@ def test_float64_reference_runs_ops_without_a_float64_kernel_in_float32(tmp_path
     (narrow,) = make_session(model).run(None, {"x": x.astype(np.float32)})
     assert wide.dtype == np.float64
     np.testing.assert_allclose(wide, narrow, rtol=1e-5, atol=1e-6)
+
+
+def test_cli_names_the_reference_and_the_inputs_compared_on(tmp_path):
+    """What `xflow optimize` prints: never "outputs match" for NaN compared with NaN alone."""
+    from click.testing import CliRunner
+
+    from tests.test_optimize_api import rules_file
+    from tests.test_search import shared_input_model
+    from xflow.cli import main
+
+    model = shared_input_model(3)
+    src, out, npz = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "nan.npz"
+    onnx.save(model, src)
+    np.savez(npz, x=np.full((4, 64), np.nan, np.float32))
+    result = CliRunner().invoke(main, ["optimize", str(src), str(out), "--rules", rules_file(tmp_path), "--inputs",
+                                       str(npz), "--keep-if-slower"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "the original's outputs on --inputs are not all finite" in result.output
+    assert "compared with the original in float64 on --inputs, random inputs (draw 1))" in result.output

@@ -1,7 +1,16 @@
-"""Test-wide settings: measured-cost caches go to a temporary folder, never the user's cache."""
+"""Test-wide settings: measured-cost caches go to a temporary folder, never the user's cache; the
+hypothesis profiles the fuzz runs under."""
 
 import os
 import tempfile
+
+from hypothesis import settings
+
+# "ci" (the default): the same 100 examples every run, so a failure reproduces. "nightly"
+# (--hypothesis-profile=nightly): unseeded and ten times longer, new examples every run (README).
+settings.register_profile("ci", derandomize=True, max_examples=100, database=None)
+settings.register_profile("nightly", derandomize=False, max_examples=1000, database=None)
+settings.load_profile("ci")
 
 
 def pytest_configure(config) -> None:  # noqa: ANN001 - pytest's Config

@@ -150,6 +150,33 @@ def _concat_split(draw: st.DrawFn, b: Builder, axis: int) -> None:
         b.op("Split", [y, b.int_const(sizes)], outs, axis=axis)
 
 
+def _split_map(draw: st.DrawFn, b: Builder, axis: int) -> None:
+    """A Split along ``axis`` with one elementwise op (or batchnorm, on channels) on every piece, a piece
+    split again now and then: the patterns ``simplify_splits`` folds after a merge."""
+    x = _pick(draw, b)
+    shape = b.shapes[x]
+    axis %= len(shape)
+    total = shape[axis]
+    if total < 2:
+        return
+    cut = draw(st.integers(1, total - 1))
+    pieces = b.op("Split", [x, b.int_const([cut, total - cut])],
+                  [shape[:axis] + (n,) + shape[axis + 1:] for n in (cut, total - cut)], axis=axis)
+    if cut > 1 and draw(st.booleans()):  # the first piece split again: nested splits fold into one
+        inner = draw(st.integers(1, cut - 1))
+        pieces = b.op("Split", [pieces[0], b.int_const([inner, cut - inner])],
+                      [shape[:axis] + (n,) + shape[axis + 1:] for n in (inner, cut - inner)], axis=axis) + pieces[1:]
+    op = draw(st.sampled_from(["Relu", "Sigmoid", "Tanh", "BatchNormalization"] if len(shape) == 4 and axis == 1
+                              else ["Relu", "Sigmoid", "Tanh"]))
+    for piece in pieces:
+        if op == "BatchNormalization":
+            c = b.shapes[piece][1]
+            params = [b.const((c,)), b.const((c,)), b.const((c,)), b.const((c,), positive=True)]
+            b.op(op, [piece, *params], [b.shapes[piece]])
+        else:
+            b.op(op, [piece], [b.shapes[piece]])
+
+
 # ---- dense family ---------------------------------------------------------------------------------
 
 
@@ -226,7 +253,7 @@ def _if(draw: st.DrawFn, b: Builder) -> None:
     b.read.update((x, y))
 
 
-DENSE_STEPS = ("matmul", "gemm", "unary", "binary", "transpose", "concat", "reshape", "opaque", "if")
+DENSE_STEPS = ("matmul", "gemm", "unary", "binary", "transpose", "concat", "split_map", "reshape", "opaque", "if")
 
 
 @st.composite
@@ -241,6 +268,7 @@ def dense_models(draw: st.DrawFn) -> onnx.ModelProto:
         b.add_input(draw(st.sampled_from([shape, shape[:-1] + (draw(st.sampled_from([2, 5])),)])))
     steps = {"matmul": _matmul, "gemm": _gemm, "unary": _unary, "binary": _binary, "transpose": _transpose,
              "concat": lambda d, bb: _concat_split(d, bb, -1 if d(st.integers(0, 3)) else 0),
+             "split_map": lambda d, bb: _split_map(d, bb, -1),
              "reshape": _reshape, "opaque": _opaque, "if": _if}
     # ONNX Runtime 1.31.1 segfaults building a session (ORT_ENABLE_ALL) for a float16 Transpose feeding a
     # MatMul (tests/test_fuzz.py keeps the reduced model): no float16 Transposes, or the whole run dies.
@@ -310,7 +338,7 @@ def _batchnorm(draw: st.DrawFn, b: Builder) -> None:
     b.op("BatchNormalization", [x, *params], [b.shapes[x]], epsilon=draw(st.sampled_from([1e-5, 1e-3])))
 
 
-CONV_STEPS = ("conv", "conv", "pool", "batchnorm", "unary", "binary", "concat", "opaque", "if")
+CONV_STEPS = ("conv", "conv", "pool", "batchnorm", "unary", "binary", "concat", "split_map", "opaque", "if")
 
 
 @st.composite
@@ -321,7 +349,8 @@ def conv_models(draw: st.DrawFn) -> onnx.ModelProto:
     hw = draw(st.sampled_from([3, 5, 6]))
     b.add_input((draw(st.sampled_from([1, 2])), c, hw, hw))
     steps = {"conv": _conv, "pool": _pool, "batchnorm": _batchnorm, "unary": _unary, "binary": _binary,
-             "concat": lambda d, bb: _concat_split(d, bb, 1), "opaque": _opaque, "if": _if}
+             "concat": lambda d, bb: _concat_split(d, bb, 1), "split_map": lambda d, bb: _split_map(d, bb, 1),
+             "opaque": _opaque, "if": _if}
     for step in draw(st.lists(st.sampled_from(CONV_STEPS), min_size=1, max_size=7)):
         steps[step](draw, b)
     extra = draw(st.lists(st.sampled_from(b.activations), max_size=2))

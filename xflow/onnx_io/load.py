@@ -8,7 +8,6 @@ from collections.abc import Mapping
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
@@ -30,10 +29,10 @@ def read_model(path: str) -> onnx.ModelProto:
         raise XflowError(path, "empty file, not an ONNX model")
     try:
         model = onnx.load(path, load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise XflowError(path, f"not an ONNX model (protobuf parse failed: {one_line(exc)})") from None
     except OSError as exc:
         raise XflowError(path, f"cannot read: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, JSON's ParseError (for a .json name), ...
+        raise XflowError(path, f"not an ONNX model (protobuf parse failed: {one_line(exc)})") from None
     check_proto(model, path, checked=path)
     return model
 

@@ -69,7 +69,21 @@ class OptimizeOptions:
 
 
 @dataclass
-class OptimizeReport:
+class VerifyFigures:
+    """The verify stage's figures, the A/B timing's included (the report carries them as they are)."""
+
+    verified: bool = False
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+    latency_before_ms: float | None = None
+    latency_after_ms: float | None = None
+    speedup: float | None = None
+    timed_runs: int = 0
+    faster_rounds: int = 0  # interleaved rounds in which the optimized model ran faster
+    sign_test_p: float | None = None  # one-sided sign test over those rounds (kept when < 0.01)
+
+
+@dataclass(kw_only=True)
+class OptimizeReport(VerifyFigures):
     """Every figure of one run, as written by ``--report``."""
 
     input: str
@@ -91,14 +105,6 @@ class OptimizeReport:
     cost_cache_hits: int
     rules_applied: dict[str, int]
     steps: list[dict[str, Any]]
-    verified: bool = False
-    max_abs_diff: dict[str, float] = field(default_factory=dict)
-    latency_before_ms: float | None = None
-    latency_after_ms: float | None = None
-    speedup: float | None = None
-    timed_runs: int = 0
-    faster_rounds: int = 0  # interleaved rounds in which the optimized model ran faster
-    sign_test_p: float | None = None  # one-sided sign test over those rounds (kept when < 0.01)
     decision: str = ""
     total_seconds: float = 0.0
     cost_db: str | None = None  # the SQLite cost cache used (measured costs only)
@@ -390,14 +396,7 @@ class Verdict:
 
     graph: Graph | None
     reason: str  # "optimized", or why the original is written
-    verified: bool = False
-    max_abs_diff: dict[str, float] = field(default_factory=dict)
-    latency_before_ms: float | None = None
-    latency_after_ms: float | None = None
-    speedup: float | None = None
-    timed_runs: int = 0
-    faster_rounds: int = 0
-    sign_test_p: float | None = None
+    figures: VerifyFigures = field(default_factory=VerifyFigures)
 
 
 def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable | None, options: OptimizeOptions,
@@ -424,25 +423,26 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
         raise EquivalenceError(source.label, f"ONNX Runtime cannot run the optimized model, nothing written: "
                                       f"{one_line(exc)}") from None
     verdict = Verdict(optimized, "optimized")
+    figures = verdict.figures
     if options.verify:
         names = [o.name for o in original.session.get_outputs()]
         try:
-            verdict.max_abs_diff = compare_outputs(names, original.outputs, actual)
+            figures.max_abs_diff = compare_outputs(names, original.outputs, actual)
         except EquivalenceError as exc:
             raise EquivalenceError(source.label, f"optimized model is not equivalent, nothing written: {exc.problem}") \
                 from None
-        verdict.verified = True
+        figures.verified = True
     if options.measure:
         ab = measure_ab(original.session, candidate, original.feeds)
-        verdict.latency_before_ms, verdict.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
-        verdict.speedup, verdict.timed_runs = ab.speedup, ab.runs
-        verdict.faster_rounds, verdict.sign_test_p = ab.b_wins, ab.p_value
+        figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
+        figures.speedup, figures.timed_runs = ab.speedup, ab.runs
+        figures.faster_rounds, figures.sign_test_p = ab.b_wins, ab.p_value
         # "Faster" must be more than one lucky median: BERT's merges measured 1.05x in optimize's
         # A/B and 0.96x in the bench's longer run. The sign test asks it of most rounds.
         if not (ab.b_is_faster() or options.keep_if_slower):
             verdict.graph, verdict.reason = None, "optimized model was not faster"
-            say(f"the optimized model was not measurably faster ({verdict.latency_after_ms:.3f} ms vs "
-                f"{verdict.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.runs} interleaved rounds, "
+            say(f"the optimized model was not measurably faster ({figures.latency_after_ms:.3f} ms vs "
+                f"{figures.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.runs} interleaved rounds, "
                 f"sign test p = {ab.p_value:.2g}): the original is {source.kept_as} "
                 "(use --keep-if-slower to override)")
     return verdict
@@ -454,8 +454,9 @@ def _time_original(original: OriginalRun | OriginalNotRunnable | None, options: 
     if isinstance(original, OriginalNotRunnable):
         say(f"{original.problem}: not timed; the model is {source.kept_as}")
     elif original is not None and options.measure:
-        verdict.latency_before_ms = verdict.latency_after_ms = median_latency(original.session, original.feeds) * 1e3
-        verdict.speedup, verdict.timed_runs = 1.0, 20
+        figures = verdict.figures
+        figures.latency_before_ms = figures.latency_after_ms = median_latency(original.session, original.feeds) * 1e3
+        figures.speedup, figures.timed_runs = 1.0, 20
     return verdict
 
 
@@ -565,13 +566,6 @@ def _select_figures(finalists: list[Finalist], picked: Picked | None) -> dict[st
                           for i, f in enumerate(finalists)]}
 
 
-def _verdict_figures(verdict: Verdict) -> dict[str, Any]:
-    return {"verified": verdict.verified, "max_abs_diff": verdict.max_abs_diff,
-            "latency_before_ms": verdict.latency_before_ms, "latency_after_ms": verdict.latency_after_ms,
-            "speedup": verdict.speedup, "timed_runs": verdict.timed_runs, "faster_rounds": verdict.faster_rounds,
-            "sign_test_p": verdict.sign_test_p}
-
-
 @dataclass
 class _Run:
     """What the chain made before anything is written: the graph to write (None: the original), the
@@ -617,7 +611,7 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
         ops_before=graph.op_counts(), ops_after=written.op_counts(), ir_nodes_before=len(graph.nodes),
         ir_nodes_after=len(written.nodes), decision=verdict.reason,
         **_search_figures(result, rules_file, rules, coster), **_chosen_figures(result, chosen),
-        **_select_figures(finalists, picked), **_verdict_figures(verdict), **_cost_figures(coster.model))
+        **_select_figures(finalists, picked), **asdict(verdict.figures), **_cost_figures(coster.model))
     placement = None
     if place_request is not None:
         placement = place(written, place_request, coster.model, os.path.basename(output_label))
@@ -669,9 +663,9 @@ def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions) -> tu
     source = load_source(model, options)
     with _api_scratch() as scratch:
         run = _chain(source, "<ModelProto>", options, None, lambda _m: None, None, scratch, None)
-    if run.graph is None:
+    if run.graph is None:  # the original itself (given, or parsed from its file with its weights)
         result = source.proto if source.proto is not None else onnx.load(source.label)
-        return result, _finish(run.report, len(result.graph.node), source.proto is not None, started)
+        return result, _finish(run.report, len(result.graph.node), True, started)
     result = to_model_proto(run.graph)
     if not _fits_in_memory(run.graph):  # weights read in from their files: the model stands on its own
         onnx.load_external_data_for_model(result, run.graph.context.base_dir if run.graph.context else "")

@@ -648,3 +648,17 @@ def test_text_file_as_inputs(env):
     result = optimize(src, work / "out.onnx", rules, "--inputs", str(npz))
     assert_refused(result, npz, before, work, "not an .npz file")
     assert "pickle" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["report", "zoo"])
+def test_other_outputs_that_are_devices_are_refused(env, command):
+    """Every file a command writes is held to the same rule as OUT (the report, a zoo model)."""
+    work, rules = env
+    src = work / "m.onnx"
+    onnx.save(cancel_model(), src)
+    before = snapshot(work)
+    if command == "report":
+        result = optimize(src, work / "out.onnx", rules, "--report", "/dev/full")
+    else:
+        result = CliRunner().invoke(main, ["zoo", "squeezenet", "/dev/full", "--small"], catch_exceptions=False)
+    assert_refused(result, "/dev/full", before, work, "character device")

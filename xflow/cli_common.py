@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from xflow.errors import XflowError
-from xflow.files import write_atomically, write_json
+from xflow.files import check_output_file, write_atomically, write_json
 
 __all__ = ["EXIT_BAD_INPUT", "check_writable", "fail", "save_model", "user_errors", "write_atomically", "write_json"]
 
@@ -39,6 +39,9 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_writable(path: str) -> None:
+    """Refuse an output that is not a regular file (a device, FIFO, kernel file system) or cannot be
+    written (its directory missing or read-only), before any work is done."""
+    check_output_file(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise XflowError(path, "cannot write here (directory missing or not writable)")

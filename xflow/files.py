@@ -71,7 +71,7 @@ def check_output_file(path: str, what: str = "output") -> None:
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise XflowError(path, f"{parent} is a file, not a directory")
+        raise XflowError(path, f"cannot be the {what}: {parent} is a file, not a directory")
     kind = filesystem_type(parent)
     if kind in SPECIAL_FILESYSTEMS:
         raise XflowError(path, f"{what} is on a {kind} file system, which holds no regular files; "

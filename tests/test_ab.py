@@ -49,7 +49,7 @@ def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):
     """``xflow optimize`` times the search's graphs from different branches against each other and keeps
     the fastest, whatever their estimated costs said."""
     from xflow.onnx_io import graph_from_model
-    from xflow.pipeline import Finalist, OptimizeOptions, _pick_by_latency
+    from xflow.pipeline import Finalist, OptimizeOptions, select_by_latency
     from xflow.rewrite.simplify import Simplified
 
     original = tmp_path / "in.onnx"
@@ -57,8 +57,8 @@ def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), cost, ())
                  for depth, cost in ((20, 1.0), (2, 2.0), (10, 0.5))]
     feeds = random_feeds(make_session(str(original)), 0)
-    picked = _pick_by_latency(finalists, feeds, str(tmp_path / "out.onnx"), OptimizeOptions(), rounds=15, seconds=0.3)
+    picked = select_by_latency(finalists, feeds, OptimizeOptions(), str(tmp_path), rounds=15, seconds=0.3)
     assert picked is not None and picked.index == 1
     assert all(m is not None for m in picked.medians)  # every finalist ORT runs is timed
     assert picked.medians[1] == min(picked.medians)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]  # the scratch folder is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]  # timed from memory: no scratch file left

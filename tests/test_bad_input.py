@@ -14,6 +14,8 @@ import hashlib
 import importlib
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -76,6 +78,9 @@ def snapshot(folder) -> dict[str, str]:  # noqa: ANN001
     for root, _, files in os.walk(folder):
         for name in files:
             path = os.path.join(root, name)
+            if not os.path.isfile(path):  # a FIFO would block the read
+                out[os.path.relpath(path, folder)] = f"mode {os.stat(path).st_mode:o}"
+                continue
             with open(path, "rb") as f:
                 out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
     return out
@@ -456,3 +461,196 @@ def test_previous_output_with_data_survives_a_failed_rename(env, monkeypatch):
     assert_refused(optimize(src, out, rules), out, before, work, "cannot write")
     x = np.ones((1, 16, HIDDEN), np.float32)
     assert len(ort.InferenceSession(str(out)).run(None, {"x": x})) == 2
+
+
+# ---- what is written, what is said, what a killed run leaves (issue 22) -------------------------------
+
+
+def cancel_input(env) -> tuple:  # noqa: ANN001
+    """(work folder, rules file, the cancel model saved as work/m.onnx, a snapshot of the folder)."""
+    work, rules = env
+    src = work / "m.onnx"
+    onnx.save(cancel_model(), src)
+    return work, rules, src, snapshot(work)
+
+
+@pytest.mark.parametrize("device", ["/dev/null", "/dev/full"])
+def test_output_that_is_a_device_is_refused(env, device):
+    """A device is not replaced by a regular file (as root that would break the machine)."""
+    work, rules, src, before = cancel_input(env)
+    assert_refused(optimize(src, device, rules), device, before, work, "character device")
+    assert os.path.exists(device) and not os.path.isfile(device)
+
+
+def test_output_that_is_a_fifo_is_refused(env):
+    work, rules, src, _ = cancel_input(env)
+    fifo = work / "pipe.onnx"
+    os.mkfifo(fifo)
+    before = snapshot(work)
+    assert_refused(optimize(src, fifo, rules), fifo, before, work, "FIFO")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self") or not os.path.isdir("/sys/kernel"),
+                    reason="needs Linux's /proc and /sys")
+@pytest.mark.parametrize("out", ["/proc/xflow-out.onnx", "/sys/kernel/xflow-out.onnx"])
+def test_output_on_a_kernel_file_system_is_refused(env, out):
+    work, rules, src, before = cancel_input(env)
+    assert_refused(optimize(src, out, rules), out, before, work, "file system")
+
+
+@pytest.mark.parametrize("cost_db, needle", [("/dev/full", "character device"),
+                                             ("m.onnx/costs.sqlite", "is a file, not a directory")],
+                         ids=["device", "parent-is-a-file"])
+def test_cost_db_that_cannot_be_one(env, cost_db, needle):
+    """Nothing is created beside a --cost-db that cannot be a database (SQLite would add a -journal)."""
+    work, rules, src, _ = cancel_input(env)
+    cost_db = cost_db if cost_db.startswith("/") else str(work / cost_db)
+    journal_before = os.path.exists(cost_db + "-journal")
+    before = snapshot(work)
+    result = run(str(src), str(work / "out.onnx"), "--rules", rules, "--cost-db", cost_db, "--budget", "5")
+    assert_refused(result, cost_db, before, work, needle)
+    assert os.path.exists(cost_db + "-journal") == journal_before
+
+
+def reshape_model() -> onnx.ModelProto:
+    """y = reshape(x, [8]) with x of shape [N, 4]: runs only when N == 2."""
+    return make_model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8])],
+                      [numpy_helper.from_array(np.array([8], np.int64), "shape")])
+
+
+@pytest.mark.parametrize("rules_kind", ["no-rules", "rules"])
+def test_ort_failing_on_the_inputs_writes_nothing_and_prints_no_raw_log(env, rules_kind):
+    """ORT fails while running the user's inputs: exit 2 with one line that quotes ORT's message whole
+    (not its own log lines), and no OUT, whether or not anything was rewritten."""
+    work, rules = env
+    if rules_kind == "no-rules":
+        (work.parent / "none.json").write_text(json.dumps({"format": "xflow.rules/1", "rules": []}))
+        rules = str(work.parent / "none.json")
+    src, npz = work / "m.onnx", work / "inputs.npz"
+    onnx.save(reshape_model(), src)
+    np.savez(npz, x=np.zeros((3, 4), np.float32))
+    before = snapshot(work)
+    proc = subprocess.run([sys.executable, "-m", "xflow.cli", "optimize", str(src), str(work / "out.onnx"),
+                           "--rules", rules, "--cost", "analytic", "--inputs", str(npz)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("xflow: error: ") and str(npz) in lines[0], proc.stderr
+    assert "requested shape:{8}" in lines[0]  # ORT's message to its end
+    assert snapshot(work) == before
+
+
+def test_original_written_is_a_byte_for_byte_copy(env):
+    """Kept unchanged, the model written is the input's bytes: unused initializers, value_info, doc
+    strings and metadata survive, and the report says it is a copy with the file's node count."""
+    work, rules = env
+    model = cancel_model()
+    model.graph.initializer.append(numpy_helper.from_array(np.ones(3, np.float32), "unused"))
+    model.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 16, HIDDEN]))
+    model.doc_string = "kept"
+    (work.parent / "none.json").write_text(json.dumps({"format": "xflow.rules/1", "rules": []}))
+    src, out, report = work / "m.onnx", work / "out.onnx", work.parent / "report.json"
+    onnx.save(model, src)
+    result = optimize(src, out, str(work.parent / "none.json"), "--report", str(report))
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == src.read_bytes()
+    data = json.loads(report.read_text())
+    assert data["copied"] and data["decision"] == "copied (no rules)"
+    assert data["nodes_before"] == data["nodes_after"] == len(model.graph.node)
+
+
+def test_node_counts_are_the_written_files(env):
+    """The summary's and the report's node counts are the ONNX nodes of the input and of the file
+    written; the IR's own counts are reported under their own names."""
+    work, rules = env
+    src, out, report = work / "m.onnx", work / "out.onnx", work.parent / "report.json"
+    model = cancel_model()
+    model.graph.node.append(helper.make_node("Gemm", ["w", "w"], ["g"], name="gemm"))
+    model.graph.initializer.append(numpy_helper.from_array(np.ones((4, 4), np.float32), "w"))
+    model.graph.output.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, [4, 4]))
+    onnx.save(model, src)
+    result = optimize(src, out, rules, "--keep-if-slower", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    written = onnx.load(str(out))
+    assert data["nodes_before"] == len(model.graph.node) and data["nodes_after"] == len(written.graph.node)
+    assert data["decision"] == "optimized" and data["nodes_after"] < data["nodes_before"]
+    assert data["ir_nodes_before"] > 0 and data["ir_nodes_after"] > 0
+    assert f"{data['nodes_before']} nodes -> {data['nodes_after']} nodes" in result.output
+
+
+def test_a_killed_runs_scratch_folder_is_removed_by_the_next_run(env):
+    """A run killed mid-way leaves its folder ``.xflow-run-<pid>-<start>``; the next run writing into that
+    directory removes it once no process has that pid and start time, keeps a live run's folder, and
+    leaves none of its own."""
+    from xflow.files import RUN_PREFIX, _start_ticks
+
+    work, rules = env
+    src = work / "m.onnx"
+    onnx.save(cancel_model(), src)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = work / f"{RUN_PREFIX}{dead.pid}-{_start_ticks(os.getpid()) or 1}"
+    stale.mkdir()
+    (stale / "finalist0.onnx").write_bytes(b"x" * 1000)
+    live = work / f"{RUN_PREFIX}{os.getpid()}-{_start_ticks(os.getpid())}.0a"
+    live.mkdir()
+    result = optimize(src, work / "out.onnx", rules)
+    assert result.exit_code == 0, result.output
+    assert not stale.exists() and live.exists()
+    assert sorted(p.name for p in work.iterdir()) == sorted(["m.onnx", "out.onnx", live.name])
+
+
+def test_rules_stats_given_a_rule_file_for_a_model(tmp_path):
+    """``xflow rules stats`` given a rules JSON where a model is expected: one line, exit 2."""
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps(RULES))
+    result = CliRunner().invoke(main, ["rules", "stats", str(rules), "--rules", str(rules)], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(rules) in lines[0] and "not an ONNX model" in lines[0], result.stderr
+
+
+def test_unsorted_model_message_is_whole(env):
+    """onnx's checker message spans lines; the one line quotes it to its end."""
+    work, rules = env
+    src = work / "m.onnx"
+    nodes = [helper.make_node("Relu", ["r"], ["y"], name="second"),
+             helper.make_node("Relu", ["x"], ["r"], name="first")]
+    onnx.save(make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]), src)
+    before = snapshot(work)
+    result = optimize(src, work / "out.onnx", rules)
+    assert_refused(result, src, before, work, "topologically sorted")
+    assert "is not output of any previous nodes" in result.stderr
+
+
+def write_wrong_dims(npz) -> None:  # noqa: ANN001
+    np.savez(npz, x=np.zeros((1, 3, HIDDEN), np.float32))
+
+
+@pytest.mark.parametrize("write, needles", [
+    (write_wrong_dims, ("cannot run", "index: 1 Got: 3 Expected: 16")),  # ORT's whole message, indices included
+    (lambda npz: npz.write_text("x = 1, 2, 3\n"), ("not an .npz file",)),  # not numpy's words about pickles
+], ids=["wrong-dims", "text-file"])
+def test_inputs_messages_are_whole_and_say_what_is_wrong(env, write, needles):
+    work, rules, src, _ = cancel_input(env)
+    npz = work / "inputs.npz"
+    write(npz)
+    before = snapshot(work)
+    result = optimize(src, work / "out.onnx", rules, "--inputs", str(npz))
+    assert_refused(result, npz, before, work, needles[0])
+    assert all(n in result.stderr for n in needles) and "pickle" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["report", "zoo"])
+def test_other_outputs_that_are_devices_are_refused(env, command):
+    """Every file a command writes is held to the same rule as OUT (the report, a zoo model)."""
+    work, rules, src, before = cancel_input(env)
+    if command == "report":
+        result = optimize(src, work / "out.onnx", rules, "--report", "/dev/full")
+    else:
+        result = CliRunner().invoke(main, ["zoo", "squeezenet", "/dev/full", "--small"], catch_exceptions=False)
+    assert_refused(result, "/dev/full", before, work, "character device")

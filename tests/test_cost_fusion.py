@@ -20,7 +20,7 @@ from xflow.cost.measured import MeasuredCost
 from xflow.onnx_io import graph_from_model
 from xflow.rewrite import RuleIndex, plan_match
 from xflow.rules import load_rules
-from xflow.search.backtrack import backtracking_search
+from xflow.search.backtrack import SearchLimits, backtracking_search
 
 
 def conv_block_model(output_bn: bool = False) -> onnx.ModelProto:
@@ -144,5 +144,5 @@ def test_every_single_rewrite_of_inception_costs_the_same_derived_and_fresh():
 
 def test_search_with_fused_costs_reports_the_cost_of_the_graph_it_returns():
     graph = graph_from_model(zoo.build("inception_v3", small=True))
-    result = backtracking_search(graph, load_rules(), GraphCoster(AnalyticCost(fuses=True)), budget=30)
+    result = backtracking_search(graph, load_rules(), GraphCoster(AnalyticCost(fuses=True)), SearchLimits(budget=30))
     assert result.best_cost == pytest.approx(GraphCoster(AnalyticCost(fuses=True)).cost(result.graph), rel=1e-9)

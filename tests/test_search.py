@@ -13,7 +13,7 @@ from xflow.cost import AnalyticCost, GraphCoster
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.rewrite import fold_constants
 from xflow.rules import rules_from_json
-from xflow.search import backtracking_search, complete_sweeps
+from xflow.search import SearchLimits, backtracking_search, complete_sweeps
 
 
 def assert_same_outputs(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
@@ -62,7 +62,7 @@ def test_search_merges_three_parallel_matmuls_and_output_matches_ort():
     model = shared_input_model(3)
     graph = graph_from_model(model)
     rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
-    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=300)
+    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=300))
     assert result.best_cost < result.initial_cost
     counts = result.graph.op_counts()
     assert counts["matmul"] == 1 and counts["split"] == 1
@@ -75,8 +75,8 @@ def test_search_merges_three_parallel_matmuls_and_output_matches_ort():
 
 def test_search_dedups_graphs_reached_in_different_orders():
     graph = graph_from_model(shared_input_model(3))
-    result = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), GraphCoster(LAUNCH_BOUND), budget=1000,
-                                 alpha=10.0)
+    result = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), GraphCoster(LAUNCH_BOUND),
+                                 SearchLimits(budget=1000, alpha=10.0))
     assert result.stop_reason == "exhausted"
     # 3 matmuls: pairwise merges in any order reach a small, finite set of distinct graphs
     assert result.generated < 100
@@ -85,7 +85,8 @@ def test_search_dedups_graphs_reached_in_different_orders():
 def test_budget_and_no_rules_stop_reasons():
     graph = graph_from_model(shared_input_model(4))
     coster = GraphCoster(LAUNCH_BOUND)
-    assert backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, budget=1).stop_reason == "budget"
+    once = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, SearchLimits(budget=1))
+    assert once.stop_reason == "budget"
     none = backtracking_search(graph, [], coster)
     assert none.stop_reason == "no-rules" and none.graph is graph
 
@@ -93,7 +94,7 @@ def test_budget_and_no_rules_stop_reasons():
 def test_incremental_hash_and_cost_agree_with_full_recomputation():
     graph = graph_from_model(shared_input_model(3))
     coster = GraphCoster(LAUNCH_BOUND)
-    result = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, budget=50)
+    result = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, SearchLimits(budget=50))
     g = result.graph
     fresh = type(g)(g.nodes, g.inputs, g.outputs, g.types, g.constants, g.context)
     assert fresh.hash_sum == g.hash_sum
@@ -130,7 +131,7 @@ def test_incremental_matching_finds_every_match_of_the_child(name):
 def test_search_result_is_the_same_in_every_run():
     graph = graph_from_model(shared_input_model(5))
     rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
-    runs = [backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=50) for _ in range(2)]
+    runs = [backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=50)) for _ in range(2)]
     assert runs[0].steps == runs[1].steps and runs[0].best_cost == runs[1].best_cost
     assert runs[0].graph.structural_hash == runs[1].graph.structural_hash
     assert (runs[0].explored, runs[0].generated) == (runs[1].explored, runs[1].generated)
@@ -156,8 +157,8 @@ def test_sweep_rewrites_every_copy_of_a_repeated_pattern_in_one_expansion():
     model = conv_relu_model(4)
     graph = graph_from_model(model)
     rules = rules_from_json([CONV_RELU_FOLD])
-    swept = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=1)
-    single = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=1, sweep=False)
+    swept = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=1))
+    single = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=1, sweep=False))
     assert single.graph.op_counts().get("relu") == 3  # one fold per expansion
     assert "relu" not in swept.graph.op_counts() and len(swept.steps) == 4
     assert swept.best_cost < single.best_cost
@@ -183,14 +184,15 @@ def test_matches_of_a_swept_graph_derive_from_its_parent():
     swept = _sweep(graph, 1.0, folds, index, GraphCoster(LAUNCH_BOUND), cap=100)
     assert swept is not None and len(swept.applied) == 3
     key = lambda ms: sorted((m.rule.name, tuple(map(id, m.nodes))) for m in ms)  # noqa: E731
-    assert key(derived_matches(graph, matches, swept.applied[-1], swept.graph, index)) == \
+    assert key(derived_matches(graph, matches, swept.applied[-1], swept.graph, index, swept.change)) == \
         key(index.all_matches(swept.graph))
 
 
 def test_patience_stops_a_search_that_no_longer_improves():
     graph = graph_from_model(conv_relu_model(3))
     rules = rules_from_json([CONV_RELU_FOLD])
-    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=1000, alpha=10.0, patience=2)
+    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND),
+                                 SearchLimits(budget=1000, alpha=10.0, patience=2))
     assert result.stop_reason == "patience"
     assert "relu" not in result.graph.op_counts()  # every fold was found before it stopped
     assert result.explored <= 4
@@ -201,7 +203,7 @@ def test_patience_waits_for_the_first_cheaper_graph():
     with patience 1 still crosses that plateau: patience counts from the first cheaper graph."""
     graph = graph_from_model(shared_input_model(3))
     rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
-    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), budget=300, patience=1)
+    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=300, patience=1))
     assert result.best_cost < result.initial_cost
     assert result.graph.op_counts()["matmul"] == 1
 
@@ -212,8 +214,8 @@ def test_sweep_rounds_merge_all_eight_matmuls_sharing_an_input_in_one_expansion(
     model = shared_input_model(8)
     graph = graph_from_model(model)
     rules = rules_from_json([MATMUL_MERGE])
-    one_round = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=1, sweep_rounds=1)
-    rounds = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=1)
+    one_round = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=1, sweep_rounds=1))
+    rounds = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=1))
     assert one_round.graph.op_counts()["matmul"] == 4
     assert rounds.graph.op_counts()["matmul"] == 1 and len(rounds.steps) == 7
     assert rounds.best_cost < one_round.best_cost
@@ -235,7 +237,7 @@ def test_sweeps_pair_copies_alike():
                               opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     result = backtracking_search(graph_from_model(model), rules_from_json([MATMUL_MERGE]),
-                                 GraphCoster(KernelCount()), budget=1)
+                                 GraphCoster(KernelCount()), SearchLimits(budget=1))
     matmuls = [n for n in result.graph.nodes if n.op == "matmul"]
     assert len(matmuls) == 2 and matmuls[0].inputs[1] == matmuls[1].inputs[1]  # one concatenated weight
 
@@ -259,8 +261,8 @@ def two_part_model() -> onnx.ModelProto:
 def test_branches_search_on_from_the_first_sweeps_the_best_graph_did_not_take():
     graph = graph_from_model(two_part_model())
     rules = rules_from_json([MATMUL_MERGE, CONV_RELU_FOLD])
-    plain = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=50)
-    result = backtracking_search(graph, rules, GraphCoster(KernelCount()), budget=50, branches=2)
+    plain = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=50))
+    result = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=50, branches=2))
     assert plain.alternatives == [] and len(result.root_sweeps) == 2
     assert result.best_cost == plain.best_cost
     (alternative,) = result.alternatives
@@ -290,7 +292,7 @@ def test_a_sweep_with_a_limit_crosses_a_plateau_and_the_search_keeps_it_only_if_
     assert relaxed is not None
     assert relaxed.graph.op_counts()["matmul"] == 1  # every round taken, each one a plateau
     assert relaxed.cost == pytest.approx(coster.cost(graph))  # 1 matmul + 7 splits: no cheaper
-    result = backtracking_search(graph, index.rules, coster, budget=5)  # the sweep is no better: not kept
+    result = backtracking_search(graph, index.rules, coster, SearchLimits(budget=5))  # the sweep is no better: not kept
     assert result.best_cost == pytest.approx(result.initial_cost) and not result.steps
 
 
@@ -308,7 +310,7 @@ def test_complete_sweeps_applies_a_rule_at_every_match_whatever_the_costs_say():
     graph = graph_from_model(model)
     rules = rules_from_json([MATMUL_MERGE])
     coster = GraphCoster(WideMatmulsCostMore())
-    assert not backtracking_search(graph, rules, coster, budget=20).steps  # no merge looks cheaper
+    assert not backtracking_search(graph, rules, coster, SearchLimits(budget=20)).steps  # no merge looks cheaper
     completed = complete_sweeps(graph, coster.cost(graph), rules, coster)
     assert completed is not None and len(completed.steps) == 7
     assert completed.graph.op_counts()["matmul"] == 1
@@ -320,14 +322,14 @@ def test_complete_sweeps_applies_a_rule_at_every_match_whatever_the_costs_say():
 def test_optimize_times_the_completion_of_the_best_graph_as_a_finalist():
     """A search cut short (one sweep round) ends with four of eight matmuls merged in pairs; the finalists
     are that graph and its completion, with every matmul merged into one."""
-    from xflow.pipeline import OptimizeOptions, _finalists
+    from xflow.pipeline import OptimizeOptions, finalize
 
     graph = graph_from_model(shared_input_model(8))
     rules = rules_from_json([MATMUL_MERGE])
     coster = GraphCoster(KernelCount())
-    result = backtracking_search(graph, rules, coster, budget=1, sweep_rounds=1)
+    result = backtracking_search(graph, rules, coster, SearchLimits(budget=1, sweep_rounds=1))
     assert result.graph.op_counts()["matmul"] == 4
-    best, completion = _finalists(result, OptimizeOptions(cost="analytic"), coster, rules)
+    best, completion = finalize(result, OptimizeOptions(cost="analytic"), coster, rules)
     assert not best.completed and best.simplified.graph.op_counts()["matmul"] == 4
     assert completion.completed and completion.simplified.graph.op_counts()["matmul"] == 1
     assert completion.steps[:len(result.steps)] == result.steps and len(completion.steps) == 7

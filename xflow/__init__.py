@@ -1,8 +1,9 @@
 """xflow: a graph-substitution superoptimizer for ONNX models.
 
-Pipeline: ``xflow.onnx_io.load`` -> ``xflow.search`` (rules from ``rules/``, costs from ``xflow.cost``)
--> ``xflow.rewrite.fold_constants`` -> verified and timed with ONNX Runtime -> ``xflow.onnx_io.save``
-(``xflow.pipeline``; ``xflow.optimize(model, **options)`` for pipelines).
+Pipeline (``xflow.pipeline``, a chain of in-memory stages): load (``xflow.onnx_io``) -> search
+(``xflow.search``; rules from ``rules/``, costs from ``xflow.cost``) -> finalize (complete, fold,
+simplify) -> select (finalists timed end to end) -> verify (outputs and A/B timing in ONNX Runtime)
+-> place (optional) -> write. ``xflow.optimize(model, **options)`` for pipelines.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from xflow.cli_common import check_writable, save_model, user_errors, write_json
-from xflow.cli_place import place_option
+from xflow.cli_place import place_option, place_request
 from xflow.errors import XflowError
 
 
@@ -68,13 +68,15 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
              alternatives: int,
              time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
              threads: int | None, input_shapes: tuple[str, ...],
-             inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool) -> None:
+             inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
+             place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
     The result is checked against the original on the same inputs with ONNX Runtime and timed against
     it (interleaved runs); unless it is faster by its median and in most rounds (one-sided sign test,
     p < 0.01), the original is written and the run says so.
     """
+    from xflow.files import check_output_file
     from xflow.onnx_io import parse_input_shapes
     from xflow.pipeline import OptimizeOptions, optimize_file
 
@@ -87,11 +89,13 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     say = (lambda _m: None) if quiet else click.echo
     progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None
     if report_path:
+        check_output_file(report_path, "report")
         check_writable(report_path)
         if os.path.realpath(report_path) in {os.path.realpath(in_path), os.path.realpath(out_path)}:
             raise XflowError(report_path, "--report names the input or output model; choose another path")
+    placing = place_request(place_topology, place_time_limit, out_path, quiet)
     with _sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
-        report = optimize_file(in_path, out_path, options, say=say, progress=progress)
+        report = optimize_file(in_path, out_path, options, say=say, progress=progress, place_request=placing)
     if progress is not None:
         click.echo("", err=True)
     if not quiet:
@@ -127,7 +131,9 @@ def _search_progress() -> Callable[[Any], None]:
 
 
 def _print_summary(report: Any) -> None:
-    click.echo(f"{report.input}: {report.nodes_before} nodes -> {report.nodes_after} nodes "
+    ir = (f"; IR {report.ir_nodes_before} -> {report.ir_nodes_after}"
+          if (report.ir_nodes_before, report.ir_nodes_after) != (report.nodes_before, report.nodes_after) else "")
+    click.echo(f"{report.input}: {report.nodes_before} nodes -> {report.nodes_after} nodes{ir} "
                f"({report.rules_loaded} rules, search {report.search_seconds:.2f} s, stop: {report.search_stop})")
     if report.rules_applied:
         from xflow.rules.naming import by_readable_name

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -12,6 +11,9 @@ from typing import Any
 import click
 
 from xflow.errors import XflowError
+from xflow.files import check_output_file, write_atomically, write_json
+
+__all__ = ["EXIT_BAD_INPUT", "check_writable", "fail", "save_model", "user_errors", "write_atomically", "write_json"]
 
 EXIT_BAD_INPUT = 2
 
@@ -37,33 +39,12 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_writable(path: str) -> None:
+    """Refuse an output that is not a regular file (a device, FIFO, kernel file system) or cannot be
+    written (its directory missing or read-only), before any work is done."""
+    check_output_file(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise XflowError(path, "cannot write here (directory missing or not writable)")
-
-
-def write_atomically(path: str, write: Callable[[str], None]) -> None:
-    """``write(tmp)`` then rename onto ``path``: readers never see a partial file, and the temporary file is
-    removed when writing fails or is interrupted."""
-    tmp = f"{path}.xflow-tmp"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise XflowError(path, f"cannot write: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_json(path: str, data: Any) -> None:
-    """Write ``data`` as indented JSON, atomically."""
-
-    def dump(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-
-    write_atomically(path, dump)
 
 
 def save_model(model: Any, path: str) -> None:

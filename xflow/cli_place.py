@@ -6,7 +6,6 @@ import glob
 import os
 import sys
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 import click
@@ -278,65 +277,49 @@ def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_place
 
 
 def place_option(func: Callable) -> Callable:
-    """Decorator adding ``--place NAME|FILE`` to ``xflow optimize`` (above its ``user_errors``): the
-    topology is checked before anything runs; after OUT.onnx is written, it is placed there."""
-
-    @wraps(func)
-    def optimize_then_place(*args: Any, **kwargs: Any) -> Any:
-        result = func(*args, **kwargs)
-        user_errors(place_after_optimize)(kwargs["out_path"], kwargs.get("quiet", False))
-        return result
-
-    return _place_flag(optimize_then_place)
+    """Add ``--place NAME|FILE`` and ``--place-time-limit`` to ``xflow optimize``: the topology is checked
+    before anything runs (``place_request``); placement is the pipeline's last stage."""
+    func = click.option("--place-time-limit", type=float, default=60.0, show_default=True,
+                        help="Training time limit of --place (s).")(func)
+    return click.option("--place", "place_topology", metavar="NAME|FILE", default=None,
+                        callback=_check_topology, help="Then plan device placement of the optimized model on "
+                        "this topology and write OUT.plan.json (see `xflow place`).")(func)
 
 
-def _place_flag(func: Callable) -> Callable:
+def _check_topology(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    from xflow.placement.topology import load_topology
 
-    def remember(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-        from xflow.placement.topology import load_topology
-
-        if value is not None:
-            try:
-                load_topology(value)
-            except XflowError as exc:
-                fail(str(exc))
-        ctx.meta["xflow.place"] = value
-        return value
-
-    def remember_limit(ctx: click.Context, _param: click.Parameter, value: float) -> float:
-        ctx.meta["xflow.place_time_limit"] = value
-        return value
-
-    func = click.option("--place-time-limit", type=float, default=60.0, show_default=True, expose_value=False,
-                        callback=remember_limit, help="Training time limit of --place (s).")(func)
-    return click.option("--place", "place_topology", metavar="NAME|FILE", default=None, expose_value=False,
-                        callback=remember, help="Then plan device placement of OUT.onnx on this topology and "
-                        "write OUT.plan.json (see `xflow place`).")(func)
+    if value is not None:
+        try:
+            load_topology(value)
+        except XflowError as exc:
+            fail(str(exc))
+    return value
 
 
-def place_after_optimize(out_path: str, quiet: bool) -> None:
-    """Second stage of ``xflow optimize --place``: place the model just written, write ``OUT.plan.json``."""
-    from xflow.placement.place import PlaceOptions, place_graph
+def place_request(spec: str | None, time_limit: float, out_path: str, quiet: bool):  # noqa: ANN201 - PlaceRequest
+    """What ``xflow optimize --place`` asks of the pipeline's place stage (None without ``--place``): the
+    topology, the options, ``OUT.plan.json``, and the table of baselines and RL printed once it is written."""
+    if not spec:
+        return None
+    from xflow.pipeline import PlaceRequest
+    from xflow.placement.place import PlaceOptions
     from xflow.placement.topology import load_topology
     from xflow.placement.train import TrainOptions
 
-    ctx = click.get_current_context()
-    spec = ctx.meta.get("xflow.place")
-    if not spec:
-        return
     plan_path = f"{os.path.splitext(out_path)[0]}.plan.json"
     check_writable(plan_path)
-    cost = _cost_model(ctx.params.get("cost_kind") or "analytic", ctx.params.get("cost_db"))
-    options = PlaceOptions(train=TrainOptions(time_limit=ctx.meta.get("xflow.place_time_limit", 60.0)))
-    outcome = place_graph(_load_graph(out_path), load_topology(spec), options, cost, os.path.basename(out_path),
-                          _progress(quiet))
-    if not quiet:
+    options = PlaceOptions(train=TrainOptions(time_limit=time_limit))
+
+    def show(plan: Any) -> None:
+        if quiet:
+            return
         if sys.stderr.isatty():
             click.echo("", err=True)
-        print_report(outcome.plan)
-    write_json(plan_path, outcome.plan.to_json())
-    if not quiet:
+        print_report(plan)
         click.echo(f"  wrote {plan_path}")
+
+    return PlaceRequest(load_topology(spec), options, plan_path, _progress(quiet), show)
 
 
 COMMANDS: list[click.Command] = [place, run, place_calibrate]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import Counter
 from typing import Any
 
@@ -54,111 +53,25 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
 
     Only proved rules are written. Prints the pruning and proof table at the end.
     """
-    from generator.generalize import dedupe, final_name, priority
-    from generator.lift import lift_candidates
-    from generator.run import format_table, generate
-    from generator.usefulness import match_counts, zoo_graphs
-    from verifier.batch import WORKER_DIED, verify_candidates
-    from xflow.rules import rules_from_json
-    from xflow.rules.io import dump_rules
+    from generator.rule_file import RuleFileOptions, write_rule_file
+    from generator.run import format_table
 
     check_writable(out_path)
     if save_path is not None:
         check_writable(save_path)
-    started = time.perf_counter()
-    show = _progress_line(not quiet and sys.stderr.isatty())
-    if candidates_path is not None:
-        candidates = _load_candidates(candidates_path, max_ops)
-        table = [(f"candidates read from {os.path.basename(candidates_path)}", len(candidates), 0.0)]
-    else:
-        result = generate(max_ops, seed, jobs,
-                          progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"))
-        table = list(result.table)
-        candidates = result.rules  # one per shape-generic key (``generate`` dedupes while it emits)
-    if save_path is not None:
-        _save_candidates(save_path, candidates, max_ops, seed)
-    if limit is not None and limit < len(candidates):
-        # what can fire on the zoo first (in a lifted form too), then the generator's own priority
-        t = time.perf_counter()
-        show("matching candidates against the zoo")
-        fires = match_counts(candidates, zoo_graphs())
-        table.append(("candidates matching a zoo model (verified first)", sum(n > 0 for n in fires),
-                      round(time.perf_counter() - t, 3)))
-        order = sorted(range(len(candidates)), key=lambda i: (fires[i] == 0, priority(candidates[i])))
-        candidates = [candidates[i] for i in order[:limit]]
-        table.append(("verified (--limit, priority order)", len(candidates), 0.0))
-    counts: Counter[str] = Counter()
-
-    def verify(batch: list[dict[str, Any]], label: str) -> list[Any]:
-        t = time.perf_counter()
-        counts.clear()
-
-        def on_outcome(done: int, outcome: Any) -> None:
-            counts[outcome.status] += 1
-            show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
-
-        outcomes = verify_candidates(batch, jobs=jobs, timeout_ms=int(timeout_s * 1000), trials=trials, seed=seed,
-                                     progress=on_outcome)
-        seconds = round(time.perf_counter() - t, 3)
-        died = [o.name for o in outcomes if o.reason == WORKER_DIED]
-        if died and not quiet:
-            click.echo(f"\n{len(died)} candidate(s) killed their worker (memory limit or crash; not proved): "
-                       + ", ".join(died[:20]), err=True)
-        for status in ("proved", "refuted", "unknown", "unsupported", "unchecked"):
-            table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
-        return outcomes
-
-    outcomes = verify(candidates, "")
-    # Lifts of the proved conv rules to the forms models have (biased convs, conv + BatchNormalization),
-    # each verified in turn: a lift of a rule that is not proved is seldom true, so only these are tried.
-    t = time.perf_counter()
-    lifted = lift_candidates([o.rule for o in outcomes if o.rule is not None])
-    table.append(("lifts of proved rules (bias, batchnorm)", len(lifted), round(time.perf_counter() - t, 3)))
-    outcomes += verify(lifted, "lifts: ")
-    proved = dedupe([o.rule for o in outcomes if o.rule is not None])
-    proved, left_out = _split_batching(proved, keep_independent_batching)
-    table.append(("proved, left out: independent batching", len(left_out), 0.0))
-    shipped = [{**r, "name": final_name(r, max_ops)} for r in proved]
-    table.append(("rules shipped", len(shipped), 0.0))
-    z3_total = sum(o.z3_seconds for o in outcomes)
-    meta = {"generated_by": f"xflow generate-rules --max-ops {max_ops} --seed {seed} --timeout {timeout_s:g} "
-                            f"--trials {trials}" + (f" --limit {limit}" if limit is not None else ""),
-            "generator": {"max_ops": max_ops, "seed": seed},
-            "verifier": {"timeout_s": timeout_s, "trials": trials, "z3_seconds": round(z3_total, 2)},
-            "table": [list(row) for row in table]}
-    if left_out:
-        meta["left_out_independent_batching"] = [{"name": final_name(r, max_ops), "doc": r["doc"]} for r in left_out]
-    dump_rules(rules_from_json(shipped), out_path, meta=meta)
-    if not quiet:
-        if sys.stderr.isatty():
-            click.echo("", err=True)
-        click.echo(format_table(table))
-        click.echo(f"wrote {out_path}: {len(shipped)} proved rules in {time.perf_counter() - started:.1f} s "
-                   f"(z3 {z3_total:.1f} s in all)")
-
-
-def _save_candidates(path: str, candidates: list[dict[str, Any]], max_ops: int, seed: int) -> None:
-    import json
-
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"format": "xflow.candidates/1", "max_ops": max_ops, "seed": seed, "candidates": candidates}, f)
-    os.replace(tmp, path)
-
-
-def _load_candidates(path: str, max_ops: int) -> list[dict[str, Any]]:
-    import json
-
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise XflowError(path, f"cannot read candidates ({e})") from None
-    if not isinstance(data, dict) or data.get("format") != "xflow.candidates/1":
-        raise XflowError(path, "not a candidate file written by --save-candidates")
-    if data.get("max_ops") != max_ops:
-        raise XflowError(path, f"candidates of {data.get('max_ops')} ops; pass --max-ops {data.get('max_ops')}")
-    return list(data["candidates"])
+    options = RuleFileOptions(out_path, max_ops, jobs, seed, timeout_s, trials, limit, keep_independent_batching,
+                              save_path, candidates_path)
+    result = write_rule_file(options, _progress_line(not quiet and sys.stderr.isatty()))
+    if quiet:
+        return
+    if sys.stderr.isatty():
+        click.echo("", err=True)
+    if result.worker_deaths:
+        click.echo(f"{len(result.worker_deaths)} candidate(s) killed their worker (memory limit or crash; not "
+                   "proved): " + ", ".join(result.worker_deaths[:20]), err=True)
+    click.echo(format_table(result.table))
+    click.echo(f"wrote {out_path}: {result.shipped} proved rules in {result.seconds:.1f} s "
+               f"(z3 {result.z3_seconds:.1f} s in all)")
 
 
 @click.group("rules")
@@ -215,6 +128,7 @@ def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batchin
     import json
 
     from generator.generalize import canonical_key, dedupe
+    from generator.rule_file import split_batching
     from xflow.rules import load_rules, rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -227,24 +141,13 @@ def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batchin
         with open(path, encoding="utf-8") as f:
             sources.append({"file": os.path.basename(path), "rules": len(rules),
                             "generated_by": json.load(f).get("generated_by", "")})
-    kept, left_out = _split_batching(dedupe(merged, key=canonical_key), keep_independent_batching)
+    kept, left_out = split_batching(dedupe(merged, key=canonical_key), keep_independent_batching)
     meta: dict[str, Any] = {"merged_from": sources}
     if left_out:
         meta["left_out_independent_batching"] = [{"name": r["name"], "doc": r["doc"]} for r in left_out]
     dump_rules(rules_from_json(kept), out_path, meta=meta)
     click.echo(f"wrote {out_path}: {len(kept)} rules from {len(merged)} in {len(inputs)} files"
                + (f" ({len(left_out)} independent-batching rules left out)" if left_out else ""))
-
-
-def _split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rules to write, independent-batching rules left out)."""
-    from generator.usefulness import batches_independent_elementwise
-
-    if keep:
-        return rules, []
-    batching = [batches_independent_elementwise(r) for r in rules]
-    return ([r for r, b in zip(rules, batching, strict=True) if not b],
-            [r for r, b in zip(rules, batching, strict=True) if b])
 
 
 COMMANDS: list[click.Command] = [generate_rules, rules_group]

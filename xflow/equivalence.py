@@ -188,8 +188,8 @@ def check_equivalence(session_a: Any, session_b: Any, feeds: Feeds, inputs_label
 MAX_REFERENCE_BYTES = 512 << 20
 
 
-def float64_reference(model_path: str, provider: str = "cpu", threads: int | None = None) -> tuple[Any | None, str]:
-    """A session running ``model_path`` in float64 and what it is, or (None, why there is none)."""
+def float64_reference(model: Any, provider: str = "cpu", threads: int | None = None) -> tuple[Any | None, str]:
+    """A session running ``model`` (a path or a ModelProto) in float64 and what it is, or (None, why there is none)."""
     import onnx
 
     from xflow.onnx_io.shell import elements
@@ -197,11 +197,12 @@ def float64_reference(model_path: str, provider: str = "cpu", threads: int | Non
     from xflow.runtime import make_session
 
     try:
-        shell = onnx.load(model_path, load_external_data=False)
+        shell = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
         weight_bytes = 8 * sum(elements(t) for t in shell.graph.initializer)
         if weight_bytes > MAX_REFERENCE_BYTES:
             return None, f"the original ({weight_bytes >> 20} MB of weights in float64 is too large for a copy)"
-        model = onnx.load(model_path)
+        if not isinstance(model, onnx.ModelProto):
+            model = onnx.load(model)
     except Exception as exc:  # noqa: BLE001 - the original loaded before; anything here only costs the reference
         return None, f"the original (no float64 copy: {type(exc).__name__})"
     # No graph optimizations: they cost the build most of its time on a float64 model, and a fusion may
@@ -217,17 +218,17 @@ def positive_feeds(feeds: Feeds) -> dict[str, np.ndarray]:
             for k, v in feeds.items()}
 
 
-def verify_against_original(model_path: str, session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
+def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
                             seed: int = 0, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                             provider: str = "cpu", threads: int | None = None) -> Verdict:
-    """``check_equivalence`` of the original at ``model_path`` (run by ``session_a``) and the optimized model
-    (``session_b``) on ``feeds``, against the original's float64 copy where ORT can run one. Other inputs,
-    when needed, are seeded random draws; the last one is made positive."""
+    """``check_equivalence`` of the original ``model`` (a path or a ModelProto, run by ``session_a``) and the
+    optimized model (``session_b``) on ``feeds``, against the original's float64 copy where ORT can run one.
+    Other inputs, when needed, are seeded random draws; the last one is made positive."""
     from xflow.runtime import random_feeds
 
     def draw(k: int) -> Feeds:
         drawn = random_feeds(session_a, seed + k, input_shapes)
         return positive_feeds(drawn) if k == EXTRA_DRAWS else drawn
 
-    reference_session, reference = float64_reference(model_path, provider, threads)
+    reference_session, reference = float64_reference(model, provider, threads)
     return check_equivalence(session_a, session_b, feeds, inputs_label, draw, reference_session, reference)

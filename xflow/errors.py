@@ -10,3 +10,10 @@ class XflowError(Exception):
         super().__init__(f"{path}: {problem}" if path else problem)
         self.path = path
         self.problem = problem
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's whole message on one line (ONNX Runtime's and onnx's span several lines; cutting
+    at the first would end mid-sentence), or its type's name when it has none."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

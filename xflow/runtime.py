@@ -30,7 +30,8 @@ def session_options(threads: int | None = None, optimization: str = "all"):  # n
              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
              "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
     opts.graph_optimization_level = level
-    opts.log_severity_level = 3
+    # Fatal only: every error ORT logs also comes back as the exception xflow reports in one line
+    opts.log_severity_level = 4
     return opts
 
 
@@ -39,6 +40,7 @@ def make_session(model: onnx.ModelProto | str | bytes, provider: str = "cpu", th
     """An InferenceSession on ``provider`` with the measurement settings."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(4)  # the environment's own logger, which some load errors go through
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
     return ort.InferenceSession(source, sess_options=session_options(threads, optimization), providers=providers)

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from xflow.cost.fusion import chain, groups, head_of, is_folded, neighbourhood
-from xflow.ir import Graph, Node, TensorType
+from xflow.cost.fusion import FusionMemo, chain, groups, head_of, is_folded, neighbourhood
+from xflow.ir import Graph, Node, NodeChange, TensorType
 
 __all__ = ["CostModel", "GraphCoster", "changed_values", "group_key", "is_folded", "node_key", "value_bytes"]
 
@@ -65,42 +66,57 @@ class GraphCoster:
         self.keys: dict[Node, tuple] = {}  # a node's key is the same in every graph it is in (names identify values)
         self.lookups = 0
         self.hits = 0
+        # per graph (or pending graph), while it lives: the fusion grouping's memo, and the groups its
+        # change unmade and made (asked for once when prefetching and again when costing)
+        self._fusion_memos: weakref.WeakKeyDictionary[Any, FusionMemo] = weakref.WeakKeyDictionary()
+        self._change_groups_of: weakref.WeakKeyDictionary[Any, tuple[list[tuple[Node, ...]],
+                                                                    list[tuple[Node, ...]]]] = \
+            weakref.WeakKeyDictionary()
+
+    def fusion_memo(self, graph: Any) -> FusionMemo:
+        """The memo of ``graph``'s fusion grouping (see ``xflow.cost.fusion``), kept while it lives."""
+        memo = self._fusion_memos.get(graph)
+        if memo is None:
+            memo = self._fusion_memos[graph] = {}
+        return memo
 
     def cost(self, graph: Graph) -> float:
         """Total cost of the graph."""
         if self.fusion:
-            return sum(self._group_costs(graph, [chain(graph, n) for n in graph.nodes
-                                                 if head_of(graph, n) is None]))
+            memo = self.fusion_memo(graph)
+            return sum(self._group_costs(graph, [chain(graph, n, memo) for n in graph.nodes
+                                                 if head_of(graph, n, memo) is None]))
         return sum(self._costs(graph, graph.nodes))
 
     def derived_cost(self, parent: Graph, parent_cost: float, child: Graph) -> float:
-        """Cost of a graph made by ``Graph.derive`` from ``parent``: only changed nodes are costed
-        (with fusion: the groups of the changed nodes and of their neighbours, in both graphs)."""
-        change = child.__dict__.get("last_change")
+        """Cost of a graph made by ``Graph.derive`` from ``parent`` (its ``change``): only changed nodes
+        are costed (with fusion: the groups of the changed nodes and of their neighbours, in both graphs)."""
+        change = child.change
         if change is None:
             return self.cost(child)
         removed, added = change
         if self.fusion:
-            before, after = self._change_groups(parent, child)
+            before, after = self._change_groups(parent, child, change)
             return parent_cost - sum(self._group_costs(parent, before)) + sum(self._group_costs(child, after))
         return parent_cost - sum(self._costs(parent, removed)) + sum(self._costs(child, added))
 
-    @staticmethod
-    def _change_groups(parent: Graph, child: Graph) -> tuple[list[tuple[Node, ...]], list[tuple[Node, ...]]]:
+    def _change_groups(self, parent: Graph, child: Graph, change: NodeChange
+                       ) -> tuple[list[tuple[Node, ...]], list[tuple[Node, ...]]]:
         """The groups a change can have unmade (in ``parent``) and made (in ``child``): those of the
-        changed nodes and of every unchanged node near the change in either graph (kept on the child)."""
-        change = child.__dict__["last_change"]
-        cached = child.__dict__.get("_change_groups")
-        if cached is not None and cached[0] is change:  # a sweep gives its graph a new change
-            return cached[1]
+        changed nodes and of every unchanged node near the change in either graph."""
+        found = self._change_groups_of.get(child)
+        if found is not None:
+            return found
         removed, added = change
         values = changed_values(removed, added)
         changed = {id(n) for n in (*removed, *added)}
         near: dict[int, Node] = {}
-        for graph in (parent, child):
-            near.update((id(n), n) for n in neighbourhood(graph, values) if id(n) not in changed)
-        found = (groups(parent, [*removed, *near.values()]), groups(child, [*added, *near.values()]))
-        child.__dict__["_change_groups"] = (change, found)
+        parent_memo, child_memo = self.fusion_memo(parent), self.fusion_memo(child)
+        for graph, memo in ((parent, parent_memo), (child, child_memo)):
+            near.update((id(n), n) for n in neighbourhood(graph, values, memo) if id(n) not in changed)
+        found = (groups(parent, [*removed, *near.values()], parent_memo),
+                 groups(child, [*added, *near.values()], child_memo))
+        self._change_groups_of[child] = found
         return found
 
     def _key(self, graph: Graph, node: Node) -> tuple:
@@ -116,7 +132,7 @@ class GraphCoster:
         for graph, nodes in changes:
             if self.fusion:
                 parent = getattr(graph, "parent", None)  # a PendingGraph knows it; others are costed later
-                found = self._change_groups(parent, graph)[1] if parent is not None else []
+                found = self._change_groups(parent, graph, graph.change)[1] if parent is not None else []
             else:
                 found = [(n,) for n in nodes]
             for group in found:

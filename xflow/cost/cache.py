@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from xflow.errors import XflowError
+from xflow.files import check_output_file
 
 SCHEMA_VERSION = 1
 _CHUNK = 500  # keys per SELECT ... IN (...): below SQLite's host-parameter limit
@@ -44,6 +45,8 @@ class CostCache:
 
     # ---- opening ----------------------------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
+        # SQLite makes a journal beside the database: a device or a kernel file system must not get one
+        check_output_file(str(self.path), "cost cache")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

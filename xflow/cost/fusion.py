@@ -70,17 +70,13 @@ def _single_output(node: Node) -> str | None:
     return outs[0] if len(outs) == 1 else None
 
 
-def _memo(graph: GraphView) -> dict:
-    """Per-graph memo of the functions below (a graph's nodes and edges never change once made; the
-    search asks the same questions of a parent for each of its children)."""
-    memo = graph.__dict__.get("_fusion_memo")
-    if memo is None:
-        memo = graph.__dict__["_fusion_memo"] = {}
-    return memo
+#: A memo of the functions below for one graph (a graph's nodes and edges never change once made;
+#: the search asks the same questions of a parent for each of its children). Its owner (the coster)
+#: keeps one per graph; without one, each call starts afresh.
+FusionMemo = dict
 
 
-def _sole_reader(graph: GraphView, value: str) -> tuple[Node, int] | None:
-    memo = _memo(graph)
+def _sole_reader(graph: GraphView, value: str, memo: FusionMemo) -> tuple[Node, int] | None:
     key = ("r", value)
     if key in memo:
         return memo[key]
@@ -89,7 +85,7 @@ def _sole_reader(graph: GraphView, value: str) -> tuple[Node, int] | None:
     return found
 
 
-def _link(graph: GraphView, node: Node) -> int | None:
+def _link(graph: GraphView, node: Node, memo: FusionMemo) -> int | None:
     """The input position through which ``node`` would join a chain (see the module doc)."""
     for pos, name in enumerate(node.inputs):
         if not name:
@@ -97,35 +93,35 @@ def _link(graph: GraphView, node: Node) -> int | None:
         producer = graph.producer_of(name)
         if producer is None:
             continue
-        sole = _sole_reader(graph, name)
+        sole = _sole_reader(graph, name, memo)
         if sole is not None and sole[0] is node:
             return pos
     return None
 
 
-def chain(graph: GraphView, head: Node) -> tuple[Node, ...]:
+def chain(graph: GraphView, head: Node, memo: FusionMemo | None = None) -> tuple[Node, ...]:
     """``head`` and the epilogues fused into it, in order; just ``(head,)`` when it heads no chain."""
-    memo = _memo(graph)
+    memo = {} if memo is None else memo
     key = ("c", id(head))
     found = memo.get(key)
     if found is None or found[0] is not head:
-        found = memo[key] = _chain(graph, head)
+        found = memo[key] = _chain(graph, head, memo)
     return found
 
 
-def _chain(graph: GraphView, head: Node) -> tuple[Node, ...]:
+def _chain(graph: GraphView, head: Node, memo: FusionMemo) -> tuple[Node, ...]:
     takes = FUSES.get(ort_type(head))
     value = _single_output(head)
     if takes is None or value is None or head.implicit or is_folded(graph, head):
         return (head,)
     nodes = [head]
     while len(nodes) <= MAX_EPILOGUES:
-        sole = _sole_reader(graph, value)
+        sole = _sole_reader(graph, value, memo)
         if sole is None:
             break
         reader, pos = sole
         out = _single_output(reader)
-        if (out is None or reader.implicit or ort_type(reader) not in takes or _link(graph, reader) != pos
+        if (out is None or reader.implicit or ort_type(reader) not in takes or _link(graph, reader, memo) != pos
                 or is_folded(graph, reader)):
             break
         nodes.append(reader)
@@ -133,64 +129,65 @@ def _chain(graph: GraphView, head: Node) -> tuple[Node, ...]:
     return tuple(nodes)
 
 
-def head_of(graph: GraphView, node: Node) -> Node | None:
+def head_of(graph: GraphView, node: Node, memo: FusionMemo | None = None) -> Node | None:
     """The head whose chain absorbs ``node``; None when ``node`` is a head or stands alone."""
     if ort_type(node) not in _EPILOGUES:
         return None
-    memo = _memo(graph)
+    memo = {} if memo is None else memo
     key = ("h", id(node))
     found = memo.get(key)
     if found is None or found[0] is not node:
-        found = memo[key] = (node, _head_of(graph, node))
+        found = memo[key] = (node, _head_of(graph, node, memo))
     return found[1]
 
 
-def _head_of(graph: GraphView, node: Node) -> Node | None:
+def _head_of(graph: GraphView, node: Node, memo: FusionMemo) -> Node | None:
     current = node
     for _ in range(MAX_EPILOGUES):
         if ort_type(current) not in _EPILOGUES:
             return None
-        pos = _link(graph, current)
+        pos = _link(graph, current, memo)
         if pos is None:
             return None
         producer = graph.producer_of(current.inputs[pos])
         assert producer is not None
         if ort_type(producer) in FUSES:  # heads and epilogues are disjoint kinds
-            return producer if any(n is node for n in chain(graph, producer)) else None
+            return producer if any(n is node for n in chain(graph, producer, memo)) else None
         current = producer
     return None
 
 
-def groups(graph: GraphView, nodes: Iterable[Node]) -> list[tuple[Node, ...]]:
+def groups(graph: GraphView, nodes: Iterable[Node], memo: FusionMemo | None = None) -> list[tuple[Node, ...]]:
     """The groups of the graph that hold any of ``nodes``, each once, in first-seen order."""
+    memo = {} if memo is None else memo
     found: dict[int, tuple[Node, ...]] = {}
     for n in nodes:
-        head = head_of(graph, n) or n
+        head = head_of(graph, n, memo) or n
         if id(head) not in found:
-            found[id(head)] = chain(graph, head)
+            found[id(head)] = chain(graph, head, memo)
     return list(found.values())
 
 
-def neighbourhood(graph: GraphView, values: Iterable[str]) -> list[Node]:
+def neighbourhood(graph: GraphView, values: Iterable[str], memo: FusionMemo | None = None) -> list[Node]:
     """The producer and the reader of each of ``values`` that is produced and read once (only such a
     value can link a chain), and the epilogues up to ``MAX_EPILOGUES`` sole-reader steps after those:
     with the changed nodes, the nodes whose group can differ between a graph and one derived from it
     by a change over those values (take the union over both graphs)."""
     seen: dict[int, Node] = {}
-    memo = _memo(graph)
+    memo = {} if memo is None else memo
     for v in values:
         key = ("n", v)
         near = memo.get(key)
         if near is None:
-            near = memo[key] = _near_value(graph, v)
+            near = memo[key] = _near_value(graph, v, memo)
         for n in near:
             seen.setdefault(id(n), n)
     return list(seen.values())
 
 
-def _near_value(graph: GraphView, value: str) -> tuple[Node, ...]:
+def _near_value(graph: GraphView, value: str, memo: FusionMemo) -> tuple[Node, ...]:
     producer = graph.producer_of(value)
-    sole = _sole_reader(graph, value) if producer is not None else None
+    sole = _sole_reader(graph, value, memo) if producer is not None else None
     if sole is None:
         return ()
     found = [producer, sole[0]]
@@ -199,7 +196,7 @@ def _near_value(graph: GraphView, value: str) -> tuple[Node, ...]:
         if ort_type(node) not in _KINDS:
             break
         out = _single_output(node)
-        nxt = _sole_reader(graph, out) if out is not None else None
+        nxt = _sole_reader(graph, out, memo) if out is not None else None
         if nxt is None or ort_type(nxt[0]) not in _EPILOGUES:
             break
         node = nxt[0]

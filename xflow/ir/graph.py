@@ -6,9 +6,9 @@ import heapq
 import itertools
 from collections import ChainMap
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 
@@ -40,6 +40,13 @@ class ModelContext:
         return 1
 
 
+class NodeChange(NamedTuple):
+    """What made a graph from another: the nodes it no longer has and the nodes it gained."""
+
+    removed: tuple[Node, ...]
+    added: tuple[Node, ...]
+
+
 @dataclass(frozen=True, eq=False)
 class Graph:
     """An immutable dataflow graph. Rewrites build new graphs that share unchanged nodes.
@@ -54,6 +61,11 @@ class Graph:
     types: Mapping[str, TensorType]
     constants: Mapping[str, Constant]
     context: ModelContext | None = None
+    # the change ``derive`` made to the graph this one was derived from (None for any other graph)
+    change: NodeChange | None = field(default=None, compare=False, repr=False)
+    # value name -> computed from constants alone (see ``is_constant_value``); names identify
+    # computations, so derived graphs share their parent's
+    constant_memo: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- indexes (computed once per graph) -------------------------------------------------
     @cached_property
@@ -91,7 +103,7 @@ class Graph:
     def is_constant_value(self, name: str) -> bool:
         """True for initializers and for values computed from constants alone by op-table nodes
         (those fold into new initializers before the model is written)."""
-        memo: dict[str, bool] = self.__dict__.setdefault("_constant_memo", {})
+        memo = self.constant_memo
         found = memo.get(name)
         if found is None:
             found = _constant_value(name, memo, self.constants, self.producers.get)
@@ -195,14 +207,13 @@ class Graph:
             nodes = topological_sort(kept + added, self.inputs, self.constants.keys())
         new_types = dict(self.types)
         new_types.update(types)
-        graph = Graph(tuple(nodes), self.inputs, self.outputs, new_types, self.constants, self.context)
-        if "hash_sum" in self.__dict__:
-            graph.__dict__["hash_sum"] = self.derived_hash(removed, added)
-        graph.__dict__["last_change"] = (tuple(removed), tuple(added))
-        self._derive_indexes(graph, removed, added, gone)
         # Names identify computations, so whether a value is constant does not change between derived
         # graphs: share the memo instead of walking every ancestor again in each child.
-        graph.__dict__["_constant_memo"] = self.__dict__.setdefault("_constant_memo", {})
+        graph = Graph(tuple(nodes), self.inputs, self.outputs, new_types, self.constants, self.context,
+                      NodeChange(tuple(removed), tuple(added)), self.constant_memo)
+        if "hash_sum" in self.__dict__:
+            graph.__dict__["hash_sum"] = self.derived_hash(removed, added)
+        self._derive_indexes(graph, removed, added, gone)
         return graph
 
     def derived_hash(self, removed: Iterable[Node], added: Iterable[Node]) -> int:
@@ -330,7 +341,7 @@ class PendingGraph:
                  types: Mapping[str, TensorType], hash_sum: int | None = None) -> None:
         self.parent = parent
         self.change_types = types
-        self.last_change = (removed, added)  # read by GraphCoster.derived_cost, as on derived graphs
+        self.change = NodeChange(removed, added)  # as ``Graph.change`` of the built graph
         self.hash_sum = parent.derived_hash(removed, added) if hash_sum is None else hash_sum
         self._built: Graph | None = None
 
@@ -348,16 +359,16 @@ class PendingGraph:
     @cached_property
     def size(self) -> int:
         """How many nodes the built graph has."""
-        removed, added = self.last_change
+        removed, added = self.change
         return len(self.parent.nodes) - len(self._gone) + len(added)
 
     @cached_property
     def _gone(self) -> set[int]:
-        return {id(n) for n in self.last_change[0]}
+        return {id(n) for n in self.change[0]}
 
     @cached_property
     def _made_by(self) -> dict[str, Node]:
-        return {o: n for n in self.last_change[1] for o in n.outputs if o}
+        return {o: n for n in self.change[1] for o in n.outputs if o}
 
     @property
     def structural_hash(self) -> str:
@@ -367,7 +378,7 @@ class PendingGraph:
     def build(self) -> Graph:
         """The derived Graph (built once)."""
         if self._built is None:
-            removed, added = self.last_change
+            removed, added = self.change
             self._built = self.parent.derive(removed, added, self.change_types)
         return self._built
 
@@ -377,7 +388,7 @@ class PendingGraph:
 
     def is_constant_value(self, name: str) -> bool:
         """As ``Graph.is_constant_value`` on the built graph (the memo is the parent's, shared)."""
-        memo: dict[str, bool] = self.parent.__dict__.setdefault("_constant_memo", {})
+        memo = self.parent.constant_memo
         found = memo.get(name)
         if found is None:
             found = _constant_value(name, memo, self.constants, self._producer)
@@ -405,7 +416,7 @@ class PendingGraph:
 
     @cached_property
     def _added_users(self) -> dict[str, list[tuple[Node, int]]]:
-        return _users_table(self.last_change[1])
+        return _users_table(self.change[1])
 
     def users_of(self, name: str) -> list[tuple[Node, int]]:
         """As ``Graph.users_of`` on the built graph (not in node order), without building it."""
@@ -414,7 +425,7 @@ class PendingGraph:
         return kept + self._added_users.get(name, [])
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("parent", "_built", "last_change", "change_types", "hash_sum"):
+        if name.startswith("__") or name in ("parent", "_built", "change", "change_types", "hash_sum"):
             raise AttributeError(name)
         return getattr(self.build(), name)
 

@@ -8,10 +8,9 @@ from collections.abc import Mapping
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
-from xflow.errors import XflowError
+from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
@@ -30,18 +29,23 @@ def read_model(path: str) -> onnx.ModelProto:
         raise XflowError(path, "empty file, not an ONNX model")
     try:
         model = onnx.load(path, load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise XflowError(path, f"not an ONNX model (protobuf parse failed: {exc})") from None
     except OSError as exc:
         raise XflowError(path, f"cannot read: {exc.strerror or exc}") from None
-    if model.ir_version <= 0 or not model.opset_import or not model.HasField("graph"):
-        raise XflowError(path, "not an ONNX model (no IR version, opset imports or graph)")
-    try:
-        onnx.checker.check_model(path)
-    except Exception as exc:  # the checker raises several unrelated types
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise XflowError(path, f"invalid ONNX model: {first_line}") from None
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, JSON's ParseError (for a .json name), ...
+        raise XflowError(path, f"not an ONNX model (protobuf parse failed: {one_line(exc)})") from None
+    check_proto(model, path, checked=path)
     return model
+
+
+def check_proto(model: onnx.ModelProto, label: str, checked: str | onnx.ModelProto | None = None) -> None:
+    """XflowError naming ``label`` when ``model`` is not a valid ONNX model (the checker runs on ``checked``:
+    the file, so that external data and large models are checked where they are, or the model)."""
+    if model.ir_version <= 0 or not model.opset_import or not model.HasField("graph"):
+        raise XflowError(label, "not an ONNX model (no IR version, opset imports or graph)")
+    try:
+        onnx.checker.check_model(checked if checked is not None else model)
+    except Exception as exc:  # the checker raises several unrelated types
+        raise XflowError(label, f"invalid ONNX model: {one_line(exc)}") from None
 
 
 def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, tuple[int, ...]]:

@@ -319,19 +319,22 @@ def _clear_data(tensor: onnx.TensorProto) -> None:
         tensor.ClearField(field)
 
 
-def save(graph: Graph, path: str, reuse_protos: bool = True, external_data: bool | None = None) -> None:
-    """Write the graph to ``path`` atomically (temp file + rename; nothing left on failure).
+def save(graph: Graph, path: str, reuse_protos: bool = True, external_data: bool | None = None,
+         scratch: str | None = None) -> int:
+    """Write the graph to ``path`` atomically (temp file + rename; nothing left on failure). The temp
+    files go in ``scratch`` (a run's folder in the same directory, see ``xflow.files``) or beside ``path``.
 
     Weights go to ``<path>.data`` when the source model kept them external, when ``external_data``
     is True, or when they add up to EXTERNAL_THRESHOLD bytes (well below protobuf's 2 GB limit). Then
     no weight is copied into the model proto: external ones are streamed from their files through one
-    buffer, inline and new ones written from their source."""
+    buffer, inline and new ones written from their source. Returns how many ONNX nodes the model written has."""
     external = bool(external_data) or (graph.context is not None and graph.context.external_data) or \
         any(c.is_external for c in graph.constants.values()) or \
         sum(c.nbytes for c in graph.constants.values()) >= EXTERNAL_THRESHOLD
     deferred: Deferred | None = {} if external else None
     model = to_model_proto(graph, reuse_protos, deferred)
-    write_model_atomically(model, graph, path, force_external=external, deferred=deferred)
+    write_model_atomically(model, graph, path, force_external=external, deferred=deferred, scratch=scratch)
+    return len(model.graph.node)
 
 
 def would_overwrite(graph: Graph, path: str) -> str | None:
@@ -350,9 +353,10 @@ def would_overwrite(graph: Graph, path: str) -> str | None:
 
 
 def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, force_external: bool,
-                           deferred: Deferred | None = None) -> None:
-    """Serialize ``model`` next to ``path`` in temp files, then rename them into place."""
+                           deferred: Deferred | None = None, scratch: str | None = None) -> None:
+    """Serialize ``model`` next to ``path`` (or in ``scratch``) in temp files, then rename them into place."""
     directory = os.path.dirname(os.path.abspath(path)) or "."
+    temp_dir = scratch or directory
     if not os.path.isdir(directory):
         raise XflowError(path, "output directory does not exist")
     if os.path.isdir(path):
@@ -365,8 +369,8 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
         # Temp names made here (not mkstemp, whose 0600 mode the renamed model would keep): the files
         # get the usual umask-based permissions.
         token = f"{os.getpid()}.{secrets.token_hex(6)}"
-        tmp_model = os.path.join(directory, f".{os.path.basename(path)}.{token}.xflow-tmp")
-        tmp_data = os.path.join(directory, f".{data_name}.{token}.xflow-tmp")
+        tmp_model = os.path.join(temp_dir, f".{os.path.basename(path)}.{token}.xflow-tmp")
+        tmp_data = os.path.join(temp_dir, f".{data_name}.{token}.xflow-tmp")
         with open(tmp_model, "xb"):
             pass
         wrote_data = _externalize(model, graph, tmp_data, data_name, force_external, streamed, deferred)
@@ -375,7 +379,7 @@ def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, forc
         if wrote_data:
             target = os.path.join(directory, data_name)
             if os.path.exists(target):  # a previous output's data: put back if the model is not placed
-                backup = os.path.join(directory, f".{data_name}.{token}.xflow-previous")
+                backup = os.path.join(temp_dir, f".{data_name}.{token}.xflow-previous")
                 os.replace(target, backup)
                 previous_data = backup
             os.replace(tmp_data, target)

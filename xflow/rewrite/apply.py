@@ -40,10 +40,22 @@ class _Target:
     to_inputs: tuple[tuple[str, str], ...]  # (source output, rule input) the output is mapped to
 
 
+class MatchTargets:
+    """The target nodes of matches, built once per match while its owner (a search) runs: the same Node
+    objects then serve every graph a match is kept in, so costs memoized by node are found again."""
+
+    def __init__(self) -> None:
+        self._by_match: dict[int, tuple[Match, _Target]] = {}  # the match is held, so its id stays its own
+
+    def of(self, match: Match) -> _Target:
+        """The target of ``match`` (built on first use)."""
+        held = self._by_match.get(id(match))
+        if held is None:
+            held = self._by_match[id(match)] = (match, _target(match))
+        return held[1]
+
+
 def _target(match: Match) -> _Target:
-    target = match.__dict__.get("_xflow_target")
-    if target is not None:
-        return target
     rule = match.rule
     names: dict[str, str] = {p: g for p, g in match.values.items() if p in rule.inputs}
     renamed: dict[str, str] = {}  # dst tensor -> graph name of the source output it replaces
@@ -69,12 +81,10 @@ def _target(match: Match) -> _Target:
             types[names[out]] = match.dst_types[out]
             outs.append(names[out])
         nodes.append((Node(p.op, inputs, tuple(outs), frozen), any(o in taken for o in outs)))
-    target = _Target(names, tuple(nodes), types, tuple(identities), tuple(to_inputs))
-    match.__dict__["_xflow_target"] = target  # Match is frozen; the target is derived data
-    return target
+    return _Target(names, tuple(nodes), types, tuple(identities), tuple(to_inputs))
 
 
-def plan_match(graph: Graph, match: Match) -> Change:
+def plan_match(graph: Graph, match: Match, targets: MatchTargets | None = None) -> Change:
     """The change applying ``match`` to ``graph`` makes, without building the new graph (which may
     contain a cycle: ``Graph.creates_cycle`` says, ``Graph.derive`` raises).
 
@@ -83,8 +93,8 @@ def plan_match(graph: Graph, match: Match) -> Change:
     (e.g. split(concat(a, b)) -> a) is rewired in its consumers, or kept by an Identity where it is
     a graph output or read by a subgraph. A target node that computes exactly what an existing node
     computes is not added again (its content name already exists). Producers left without users
-    are removed."""
-    target = _target(match)
+    are removed. ``targets`` keeps each match's target nodes for the next call with the same match."""
+    target = targets.of(match) if targets is not None else _target(match)
     names = target.names
     identities = target.identities
     rewire: dict[str, str] = {}  # graph value to drop -> graph value replacing it in consumers
@@ -129,10 +139,10 @@ def _computed_already(producers: dict[str, Node], outputs: tuple[str, ...], matc
     return True
 
 
-def apply_match(graph: Graph, match: Match) -> Graph | None:
+def apply_match(graph: Graph, match: Match, targets: MatchTargets | None = None) -> Graph | None:
     """The graph with the match rewritten (see ``plan_match``), or None when the result would
     contain a cycle."""
-    change = plan_match(graph, match)
+    change = plan_match(graph, match, targets)
     try:
         return graph.derive(change.removed, change.added, change.types)
     except CycleError:

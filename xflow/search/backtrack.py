@@ -18,10 +18,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from xflow.cost.base import GraphCoster
-from xflow.ir import Graph, Node, PendingGraph
-from xflow.rewrite import Match, RuleIndex, apply_match, plan_match
+from xflow.ir import Graph, Node, NodeChange, PendingGraph
+from xflow.rewrite import Match, RuleIndex
+from xflow.rewrite.apply import MatchTargets, apply_match, plan_match
 from xflow.rules import Rule
 
 #: A graph is a new best only when cheaper by more than float rounding: the same graph reached along
@@ -44,15 +46,43 @@ class Step:
     nodes: tuple[str, ...]  # names (or first outputs) of the matched nodes
 
 
+class StopReason(StrEnum):
+    """Why a search stopped (the value is what reports print)."""
+
+    EXHAUSTED = "exhausted"  # no graph left to expand within alpha
+    BUDGET = "budget"  # ``SearchLimits.budget`` expansions done
+    PATIENCE = "patience"  # ``SearchLimits.patience`` expansions in a row found no cheaper graph
+    TIME = "time"  # ``SearchLimits.time_limit`` reached
+    MEMORY = "memory"  # the process's RSS passed ``SearchLimits.memory_limit_mb``
+    NO_RULES = "no-rules"  # nothing to apply
+    CONVERGED = "converged"  # a branch reached the main search's best graph
+
+
+@dataclass(frozen=True)
+class SearchLimits:
+    """How far a search may go and how it explores: TASO's relaxation, its budgets, and the sweeps."""
+
+    alpha: float = 1.05  # keep graphs whose cost is below alpha x the best cost
+    budget: int = 1000  # graphs expanded (popped) at most
+    time_limit: float = 60.0  # seconds, the branches' searches included
+    max_growth: float = 2.0  # a graph may grow to this many times the input's nodes (+4)
+    memory_limit_mb: float | None = None  # stop expanding once the process's RSS passes this
+    patience: int | None = None  # once a cheaper graph is found, stop after this many expansions without one
+    sweep: bool = True  # also apply a rule at all of its improving matches at once (see ``_sweep``)
+    sweep_rounds: int = SWEEP_ROUNDS
+    sweep_rules: int = SWEEP_RULES
+    branches: int = 0  # other first sweeps searched on as roots of their own (see ``backtracking_search``)
+
+
 @dataclass
-class SearchResult:
+class SearchReport:
     """The best graph found and how the search went."""
 
     graph: Graph
     initial_cost: float
     best_cost: float
     steps: tuple[Step, ...]
-    stop_reason: str  # "exhausted" | "budget" | "patience" | "time" | "memory" | "no-rules" | "converged"
+    stop_reason: StopReason
     explored: int
     generated: int
     seconds: float
@@ -80,6 +110,7 @@ class _Entry:
     parent: _Entry | None = None
     applied: Match | None = None
     matches: list[Match] | None = None
+    change: NodeChange | None = None  # from the parent's graph, where it is not ``graph.change`` (a sweep's)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -98,14 +129,15 @@ def initial_matches(graph: Graph, rules: Sequence[Rule] | RuleIndex) -> list[Mat
 
 
 def derived_matches(parent: Graph, parent_matches: list[Match], applied: Match, child: Graph,
-                    rules: Sequence[Rule] | RuleIndex) -> list[Match]:
-    """Matches of ``child`` = parent matches away from the change + matches through changed nodes."""
+                    rules: Sequence[Rule] | RuleIndex, change: NodeChange | None = None) -> list[Match]:
+    """Matches of ``child`` = parent matches away from the change + matches through changed nodes.
+    ``change`` is what made ``child`` from ``parent`` (default: ``child.change``, else found by comparing)."""
     index = rules if isinstance(rules, RuleIndex) else RuleIndex(rules)
     # A match of the child that is not a match of the parent uses a new node, or has as an internal
     # value (no readers outside the match) one whose readers changed; all else a match depends on (ops,
     # attributes, edges, names, types, constness) is unchanged. A value read by as many nodes as a
     # source pattern has, before and after, is internal in no match of either graph.
-    removed, added = child.__dict__.get("last_change") or _change(parent, child)
+    removed, added = change or child.change or _change(parent, child)
     anchor = _anchors(parent, child, removed, added, index.widest)
     gone = {id(n) for n in removed}
     kept = [m for m in parent_matches if all(id(n) not in gone and id(n) not in anchor for n in m.nodes)]
@@ -127,10 +159,10 @@ def _anchors(parent: Graph, child: Graph, removed: tuple[Node, ...], added: tupl
     return anchor
 
 
-def _build(child: PendingGraph, match: Match) -> Graph:
+def _build(child: PendingGraph, match: Match, targets: MatchTargets) -> Graph:
     """The Graph a kept child stands for, made by ``apply_match`` on its parent (the same change, so
     the same graph; the child was checked for cycles when it was kept)."""
-    graph = apply_match(child.parent, match)
+    graph = apply_match(child.parent, match, targets)
     assert graph is not None
     return graph
 
@@ -140,11 +172,11 @@ def _readers(graph: Graph, value: str) -> int:
     return len({id(u) for u, _ in graph.users.get(value, ())}) + (value in graph.output_set)
 
 
-def _change(parent: Graph, child: Graph) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
-    """(removed, added) between two graphs, for a child not made by ``Graph.derive``."""
+def _change(parent: Graph, child: Graph) -> NodeChange:
+    """(removed, added) between two graphs, for a child not made by ``Graph.derive`` from ``parent``."""
     parent_ids, child_ids = {id(n) for n in parent.nodes}, {id(n) for n in child.nodes}
-    return (tuple(n for n in parent.nodes if id(n) not in child_ids),
-            tuple(n for n in child.nodes if id(n) not in parent_ids))
+    return NodeChange(tuple(n for n in parent.nodes if id(n) not in child_ids),
+                      tuple(n for n in child.nodes if id(n) not in parent_ids))
 
 
 class _NodesOf:
@@ -159,8 +191,7 @@ class _NodesOf:
         return getattr(self.graph, name)
 
 
-def _derived_cost(coster: GraphCoster, change_costs: dict[tuple[tuple[Node, ...], tuple[Node, ...]],
-                                                           tuple[float, float]],
+def _derived_cost(coster: GraphCoster, change_costs: dict[NodeChange, tuple[float, float]],
                   parent: Graph, parent_cost: float, child: PendingGraph) -> float:
     """``coster.derived_cost(parent, parent_cost, child)``, the same float, with the sums of the removed
     and the added nodes' costs kept per change: a match kept from graph to graph mostly makes the
@@ -168,7 +199,7 @@ def _derived_cost(coster: GraphCoster, change_costs: dict[tuple[tuple[Node, ...]
     depends on the groups around it, which differ from graph to graph: no memo then."""
     if coster.fusion:
         return coster.derived_cost(parent, parent_cost, child)  # type: ignore[arg-type]
-    change = child.last_change
+    change = child.change
     sums = change_costs.get(change)
     if sums is None:
         removed, added = change
@@ -179,15 +210,18 @@ def _derived_cost(coster: GraphCoster, change_costs: dict[tuple[tuple[Node, ...]
 
 @dataclass
 class _Swept:
-    """A graph made by applying several matches of one rule in turn, with its cost."""
+    """A graph made by applying several matches of one rule in turn, with its cost and the change from
+    the graph the sweep started from (its matches derive from that graph's)."""
 
     graph: Graph
     cost: float
     applied: tuple[Match, ...]
+    change: NodeChange
 
 
 def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIndex, coster: GraphCoster,
-           cap: int, deadline: float = float("inf"), rounds: int = 1, limit: float = 1.0) -> _Swept | None:
+           cap: int, deadline: float = float("inf"), rounds: int = 1, limit: float = 1.0,
+           targets: MatchTargets | None = None) -> _Swept | None:
     """Apply the matches of ``wanted`` (one rule's improving matches on ``parent``) in turn, each one
     whose nodes no earlier rewrite touched (so it is still a match, as ``derived_matches`` keeps it);
     None when fewer than two apply. Repeated structure (BERT's layers, an RNN's steps, Inception's
@@ -212,7 +246,7 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
             if time.perf_counter() > deadline:
                 break
             single = single or RuleIndex([wanted[0].rule])
-            wanted = _improving(round_graph, graph, cost, single, coster, cap, limit)
+            wanted = _improving(round_graph, graph, cost, single, coster, cap, limit, targets)
             if not wanted:
                 break
         round_graph = graph
@@ -221,7 +255,7 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
         for match in wanted:
             if any(id(n) in touched for n in match.nodes):
                 continue
-            change = plan_match(graph, match)
+            change = plan_match(graph, match, targets)
             if len(graph.nodes) - len(change.removed) + len(change.added) > cap:
                 continue
             if graph.creates_cycle(change.removed, change.added):
@@ -236,29 +270,28 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
             break
     if len(applied) < 2:
         return None
-    graph.__dict__["last_change"] = _change(parent, graph)  # its matches derive from the parent's
-    return _Swept(graph, cost, tuple(applied))
+    return _Swept(graph, cost, tuple(applied), _change(parent, graph))
 
 
 def _improving(before: Graph, graph: Graph, cost: float, single: RuleIndex, coster: GraphCoster,
-               cap: int, limit: float = 1.0) -> list[Match]:
+               cap: int, limit: float = 1.0, targets: MatchTargets | None = None) -> list[Match]:
     """The matches of ``single``'s rule that the change from ``before`` to ``graph`` created (through
     its new nodes) and that make ``graph`` cheaper (below ``limit`` times its cost), cheapest first."""
     removed, added = _change(before, graph)
     anchor = _anchors(before, graph, removed, added, single.widest)
     candidates = [(match, child) for match in single.anchored_matches(graph, anchor.values())
-                  if (child := _pending_child(graph, match, cap)) is not None]
-    coster.prefetch([(child, child.last_change[1]) for _, child in candidates])
+                  if (child := _pending_child(graph, match, cap, targets=targets)) is not None]
+    coster.prefetch([(child, child.change.added) for _, child in candidates])
     costed = [(coster.derived_cost(graph, cost, child), match)  # type: ignore[arg-type]
               for match, child in candidates]
     return _in_sweep_order(graph, [(m, c) for c, m in costed if c < limit * cost])
 
 
-def _pending_child(graph: Graph, match: Match, cap: int, seen: set[int] | frozenset[int] = frozenset()
-                   ) -> PendingGraph | None:
+def _pending_child(graph: Graph, match: Match, cap: int, seen: set[int] | frozenset[int] = frozenset(),
+                   targets: MatchTargets | None = None) -> PendingGraph | None:
     """The child applying ``match`` makes, unbuilt; None when it would grow past ``cap`` nodes, is in
     ``seen`` (by structural hash) or would contain a cycle."""
-    change = plan_match(graph, match)
+    change = plan_match(graph, match, targets)
     removed, added = change.removed, change.added
     if len(graph.nodes) - len(removed) + len(added) > cap:  # plan_match removes each node once
         return None
@@ -291,6 +324,7 @@ def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: Gr
     end against the search's own graphs and keeps it only if it runs faster."""
     deadline = time.perf_counter() + time_limit
     cap = max(int(len(graph.nodes) * max_growth), len(graph.nodes) + 4)
+    targets = MatchTargets()
     steps: list[Step] = []
     for rule in rules:
         if time.perf_counter() > deadline:
@@ -300,7 +334,7 @@ def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: Gr
         if len(matches) < 2:
             continue
         swept = _sweep(graph, cost, _in_sweep_order(graph, [(m, 0.0) for m in matches]), index, coster, cap,
-                       deadline, rounds, limit=float("inf"))
+                       deadline, rounds, limit=float("inf"), targets=targets)
         if swept is not None:
             graph, cost = swept.graph, swept.cost
             steps.extend(_step(m) for m in swept.applied)
@@ -331,17 +365,14 @@ def _fewer_collections() -> Iterator[None]:
         gc.set_threshold(*threshold)
 
 
-def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float = 1.05,
-                        budget: int = 1000, time_limit: float = 60.0, max_growth: float = 2.0,
-                        progress: Callable[[SearchResult], None] | None = None,
-                        memory_limit_mb: float | None = None, sweep: bool = True,
-                        patience: int | None = None, sweep_rounds: int = SWEEP_ROUNDS,
-                        sweep_rules: int = SWEEP_RULES, branches: int = 0) -> SearchResult:
-    """Search for the cheapest equivalent graph reachable by applying ``rules``. The search stops at
-    ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS exceeds
-    ``memory_limit_mb``, and returns the best graph found so far. With ``sweep``, each expansion also
-    makes, for the rules of its ``sweep_rules`` cheapest children that have several improving matches,
-    the children that apply all of them, in up to ``sweep_rounds`` rounds (see ``_sweep``).
+def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster,
+                        limits: SearchLimits = SearchLimits(),
+                        progress: Callable[[SearchReport], None] | None = None) -> SearchReport:
+    """Search for the cheapest equivalent graph reachable by applying ``rules``, within ``limits``: the
+    search stops at ``budget`` expansions, after ``time_limit`` seconds, or once the process's RSS
+    exceeds ``memory_limit_mb``, and returns the best graph found so far. With ``sweep``, each expansion
+    also makes, for the rules of its ``sweep_rules`` cheapest children that have several improving
+    matches, the children that apply all of them, in up to ``sweep_rounds`` rounds (see ``_sweep``).
     With ``patience``, it also stops once that many expansions in a row after a cheaper graph was found
     found no better one.
 
@@ -352,24 +383,23 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     measured end to end, against merging each gate's matmuls first, 1.9x), and measured costs of single
     kernels cannot always tell which, so ``xflow optimize`` times the alternatives end to end."""
     start = time.perf_counter()
+    targets = MatchTargets()
     with _fewer_collections():
-        result = _search(graph, rules, coster, alpha, budget, time_limit, max_growth, progress, memory_limit_mb,
-                         sweep, patience, sweep_rounds, sweep_rules)
+        result = _search(graph, rules, coster, limits, limits.time_limit, progress, targets)
         # one branch per rule: the strict and the plateau sweep of one rule start the same way
         started = {result.steps[0].rule} if result.steps else set()
         for branch in result.root_sweeps:
-            if len(result.alternatives) >= branches:
+            if len(result.alternatives) >= limits.branches:
                 break
             if branch.steps[0].rule in started:
                 continue  # the main search, or an earlier branch, started with this rule
             started.add(branch.steps[0].rule)
             if result.initial_cost - branch.cost < BRANCH_MIN_GAIN * result.initial_cost:
                 continue  # too small a start for timing end to end to tell its end from the best's
-            left = time_limit - (time.perf_counter() - start)
+            left = limits.time_limit - (time.perf_counter() - start)
             if left <= 0:
                 break
-            sub = _search(branch.graph.fresh(), rules, coster, alpha, budget, left, max_growth, None,
-                          memory_limit_mb, sweep, patience, sweep_rounds, sweep_rules, result.graph.hash_sum)
+            sub = _search(branch.graph.fresh(), rules, coster, limits, left, None, targets, result.graph.hash_sum)
             result.explored += sub.explored
             result.generated += sub.generated
             result.alternatives.append(Alternative(sub.graph, sub.best_cost, branch.steps + sub.steps))
@@ -379,17 +409,17 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     return result
 
 
-def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: float, budget: int,
-            time_limit: float, max_growth: float, progress: Callable[[SearchResult], None] | None,
-            memory_limit_mb: float | None, sweep: bool, patience: int | None, sweep_rounds: int,
-            sweep_rules: int, converged_at: int | None = None) -> SearchResult:
+def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, limits: SearchLimits, time_limit: float,
+            progress: Callable[[SearchReport], None] | None, targets: MatchTargets,
+            converged_at: int | None = None) -> SearchReport:
+    alpha, budget, patience = limits.alpha, limits.budget, limits.patience
     start = time.perf_counter()
     initial_cost = coster.cost(graph)
-    result = SearchResult(graph, initial_cost, initial_cost, (), "exhausted", 0, 0, 0.0)
+    result = SearchReport(graph, initial_cost, initial_cost, (), StopReason.EXHAUSTED, 0, 0, 0.0)
     if not rules:
-        result.stop_reason = "no-rules"
+        result.stop_reason = StopReason.NO_RULES
         return result
-    cap = max(int(len(graph.nodes) * max_growth), len(graph.nodes) + 4)
+    cap = max(int(len(graph.nodes) * limits.max_growth), len(graph.nodes) + 4)
     index = RuleIndex(rules)
     counter = itertools.count()
     root = _Entry(graph, (), matches=index.all_matches(graph))
@@ -399,32 +429,32 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
     improved_at: int | None = None  # expansions done when the best graph last improved
     while queue:
         if converged_at is not None and converged_at in seen:
-            result.stop_reason = "converged"  # a branch that reached the main search's best graph
+            result.stop_reason = StopReason.CONVERGED  # a branch that reached the main search's best graph
             break
         if result.explored >= budget:
-            result.stop_reason = "budget"
+            result.stop_reason = StopReason.BUDGET
             break
         # Before the first cheaper graph, crossing a plateau of costlier rewrites is the only way to one
         # (NasRNN's merges measured not cheaper one at a time in some runs): patience starts after it.
         if patience is not None and improved_at is not None and result.explored - improved_at >= patience:
-            result.stop_reason = "patience"
+            result.stop_reason = StopReason.PATIENCE
             break
         if time.perf_counter() - start > time_limit:
-            result.stop_reason = "time"
+            result.stop_reason = StopReason.TIME
             break
-        if memory_limit_mb is not None and rss_mb() > memory_limit_mb:
-            result.stop_reason = "memory"
+        if limits.memory_limit_mb is not None and rss_mb() > limits.memory_limit_mb:
+            result.stop_reason = StopReason.MEMORY
             break
         cost, _, entry = heapq.heappop(queue)
         result.explored += 1
         best_before = result.best_cost
         if isinstance(entry.graph, PendingGraph):
             assert entry.applied is not None
-            entry.graph = _build(entry.graph, entry.applied)
+            entry.graph = _build(entry.graph, entry.applied, targets)
         if entry.matches is None:
             assert entry.parent is not None and entry.parent.matches is not None and entry.applied is not None
             entry.matches = derived_matches(entry.parent.graph, entry.parent.matches, entry.applied, entry.graph,
-                                            index)
+                                            index, entry.change)
         entry.parent = None  # the parent's matches are no longer needed through this entry
         parent = entry.graph
         assert isinstance(parent, Graph)
@@ -436,14 +466,14 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         for match in entry.matches:
             if time.perf_counter() - start > time_limit:
                 break
-            child = _pending_child(parent, match, cap, seen)
+            child = _pending_child(parent, match, cap, seen, targets)
             if child is not None:
                 seen.add(child.hash_sum)
                 children.append((match, child))
         # all new nodes of children whose change was not costed before, in one batch (a measuring cost
         # model times them in one session)
-        coster.prefetch([(child, child.last_change[1]) for _, child in children
-                         if child.last_change not in change_costs])
+        coster.prefetch([(child, child.change.added) for _, child in children
+                         if child.change not in change_costs])
         improving: dict[str, list[tuple[Match, float]]] = {}
         near: dict[str, list[tuple[Match, float]]] = {}  # within alpha of the parent, for plateau sweeps
         for match, child in children:
@@ -455,7 +485,7 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
                 near.setdefault(match.rule.name, []).append((match, child_cost))
             kept: Graph | PendingGraph = child
             if child_cost < result.best_cost * BETTER:
-                kept = _build(child, match)
+                kept = _build(child, match, targets)
                 result.graph, result.best_cost, result.steps = kept, child_cost, steps + (_step(match),)
                 result.trace.append((time.perf_counter() - start, child_cost))
             if child_cost < alpha * result.best_cost:
@@ -464,7 +494,8 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
         # only the cheapest one's rule committed NasRNN to batching across time (7.68 ms by its measured
         # costs), after which merging each gate's two matmuls (on the way to 4.85 ms) fell outside alpha;
         # sweeping every rule made the search greedy for the rule with the most copies.
-        ranked = sorted(improving, key=lambda r: min(c for _, c in improving[r]))[:sweep_rules if sweep else 0]
+        ranked = sorted(improving, key=lambda r: min(c for _, c in improving[r]))[
+            :limits.sweep_rules if limits.sweep else 0]
         sweeps = [(matches, limit) for rule_name in ranked
                   for matches, limit in ((improving[rule_name], 1.0), (near[rule_name], alpha))
                   if len(matches) >= 2 and (limit == 1.0 or len(matches) > len(improving[rule_name]))]
@@ -472,13 +503,13 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, alpha: flo
             if time.perf_counter() - start > time_limit:
                 break
             swept = _sweep(parent, cost, _in_sweep_order(parent, matches), index, coster, cap,
-                           start + time_limit, sweep_rounds, limit)
+                           start + time_limit, limits.sweep_rounds, limit, targets)
             if swept is None or swept.graph.hash_sum in seen or swept.cost >= cost:
                 continue
             seen.add(swept.graph.hash_sum)
             result.generated += 1
             sweep_steps = steps + tuple(_step(m) for m in swept.applied[:-1])
-            sweep_entry = _Entry(swept.graph, sweep_steps, entry, swept.applied[-1])
+            sweep_entry = _Entry(swept.graph, sweep_steps, entry, swept.applied[-1], change=swept.change)
             if swept.cost < result.best_cost * BETTER:
                 result.graph, result.best_cost, result.steps = swept.graph, swept.cost, sweep_entry.steps
                 result.trace.append((time.perf_counter() - start, swept.cost))

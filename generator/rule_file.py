@@ -1,0 +1,160 @@
+"""The shipped rule file, end to end: generate (or read saved) candidates, order them, prove and check
+them, lift the proved conv rules to the forms models have, drop what floods the search, and write the
+rules with their provenance. ``xflow generate-rules`` is a thin front to ``write_rule_file``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xflow.errors import XflowError
+from xflow.files import write_atomically
+
+CANDIDATES_FORMAT = "xflow.candidates/1"
+
+
+@dataclass(frozen=True)
+class RuleFileOptions:
+    """What ``xflow generate-rules`` lets a user set (see its ``--help``)."""
+
+    out_path: str = "rules/default.json"
+    max_ops: int = 3
+    jobs: int = 1
+    seed: int = 0
+    timeout_s: float = 10.0  # z3 limit per rule variant
+    trials: int = 3  # random shape instantiations per rule
+    limit: int | None = None  # verify only the first N candidates in priority order
+    keep_independent_batching: bool = False
+    save_path: str | None = None  # also write the unverified candidates here
+    candidates_path: str | None = None  # verify these saved candidates instead of generating
+
+
+@dataclass
+class RuleFileResult:
+    """What was written: how many rules, the (step, count, seconds) table, z3's time, the whole time, and
+    the names of candidates that killed their verifier worker."""
+
+    shipped: int
+    table: list[tuple[str, int, float]] = field(default_factory=list)
+    z3_seconds: float = 0.0
+    seconds: float = 0.0
+    worker_deaths: list[str] = field(default_factory=list)
+
+
+def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lambda _t: None) -> RuleFileResult:
+    """Generate, prove, check and write the rule file ``options`` describe; ``show`` gets progress lines."""
+    from generator.generalize import dedupe, final_name, priority
+    from generator.lift import lift_candidates
+    from generator.run import generate
+    from generator.usefulness import match_counts, zoo_graphs
+    from verifier.batch import WORKER_DIED, verify_candidates
+    from xflow.rules import rules_from_json
+    from xflow.rules.io import dump_rules
+
+    started = time.perf_counter()
+    if options.candidates_path is not None:
+        candidates = load_candidates(options.candidates_path, options.max_ops)
+        table = [(f"candidates read from {os.path.basename(options.candidates_path)}", len(candidates), 0.0)]
+    else:
+        generated = generate(options.max_ops, options.seed, options.jobs,
+                             progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"))
+        table = list(generated.table)
+        candidates = generated.rules  # one per shape-generic key (``generate`` dedupes while it emits)
+    if options.save_path is not None:
+        save_candidates(options.save_path, candidates, options.max_ops, options.seed)
+    if options.limit is not None and options.limit < len(candidates):
+        # what can fire on the zoo first (in a lifted form too), then the generator's own priority
+        t = time.perf_counter()
+        show("matching candidates against the zoo")
+        fires = match_counts(candidates, zoo_graphs())
+        table.append(("candidates matching a zoo model (verified first)", sum(n > 0 for n in fires),
+                      round(time.perf_counter() - t, 3)))
+        order = sorted(range(len(candidates)), key=lambda i: (fires[i] == 0, priority(candidates[i])))
+        candidates = [candidates[i] for i in order[:options.limit]]
+        table.append(("verified (--limit, priority order)", len(candidates), 0.0))
+    result = RuleFileResult(0, table)
+    counts: Counter[str] = Counter()
+
+    def verify(batch: list[dict[str, Any]], label: str) -> list[Any]:
+        t = time.perf_counter()
+        counts.clear()
+
+        def on_outcome(done: int, outcome: Any) -> None:
+            counts[outcome.status] += 1
+            show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
+
+        outcomes = verify_candidates(batch, jobs=options.jobs, timeout_ms=int(options.timeout_s * 1000),
+                                     trials=options.trials, seed=options.seed, progress=on_outcome)
+        seconds = round(time.perf_counter() - t, 3)
+        result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
+        for status in ("proved", "refuted", "unknown", "unsupported", "unchecked"):
+            table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
+        return outcomes
+
+    outcomes = verify(candidates, "")
+    # Lifts of the proved conv rules to the forms models have (biased convs, conv + BatchNormalization),
+    # each verified in turn: a lift of a rule that is not proved is seldom true, so only these are tried.
+    t = time.perf_counter()
+    lifted = lift_candidates([o.rule for o in outcomes if o.rule is not None])
+    table.append(("lifts of proved rules (bias, batchnorm)", len(lifted), round(time.perf_counter() - t, 3)))
+    outcomes += verify(lifted, "lifts: ")
+    proved = dedupe([o.rule for o in outcomes if o.rule is not None])
+    proved, left_out = split_batching(proved, options.keep_independent_batching)
+    table.append(("proved, left out: independent batching", len(left_out), 0.0))
+    shipped = [{**r, "name": final_name(r, options.max_ops)} for r in proved]
+    table.append(("rules shipped", len(shipped), 0.0))
+    result.z3_seconds = sum(o.z3_seconds for o in outcomes)
+    meta = {"generated_by": f"xflow generate-rules --max-ops {options.max_ops} --seed {options.seed} "
+                            f"--timeout {options.timeout_s:g} --trials {options.trials}"
+                            + (f" --limit {options.limit}" if options.limit is not None else ""),
+            "generator": {"max_ops": options.max_ops, "seed": options.seed},
+            "verifier": {"timeout_s": options.timeout_s, "trials": options.trials,
+                         "z3_seconds": round(result.z3_seconds, 2)},
+            "table": [list(row) for row in table]}
+    if left_out:
+        meta["left_out_independent_batching"] = [{"name": final_name(r, options.max_ops), "doc": r["doc"]}
+                                                 for r in left_out]
+    dump_rules(rules_from_json(shipped), options.out_path, meta=meta)
+    result.shipped = len(shipped)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def save_candidates(path: str, candidates: list[dict[str, Any]], max_ops: int, seed: int) -> None:
+    """Write generated (unverified) candidates for a later ``--candidates`` run, atomically."""
+    def dump(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": seed, "candidates": candidates}, f)
+
+    write_atomically(path, dump)
+
+
+def load_candidates(path: str, max_ops: int) -> list[dict[str, Any]]:
+    """The candidates ``save_candidates`` wrote; XflowError naming the file when it is not such a file or
+    holds candidates of another size."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise XflowError(path, f"cannot read candidates ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != CANDIDATES_FORMAT:
+        raise XflowError(path, "not a candidate file written by --save-candidates")
+    if data.get("max_ops") != max_ops:
+        raise XflowError(path, f"candidates of {data.get('max_ops')} ops; pass --max-ops {data.get('max_ops')}")
+    return list(data["candidates"])
+
+
+def split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rules to write, independent-batching rules left out); none left out with ``keep``."""
+    from generator.usefulness import batches_independent_elementwise
+
+    if keep:
+        return rules, []
+    batching = [batches_independent_elementwise(r) for r in rules]
+    return ([r for r, b in zip(rules, batching, strict=True) if not b],
+            [r for r, b in zip(rules, batching, strict=True) if b])

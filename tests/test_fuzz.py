@@ -88,7 +88,8 @@ def optimize_and_compare(model: onnx.ModelProto, rules: str, directory: str) -> 
     onnx.checker.check_model(model, full_check=True)  # the strategy's own promise
     src, out = os.path.join(directory, "in.onnx"), os.path.join(directory, "out.onnx")
     onnx.save(model, src)
-    options = OptimizeOptions(rules_path=rules, budget=40, time_limit=10.0, cost="analytic", measure=False,
+    # No time limit: under load it cut searches short and the share of rewritten examples fell with it.
+    options = OptimizeOptions(rules_path=rules, budget=40, time_limit=600.0, cost="analytic", measure=False,
                               verify=False)
     report = optimize_file(src, out, options, say=lambda _m: None)
     written = onnx.load(out)

@@ -56,3 +56,30 @@ def test_bert_qkv_merge_keeps_constants_read_by_original_protos(tmp_path):
                            say=lambda _m: None)
     assert report.rules_applied.get("matmul_merge_shared_lhs") and report.verified and report.decision == "optimized"
     onnx.checker.check_model(str(tmp_path / "out.onnx"))
+
+
+def test_python_api_works_in_memory(tmp_path, monkeypatch):
+    """A ModelProto is optimized, verified and timed without a file: nothing is saved, and the run folder
+    it would use for large weights (under the temp directory) is gone afterwards."""
+    import importlib
+    import tempfile
+
+    save_module = importlib.import_module("xflow.onnx_io.save")  # (the package attribute is the function)
+
+    def no_file(*_args, **_kwargs):  # noqa: ANN202
+        raise AssertionError("a model was written to disk")
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    rules = rules_file(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(save_module, "write_model_atomically", no_file)
+    monkeypatch.setattr(onnx, "save", no_file)
+    from tests.test_search import LAUNCH_BOUND
+
+    model = shared_input_model(3)
+    out, report = optimize_model(model, OptimizeOptions(rules_path=rules, keep_if_slower=True), LAUNCH_BOUND)
+    assert report.decision == "optimized" and report.verified and report.latency_after_ms is not None
+    assert report.nodes_after == len(out.graph.node) < len(model.graph.node)
+    assert list(scratch.iterdir()) == []
+    assert_same_outputs(model, out)

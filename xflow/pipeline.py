@@ -626,7 +626,8 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     return _finish(run.report, nodes_written, copied, started)
 
 
-def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions) -> tuple[onnx.ModelProto, OptimizeReport]:
+def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions, cost_model: CostModel | None = None
+                   ) -> tuple[onnx.ModelProto, OptimizeReport]:
     """Optimize a model in memory (or a file) and return the result with its report: the same checks
     as ``optimize_file`` (verified; the original comes back when the optimized one is not faster).
     Scratch files, needed only for models with external or very large weights, go in a run folder under
@@ -634,7 +635,7 @@ def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions) -> tu
     started = time.perf_counter()
     source = load_source(model, options)
     with _api_scratch() as scratch:
-        run = _chain(source, "<ModelProto>", options, None, lambda _m: None, None, scratch, None)
+        run = _chain(source, "<ModelProto>", options, cost_model, lambda _m: None, None, scratch, None)
     if run.graph is None:  # the original itself (given, or parsed from its file with its weights)
         result = source.proto if source.proto is not None else onnx.load(source.label)
         return result, _finish(run.report, len(result.graph.node), True, started)

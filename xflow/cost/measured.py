@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -33,6 +32,7 @@ from onnx import numpy_helper
 from xflow.cost.analytic import AnalyticCost
 from xflow.cost.base import group_key, is_folded, node_key
 from xflow.cost.cache import CostCache
+from xflow.files import run_folder
 from xflow.ir import Graph, Node
 from xflow.ops import OPS
 from xflow.runtime import PROVIDERS, session_options
@@ -357,8 +357,9 @@ class MeasuredCost:
         """Run the batch model warm-up + timed times with ORT profiling; median seconds per subgraph."""
         import onnxruntime as ort
 
-        folder = tempfile.mkdtemp(prefix="xflow-cost-")
-        try:
+        # ORT writes its profile to a file: a run folder in the system temp directory, which a later run
+        # removes if this process is killed before it does
+        with run_folder(os.path.join(tempfile.gettempdir(), "xflow")) as folder:
             opts = session_options(self.threads)
             opts.enable_profiling = True
             opts.profile_file_prefix = os.path.join(folder, "profile")
@@ -369,8 +370,6 @@ class MeasuredCost:
                 session.run(None, batch.feeds)
             with open(session.end_profiling(), encoding="utf-8") as f:
                 events = json.load(f)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
         return _median_kernel_times(events, self.warmup, count)
 
 

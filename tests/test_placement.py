@@ -23,7 +23,8 @@ from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
 from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
 from xflow.placement.topology import BUILTINS, load_topology, topology_from_json
-from xflow.placement.train import TrainOptions, TrainTask, improve, place_with, train
+from xflow.placement.improve import improve
+from xflow.placement.train import TrainOptions, TrainTask, place_with, train
 
 
 def model_of(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
@@ -293,10 +294,11 @@ def test_transfer_training_counts_steps_and_is_reproducible_then_places_zero_sho
     graphs = {f"b{i}": graph_from_model(branches_model(width=32, branches=2 + i, seed=i)) for i in range(2)}
     topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
     options = PlaceOptions(train=TrainOptions(seed=3, samples=4, time_limit=1e-9), transfer_steps=5)
-    steps: list[int] = []
-    first, best = train_across(graphs, topo, options, AnalyticCost(), lambda step, _: steps.append(step))
+    said: list[str] = []
+    first, best = train_across(graphs, topo, options, AnalyticCost(), said.append)
     second, _ = train_across(graphs, topo, options, AnalyticCost())
-    assert steps == [1, 2, 3, 4, 5] and set(best) == set(graphs) and first.params.keys() == second.params.keys()
+    assert [s.split(", ")[0] for s in said] == [f"training across 2 graphs: step {i}/5" for i in range(1, 6)]
+    assert set(best) == set(graphs) and first.params.keys() == second.params.keys()
     assert all(np.array_equal(first.params[k], second.params[k]) for k in first.params)
     unseen = graph_from_model(branches_model(width=48, branches=3, seed=7))
     options = PlaceOptions(policy=first, zero_shot_samples=8, improve_sweeps=0)

@@ -34,7 +34,7 @@ def models(tmp_path_factory):
 def test_place_writes_plan_curve_and_annotated_model_then_run_executes_it(tmp_path, models):
     plan_path, onnx_out, curve = (str(tmp_path / n) for n in ("plan.json", "placed.onnx", "curve.png"))
     result = invoke("place", models["inception_v3"], "--topology", "cpu", "--cost", "analytic", "--steps", "20",
-                    "--improve-seconds", "2", "--out", plan_path, "--onnx-out", onnx_out, "--curve", curve)
+                    "--time-limit", "6", "--out", plan_path, "--onnx-out", onnx_out, "--curve", curve)
     assert result.exit_code == 0, result.output
     for name in ("single:cpu0", "single:cpu1", "round-robin", "min-cut", "m-etf", "rl"):
         assert name in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import time
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -40,14 +41,35 @@ def _cost_model(kind: str, cost_db: str | None):  # noqa: ANN202 - CostModel
     return MeasuredCost("cpu", cache=CostCache(cost_db))
 
 
-def _progress(quiet: bool) -> Callable[[int, float], None] | None:
-    if quiet or not sys.stderr.isatty():
-        return None
+class _StatusLine:
+    """One line on stderr rewritten in place (at most ten times a second); only on a TTY."""
 
-    def show(step: int, best: float) -> None:
-        click.echo(f"\rtraining: step {step}, best step time {best * 1e3:.3f} ms", err=True, nl=False)
+    def __init__(self) -> None:
+        self.shown = 0
+        self.last = 0.0
 
-    return show
+    def __call__(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.1:
+            return
+        self.last = now
+        click.echo("\r" + message.ljust(self.shown), err=True, nl=False)
+        self.shown = len(message)
+
+    def clear(self) -> None:
+        """Erase the line (before the report is printed)."""
+        if self.shown:
+            click.echo("\r" + " " * self.shown + "\r", err=True, nl=False)
+            self.shown = 0
+
+
+def _progress(quiet: bool) -> _StatusLine | None:
+    return None if quiet or not sys.stderr.isatty() else _StatusLine()
+
+
+def _done(progress: _StatusLine | None) -> None:
+    if progress is not None:
+        progress.clear()
 
 
 def _sim_params(path: str | None):  # noqa: ANN202 - SimParams
@@ -82,8 +104,12 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
 
     rows = dict(plan.baselines)
     rows["rl"] = plan.rl.get("seconds", float("inf"))
-    if "improved_seconds" in plan.rl:
-        rows["rl+improve"] = plan.rl["improved_seconds"]
+    improved = {f"{start}+improve": s for start, s in plan.rl.get("improved_from", {}).items()}
+    if "rl+improve" in improved:
+        rows["rl+improve"] = improved.pop("rl+improve")
+    if improved:  # the best of the other starts (all of them are in the plan file)
+        best = plan.chosen if plan.chosen in improved else min(improved, key=lambda k: improved[k])
+        rows[best] = improved[best]
     echo(f"{plan.model} on {plan.topology.name} ({plan.env}, {plan.rl.get('groups', '?')} groups):")
     for name, seconds in rows.items():
         echo(f"  {'*' if name == plan.chosen else ' '} {name:<20} {fmt(seconds)}")
@@ -101,12 +127,11 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
                    "so a seed gives the same policy anywhere (default 600).")
 @click.option("--samples", type=int, default=16, show_default=True, help="Placements sampled per step.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True,
-              help="Training time limit (s) on IN.onnx (not --train-on); the improvement pass comes after it.")
+              help="Planning time limit (s) on IN.onnx: baselines, training and the improvement pass together "
+                   "(not --train-on; node costs are measured before it). 0 = none.")
 @click.option("--max-groups", type=int, default=128, show_default=True, help="Cap on co-location groups.")
 @click.option("--improve/--no-improve", default=True, show_default=True,
-              help="Placeto-style iterative improvement of the RL result.")
-@click.option("--improve-seconds", type=float, default=30.0, show_default=True,
-              help="Time limit of the improvement pass.")
+              help="Placeto-style iterative improvement from every candidate (RL's and each baseline's).")
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True, help="Node costs: measured with ONNX Runtime (cached) or analytic.")
 @click.option("--cost-db", type=click.Path(dir_okay=False), default=None, help="SQLite cache of measured costs.")
@@ -129,7 +154,7 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
 def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, samples: int, time_limit: float,
-          max_groups: int, improve: bool, improve_seconds: float, cost_kind: str, cost_db: str | None,
+          max_groups: int, improve: bool, cost_kind: str, cost_db: str | None,
           calibration_path: str | None,
           train_on: tuple[str, ...], save_policy: str | None, policy_path: str | None, zero_shot_samples: int,
           out_path: str | None,
@@ -140,7 +165,8 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
     plan holds the fastest. With --train-on, one policy is trained across several models first and
     saved; IN.onnx (if given) is then placed with it zero-shot.
     """
-    from xflow.placement.place import PlaceOptions, place_graph, train_across, training_curve_png
+    from xflow.placement.options import PlaceOptions
+    from xflow.placement.place import place, train_across, training_curve_png
     from xflow.placement.policy import Policy
     from xflow.placement.topology import load_topology
     from xflow.placement.train import TrainOptions
@@ -166,7 +192,7 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
                                           f"{topology.name} has {len(topology.devices)}")
     graph = _load_graph(in_path) if in_path else None
     options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=PlaceOptions.improve_sweeps if improve else 0,
-                           improve_seconds=improve_seconds, sim_params=_sim_params(calibration_path),
+                           time_limit=time_limit, sim_params=_sim_params(calibration_path),
                            policy=policy, zero_shot_samples=zero_shot_samples,
                            train=TrainOptions(steps=steps or TrainOptions.steps, samples=samples,
                                               time_limit=time_limit, seed=seed))
@@ -176,9 +202,9 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
     say = (lambda _m: None) if quiet else click.echo
     if train_on:
         graphs = {os.path.basename(p): _load_graph(p) for p in _expand(train_on)}
-        trained, best = train_across(graphs, topology, options, cost_model, _progress(quiet))
-        if not quiet and sys.stderr.isatty():
-            click.echo("", err=True)
+        progress = _progress(quiet)
+        trained, best = train_across(graphs, topology, options, cost_model, progress)
+        _done(progress)
         for name, seconds in best.items():
             say(f"trained on {name}: best {seconds * 1e3:.3f} ms")
         if save_policy:
@@ -187,12 +213,12 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
         options.policy = trained
     if graph is None:
         return
-    outcome = place_graph(graph, topology, options, cost_model, os.path.basename(in_path or ""), _progress(quiet))
-    if not quiet and sys.stderr.isatty() and options.policy is None:
-        click.echo("", err=True)
+    progress = _progress(quiet)
+    outcome = place(graph, cost_model, topology, options, os.path.basename(in_path or ""), progress)
+    _done(progress)
     if not quiet:
         print_report(outcome.plan, say)
-        say(f"  planning took {outcome.seconds:.1f} s")
+        say(f"  planning took {outcome.seconds:.1f} s (measuring node costs before it {outcome.cost_seconds:.1f} s)")
     if out_path:
         write_json(out_path, outcome.plan.to_json())
         say(f"wrote {out_path}")
@@ -308,7 +334,7 @@ def _place_flag(func: Callable) -> Callable:
         return value
 
     func = click.option("--place-time-limit", type=float, default=60.0, show_default=True, expose_value=False,
-                        callback=remember_limit, help="Training time limit of --place (s).")(func)
+                        callback=remember_limit, help="Planning time limit of --place (s).")(func)
     return click.option("--place", "place_topology", metavar="NAME|FILE", default=None, expose_value=False,
                         callback=remember, help="Then plan device placement of OUT.onnx on this topology and "
                         "write OUT.plan.json (see `xflow place`).")(func)
@@ -316,9 +342,9 @@ def _place_flag(func: Callable) -> Callable:
 
 def place_after_optimize(out_path: str, quiet: bool) -> None:
     """Second stage of ``xflow optimize --place``: place the model just written, write ``OUT.plan.json``."""
-    from xflow.placement.place import PlaceOptions, place_graph
+    from xflow.placement.options import PlaceOptions
+    from xflow.placement.place import place
     from xflow.placement.topology import load_topology
-    from xflow.placement.train import TrainOptions
 
     ctx = click.get_current_context()
     spec = ctx.meta.get("xflow.place")
@@ -327,12 +353,11 @@ def place_after_optimize(out_path: str, quiet: bool) -> None:
     plan_path = f"{os.path.splitext(out_path)[0]}.plan.json"
     check_writable(plan_path)
     cost = _cost_model(ctx.params.get("cost_kind") or "analytic", ctx.params.get("cost_db"))
-    options = PlaceOptions(train=TrainOptions(time_limit=ctx.meta.get("xflow.place_time_limit", 60.0)))
-    outcome = place_graph(_load_graph(out_path), load_topology(spec), options, cost, os.path.basename(out_path),
-                          _progress(quiet))
+    options = PlaceOptions(time_limit=ctx.meta.get("xflow.place_time_limit", 60.0))
+    progress = _progress(quiet)
+    outcome = place(_load_graph(out_path), cost, load_topology(spec), options, os.path.basename(out_path), progress)
+    _done(progress)
     if not quiet:
-        if sys.stderr.isatty():
-            click.echo("", err=True)
         print_report(outcome.plan)
     write_json(plan_path, outcome.plan.to_json())
     if not quiet:

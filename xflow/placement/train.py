@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -228,67 +228,3 @@ def place_with(policy: Policy, task: TrainTask, samples: int = 0, seed: int = 0,
         candidates.extend(_sample(probs / probs.sum(axis=1, keepdims=True), samples, np.random.default_rng(seed)))
     best = min(((task.env.runtime(task.grouping.expand(c)), i) for i, c in enumerate(candidates)))
     return best[0], task.grouping.expand(candidates[best[1]])
-
-
-def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 16, time_limit: float = 30.0,
-            kicks: int = 64, seed: int = 0) -> tuple[float, np.ndarray]:
-    """Iterative improvement (Placeto order): visit groups in topological order and move each to the device
-    that makes the step fastest given all other groups' devices. When a whole pass moves nothing, try pair
-    moves over neighbouring groups (joined by an edge or adjacent in topological order): both to one
-    device, or swapped; then back to single moves. One group at a time cannot cross a memory limit that
-    needs another group to leave the device first, nor move a branch together with its join; a pair
-    can. Each descent makes at most ``sweeps`` passes. Then iterated local search: ``kicks`` times, move
-    a few random groups (seeded) of the best placement to random devices and descend again, keeping the
-    result when it is faster. Stops after ``time_limit`` seconds."""
-    grouping = task.grouping
-    allowed = grouping.allowed
-    deadline = time.perf_counter() + time_limit
-    pairs = sorted({(a, b) for a, b, _ in grouping.edges} | {(g, g + 1) for g in range(grouping.count - 1)})
-
-    def moves_of(kind: str, current: np.ndarray) -> Iterator[tuple[list[int], list[int]]]:
-        """(groups, devices) to try; pairs read ``current`` as it is when they are reached."""
-        if kind == "single":
-            for g in range(grouping.count):
-                for d in np.flatnonzero(allowed[g]):
-                    yield [g], [d]
-            return
-        for a, b in pairs:
-            for d in np.flatnonzero(allowed[a] & allowed[b]):
-                yield [a, b], [d, d]
-            if allowed[a, current[b]] and allowed[b, current[a]]:
-                yield [a, b], [current[b], current[a]]
-
-    def descend(current: np.ndarray, best: float) -> tuple[float, np.ndarray]:
-        for _ in range(sweeps):
-            changed = False
-            for kind in ("single", "pair"):
-                for groups, devs in moves_of(kind, current):
-                    if np.array_equal(current[groups], devs):
-                        continue
-                    trial = current.copy()
-                    trial[groups] = devs
-                    seconds = task.env.runtime(grouping.expand(trial))
-                    if seconds < best:
-                        best, current, changed = seconds, trial, True
-                    if time.perf_counter() > deadline:
-                        return best, current
-                if changed:
-                    break  # back to single moves
-            if not changed:
-                break
-        return best, current
-
-    start = np.array(plan_groups)
-    best, current = descend(start, task.env.runtime(grouping.expand(start)))
-    rng = np.random.default_rng(seed)
-    size = max(2, grouping.count // 16)
-    for _ in range(kicks):
-        if time.perf_counter() > deadline:
-            break
-        kicked = current.copy()
-        for g in rng.choice(grouping.count, size=min(size, grouping.count), replace=False):
-            kicked[g] = rng.choice(np.flatnonzero(allowed[g]))
-        seconds, found = descend(kicked, task.env.runtime(grouping.expand(kicked)))
-        if seconds < best:
-            best, current = seconds, found
-    return best, current

@@ -17,13 +17,13 @@ from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
 from xflow.placement.executor import Executor, cuda_available, make_segments, segment_order
 from xflow.placement.features import BASE_FEATURES, group_features
 from xflow.placement.groups import Grouping, make_groups
+from xflow.placement.improve import improve
 from xflow.placement.place import PlaceOptions, place_graph, train_across
 from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
 from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
 from xflow.placement.topology import BUILTINS, load_topology, topology_from_json
-from xflow.placement.improve import improve
 from xflow.placement.train import TrainOptions, TrainTask, place_with, train
 
 

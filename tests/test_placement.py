@@ -56,9 +56,10 @@ def branches_model(width: int = 64, branches: int = 2, depth: int = 3, seed: int
     return model_of(nodes, [x], [y], inits)
 
 
-def two_gpu(memory: float = 0.0, bandwidth: float = 1e9, latency: float = 1e-5) -> dict:
-    return {"name": "t", "devices": [{"name": "a", "kind": "cuda", "memory": memory},
-                                     {"name": "b", "kind": "cuda", "memory": memory}],
+def two_gpu(fraction: float = 0.0, bandwidth: float = 1e9, latency: float = 1e-5) -> dict:
+    """Two GPUs, each holding ``fraction`` of the model's single-device peak memory (0 = unlimited)."""
+    return {"name": "t", "devices": [{"name": "a", "kind": "cuda", "memory_fraction": fraction},
+                                     {"name": "b", "kind": "cuda", "memory_fraction": fraction}],
             "default_link": {"latency": latency, "bandwidth": bandwidth}}
 
 
@@ -221,7 +222,7 @@ def test_simulator_memory_capacity_and_unsupported_ops(branchy):
     _, problem = branchy
     one = Simulator(problem, topology_from_json(two_gpu())).run([0] * problem.size)
     assert one.feasible and one.peak_memory[0] >= problem.weight_bytes
-    tight = topology_from_json(two_gpu(memory=0.6 * one.peak_memory[0]))
+    tight = topology_from_json(two_gpu(fraction=0.6))
     sim = Simulator(problem, tight)
     assert sim.runtime([0] * problem.size) == INFEASIBLE_SECONDS
     assert "needs" in sim.run([0] * problem.size).reason
@@ -309,8 +310,7 @@ def test_transfer_training_counts_steps_and_is_reproducible_then_places_zero_sho
 def test_infeasible_placements_are_avoided():
     graph = graph_from_model(branches_model(width=96, depth=2))
     problem = build_problem(graph, AnalyticCost())
-    whole = Simulator(problem, topology_from_json(two_gpu())).run([0] * problem.size).peak_memory[0]
-    topo = topology_from_json(two_gpu(memory=0.7 * whole, bandwidth=1e12, latency=0.0))
+    topo = topology_from_json(two_gpu(fraction=0.7, bandwidth=1e12, latency=0.0))
     sim = Simulator(problem, topo)
     result = train([TrainTask(problem, make_groups(problem, topo), sim)], 2, TrainOptions(steps=30, samples=8))
     assert result.best_seconds[0] < INFEASIBLE_SECONDS and sim.run(result.best_plans[0]).feasible

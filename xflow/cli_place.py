@@ -72,19 +72,6 @@ def _done(progress: _StatusLine | None) -> None:
         progress.clear()
 
 
-def _sim_params(path: str | None):  # noqa: ANN202 - SimParams
-    from xflow.placement.simulator import SimParams
-    from xflow.placement.topology import read_json
-
-    if path is None:
-        return SimParams()
-    data = read_json(path, "calibration")
-    try:
-        return SimParams(**{k: float(v) for k, v in data.get("params", data).items()})  # type: ignore[union-attr]
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise XflowError(path, f"malformed calibration: {exc}") from None
-
-
 def _expand(patterns: tuple[str, ...]) -> list[str]:
     paths: list[str] = []
     for pattern in patterns:
@@ -165,9 +152,11 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
     plan holds the fastest. With --train-on, one policy is trained across several models first and
     saved; IN.onnx (if given) is then placed with it zero-shot.
     """
+    from xflow.placement.calibrate import read_calibration
     from xflow.placement.options import PlaceOptions
     from xflow.placement.place import place, train_across, training_curve_png
     from xflow.placement.policy import Policy
+    from xflow.placement.simulator import SimParams
     from xflow.placement.topology import load_topology
     from xflow.placement.train import TrainOptions
 
@@ -192,7 +181,8 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
                                           f"{topology.name} has {len(topology.devices)}")
     graph = _load_graph(in_path) if in_path else None
     options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=PlaceOptions.improve_sweeps if improve else 0,
-                           time_limit=time_limit, sim_params=_sim_params(calibration_path),
+                           time_limit=time_limit,
+                           sim_params=read_calibration(calibration_path) if calibration_path else SimParams(),
                            policy=policy, zero_shot_samples=zero_shot_samples,
                            train=TrainOptions(steps=steps or TrainOptions.steps, samples=samples,
                                               time_limit=time_limit, seed=seed))

@@ -42,7 +42,8 @@ def test_place_writes_plan_curve_and_annotated_model_then_run_executes_it(tmp_pa
     assert plan["format"] == "xflow-plan/1" and plan["topology"]["name"] == "cpu"
     assert set(plan["placement"].values()) <= {"cpu0", "cpu1"} and plan["nodes"] == len(plan["placement"])
     assert plan["step_seconds"] == min([*plan["baselines"].values(), plan["rl"]["seconds"],
-                                        plan["rl"].get("improved_seconds", float("inf"))])
+                                        *plan["rl"]["improved_from"].values()])
+    assert f"* {plan['chosen']}" in result.output  # the chosen placement is printed and marked
     assert open(curve, "rb").read(4) == b"\x89PNG"
     tagged = [n for n in onnx.load(onnx_out).graph.node if any(e.key == DEVICE_KEY for e in n.metadata_props)]
     assert len(tagged) == len(onnx.load(models["inception_v3"]).graph.node)

@@ -179,3 +179,23 @@ def test_place_refuses_a_nonsense_calibration(tmp_path, model, params, problem):
     path.write_text(json.dumps({"params": params} if isinstance(params, dict) else params))
     line = refused(tmp_path, "place", model, "--topology", "cpu", "--cost", "analytic", "--calibration", str(path))
     assert f"{path}: malformed calibration: " in line and problem in line
+
+
+@pytest.mark.parametrize("flags, problem", [
+    (("--samples", "0"), "--samples must be at least 1 (got 0)"),
+    (("--steps", "-5"), "--steps must be at least 1"),
+    (("--time-limit", "nan"), "--time-limit must be a finite number of seconds >= 0"),
+    (("--time-limit", "-1"), "--time-limit must be a finite number of seconds >= 0"),
+    (("--policy", "missing.npz"), "missing.npz: no such policy file"),
+], ids=["samples", "steps", "nan-limit", "negative-limit", "policy"])
+def test_place_refuses_nonsense_settings(tmp_path, model, flags, problem):
+    line = refused(tmp_path, "place", model, "--topology", "cpu", "--cost", "analytic", *flags,
+                   "--out", str(tmp_path / "plan.json"))
+    assert problem in line
+
+
+def test_a_file_that_is_not_a_policy_is_named(tmp_path, model):
+    path = tmp_path / "policy.npz"
+    path.write_text("not numpy")
+    line = refused(tmp_path, "place", model, "--topology", "cpu", "--cost", "analytic", "--policy", str(path))
+    assert f"{path}: malformed policy file" in line

@@ -6,7 +6,9 @@ import glob
 import os
 import sys
 import time
+import typing
 from collections.abc import Callable
+from dataclasses import fields
 from functools import wraps
 from typing import Any
 
@@ -102,63 +104,56 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
         echo(f"  {'*' if name == plan.chosen else ' '} {name:<20} {fmt(seconds)}")
 
 
+def _settings_flags(func: Callable) -> Callable:
+    """One click option per ``PlaceSettings`` field, named, typed and documented by the field."""
+    from xflow.placement.options import PlaceSettings
+
+    hints = typing.get_type_hints(PlaceSettings)
+    for f in reversed(fields(PlaceSettings)):
+        meta = f.metadata
+        if meta["switch"]:
+            option = click.option(meta["switch"], f.name, default=f.default, show_default=True, help=meta["help"])
+        else:
+            kind = click.Choice(meta["choices"]) if meta["choices"] else \
+                next(t for t in (*typing.get_args(hints[f.name]), hints[f.name]) if t is not type(None))
+            option = click.option(meta["flag"] or f"--{f.name.replace('_', '-')}", f.name, type=kind,
+                                  default=f.default, show_default=f.default is not None, help=meta["help"],
+                                  metavar=meta["metavar"] or None)
+        func = option(func)
+    return func
+
+
 @click.command()
 @click.argument("in_path", metavar="IN.onnx", type=click.Path(dir_okay=False), required=False)
 @click.option("--topology", "topology_spec", required=True, metavar="NAME|FILE",
               help="Built-in topology (cpu, cpu+cuda, 4xgpu-pcie, 2xgpu-memcap, 8xgpu-nvlink) or a JSON file.")
-@click.option("--env", type=click.Choice(["sim", "real"]), default="sim", show_default=True,
-              help="Plan in the simulator or by running placements for real (executor).")
-@click.option("--steps", type=int, default=None,
-              help="REINFORCE steps (batches). Training on IN.onnx: at most this many (default 100000; "
-                   "--time-limit usually ends it first). With --train-on: exactly this many, no time limit, "
-                   "so a seed gives the same policy anywhere (default 600).")
-@click.option("--samples", type=int, default=16, show_default=True, help="Placements sampled per step.")
-@click.option("--time-limit", type=float, default=60.0, show_default=True,
-              help="Planning time limit (s) on IN.onnx: baselines, training and the improvement pass together "
-                   "(not --train-on; node costs are measured before it). 0 = none.")
-@click.option("--max-groups", type=int, default=128, show_default=True, help="Cap on co-location groups.")
-@click.option("--improve/--no-improve", default=True, show_default=True,
-              help="Placeto-style iterative improvement from every candidate (RL's and each baseline's).")
+@_settings_flags
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True, help="Node costs: measured with ONNX Runtime (cached) or analytic.")
 @click.option("--cost-db", type=click.Path(dir_okay=False), default=None, help="SQLite cache of measured costs.")
-@click.option("--calibration", "calibration_path", type=click.Path(dir_okay=False), default=None,
-              help="Simulator parameters from `xflow place-calibrate`.")
 @click.option("--train-on", "train_on", multiple=True, metavar="GLOB",
               help="Train one policy across these models (repeatable, globs allowed); needs --save-policy.")
 @click.option("--save-policy", type=click.Path(dir_okay=False), default=None, help="Write the trained policy (.npz).")
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None,
-              help="Place IN.onnx zero-shot with this trained policy (no training).")
-@click.option("--zero-shot-samples", type=int, default=1024, show_default=True,
-              help="Zero-shot: placements sampled from the policy (plus its most likely one); the fastest "
-                   "in the simulator is kept. No gradient step on IN.onnx.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan (JSON).")
 @click.option("--onnx-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the model with each node's device in its metadata (xflow.device).")
 @click.option("--curve", "curve_path", type=click.Path(dir_okay=False), default=None,
               help="Save the training curve as PNG.")
-@click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
-def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, samples: int, time_limit: float,
-          max_groups: int, improve: bool, cost_kind: str, cost_db: str | None,
-          calibration_path: str | None,
-          train_on: tuple[str, ...], save_policy: str | None, policy_path: str | None, zero_shot_samples: int,
-          out_path: str | None,
-          onnx_out: str | None, curve_path: str | None, seed: int, quiet: bool) -> None:
+def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str | None, train_on: tuple[str, ...],
+          save_policy: str | None, out_path: str | None, onnx_out: str | None, curve_path: str | None, quiet: bool,
+          **chosen: Any) -> None:
     """Plan where each node of IN.onnx runs on a topology, with RL beside the classic heuristics.
 
     Prints every baseline (each single device, round-robin, min-cut, m-ETF/HEFT) and the RL result; the
-    plan holds the fastest. With --train-on, one policy is trained across several models first and
-    saved; IN.onnx (if given) is then placed with it zero-shot.
+    improvement pass starts from each of them and the plan holds the fastest, so it is never slower than
+    a baseline printed. With --train-on, one policy is trained across several models first and saved;
+    IN.onnx (if given) is then placed with it zero-shot.
     """
-    from xflow.placement.calibrate import read_calibration
-    from xflow.placement.options import PlaceOptions
+    from xflow.placement.options import PlaceSettings
     from xflow.placement.place import place, train_across, training_curve_png
-    from xflow.placement.policy import Policy
-    from xflow.placement.simulator import SimParams
     from xflow.placement.topology import load_topology
-    from xflow.placement.train import TrainOptions
 
     topology = load_topology(topology_spec)
     if in_path is None and not train_on:
@@ -168,26 +163,8 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
     for path in (out_path, onnx_out, curve_path, save_policy):
         if path:
             check_writable(path)
-    policy = None
-    if policy_path:
-        if not os.path.exists(policy_path):
-            raise XflowError(policy_path, "no such policy file")
-        try:
-            policy, meta = Policy.load(policy_path)
-        except Exception as exc:
-            raise XflowError(policy_path, f"malformed policy file: {exc}") from None
-        if policy.devices != len(topology.devices):
-            raise XflowError(policy_path, f"policy was trained for {policy.devices} devices; "
-                                          f"{topology.name} has {len(topology.devices)}")
+    options = PlaceSettings(**chosen).options(len(topology.devices), topology.name)
     graph = _load_graph(in_path) if in_path else None
-    options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=PlaceOptions.improve_sweeps if improve else 0,
-                           time_limit=time_limit,
-                           sim_params=read_calibration(calibration_path) if calibration_path else SimParams(),
-                           policy=policy, zero_shot_samples=zero_shot_samples,
-                           train=TrainOptions(steps=steps or TrainOptions.steps, samples=samples,
-                                              time_limit=time_limit, seed=seed))
-    if steps:
-        options.transfer_steps = steps
     cost_model = _cost_model(cost_kind, cost_db)
     say = (lambda _m: None) if quiet else click.echo
     if train_on:

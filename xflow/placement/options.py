@@ -22,7 +22,8 @@ class PlaceOptions:
     ``improve_sweeps`` passes per descent (0 = no improvement pass). ``policy`` places zero-shot (no
     training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``,
     the fastest in the environment kept. ``transfer_steps``: how long ``train_across`` trains (no time
-    limit). ``runs``: timed runs per placement with the real executor."""
+    limit). ``runs``: timed runs per placement with the real executor. With ``warm_start`` the policy first
+    imitates the fastest baseline's placement, then trains by REINFORCE."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -36,6 +37,7 @@ class PlaceOptions:
     zero_shot_temperature: float = 0.3
     transfer_steps: int = TRANSFER_STEPS
     runs: int = 10
+    warm_start: bool = False
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:

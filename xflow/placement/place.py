@@ -92,12 +92,16 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         if opts.time_limit > 0:
             left = max(train_until - time.perf_counter(), 1e-3)
             train_opts = replace(train_opts, time_limit=min(train_opts.time_limit or left, left))
+        if opts.warm_start:
+            fastest = min(baselines, key=lambda k: baselines[k])
+            task.imitate = grouping.project(plans[fastest])
+            rl["warm_start"] = fastest
         report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress \
             else None
         result = train([task], len(topology.devices), train_opts, progress=report)
         rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
         rl.update(mode="trained", steps=result.steps, evaluations=result.evaluations,
-                  train_seconds=round(result.seconds, 3))
+                  train_seconds=round(result.seconds, 3), imitation_steps=result.imitation_steps)
     rl["seconds"] = float(rl_seconds)
     candidates = dict(baselines)
     if rl_plan:

@@ -34,7 +34,9 @@ class TrainOptions:
     ``patience`` (steps without a new best) end training early;
     ``restart_patience`` steps without a new best restart from a fresh policy (REINFORCE settles in a
     local optimum within tens of steps; restarts spend the rest of the budget elsewhere). With
-    ``group_logits`` each graph also gets free per-group logits (``group_learning_rate``)."""
+    ``group_logits`` each graph also gets free per-group logits (``group_learning_rate``). A task with an
+    ``imitate`` placement is first learnt by imitation (cross-entropy steps, at most ``imitation_steps``,
+    until the policy gives its devices ``imitation_confidence`` mean probability), then by REINFORCE."""
 
     steps: int = 100_000
     samples: int = 16
@@ -53,6 +55,8 @@ class TrainOptions:
     time_limit: float = 60.0
     patience: int = 0
     restart_patience: int = 40
+    imitation_steps: int = 200
+    imitation_confidence: float = 0.8
 
 
 @dataclass
@@ -69,6 +73,7 @@ class TrainTask:
     best: float = float("inf")
     best_groups: np.ndarray | None = None
     cache: dict[bytes, float] = field(default_factory=dict)
+    imitate: np.ndarray | None = None  # a placement (device per group) to learn before REINFORCE
 
 
 @dataclass
@@ -83,6 +88,7 @@ class TrainResult:
     evaluations: int
     seconds: float
     restarts: int = 0
+    imitation_steps: int = 0
 
 
 class Adam:
@@ -139,6 +145,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
                          {k: opt.group_learning_rate for k in trained if k.startswith("bias")})
 
     policy, adam = fresh(policy)
+    imitation_steps = _imitate(policy, adam, tasks, opt)
     best_params = {k: v.copy() for k, v in policy.params.items()}
     started = time.perf_counter()
     curve: list[tuple[int, float, float]] = []
@@ -168,12 +175,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
                 advantages = advantages / (rewards.std() + 1e-3)
             task.baseline = opt.baseline_decay * task.baseline + (1 - opt.baseline_decay) * float(rewards.mean())
             _, dlogits, _ = policy_gradient(logp, actions, advantages, task.inp.allowed, opt.entropy_weight)
-            for k, g in policy.backward(task.inp, cache, dlogits).items():
-                if k == "bias":
-                    if task.bias is not None:
-                        grads[f"bias{t_index}"] = g
-                else:
-                    grads[k] = grads.get(k, 0) + g / len(tasks)
+            _accumulate(grads, policy.backward(task.inp, cache, dlogits), task, t_index, len(tasks))
             if t_index == 0:
                 feasible = runtimes[runtimes < INFEASIBLE_SECONDS]
                 curve.append((step, float(np.median(feasible)) if feasible.size else INFEASIBLE_SECONDS, task.best))
@@ -193,7 +195,37 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
     plans = [t.grouping.expand(t.best_groups) if t.best_groups is not None else [] for t in tasks]
     best_policy = Policy(best_params, policy.rounds, policy.clip)
     return TrainResult(best_policy, [t.best for t in tasks], plans, curve, step, evaluations,
-                       time.perf_counter() - started, restarts)
+                       time.perf_counter() - started, restarts, imitation_steps)
+
+
+def _imitate(policy: Policy, adam: Adam, tasks: Sequence[TrainTask], opt: TrainOptions) -> int:
+    """Cross-entropy steps towards each task's ``imitate`` placement (a warm start from a heuristic);
+    returns how many were taken."""
+    targets = [(i, t) for i, t in enumerate(tasks) if t.imitate is not None]
+    for step in range(opt.imitation_steps if targets else 0):
+        grads: dict[str, np.ndarray] = {}
+        confidence = []
+        for t_index, task in targets:
+            logp, cache = policy.forward(task.inp, task.bias)
+            target = np.asarray(task.imitate)[None]
+            confidence.append(float(np.exp(logp[np.arange(target.shape[1]), target[0]]).mean()))
+            _, dlogits, _ = policy_gradient(logp, target, np.ones(1), task.inp.allowed, 0.0)
+            _accumulate(grads, policy.backward(task.inp, cache, dlogits), task, t_index, len(targets))
+        if min(confidence) >= opt.imitation_confidence:
+            return step
+        adam.step(grads)
+    return opt.imitation_steps if targets else 0
+
+
+def _accumulate(grads: dict[str, np.ndarray], task_grads: dict[str, np.ndarray], task: TrainTask, t_index: int,
+                tasks: int) -> None:
+    """Add one task's gradients: the shared network's averaged over ``tasks``, its own group logits apart."""
+    for k, g in task_grads.items():
+        if k == "bias":
+            if task.bias is not None:
+                grads[f"bias{t_index}"] = g
+        else:
+            grads[k] = grads.get(k, 0) + g / tasks
 
 
 def _sample(probs: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:

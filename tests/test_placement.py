@@ -209,6 +209,14 @@ def test_simulator_chain_costs_compute_plus_one_transfer():
     assert Simulator(problem, fast).runtime([0, 0]) == pytest.approx((c_mm + c_relu) / 2 + 2e-6)
 
 
+def test_simulator_charges_each_segment_its_session_call():
+    problem = chain_problem()
+    topo = topology_from_json(two_gpu(bandwidth=1e9, latency=1e-5))
+    plain, charged = Simulator(problem, topo), Simulator(problem, topo, SimParams(segment_overhead=1e-3))
+    assert charged.runtime([0, 0]) == pytest.approx(plain.runtime([0, 0]) + 1e-3)  # one segment
+    assert charged.runtime([0, 1]) == pytest.approx(plain.runtime([0, 1]) + 2e-3)  # cut in two
+
+
 def test_simulator_runs_branches_in_parallel(branchy):
     _, problem = branchy
     sim = Simulator(problem, topology_from_json(two_gpu(bandwidth=1e12, latency=0.0)))

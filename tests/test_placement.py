@@ -275,6 +275,20 @@ def test_reinforce_learns_to_split_branches_and_is_deterministic(branchy):
     assert better < sim.runtime([0] * problem.size) and len(groups) == grouping.count
 
 
+def test_warm_start_imitates_the_given_placement_before_reinforce(branchy):
+    _, problem = branchy
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    grouping = make_groups(problem, topo)
+    target = np.arange(grouping.count) % 2
+    task = TrainTask(problem, grouping, Simulator(problem, topo), imitate=target)
+    result = train([task], 2, TrainOptions(steps=1, samples=2))
+    assert 0 < result.imitation_steps < TrainOptions.imitation_steps
+    logp, _ = result.policy.forward(task.inp, task.bias)
+    assert np.exp(logp[np.arange(grouping.count), target]).mean() > 0.7
+    fresh = TrainTask(problem, grouping, Simulator(problem, topo))
+    assert train([fresh], 2, TrainOptions(steps=1, samples=2)).imitation_steps == 0
+
+
 def test_training_restarts_from_a_fresh_policy_when_stuck(branchy):
     _, problem = branchy
     topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))

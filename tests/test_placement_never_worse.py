@@ -55,6 +55,10 @@ def test_improvement_from_a_heuristic_can_beat_the_heuristic_and_rl():
 def test_planning_respects_the_time_limit():
     graph = graph_from_model(zoo.build("nasrnn", small=True))
     result = place(graph, AnalyticCost(), load_topology("8xgpu-nvlink"), PlaceOptions(time_limit=3.0))
-    # the limit is checked between moves and steps: one evaluation may run past it (well under a second)
-    assert result.seconds < 3.0 + 2.0
-    assert result.plan.rl["mode"] == "trained" and result.plan.seconds <= min(result.plan.baselines.values())
+    # the limit is checked between steps and moves, so one simulated run may pass it (milliseconds); the
+    # margin is for a loaded machine, not for the planner
+    assert result.seconds < 3.0 + 10.0
+    rl = result.plan.rl
+    assert rl["mode"] == "trained" and rl["steps"] < TrainOptions.steps  # stopped by the limit, not steps
+    assert rl["train_seconds"] <= 3.0 * (1 - PlaceOptions.improve_share) + 10.0
+    assert result.plan.seconds <= min(result.plan.baselines.values())

@@ -119,7 +119,7 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
             zero = place(graph, costs, topo, PlaceOptions(policy=policy, improve_sweeps=0, time_limit=0,
                                                           zero_shot_samples=args.zero_shot_samples,
                                                           zero_shot_temperature=args.zero_shot_temperature), name)
-            own = place(graph, costs, topo, PlaceOptions(improve_sweeps=0, time_limit=args.time_limit,
+            own = place(graph, costs, topo, PlaceOptions(improve_sweeps=0, time_limit=args.time_limit, warm_start=False,
                                                          train=TrainOptions(seed=seed)), name)
             problem = build_problem(graph, costs, name)
             grouping = make_groups(problem, topo)

@@ -23,7 +23,8 @@ class PlaceOptions:
     training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``,
     the fastest in the environment kept. ``transfer_steps``: how long ``train_across`` trains (no time
     limit). ``runs``: timed runs per placement with the real executor. With ``warm_start`` the policy first
-    imitates the fastest baseline's placement, then trains by REINFORCE."""
+    imitates the fastest baseline's placement, then trains by REINFORCE: it searches from where the
+    heuristics end rather than from uniform random placements."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -37,7 +38,7 @@ class PlaceOptions:
     zero_shot_temperature: float = 0.3
     transfer_steps: int = TRANSFER_STEPS
     runs: int = 10
-    warm_start: bool = False
+    warm_start: bool = True
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:
@@ -67,6 +68,9 @@ class PlaceSettings:
     improve: bool = field(default=True, metadata=flag(
         "Placeto-style iterative improvement from every candidate (RL's and each baseline's).",
         switch="--improve/--no-improve"))
+    warm_start: bool = field(default=True, metadata=flag(
+        "Start RL by imitating the fastest baseline's placement (then REINFORCE), or from a fresh policy.",
+        switch="--warm-start/--fresh-start"))
     calibration: str | None = field(default=None, metadata=flag(
         "Simulator parameters from `xflow place-calibrate --out`.", metavar="FILE"))
     policy: str | None = field(default=None, metadata=flag(
@@ -89,7 +93,7 @@ class PlaceSettings:
             raise XflowError(None, f"--time-limit must be a finite number of seconds >= 0 (got {self.time_limit})")
         policy = _read_policy(self.policy, devices, topology_name) if self.policy else None
         return PlaceOptions(
-            env=self.env, max_groups=self.max_groups, time_limit=self.time_limit,
+            env=self.env, max_groups=self.max_groups, time_limit=self.time_limit, warm_start=self.warm_start,
             improve_sweeps=PlaceOptions.improve_sweeps if self.improve else 0,
             sim_params=read_calibration(self.calibration) if self.calibration else SimParams(),
             policy=policy, zero_shot_samples=self.zero_shot_samples, transfer_steps=self.steps or TRANSFER_STEPS,

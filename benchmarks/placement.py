@@ -163,7 +163,8 @@ def run_real(args, out: str) -> dict:  # noqa: ANN001
         result["validation"].append(report)
         print(f"calibration {name:13s} tau {report['tau_uncalibrated']:.3f} uncalibrated -> {report['tau']:.3f} "
               f"calibrated over {report['placements']} held-out random placements "
-              f"(log RMSE {report['log_rmse_validation']:.3f})", flush=True)
+              f"(log RMSE {report['log_rmse_validation']:.3f}); measurements' split-half tau "
+              f"{report['tau_measurement_split_half']:.3f}", flush=True)
         params = SimParams(**report["params"])
         outcome = place(graph, costs, topo, PlaceOptions(sim_params=params, time_limit=args.time_limit,
                                                          train=TrainOptions(seed=args.seed)), name)

@@ -83,6 +83,7 @@ def test_place_calibrate_reports_tau(tmp_path, models):
     assert result.exit_code == 0, result.output
     report = json.loads(open(out).read())
     assert -1 <= report["tau"] <= 1 and report["placements"] == 6 and "compute_scale" in report["params"]
+    assert -1 <= report["tau_measurement_split_half"] <= 1 and "agree with themselves" in result.output
     plan_path = str(tmp_path / "plan.json")
     calibrated = invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--steps", "5",
                         "--calibration", out, "--out", plan_path)

@@ -52,13 +52,12 @@ def test_improvement_from_a_heuristic_can_beat_the_heuristic_and_rl():
     assert plan.chosen.endswith("+improve")
 
 
-def test_planning_respects_the_time_limit():
+def test_the_time_limit_ends_training_and_leaves_room_for_the_improvement_pass():
+    # what ends each phase, not how long it took (no test asserts a time: a loaded machine is no failure;
+    # the planning times measured are in docs/lab-notes/2026-11-23-placement.md)
     graph = graph_from_model(zoo.build("nasrnn", small=True))
     result = place(graph, AnalyticCost(), load_topology("8xgpu-nvlink"), PlaceOptions(time_limit=3.0))
-    # the limit is checked between steps and moves, so one simulated run may pass it (milliseconds); the
-    # margin is for a loaded machine, not for the planner
-    assert result.seconds < 3.0 + 10.0
     rl = result.plan.rl
     assert rl["mode"] == "trained" and rl["steps"] < TrainOptions.steps  # stopped by the limit, not steps
-    assert rl["train_seconds"] <= 3.0 * (1 - PlaceOptions.improve_share) + 10.0
+    assert rl["improved_from"]  # the improvement pass still ran after training
     assert result.plan.seconds <= min(result.plan.baselines.values())

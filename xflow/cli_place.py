@@ -152,7 +152,8 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     IN.onnx (if given) is then placed with it zero-shot.
     """
     from xflow.placement.options import PlaceSettings
-    from xflow.placement.place import place, train_across, training_curve_png
+    from xflow.placement.place import place as plan_placement
+    from xflow.placement.place import train_across, training_curve_png
     from xflow.placement.topology import load_topology
 
     topology = load_topology(topology_spec)
@@ -181,7 +182,7 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     if graph is None:
         return
     progress = _progress(quiet)
-    outcome = place(graph, cost_model, topology, options, os.path.basename(in_path or ""), progress)
+    outcome = plan_placement(graph, cost_model, topology, options, os.path.basename(in_path or ""), progress)
     _done(progress)
     if not quiet:
         print_report(outcome.plan, say)

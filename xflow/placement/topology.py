@@ -102,7 +102,7 @@ class Topology:
 
 
 MIN_MEMORY = 1 << 20  # bytes: a device memory below 1 MiB is a unit mistake, not a device
-MAX_THREADS = 1024  # a CPU device's thread pool; more is a typo, not a machine
+MAX_THREADS = max(1024, os.cpu_count() or 1)  # a CPU device's thread pool; more is a typo, not a machine
 MAX_OVERHEAD = 1.0  # seconds per node run: a kernel launch takes microseconds
 DEVICE_FIELDS = ("name", "kind", "memory", "memory_fraction", "speed", "op_speed", "overhead", "threads",
                  "unsupported")

@@ -3,8 +3,13 @@ simulator calibration (Kendall tau) against the real CPU executor, and RL vs bas
 
 Rerunnable; every figure goes to --out-dir (JSON, markdown tables, PNG charts):
 
-    .venv/bin/python benchmarks/placement.py                 # everything (about 40 min on 2 cores)
-    .venv/bin/python benchmarks/placement.py --part sim --models inception_v3,bert
+    .venv/bin/python benchmarks/placement.py --part sim      # zoo x 3 topologies x (fresh, warm): about 45 min
+    .venv/bin/python benchmarks/placement.py --part sim --models '' --onnx build/real/*.onnx
+    .venv/bin/python benchmarks/placement.py --part transfer # 3 seeds: about 25 min
+    .venv/bin/python benchmarks/placement.py --part real     # calibration and Kendall tau on this CPU
+
+Costs are measured with ONNX Runtime through the SQLite cache by default (``--cost analytic`` for the
+analytic model); step times are the simulator's.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import numpy as np
 
 from xflow import zoo
 from xflow.cost import AnalyticCost
-from xflow.onnx_io import graph_from_model
-from xflow.placement.place import PlaceOptions, place_graph, train_across, training_curve_png, validate_simulator
+from xflow.onnx_io import graph_from_model, load
+from xflow.placement.options import PlaceOptions
+from xflow.placement.place import place, train_across, training_curve_png, validate_simulator
 from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams
 from xflow.placement.topology import load_topology
 from xflow.placement.train import TrainOptions
@@ -29,96 +35,127 @@ SIM_TOPOLOGIES = ("4xgpu-pcie", "2xgpu-memcap", "8xgpu-nvlink")
 HEURISTICS = ("round-robin", "min-cut", "m-etf")
 
 
-def cost_model(kind: str):  # noqa: ANN201
+def cost_model(kind: str, cost_db: str | None = None):  # noqa: ANN201
+    """Node costs: measured with ONNX Runtime through the SQLite cache (the default a user gets), or analytic."""
     if kind == "analytic":
         return AnalyticCost()
     from xflow.cost.cache import CostCache
     from xflow.cost.measured import MeasuredCost
 
-    return MeasuredCost("cpu", cache=CostCache())
+    return MeasuredCost("cpu", cache=CostCache(cost_db))
 
 
 def ms(seconds: float) -> str:
     return "infeasible" if seconds >= INFEASIBLE_SECONDS else f"{seconds * 1e3:.2f}"
 
 
-def run_sim(models: list[str], topologies: list[str], args, out: str) -> list[dict]:  # noqa: ANN001
-    """RL (from scratch) and every baseline, per model and simulated topology."""
+def bench_graphs(args) -> dict:  # noqa: ANN001
+    """The zoo models asked for, then every --onnx file (exported models), by name."""
+    graphs = {name: (lambda n=name: graph_from_model(zoo.build(n, small=args.small)))
+              for name in args.models.split(",") if name}
+    for path in args.onnx:
+        graphs[os.path.splitext(os.path.basename(path))[0]] = lambda p=path: load(p)
+    return graphs
+
+
+def run_sim(graphs: dict, topologies: list[str], args, out: str) -> list[dict]:  # noqa: ANN001
+    """Per model and simulated topology: every baseline, then RL trained from a fresh policy and/or warm-started
+    from the fastest baseline (``--starts``), each with the improvement pass from every candidate, within the
+    planning time limit. One row per (model, topology) with every figure."""
     rows = []
-    costs = cost_model(args.cost)
-    for name in models:
-        graph = graph_from_model(zoo.build(name, small=args.small))
+    costs = cost_model(args.cost, args.cost_db)
+    for name, build in graphs.items():
+        graph = build()
         for topo_name in topologies:
             topo = load_topology(topo_name)
-            options = PlaceOptions(train=TrainOptions(time_limit=args.train_seconds, seed=args.seed))
-            outcome = place_graph(graph, topo, options, costs, name)
-            plan = outcome.plan
-            baselines = plan.baselines
-            best_baseline = min(baselines.values())
-            best_heuristic = min(baselines[k] for k in HEURISTICS)
-            rl = plan.rl["seconds"]
-            rl_improved = plan.rl.get("improved_seconds", rl)
-            row = {"model": name, "topology": topo_name, "nodes": plan.extra["nodes"], "groups": plan.rl["groups"],
-                   "baselines": baselines, "rl": rl, "rl_improved": rl_improved,
-                   "rl_vs_best_baseline": rl / best_baseline,
-                   "rl_improved_vs_best_baseline": rl_improved / best_baseline,
-                   "rl_improved_vs_best_heuristic": rl_improved / best_heuristic,
-                   "planning_seconds": outcome.seconds, "train_seconds": plan.rl.get("train_seconds"),
-                   "evaluations": plan.rl.get("evaluations"), "steps": plan.rl.get("steps")}
+            row: dict = {"model": name, "topology": topo_name}
+            for start in args.starts.split(","):
+                options = PlaceOptions(time_limit=args.time_limit, warm_start=start == "warm",
+                                       train=TrainOptions(seed=args.seed))
+                outcome = place(graph, costs, topo, options, name)
+                plan = outcome.plan
+                row.update(nodes=plan.extra["nodes"], groups=plan.rl["groups"], baselines=plan.baselines,
+                           cost_seconds=outcome.cost_seconds)
+                row[start] = {"rl": plan.rl["seconds"],
+                              "rl_improved": plan.rl.get("improved_seconds", plan.rl["seconds"]),
+                              "plan": plan.seconds, "chosen": plan.chosen, "planning_seconds": outcome.seconds,
+                              **{k: plan.rl.get(k) for k in ("improved_from", "steps", "evaluations", "warm_start",
+                                                             "imitation_steps")}}
+                best_heuristic = min(plan.baselines[k] for k in HEURISTICS)
+                print(f"{name:13s} {topo_name:13s} {start:5s} best heuristic {ms(best_heuristic)} ms, "
+                      f"RL {ms(row[start]['rl'])}, RL+improve {ms(row[start]['rl_improved'])}, plan "
+                      f"{ms(plan.seconds)} ({plan.chosen}), planning {outcome.seconds:.1f} s", flush=True)
+                if outcome.curve and start == "fresh":
+                    training_curve_png(outcome.curve, os.path.join(out, f"curve_{name}_{topo_name}.png"),
+                                       f"{name} on {topo_name}")
             rows.append(row)
-            print(f"{name:13s} {topo_name:13s} best baseline {ms(best_baseline)} ms, best heuristic "
-                  f"{ms(best_heuristic)}, RL {ms(rl)} ({row['rl_vs_best_baseline']:.3f}x), RL+improve "
-                  f"{ms(rl_improved)} ({row['rl_improved_vs_best_baseline']:.3f}x), planning {outcome.seconds:.0f} s",
-                  flush=True)
-            if outcome.curve:
-                training_curve_png(outcome.curve, os.path.join(out, f"curve_{name}_{topo_name}.png"),
-                                   f"{name} on {topo_name}")
-            _dump(out, "sim.json", rows)
+            _dump(out, f"sim_{args.cost}.json", rows)
     return rows
 
 
 def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
-    """One policy trained on part of the zoo places the held-out models zero-shot; compared with
-    training RL on each held-out model itself (neither with the improvement pass)."""
+    """Per seed: one policy trained on part of the zoo (``--train-on``, a fixed number of steps) places each
+    held-out model zero-shot; compared with RL trained on that model alone for the time limit, and with the
+    transferred policy fine-tuned on the model for a quarter of that time (none with the improvement pass,
+    so the figures are the policies' own)."""
+    from xflow.placement.groups import make_groups
+    from xflow.placement.place import make_env
+    from xflow.placement.problem import build_problem
+    from xflow.placement.train import TrainTask, train
+
     train_names = args.train_on.split(",")
     held_out = [m for m in zoo.MODELS if m not in train_names]
     topo = load_topology(args.transfer_topology)
-    costs = cost_model(args.cost)
+    costs = cost_model(args.cost, args.cost_db)
     graphs = {n: graph_from_model(zoo.build(n, small=args.small)) for n in train_names}
-    started = time.perf_counter()  # steps only (no time limit): the same seed gives the same policy anywhere
-    policy, _ = train_across(graphs, topo, PlaceOptions(train=TrainOptions(seed=args.seed),
-                                                        transfer_steps=args.transfer_steps), costs)
-    train_seconds = time.perf_counter() - started
+    tests = {n: graph_from_model(zoo.build(n, small=args.small)) for n in held_out}
     rows = []
-    for name in held_out:
-        graph = graph_from_model(zoo.build(name, small=args.small))
-        zero = place_graph(graph, topo, PlaceOptions(policy=policy, improve_sweeps=0,
-                                                     zero_shot_samples=args.zero_shot_samples,
-                                                     zero_shot_temperature=args.zero_shot_temperature), costs, name)
-        own = place_graph(graph, topo, PlaceOptions(improve_sweeps=0, train=TrainOptions(
-            time_limit=args.train_seconds, seed=args.seed)), costs, name)
-        row = {"model": name, "topology": topo.name, "zero_shot": zero.plan.rl["seconds"],
-               "zero_shot_seconds": zero.seconds, "per_model": own.plan.rl["seconds"],
-               "per_model_seconds": own.seconds, "gap": zero.plan.rl["seconds"] / own.plan.rl["seconds"] - 1,
-               "best_baseline": min(own.plan.baselines.values()), "trained_on": train_names,
-               "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": args.zero_shot_temperature,
-               "transfer_steps": args.transfer_steps, "train_seconds": train_seconds}
-        rows.append(row)
-        print(f"zero-shot {name:13s} {ms(row['zero_shot'])} ms vs per-model RL {ms(row['per_model'])} ms: "
-              f"gap {row['gap'] * 100:+.1f}% (placing took {zero.seconds:.1f} s)", flush=True)
-        _dump(out, "transfer.json", rows)
+    for seed in range(args.seeds):
+        started = time.perf_counter()  # steps only (no time limit): the same seed gives the same policy anywhere
+        policy, _ = train_across(graphs, topo, PlaceOptions(train=TrainOptions(seed=seed),
+                                                            transfer_steps=args.transfer_steps), costs)
+        train_seconds = time.perf_counter() - started
+        for name, graph in tests.items():
+            zero = place(graph, costs, topo, PlaceOptions(policy=policy, improve_sweeps=0, time_limit=0,
+                                                          zero_shot_samples=args.zero_shot_samples,
+                                                          zero_shot_temperature=args.zero_shot_temperature), name)
+            own = place(graph, costs, topo, PlaceOptions(improve_sweeps=0, time_limit=args.time_limit, warm_start=False,
+                                                         train=TrainOptions(seed=seed)), name)
+            problem = build_problem(graph, costs, name)
+            grouping = make_groups(problem, topo)
+            env, _ = make_env(problem, topo, PlaceOptions())
+            tuned = train([TrainTask(problem, grouping, env)], len(topo.devices),
+                          TrainOptions(seed=seed, time_limit=args.time_limit / 4), policy=policy.copy())
+            per_model, zero_s = own.plan.rl["seconds"], zero.plan.rl["seconds"]
+            fine = min(tuned.best_seconds[0], zero_s)  # fine-tuning starts from the zero-shot placement
+            row = {"model": name, "seed": seed, "topology": topo.name, "zero_shot": zero_s,
+                   "zero_shot_seconds": zero.seconds, "per_model": per_model, "per_model_seconds": own.seconds,
+                   "gap": zero_s / per_model - 1, "fine_tuned": fine, "fine_tune_seconds": tuned.seconds,
+                   "fine_tune_gap": fine / per_model - 1,
+                   "best_heuristic": min(own.plan.baselines[k] for k in HEURISTICS), "trained_on": train_names,
+                   "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": args.zero_shot_temperature,
+                   "transfer_steps": args.transfer_steps, "train_seconds": train_seconds}
+            rows.append(row)
+            print(f"seed {seed} zero-shot {name:13s} {ms(zero_s)} ms vs per-model RL {ms(per_model)} ms: gap "
+                  f"{row['gap'] * 100:+.1f}%; fine-tuned {args.time_limit / 4:.0f} s: {ms(fine)} ms "
+                  f"({row['fine_tune_gap'] * 100:+.1f}%)", flush=True)
+            _dump(out, f"transfer_{args.cost}.json", rows)
     return rows
 
 
 def run_real(args, out: str) -> dict:  # noqa: ANN001
-    """Calibrate and validate the simulator on the real CPU executor (topology `cpu`: two 1-thread CPU
-    devices), then plan with the calibrated simulator and measure RL's and every baseline's plan."""
+    """Calibrate and validate the simulator on the real CPU executor (topology `cpu`: two CPU devices of
+    half the cores each), then plan with the calibrated simulator and measure every baseline's plan and
+    the chosen one for real."""
+    from xflow.placement.baselines import all_baselines
     from xflow.placement.executor import Executor
+    from xflow.placement.groups import make_groups
     from xflow.placement.problem import build_problem
+    from xflow.placement.simulator import Simulator
 
     topo = load_topology("cpu")
-    costs = cost_model(args.cost)
-    result = {"validation": [], "measured": []}
+    costs = cost_model(args.cost, args.cost_db)
+    result: dict = {"validation": [], "measured": []}
     for name in args.real_models.split(","):
         graph = graph_from_model(zoo.build(name, small=True))
         report = validate_simulator(graph, topo, costs, placements=args.placements, runs=args.runs, seed=args.seed)
@@ -126,26 +163,24 @@ def run_real(args, out: str) -> dict:  # noqa: ANN001
         result["validation"].append(report)
         print(f"calibration {name:13s} tau {report['tau_uncalibrated']:.3f} uncalibrated -> {report['tau']:.3f} "
               f"calibrated over {report['placements']} held-out random placements "
-              f"(log RMSE {report['log_rmse_validation']:.3f})", flush=True)
+              f"(log RMSE {report['log_rmse_validation']:.3f}); measurements' split-half tau "
+              f"{report['tau_measurement_split_half']:.3f}", flush=True)
         params = SimParams(**report["params"])
-        outcome = place_graph(graph, topo, PlaceOptions(sim_params=params, train=TrainOptions(
-            time_limit=args.train_seconds, seed=args.seed)), costs, name)
+        outcome = place(graph, costs, topo, PlaceOptions(sim_params=params, time_limit=args.time_limit,
+                                                         train=TrainOptions(seed=args.seed)), name)
         plan = outcome.plan
         problem = build_problem(graph, costs, name)
+        plans = all_baselines(make_groups(problem, topo), Simulator(problem, topo, params))
+        plans[f"plan ({plan.chosen})"] = plan.devices_for(problem)
         executor = Executor(problem, topo, runs=args.runs * 3, seed=args.seed)
-        from xflow.placement.baselines import all_baselines
-        from xflow.placement.groups import make_groups
-        from xflow.placement.simulator import Simulator
-
-        grouping = make_groups(problem, topo)
-        plans = all_baselines(grouping, Simulator(problem, topo, params))
-        plans["rl (chosen)"] = plan.devices_for(problem)
-        measured = {k: executor.runtime(v) for k, v in plans.items()}
-        executor.close()
+        try:
+            measured = {k: executor.runtime(v) for k, v in plans.items()}
+        finally:
+            executor.close()
         result["measured"].append({"model": name, "chosen": plan.chosen, "measured": measured,
-                                   "simulated": {**plan.baselines, "rl": plan.rl["seconds"]}})
+                                   "simulated": {**plan.baselines, "plan": plan.seconds}})
         print(f"measured   {name:13s} " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in measured.items()), flush=True)
-        _dump(out, "real.json", result)
+        _dump(out, f"real_{args.cost}.json", result)
     return result
 
 
@@ -154,67 +189,88 @@ def _dump(out: str, name: str, data: object) -> None:
         json.dump(data, f, indent=2)
 
 
+def best_single(row: dict) -> float:
+    return min(v for k, v in row["baselines"].items() if k.startswith("single:"))
+
+
 def sim_chart(rows: list[dict], path: str) -> None:
-    """Bars: each method's step time relative to the best baseline, per model, one panel per topology."""
+    """Bars: each method's step time relative to the best heuristic, per model, one panel per topology."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     topologies = list(dict.fromkeys(r["topology"] for r in rows))
-    fig, axes = plt.subplots(len(topologies), 1, figsize=(9, 3 * len(topologies)), squeeze=False)
-    methods = ["best single", *HEURISTICS, "rl", "rl+improve"]
+    starts = [s for s in ("fresh", "warm") if s in rows[0]]
+    methods = ["best single", *HEURISTICS, *(f"{s} {m}" for s in starts for m in ("rl", "plan"))]
+    fig, axes = plt.subplots(len(topologies), 1, figsize=(10, 3 * len(topologies)), squeeze=False)
+    width = 0.8 / len(methods)
     for ax, topo in zip(axes[:, 0], topologies, strict=True):
         sub = [r for r in rows if r["topology"] == topo]
         x = np.arange(len(sub))
         for i, method in enumerate(methods):
             values = []
             for r in sub:
-                best = min(r["baselines"].values())
-                v = {"best single": min(v for k, v in r["baselines"].items() if k.startswith("single")),
-                     "rl": r["rl"], "rl+improve": r["rl_improved"]}.get(method, r["baselines"].get(method))
-                values.append(min(v / best, 3.0))
-            ax.bar(x + i * 0.13, values, 0.13, label=method)
+                start, _, kind = method.partition(" ")
+                v = best_single(r) if method == "best single" else r[start][kind] if kind else r["baselines"][method]
+                values.append(min(v / min(r["baselines"][k] for k in HEURISTICS), 3.0))
+            ax.bar(x + i * width, values, width, label=method)
         ax.axhline(1.0, color="black", lw=0.6)
-        ax.set_xticks(x + 0.33, [r["model"] for r in sub])
-        ax.set_ylabel("time / best baseline")
-        ax.set_title(topo)
-    axes[0, 0].legend(ncol=3, fontsize=8)
+        ax.set_xticks(x + 0.4, [r["model"] for r in sub])
+        ax.set_ylabel("time / best heuristic")
+        ax.set_title(f"{topo} (simulated)")
+    axes[0, 0].legend(ncol=4, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
 
 def markdown(rows: list[dict], transfer: list[dict]) -> str:
-    lines = ["| model | topology | groups | best single | round-robin | min-cut | m-ETF | RL | RL+improve | "
-             "RL / best baseline | RL+improve / best baseline | planning s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] if rows else []
-    for r in rows:
-        single = min(v for k, v in r["baselines"].items() if k.startswith("single"))
-        lines.append(f"| {r['model']} | {r['topology']} | {r['groups']} | {ms(single)} | "
-                     + " | ".join(ms(r["baselines"][k]) for k in HEURISTICS)
-                     + f" | {ms(r['rl'])} | {ms(r['rl_improved'])} | {r['rl_vs_best_baseline']:.3f} | "
-                     f"{r['rl_improved_vs_best_baseline']:.3f} | {r['planning_seconds']:.0f} |")
+    """The tables of the lab note: step times in ms (simulated), ratios to the best heuristic."""
+    lines: list[str] = []
+    if rows:
+        starts = [s for s in ("fresh", "warm") if s in rows[0]]
+        head = ["model", "topology", "groups", "best single", *HEURISTICS]
+        for s in starts:
+            head += [f"RL {s}", f"RL+improve {s}", f"plan {s}", f"plan {s} / best heuristic", f"planning s {s}"]
+        lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        for r in rows:
+            heuristic = min(r["baselines"][k] for k in HEURISTICS)
+            cells = [r["model"], r["topology"], str(r["groups"]), ms(best_single(r)),
+                     *(ms(r["baselines"][k]) for k in HEURISTICS)]
+            for s in starts:
+                e = r[s]
+                cells += [ms(e["rl"]), ms(e["rl_improved"]), f"{ms(e['plan'])} ({e['chosen']})",
+                          f"{e['plan'] / heuristic:.3f}", f"{e['planning_seconds']:.1f}"]
+            lines.append("| " + " | ".join(cells) + " |")
     if transfer:
         lines += [""] * bool(lines)
-        lines += ["| held-out model | zero-shot ms | per-model RL ms | gap | best baseline ms | placing s |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {t['model']} | {ms(t['zero_shot'])} | {ms(t['per_model'])} | {t['gap'] * 100:+.1f}% | "
-                  f"{ms(t['best_baseline'])} | {t['zero_shot_seconds']:.1f} |" for t in transfer]
+        lines += ["| held-out model | seed | zero-shot ms | per-model RL ms | gap | fine-tuned ms (1/4 time) | "
+                  "fine-tune gap | best heuristic ms |", "|" + " --- |" * 8]
+        lines += [f"| {t['model']} | {t['seed']} | {ms(t['zero_shot'])} | {ms(t['per_model'])} | "
+                  f"{t['gap'] * 100:+.1f}% | {ms(t['fine_tuned'])} | {t['fine_tune_gap'] * 100:+.1f}% | "
+                  f"{ms(t['best_heuristic'])} |" for t in transfer]
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=["all", "sim", "transfer", "real"], default="all")
-    parser.add_argument("--models", default=",".join(zoo.MODELS))
+    parser.add_argument("--models", default=",".join(zoo.MODELS), help="zoo models (comma-separated; '' for none)")
+    parser.add_argument("--onnx", nargs="*", default=[], metavar="FILE", help="exported models to add to the sim part")
     parser.add_argument("--topologies", default=",".join(SIM_TOPOLOGIES))
-    parser.add_argument("--cost", choices=["analytic", "measured"], default="analytic")
+    parser.add_argument("--cost", choices=["analytic", "measured"], default="measured",
+                        help="node costs: measured with ONNX Runtime through the SQLite cache (what a user gets)")
+    parser.add_argument("--cost-db", default=None, help="SQLite cache of measured costs (default: the user's)")
     parser.add_argument("--small", action="store_true", help="small zoo variants (quick check)")
-    parser.add_argument("--train-seconds", type=float, default=60.0)
+    parser.add_argument("--time-limit", type=float, default=PlaceOptions.time_limit,
+                        help="planning time limit per model and topology (s)")
+    parser.add_argument("--starts", default="fresh,warm",
+                        help="RL from a fresh policy, warm-started from the fastest baseline (imitation), or both")
     parser.add_argument("--train-on", default="resnet50,squeezenet,bert,nasrnn")
     parser.add_argument("--transfer-topology", default="4xgpu-pcie")
     parser.add_argument("--transfer-steps", type=int, default=PlaceOptions.transfer_steps,
                         help="training steps of the transfer policy (no time limit)")
+    parser.add_argument("--seeds", type=int, default=3, help="transfer: seeds (one policy each)")
     parser.add_argument("--zero-shot-samples", type=int, default=PlaceOptions.zero_shot_samples,
                         help="placements sampled from the policy; the fastest in the simulator is kept")
     parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature)
@@ -225,20 +281,20 @@ def main() -> None:
     parser.add_argument("--out-dir", default="benchmarks/placement_results")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, f"machine_{args.part}.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(args.out_dir, f"machine_{args.part}_{args.cost}.json"), "w", encoding="utf-8") as f:
         json.dump({"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "machine": platform.platform(),
                    "args": vars(args)}, f, indent=2)
     rows: list[dict] = []
     transfer: list[dict] = []
     if args.part in ("all", "sim"):
-        rows = run_sim(args.models.split(","), args.topologies.split(","), args, args.out_dir)
-        sim_chart(rows, os.path.join(args.out_dir, "placement_sim.png"))
+        rows = run_sim(bench_graphs(args), args.topologies.split(","), args, args.out_dir)
+        sim_chart(rows, os.path.join(args.out_dir, f"placement_sim_{args.cost}.png"))
     if args.part in ("all", "transfer"):
         transfer = run_transfer(args, args.out_dir)
     if args.part in ("all", "real"):
         run_real(args, args.out_dir)
     if rows or transfer:
-        with open(os.path.join(args.out_dir, f"{args.part}.md"), "w", encoding="utf-8") as f:
+        with open(os.path.join(args.out_dir, f"{args.part}_{args.cost}.md"), "w", encoding="utf-8") as f:
             f.write(markdown(rows, transfer))
 
 

@@ -17,13 +17,14 @@ from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
 from xflow.placement.executor import Executor, cuda_available, make_segments, segment_order
 from xflow.placement.features import BASE_FEATURES, group_features
 from xflow.placement.groups import Grouping, make_groups
+from xflow.placement.improve import improve
 from xflow.placement.place import PlaceOptions, place_graph, train_across
 from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
 from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
 from xflow.placement.topology import BUILTINS, load_topology, topology_from_json
-from xflow.placement.train import TrainOptions, TrainTask, improve, place_with, train
+from xflow.placement.train import TrainOptions, TrainTask, place_with, train
 
 
 def model_of(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
@@ -55,9 +56,10 @@ def branches_model(width: int = 64, branches: int = 2, depth: int = 3, seed: int
     return model_of(nodes, [x], [y], inits)
 
 
-def two_gpu(memory: float = 0.0, bandwidth: float = 1e9, latency: float = 1e-5) -> dict:
-    return {"name": "t", "devices": [{"name": "a", "kind": "cuda", "memory": memory},
-                                     {"name": "b", "kind": "cuda", "memory": memory}],
+def two_gpu(fraction: float = 0.0, bandwidth: float = 1e9, latency: float = 1e-5) -> dict:
+    """Two GPUs, each holding ``fraction`` of the model's single-device peak memory (0 = unlimited)."""
+    return {"name": "t", "devices": [{"name": "a", "kind": "cuda", "memory_fraction": fraction},
+                                     {"name": "b", "kind": "cuda", "memory_fraction": fraction}],
             "default_link": {"latency": latency, "bandwidth": bandwidth}}
 
 
@@ -207,6 +209,14 @@ def test_simulator_chain_costs_compute_plus_one_transfer():
     assert Simulator(problem, fast).runtime([0, 0]) == pytest.approx((c_mm + c_relu) / 2 + 2e-6)
 
 
+def test_simulator_charges_each_segment_its_session_call():
+    problem = chain_problem()
+    topo = topology_from_json(two_gpu(bandwidth=1e9, latency=1e-5))
+    plain, charged = Simulator(problem, topo), Simulator(problem, topo, SimParams(segment_overhead=1e-3))
+    assert charged.runtime([0, 0]) == pytest.approx(plain.runtime([0, 0]) + 1e-3)  # one segment
+    assert charged.runtime([0, 1]) == pytest.approx(plain.runtime([0, 1]) + 2e-3)  # cut in two
+
+
 def test_simulator_runs_branches_in_parallel(branchy):
     _, problem = branchy
     sim = Simulator(problem, topology_from_json(two_gpu(bandwidth=1e12, latency=0.0)))
@@ -220,7 +230,7 @@ def test_simulator_memory_capacity_and_unsupported_ops(branchy):
     _, problem = branchy
     one = Simulator(problem, topology_from_json(two_gpu())).run([0] * problem.size)
     assert one.feasible and one.peak_memory[0] >= problem.weight_bytes
-    tight = topology_from_json(two_gpu(memory=0.6 * one.peak_memory[0]))
+    tight = topology_from_json(two_gpu(fraction=0.6))
     sim = Simulator(problem, tight)
     assert sim.runtime([0] * problem.size) == INFEASIBLE_SECONDS
     assert "needs" in sim.run([0] * problem.size).reason
@@ -265,6 +275,20 @@ def test_reinforce_learns_to_split_branches_and_is_deterministic(branchy):
     assert better < sim.runtime([0] * problem.size) and len(groups) == grouping.count
 
 
+def test_warm_start_imitates_the_given_placement_before_reinforce(branchy):
+    _, problem = branchy
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    grouping = make_groups(problem, topo)
+    target = np.arange(grouping.count) % 2
+    task = TrainTask(problem, grouping, Simulator(problem, topo), imitate=target)
+    result = train([task], 2, TrainOptions(steps=1, samples=2))
+    assert 0 < result.imitation_steps < TrainOptions.imitation_steps
+    logp, _ = result.policy.forward(task.inp, task.bias)
+    assert np.exp(logp[np.arange(grouping.count), target]).mean() > 0.7
+    fresh = TrainTask(problem, grouping, Simulator(problem, topo))
+    assert train([fresh], 2, TrainOptions(steps=1, samples=2)).imitation_steps == 0
+
+
 def test_training_restarts_from_a_fresh_policy_when_stuck(branchy):
     _, problem = branchy
     topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
@@ -293,10 +317,11 @@ def test_transfer_training_counts_steps_and_is_reproducible_then_places_zero_sho
     graphs = {f"b{i}": graph_from_model(branches_model(width=32, branches=2 + i, seed=i)) for i in range(2)}
     topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
     options = PlaceOptions(train=TrainOptions(seed=3, samples=4, time_limit=1e-9), transfer_steps=5)
-    steps: list[int] = []
-    first, best = train_across(graphs, topo, options, AnalyticCost(), lambda step, _: steps.append(step))
+    said: list[str] = []
+    first, best = train_across(graphs, topo, options, AnalyticCost(), said.append)
     second, _ = train_across(graphs, topo, options, AnalyticCost())
-    assert steps == [1, 2, 3, 4, 5] and set(best) == set(graphs) and first.params.keys() == second.params.keys()
+    assert [s.split(", ")[0] for s in said] == [f"training across 2 graphs: step {i}/5" for i in range(1, 6)]
+    assert set(best) == set(graphs) and first.params.keys() == second.params.keys()
     assert all(np.array_equal(first.params[k], second.params[k]) for k in first.params)
     unseen = graph_from_model(branches_model(width=48, branches=3, seed=7))
     options = PlaceOptions(policy=first, zero_shot_samples=8, improve_sweeps=0)
@@ -307,8 +332,7 @@ def test_transfer_training_counts_steps_and_is_reproducible_then_places_zero_sho
 def test_infeasible_placements_are_avoided():
     graph = graph_from_model(branches_model(width=96, depth=2))
     problem = build_problem(graph, AnalyticCost())
-    whole = Simulator(problem, topology_from_json(two_gpu())).run([0] * problem.size).peak_memory[0]
-    topo = topology_from_json(two_gpu(memory=0.7 * whole, bandwidth=1e12, latency=0.0))
+    topo = topology_from_json(two_gpu(fraction=0.7, bandwidth=1e12, latency=0.0))
     sim = Simulator(problem, topo)
     result = train([TrainTask(problem, make_groups(problem, topo), sim)], 2, TrainOptions(steps=30, samples=8))
     assert result.best_seconds[0] < INFEASIBLE_SECONDS and sim.run(result.best_plans[0]).feasible

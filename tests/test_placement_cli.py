@@ -35,7 +35,7 @@ def models(tmp_path_factory):
 def test_place_writes_plan_curve_and_annotated_model_then_run_executes_it(tmp_path, models):
     plan_path, onnx_out, curve = (str(tmp_path / n) for n in ("plan.json", "placed.onnx", "curve.png"))
     result = invoke("place", models["inception_v3"], "--topology", "cpu", "--cost", "analytic", "--steps", "20",
-                    "--improve-seconds", "2", "--out", plan_path, "--onnx-out", onnx_out, "--curve", curve)
+                    "--time-limit", "6", "--out", plan_path, "--onnx-out", onnx_out, "--curve", curve)
     assert result.exit_code == 0, result.output
     for name in ("single:cpu0", "single:cpu1", "round-robin", "min-cut", "m-etf", "rl"):
         assert name in result.output
@@ -43,7 +43,8 @@ def test_place_writes_plan_curve_and_annotated_model_then_run_executes_it(tmp_pa
     assert plan["format"] == "xflow-plan/1" and plan["topology"]["name"] == "cpu"
     assert set(plan["placement"].values()) <= {"cpu0", "cpu1"} and plan["nodes"] == len(plan["placement"])
     assert plan["step_seconds"] == min([*plan["baselines"].values(), plan["rl"]["seconds"],
-                                        plan["rl"].get("improved_seconds", float("inf"))])
+                                        *plan["rl"]["improved_from"].values()])
+    assert f"* {plan['chosen']}" in result.output  # the chosen placement is printed and marked
     assert open(curve, "rb").read(4) == b"\x89PNG"
     tagged = [n for n in onnx.load(onnx_out).graph.node if any(e.key == DEVICE_KEY for e in n.metadata_props)]
     assert len(tagged) == len(onnx.load(models["inception_v3"]).graph.node)
@@ -86,6 +87,7 @@ def test_place_calibrate_reports_tau(tmp_path, models):
     report = json.loads(open(out).read())
     assert report["placements"] == 6 == len(report["measured"]) == len(report["simulated"])
     assert report["tau"] == kendall_tau(report["simulated"], report["measured"]) and "compute_scale" in report["params"]
+    assert -1 <= report["tau_measurement_split_half"] <= 1 and "agree with themselves" in result.output
     plan_path = str(tmp_path / "plan.json")
     calibrated = invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--steps", "5",
                         "--calibration", out, "--out", plan_path)
@@ -139,3 +141,20 @@ def test_optimize_then_place(tmp_path, models):
                           "--place", "9xtpu")
     assert bad_topology.exit_code == 2 and "9xtpu" in bad_topology.output
     assert not os.path.exists(str(tmp_path / "other.onnx"))
+
+
+def test_progress_shows_on_a_tty_only(models, capsys, monkeypatch):
+    from xflow import cli_place
+
+    piped = invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--steps", "3",
+                   "--time-limit", "2")
+    assert piped.exit_code == 0 and "training:" not in piped.output and "improving" not in piped.output
+    monkeypatch.setattr(cli_place.sys.stderr, "isatty", lambda: True)
+    status = cli_place._progress(quiet=False)
+    assert status is not None and cli_place._progress(quiet=True) is None
+    status("training: step 1, best 2.000 ms")
+    status.last = 0.0  # the next message is not throttled
+    status("improving")
+    status.clear()
+    err = capsys.readouterr().err
+    assert err.startswith("\rtraining: step 1, best 2.000 ms\rimproving") and err.endswith("\r")

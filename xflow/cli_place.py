@@ -5,7 +5,10 @@ from __future__ import annotations
 import glob
 import os
 import sys
+import time
+import typing
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import click
@@ -39,27 +42,35 @@ def _cost_model(kind: str, cost_db: str | None):  # noqa: ANN202 - CostModel
     return MeasuredCost("cpu", cache=CostCache(cost_db))
 
 
-def _progress(quiet: bool) -> Callable[[int, float], None] | None:
-    if quiet or not sys.stderr.isatty():
-        return None
+class _StatusLine:
+    """One line on stderr rewritten in place (at most ten times a second); only on a TTY."""
 
-    def show(step: int, best: float) -> None:
-        click.echo(f"\rtraining: step {step}, best step time {best * 1e3:.3f} ms", err=True, nl=False)
+    def __init__(self) -> None:
+        self.shown = 0
+        self.last = 0.0
 
-    return show
+    def __call__(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.1:
+            return
+        self.last = now
+        click.echo("\r" + message.ljust(self.shown), err=True, nl=False)
+        self.shown = len(message)
+
+    def clear(self) -> None:
+        """Erase the line (before the report is printed)."""
+        if self.shown:
+            click.echo("\r" + " " * self.shown + "\r", err=True, nl=False)
+            self.shown = 0
 
 
-def _sim_params(path: str | None):  # noqa: ANN202 - SimParams
-    from xflow.placement.simulator import SimParams
-    from xflow.placement.topology import read_json
+def _progress(quiet: bool) -> _StatusLine | None:
+    return None if quiet or not sys.stderr.isatty() else _StatusLine()
 
-    if path is None:
-        return SimParams()
-    data = read_json(path, "calibration")
-    try:
-        return SimParams(**{k: float(v) for k, v in data.get("params", data).items()})  # type: ignore[union-attr]
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise XflowError(path, f"malformed calibration: {exc}") from None
+
+def _done(progress: _StatusLine | None) -> None:
+    if progress is not None:
+        progress.clear()
 
 
 def _expand(patterns: tuple[str, ...]) -> list[str]:
@@ -81,68 +92,68 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
 
     rows = dict(plan.baselines)
     rows["rl"] = plan.rl.get("seconds", float("inf"))
-    if "improved_seconds" in plan.rl:
-        rows["rl+improve"] = plan.rl["improved_seconds"]
+    improved = {f"{start}+improve": s for start, s in plan.rl.get("improved_from", {}).items()}
+    if "rl+improve" in improved:
+        rows["rl+improve"] = improved.pop("rl+improve")
+    if improved:  # the best of the other starts (all of them are in the plan file)
+        best = plan.chosen if plan.chosen in improved else min(improved, key=lambda k: improved[k])
+        rows[best] = improved[best]
     echo(f"{plan.model} on {plan.topology.name} ({plan.env}, {plan.rl.get('groups', '?')} groups):")
     for name, seconds in rows.items():
         echo(f"  {'*' if name == plan.chosen else ' '} {name:<20} {fmt(seconds)}")
+
+
+def _settings_flags(func: Callable) -> Callable:
+    """One click option per ``PlaceSettings`` field, named, typed and documented by the field."""
+    from xflow.placement.options import PlaceSettings
+
+    hints = typing.get_type_hints(PlaceSettings)
+    for f in reversed(fields(PlaceSettings)):
+        meta = f.metadata
+        if meta["switch"]:
+            option = click.option(meta["switch"], f.name, default=f.default, show_default=True, help=meta["help"])
+        else:
+            kind = click.Choice(meta["choices"]) if meta["choices"] else \
+                next(t for t in (*typing.get_args(hints[f.name]), hints[f.name]) if t is not type(None))
+            option = click.option(meta["flag"] or f"--{f.name.replace('_', '-')}", f.name, type=kind,
+                                  default=f.default, show_default=f.default is not None, help=meta["help"],
+                                  metavar=meta["metavar"] or None)
+        func = option(func)
+    return func
 
 
 @click.command()
 @click.argument("in_path", metavar="IN.onnx", type=click.Path(dir_okay=False), required=False)
 @click.option("--topology", "topology_spec", required=True, metavar="NAME|FILE",
               help="Built-in topology (cpu, cpu+cuda, 4xgpu-pcie, 2xgpu-memcap, 8xgpu-nvlink) or a JSON file.")
-@click.option("--env", type=click.Choice(["sim", "real"]), default="sim", show_default=True,
-              help="Plan in the simulator or by running placements for real (executor).")
-@click.option("--steps", type=int, default=None,
-              help="REINFORCE steps (batches). Training on IN.onnx: at most this many (default 100000; "
-                   "--time-limit usually ends it first). With --train-on: exactly this many, no time limit, "
-                   "so a seed gives the same policy anywhere (default 600).")
-@click.option("--samples", type=int, default=16, show_default=True, help="Placements sampled per step.")
-@click.option("--time-limit", type=float, default=60.0, show_default=True,
-              help="Training time limit (s) on IN.onnx (not --train-on); the improvement pass comes after it.")
-@click.option("--max-groups", type=int, default=128, show_default=True, help="Cap on co-location groups.")
-@click.option("--improve/--no-improve", default=True, show_default=True,
-              help="Placeto-style iterative improvement of the RL result.")
-@click.option("--improve-seconds", type=float, default=30.0, show_default=True,
-              help="Time limit of the improvement pass.")
+@_settings_flags
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True, help="Node costs: measured with ONNX Runtime (cached) or analytic.")
 @click.option("--cost-db", type=click.Path(dir_okay=False), default=None, help="SQLite cache of measured costs.")
-@click.option("--calibration", "calibration_path", type=click.Path(dir_okay=False), default=None,
-              help="Simulator parameters from `xflow place-calibrate`.")
 @click.option("--train-on", "train_on", multiple=True, metavar="GLOB",
               help="Train one policy across these models (repeatable, globs allowed); needs --save-policy.")
 @click.option("--save-policy", type=click.Path(dir_okay=False), default=None, help="Write the trained policy (.npz).")
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), default=None,
-              help="Place IN.onnx zero-shot with this trained policy (no training).")
-@click.option("--zero-shot-samples", type=int, default=1024, show_default=True,
-              help="Zero-shot: placements sampled from the policy (plus its most likely one); the fastest "
-                   "in the simulator is kept. No gradient step on IN.onnx.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None, help="Write the plan (JSON).")
 @click.option("--onnx-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the model with each node's device in its metadata (xflow.device).")
 @click.option("--curve", "curve_path", type=click.Path(dir_okay=False), default=None,
               help="Save the training curve as PNG.")
-@click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
-def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, samples: int, time_limit: float,
-          max_groups: int, improve: bool, improve_seconds: float, cost_kind: str, cost_db: str | None,
-          calibration_path: str | None,
-          train_on: tuple[str, ...], save_policy: str | None, policy_path: str | None, zero_shot_samples: int,
-          out_path: str | None,
-          onnx_out: str | None, curve_path: str | None, seed: int, quiet: bool) -> None:
+def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str | None, train_on: tuple[str, ...],
+          save_policy: str | None, out_path: str | None, onnx_out: str | None, curve_path: str | None, quiet: bool,
+          **chosen: Any) -> None:
     """Plan where each node of IN.onnx runs on a topology, with RL beside the classic heuristics.
 
     Prints every baseline (each single device, round-robin, min-cut, m-ETF/HEFT) and the RL result; the
-    plan holds the fastest. With --train-on, one policy is trained across several models first and
-    saved; IN.onnx (if given) is then placed with it zero-shot.
+    improvement pass starts from each of them and the plan holds the fastest, so it is never slower than
+    a baseline printed. With --train-on, one policy is trained across several models first and saved;
+    IN.onnx (if given) is then placed with it zero-shot.
     """
-    from xflow.placement.place import PlaceOptions, place_graph, train_across, training_curve_png
-    from xflow.placement.policy import Policy
+    from xflow.placement.options import PlaceSettings
+    from xflow.placement.place import place as plan_placement
+    from xflow.placement.place import train_across, training_curve_png
     from xflow.placement.topology import load_topology
-    from xflow.placement.train import TrainOptions
 
     topology = load_topology(topology_spec)
     if in_path is None and not train_on:
@@ -152,32 +163,15 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
     for path in (out_path, onnx_out, curve_path, save_policy):
         if path:
             check_writable(path)
-    policy = None
-    if policy_path:
-        if not os.path.exists(policy_path):
-            raise XflowError(policy_path, "no such policy file")
-        try:
-            policy, meta = Policy.load(policy_path)
-        except Exception as exc:
-            raise XflowError(policy_path, f"malformed policy file: {exc}") from None
-        if policy.devices != len(topology.devices):
-            raise XflowError(policy_path, f"policy was trained for {policy.devices} devices; "
-                                          f"{topology.name} has {len(topology.devices)}")
+    options = PlaceSettings(**chosen).options(len(topology.devices), topology.name)
     graph = _load_graph(in_path) if in_path else None
-    options = PlaceOptions(env=env, max_groups=max_groups, improve_sweeps=PlaceOptions.improve_sweeps if improve else 0,
-                           improve_seconds=improve_seconds, sim_params=_sim_params(calibration_path),
-                           policy=policy, zero_shot_samples=zero_shot_samples,
-                           train=TrainOptions(steps=steps or TrainOptions.steps, samples=samples,
-                                              time_limit=time_limit, seed=seed))
-    if steps:
-        options.transfer_steps = steps
     cost_model = _cost_model(cost_kind, cost_db)
     say = (lambda _m: None) if quiet else click.echo
     if train_on:
         graphs = {os.path.basename(p): _load_graph(p) for p in _expand(train_on)}
-        trained, best = train_across(graphs, topology, options, cost_model, _progress(quiet))
-        if not quiet and sys.stderr.isatty():
-            click.echo("", err=True)
+        progress = _progress(quiet)
+        trained, best = train_across(graphs, topology, options, cost_model, progress)
+        _done(progress)
         for name, seconds in best.items():
             say(f"trained on {name}: best {seconds * 1e3:.3f} ms")
         if save_policy:
@@ -186,12 +180,12 @@ def place(in_path: str | None, topology_spec: str, env: str, steps: int | None, 
         options.policy = trained
     if graph is None:
         return
-    outcome = place_graph(graph, topology, options, cost_model, os.path.basename(in_path or ""), _progress(quiet))
-    if not quiet and sys.stderr.isatty() and options.policy is None:
-        click.echo("", err=True)
+    progress = _progress(quiet)
+    outcome = plan_placement(graph, cost_model, topology, options, os.path.basename(in_path or ""), progress)
+    _done(progress)
     if not quiet:
         print_report(outcome.plan, say)
-        say(f"  planning took {outcome.seconds:.1f} s")
+        say(f"  planning took {outcome.seconds:.1f} s (measuring node costs before it {outcome.cost_seconds:.1f} s)")
     if out_path:
         write_json(out_path, outcome.plan.to_json())
         say(f"wrote {out_path}")
@@ -270,7 +264,9 @@ def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_place
                                 fit_placements)
     click.echo(f"{in_path} on {topology.name}: {placements} random placements, Kendall tau "
                f"{report['tau_uncalibrated']:.3f} uncalibrated, {report['tau']:.3f} calibrated "
-               f"on held-out placements (log RMSE {report['log_rmse_validation']:.3f}); parameters {report['params']}")
+               f"on held-out placements (log RMSE {report['log_rmse_validation']:.3f}; the measurements agree with "
+               f"themselves, odd vs even runs, at tau {report['tau_measurement_split_half']:.3f}); "
+               f"parameters {report['params']}")
     if out_path:
         write_json(out_path, report)
         click.echo(f"wrote {out_path}")
@@ -280,7 +276,7 @@ def place_option(func: Callable) -> Callable:
     """Add ``--place NAME|FILE`` and ``--place-time-limit`` to ``xflow optimize``: the topology is checked
     before anything runs (``place_request``); placement is the pipeline's last stage."""
     func = click.option("--place-time-limit", type=float, default=60.0, show_default=True,
-                        help="Training time limit of --place (s).")(func)
+                        help="Planning time limit of --place (s): baselines, training and improvement.")(func)
     return click.option("--place", "place_topology", metavar="NAME|FILE", default=None,
                         callback=_check_topology, help="Then plan device placement of the optimized model on "
                         "this topology and write OUT.plan.json (see `xflow place`).")(func)
@@ -303,23 +299,22 @@ def place_request(spec: str | None, time_limit: float, out_path: str, quiet: boo
     if not spec:
         return None
     from xflow.pipeline import PlaceRequest
-    from xflow.placement.place import PlaceOptions
+    from xflow.placement.options import PlaceOptions
     from xflow.placement.topology import load_topology
-    from xflow.placement.train import TrainOptions
 
     plan_path = f"{os.path.splitext(out_path)[0]}.plan.json"
     check_writable(plan_path)
-    options = PlaceOptions(train=TrainOptions(time_limit=time_limit))
+    options = PlaceOptions(time_limit=time_limit)
+    progress = _progress(quiet)
 
     def show(plan: Any) -> None:
+        _done(progress)
         if quiet:
             return
-        if sys.stderr.isatty():
-            click.echo("", err=True)
         print_report(plan)
         click.echo(f"  wrote {plan_path}")
 
-    return PlaceRequest(load_topology(spec), options, plan_path, _progress(quiet), show)
+    return PlaceRequest(load_topology(spec), options, plan_path, progress, show)
 
 
 COMMANDS: list[click.Command] = [place, run, place_calibrate]

@@ -447,10 +447,10 @@ class PlaceRequest:
 
 def place(graph: Graph, request: PlaceRequest, cost_model: CostModel, name: str) -> Any:
     """The place stage: plan ``graph`` (the one written) on the topology with the run's own cost model
-    (same provider and cost cache as the search); a PlaceOutcome."""
-    from xflow.placement.place import place_graph
+    (same provider and cost cache as the search); a PlacementResult."""
+    from xflow.placement.place import place as place_model
 
-    return place_graph(graph, request.topology, request.options, cost_model, name, request.progress)
+    return place_model(graph, cost_model, request.topology, request.options, name, request.progress)
 
 
 # ---- write -------------------------------------------------------------------------------------------

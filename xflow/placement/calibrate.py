@@ -5,14 +5,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from xflow.errors import XflowError
 from xflow.placement.groups import Grouping
 from xflow.placement.problem import Problem
 from xflow.placement.simulator import SimParams, Simulator
-from xflow.placement.topology import Topology
+from xflow.placement.topology import FieldProblems, Topology, read_json
 
 
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
@@ -63,10 +64,14 @@ class Calibration:
     simulated: tuple[float, ...]
 
 
+KNOBS = ("compute_scale", "node_overhead", "transfer_overhead", "bandwidth_scale", "segment_overhead")
+
+
 def calibrate(problem: Problem, topology: Topology, plans: Sequence[Sequence[int]], measured: Sequence[float],
-              rounds: int = 6) -> Calibration:
-    """Fit ``SimParams`` (compute scale, per-node and per-transfer overheads, bandwidth scale) so that
-    simulated times match ``measured`` ones in log space: coordinate search over log-spaced factors."""
+              rounds: int = 6, knobs: Sequence[str] = KNOBS) -> Calibration:
+    """Fit ``SimParams`` (compute scale, per-node, per-transfer and per-segment overheads, bandwidth scale) so that
+    simulated times match ``measured`` ones in log space: coordinate search over log-spaced factors. Only
+    ``knobs`` are fitted; the others keep their defaults."""
     target = np.log(np.asarray(measured))
 
     def error(params: SimParams) -> float:
@@ -78,7 +83,8 @@ def calibrate(problem: Problem, topology: Topology, plans: Sequence[Sequence[int
     best = error(params)
     typical = float(np.median([c for c in problem.costs if c > 0] or [1e-5]))  # overhead steps in node-cost units
     steps = {"compute_scale": 4.0, "node_overhead": typical, "transfer_overhead": 10 * typical,
-             "bandwidth_scale": 4.0}
+             "bandwidth_scale": 4.0, "segment_overhead": 10 * typical}
+    steps = {k: steps[k] for k in knobs}  # fitted in this order
     for _ in range(rounds):
         for name, step in steps.items():
             additive = name.endswith("overhead")
@@ -95,3 +101,21 @@ def calibrate(problem: Problem, topology: Topology, plans: Sequence[Sequence[int
     sim = Simulator(problem, topology, params)
     simulated = tuple(sim.run(p).seconds for p in plans)
     return Calibration(params, best, kendall_tau(simulated, list(measured)), tuple(measured), simulated)
+
+
+def read_calibration(path: str) -> SimParams:
+    """Simulator parameters from a ``place-calibrate --out`` file (or a bare object of them); XflowError
+    naming the file when a parameter is unknown, not finite, or out of its physical range."""
+    data = read_json(path, "calibration")
+    params = data.get("params", data) if isinstance(data, dict) else None
+    if not isinstance(params, dict):
+        raise XflowError(path, "malformed calibration: expected an object of simulator parameters")
+    problems = FieldProblems()
+    problems.fields(params, tuple(f.name for f in fields(SimParams)), "calibration")
+    result = SimParams(compute_scale=problems.number(params, "compute_scale", 1.0, "calibration", strict=True),
+                       node_overhead=problems.number(params, "node_overhead", 0.0, "calibration", high=1.0),
+                       transfer_overhead=problems.number(params, "transfer_overhead", 0.0, "calibration", high=1.0),
+                       bandwidth_scale=problems.number(params, "bandwidth_scale", 1.0, "calibration", strict=True),
+                       segment_overhead=problems.number(params, "segment_overhead", 0.0, "calibration", high=1.0))
+    problems.raise_if_any(path, "calibration")
+    return result

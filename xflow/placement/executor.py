@@ -16,6 +16,7 @@ from xflow.errors import XflowError
 from xflow.ir import Graph
 from xflow.onnx_io import to_model_proto
 from xflow.placement.problem import Problem
+from xflow.placement.segments import segment_order
 from xflow.placement.topology import Topology
 from xflow.runtime import make_session, random_feeds, session_options
 
@@ -28,35 +29,6 @@ class Segment:
     nodes: tuple[int, ...]
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-
-
-def segment_order(problem: Problem, plan: Sequence[int]) -> list[int]:
-    """A topological order of the nodes that stays on one device as long as it can, so segments are few.
-    Any topological order cut at device changes gives segments without cycles between them."""
-    pending = [len(ins) for ins in problem.inputs_of]
-    ready: set[int] = {u for u in range(problem.size) if pending[u] == 0}
-    for t in problem.tensors:  # graph inputs are available from the start
-        if t.producer < 0:
-            for c in t.consumers:
-                pending[c] -= 1
-                if pending[c] == 0:
-                    ready.add(c)
-    order: list[int] = []
-    current = plan[min(ready)] if ready else 0
-    while ready:
-        same = [u for u in ready if plan[u] == current]
-        u = min(same) if same else min(ready)
-        current = plan[u]
-        ready.discard(u)
-        order.append(u)
-        for t in problem.outputs_of[u]:
-            for c in problem.tensors[t].consumers:
-                pending[c] -= 1
-                if pending[c] == 0:
-                    ready.add(c)
-    if len(order) != problem.size:
-        raise ValueError("graph has a cycle")
-    return order
 
 
 def make_segments(problem: Problem, plan: Sequence[int]) -> list[Segment]:

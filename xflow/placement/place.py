@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -12,44 +12,32 @@ from xflow.cost import CostModel
 from xflow.ir import Graph
 from xflow.placement.baselines import all_baselines
 from xflow.placement.groups import make_groups
+from xflow.placement.improve import Start, improve_all
+from xflow.placement.options import PlaceOptions
 from xflow.placement.plan import Plan, make_plan
 from xflow.placement.policy import Policy
 from xflow.placement.problem import Problem, build_problem
-from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
+from xflow.placement.simulator import INFEASIBLE_SECONDS, Simulator
 from xflow.placement.topology import Topology
-from xflow.placement.train import Environment, TrainOptions, TrainTask, improve, place_with, train
-
-TRANSFER_STEPS = 600  # about 90 s for four zoo models on one core of a shared 2-core machine
+from xflow.placement.train import Environment, TrainOptions, TrainTask, place_with, train
 
 
 @dataclass
-class PlaceOptions:
-    """Settings of one placement run. ``env`` is "sim" or "real"; ``improve_sweeps`` > 0 adds the
-    Placeto-style iterative improvement after RL (at most ``improve_seconds``); ``policy`` places zero-shot
-    (no training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``,
-    the fastest in the environment kept. ``transfer_steps``: how long ``train_across`` trains (no time limit)."""
-
-    env: str = "sim"
-    train: TrainOptions = field(default_factory=TrainOptions)
-    max_groups: int = 128
-    improve_sweeps: int = 16
-    improve_seconds: float = 30.0
-    sim_params: SimParams = field(default_factory=SimParams)
-    policy: Policy | None = None
-    zero_shot_samples: int = 1024
-    zero_shot_temperature: float = 0.3
-    transfer_steps: int = TRANSFER_STEPS
-    runs: int = 10
-
-
-@dataclass
-class PlaceOutcome:
-    """What a placement run found: the plan to write, the trained policy, the training curve."""
+class PlacementResult:
+    """What a placement run found: the plan to write, the trained policy, the training curve, and the
+    time spent planning (groups, baselines, training, improvement) and measuring node costs before it."""
 
     plan: Plan
     policy: Policy
     curve: list[tuple[int, float, float]]
     seconds: float
+    cost_seconds: float = 0.0
+
+
+PlaceOutcome = PlacementResult  # the name earlier callers import
+
+Progress = Callable[[str], None]
+"""Receives one line saying what planning is doing now (a TTY shows it in place)."""
 
 
 def make_env(problem: Problem, topology: Topology, options: PlaceOptions) -> tuple[Environment, Simulator]:
@@ -74,20 +62,24 @@ class _Guarded:
         return self.executor.runtime(plan) if result.feasible else INFEASIBLE_SECONDS
 
 
-def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None = None,
-                cost_model: CostModel | None = None, name: str = "model",
-                progress: Callable[[int, float], None] | None = None) -> PlaceOutcome:
-    """Plan ``graph`` on ``topology``: every baseline, then RL from scratch (or the given policy,
-    zero-shot), then optional iterative improvement; the plan holds the fastest of them all."""
+def place(graph: Graph, cost_model: CostModel | None, topology: Topology, options: PlaceOptions | None = None,
+          name: str = "model", progress: Progress | None = None) -> PlacementResult:
+    """Plan ``graph`` on ``topology``: every baseline, then RL (trained here, or the given policy zero-shot),
+    then the improvement pass from every candidate (RL's best and each baseline's). The plan holds the
+    fastest of them all, so it is never slower than a baseline the report prints. With
+    ``options.time_limit`` > 0 the whole planning fits in it: training stops at ``1 - improve_share`` of
+    it and the improvement pass gets the rest. Measuring node costs comes first and is not counted."""
     opts = options or PlaceOptions()
-    started = time.perf_counter()
+    cost_started = time.perf_counter()
     problem = build_problem(graph, cost_model, name)
+    started = time.perf_counter()
+    budget = opts.time_limit if opts.time_limit > 0 else float("inf")
+    deadline = started + budget
     grouping = make_groups(problem, topology, opts.max_groups)
     env, sim = make_env(problem, topology, opts)
     plans = all_baselines(grouping, sim)
     baselines = {k: float(env.runtime(v)) for k, v in plans.items()}
     task = TrainTask(problem, grouping, env)
-    devices = len(topology.devices)
     rl: dict = {"groups": grouping.count}
     if opts.policy is not None:
         rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed,
@@ -95,20 +87,35 @@ def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None =
         policy, curve = opts.policy, []
         rl.update(mode="zero-shot", samples=opts.zero_shot_samples, temperature=opts.zero_shot_temperature)
     else:
-        result = train([task], devices, opts.train, progress=progress)
+        train_until = started + budget * (1 - opts.improve_share if opts.improve_sweeps > 0 else 1.0)
+        train_opts = opts.train
+        if opts.time_limit > 0:
+            left = max(train_until - time.perf_counter(), 1e-3)
+            train_opts = replace(train_opts, time_limit=min(train_opts.time_limit or left, left))
+        if opts.warm_start:
+            fastest = min(baselines, key=lambda k: baselines[k])
+            task.imitate = grouping.project(plans[fastest])
+            rl["warm_start"] = fastest
+        report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress \
+            else None
+        result = train([task], len(topology.devices), train_opts, progress=report)
         rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
         rl.update(mode="trained", steps=result.steps, evaluations=result.evaluations,
-                  train_seconds=round(result.seconds, 3))
+                  train_seconds=round(result.seconds, 3), imitation_steps=result.imitation_steps)
     rl["seconds"] = float(rl_seconds)
     candidates = dict(baselines)
-    candidates["rl"] = rl_seconds
-    plans["rl"] = rl_plan
-    if opts.improve_sweeps > 0 and rl_plan:
-        improved, groups = improve(task, grouping.project(rl_plan), opts.improve_sweeps, opts.improve_seconds,
-                                   seed=opts.train.seed)
-        rl["improved_seconds"] = float(improved)
-        candidates["rl+improve"] = improved
-        plans["rl+improve"] = grouping.expand(groups)
+    if rl_plan:
+        candidates["rl"] = float(rl_seconds)
+        plans["rl"] = rl_plan
+    if opts.improve_sweeps > 0:
+        starts = [Start(k, candidates[k], grouping.project(plans[k])) for k in candidates]
+        improved = improve_all(task, starts, opts.improve_sweeps, deadline, opts.train.seed, progress)
+        rl["improved_from"] = {r.start: float(r.seconds) for r in improved}
+        for r in improved:
+            candidates[f"{r.start}+improve"] = float(r.seconds)
+            plans[f"{r.start}+improve"] = grouping.expand(r.groups)
+        if "rl+improve" in candidates:
+            rl["improved_seconds"] = candidates["rl+improve"]
     chosen = min(candidates, key=lambda k: candidates[k])
     seconds = time.perf_counter() - started
     rl["planning_seconds"] = round(seconds, 3)
@@ -116,13 +123,21 @@ def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None =
                      baselines=baselines, rl=rl,
                      extra={"feasible": bool(candidates[chosen] < INFEASIBLE_SECONDS),
                             "simulator": vars(opts.sim_params) if opts.env == "sim" else None,
-                            "nodes": problem.size, "cost_model": getattr(cost_model, "name", "analytic")})
-    return PlaceOutcome(plan, policy, curve, seconds)
+                            "nodes": problem.size, "cost_model": getattr(cost_model, "name", "analytic"),
+                            "cost_seconds": round(started - cost_started, 3)})
+    return PlacementResult(plan, policy, curve, seconds, started - cost_started)
+
+
+def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None = None,
+                cost_model: CostModel | None = None, name: str = "model",
+                progress: Progress | None = None) -> PlacementResult:
+    """``place`` with the arguments in the order earlier callers pass them."""
+    return place(graph, cost_model, topology, options, name, progress)
 
 
 def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOptions | None = None,
                  cost_model: CostModel | None = None,
-                 progress: Callable[[int, float], None] | None = None) -> tuple[Policy, dict[str, float]]:
+                 progress: Progress | None = None) -> tuple[Policy, dict[str, float]]:
     """Train one policy on several graphs at once (GO-style); returns it and each graph's best seconds.
     Only the shared network is trained (no per-graph logits, no restarts), gently (``transfer_options``),
     for ``transfer_steps`` steps and no time limit: the same seed gives the same policy on any machine."""
@@ -134,7 +149,9 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
         env, _ = make_env(problem, topology, opts)
         tasks.append(TrainTask(problem, grouping, env))
     steps_only = replace(opts.train, steps=opts.transfer_steps, time_limit=0.0)
-    result = train(tasks, len(topology.devices), transfer_options(steps_only), progress=progress)
+    report = (lambda step, best: progress(f"training across {len(tasks)} graphs: step {step}/{steps_only.steps}, "
+                                          f"best on the first {best * 1e3:.3f} ms")) if progress else None
+    result = train(tasks, len(topology.devices), transfer_options(steps_only), progress=report)
     return result.policy, dict(zip(graphs, result.best_seconds, strict=True))
 
 
@@ -173,7 +190,8 @@ def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel |
                        runs: int = 10, seed: int = 0, fit_placements: int = 15) -> dict:
     """Measure random placements with the executor: fit the simulator on ``fit_placements`` of them (plus
     every single-device placement), then report Kendall's tau between simulated and measured times on
-    ``placements`` others, before and after the fit."""
+    ``placements`` others, before and after the fit, and the measurements' own split-half tau (odd against
+    even runs), the most any simulator could reach on this machine at this load."""
     from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
     from xflow.placement.executor import Executor
 
@@ -185,9 +203,14 @@ def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel |
     executor = Executor(problem, topology, runs=runs, seed=seed)
     try:
         fit_measured = [executor.runtime(p) for p in fit_plans]
-        test_measured = [executor.runtime(p) for p in test_plans]
+        test_runs = [executor.measure(p).times for p in test_plans]
     finally:
         executor.close()
+    test_measured = [float(np.median(t)) for t in test_runs]
+    # how well the measurements rank the placements against themselves (odd vs even runs): no simulator
+    # can agree with them better than they agree with each other
+    split_half = kendall_tau([float(np.median(t[::2])) for t in test_runs],
+                             [float(np.median(t[1::2])) for t in test_runs]) if runs >= 2 else float("nan")
     raw = Simulator(problem, topology)
     before = kendall_tau([raw.run(p).seconds for p in test_plans], test_measured)
     fit = calibrate(problem, topology, fit_plans, fit_measured)
@@ -197,5 +220,6 @@ def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel |
     return {"model": problem.name, "topology": topology.name, "fit_placements": len(fit_plans),
             "placements": len(test_plans), "runs": runs, "tau_uncalibrated": before,
             "tau": kendall_tau(simulated, test_measured), "tau_fit_set": fit.tau, "log_rmse": fit.log_rmse,
+            "tau_measurement_split_half": split_half,
             "log_rmse_validation": float(np.sqrt(np.mean(errors ** 2))), "params": vars(fit.params),
             "measured": test_measured, "simulated": simulated}

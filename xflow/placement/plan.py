@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,11 +39,17 @@ class Plan:
                 **self.extra, "placement": self.placement}
 
     def devices_for(self, problem: Problem, source: str = "plan") -> list[int]:
-        """Device index per node of ``problem``; XflowError when the plan does not fit the graph."""
+        """Device index per node of ``problem``; XflowError when the plan does not fit the graph: a node
+        without a device, an entry for a node the graph does not have, or a device its topology lacks."""
         missing = [k for k in problem.keys if k not in self.placement]
         if missing:
             raise XflowError(source, f"plan does not match the model: no device for {len(missing)} node(s), "
                                      f"e.g. {missing[0]!r}")
+        known = set(problem.keys)
+        extra = [k for k in self.placement if k not in known]
+        if extra:
+            raise XflowError(source, f"plan does not match the model: it places {len(extra)} node(s) the model "
+                                     f"does not have, e.g. {extra[0]!r}")
         names = self.topology.names
         try:
             return [names.index(self.placement[k]) for k in problem.keys]
@@ -59,15 +66,31 @@ def make_plan(model: str, problem: Problem, topology: Topology, env: str, device
 
 
 def read_plan(path: str) -> Plan:
-    """Read a plan JSON file; XflowError naming the file on any problem."""
+    """Read a plan JSON file; XflowError naming the file and the problem when it is not a plan, its topology
+    is malformed, a node is placed on a device the topology lacks, or a time is not a finite number >= 0."""
     data = read_json(path, "plan")
     if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT or not isinstance(data.get("placement"), dict):
         raise XflowError(path, f"malformed plan: expected format {PLAN_FORMAT!r} with a 'placement' object")
     topology = topology_from_json(data.get("topology"), path)
+    names = set(topology.names)
+    unknown = sorted({str(v) for v in data["placement"].values() if not isinstance(v, str) or v not in names})
+    if unknown:
+        raise XflowError(path, f"malformed plan: placement names device(s) {', '.join(map(repr, unknown[:3]))} "
+                               f"that its topology ({', '.join(topology.names)}) lacks")
+    baselines = data.get("baselines", {})
+    if not isinstance(baselines, dict):
+        raise XflowError(path, "malformed plan: 'baselines' must map names to seconds")
+    times = {"step_seconds": data.get("step_seconds", 0.0), **{f"baselines[{k!r}]": v for k, v in baselines.items()}}
+    for where, value in times.items():
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise XflowError(path, f"malformed plan: {where} must be a finite number of seconds >= 0 (got {value!r})")
+    rl = data.get("rl", {})
+    if not isinstance(rl, dict):
+        raise XflowError(path, "malformed plan: 'rl' must be an object")
     known = {"format", "model", "topology", "env", "step_seconds", "chosen", "baselines", "rl", "placement"}
     return Plan(str(data.get("model", "")), topology, str(data.get("env", "")),
-                {str(k): str(v) for k, v in data["placement"].items()}, float(data.get("step_seconds", 0.0)),
-                str(data.get("chosen", "")), dict(data.get("baselines", {})), dict(data.get("rl", {})),
+                {str(k): v for k, v in data["placement"].items()}, float(times["step_seconds"]),
+                str(data.get("chosen", "")), {k: float(v) for k, v in baselines.items()}, rl,
                 {k: v for k, v in data.items() if k not in known})
 
 

@@ -109,6 +109,10 @@ class Policy:
         np.savez(path, rounds=np.array(self.rounds), clip=np.array(self.clip), meta=np.array(json.dumps(meta or {})),
                  **self.params)
 
+    def copy(self) -> Policy:
+        """An independent copy (training updates parameters in place)."""
+        return Policy({k: v.copy() for k, v in self.params.items()}, self.rounds, self.clip)
+
     @classmethod
     def load(cls, path: str) -> tuple[Policy, dict]:
         """Read a policy written by ``save``; returns it with its metadata."""

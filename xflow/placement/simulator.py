@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xflow.placement.problem import Problem
+from xflow.placement.segments import segment_starts
 from xflow.placement.topology import Topology
 
 INFEASIBLE_SECONDS = 100.0  # the runtime an infeasible placement is charged (ColocRL's OOM constant)
@@ -19,12 +20,14 @@ INFEASIBLE_SECONDS = 100.0  # the runtime an infeasible placement is charged (Co
 class SimParams:
     """Calibration knobs: node costs are scaled by ``compute_scale``; every node pays ``node_overhead``
     (plus its device's own); every transfer pays ``transfer_overhead`` and moves at ``bandwidth_scale``
-    x the link bandwidth."""
+    x the link bandwidth; the first node of each segment (a run of nodes on one device, which the
+    executor runs as one ORT session call) pays ``segment_overhead``."""
 
     compute_scale: float = 1.0
     node_overhead: float = 0.0
     transfer_overhead: float = 0.0
     bandwidth_scale: float = 1.0
+    segment_overhead: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ class Simulator:
             targets.append(tuple(remote))
             refs[t * n_dev + src] += len(remote) + t_out[t]
         node_time = self._node_time
+        per_segment = self.params.segment_overhead
+        opens_segment = segment_starts(self.problem, plan) if per_segment > 0 else [False] * self.problem.size
         links = self._link
         outputs_of, inputs_of = self.problem.outputs_of, self.problem.inputs_of
         out_bytes = self._out_bytes
@@ -154,7 +159,8 @@ class Simulator:
             busy[dev] = True
             live[dev] += out_bytes[node]
             peak[dev] = max(peak[dev], live[dev])
-            push(events, (now + node_time[dev][node], next(seq), 0, dev, node))  # node done
+            took = node_time[dev][node] + (per_segment if opens_segment[node] else 0.0)
+            push(events, (now + took, next(seq), 0, dev, node))  # node done
 
         for node in range(self.problem.size):
             if pending[node] == 0:

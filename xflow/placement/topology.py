@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -100,57 +101,138 @@ class Topology:
                 "default_link": {"latency": self.default_link.latency, "bandwidth": self.default_link.bandwidth}}
 
 
-def topology_from_json(data: dict, source: str = "topology") -> Topology:
-    """Build a topology from its JSON form; raises XflowError naming ``source`` on malformed input."""
+MIN_MEMORY = 1 << 20  # bytes: a device memory below 1 MiB is a unit mistake, not a device
+MAX_THREADS = max(1024, os.cpu_count() or 1)  # a CPU device's thread pool; more is a typo, not a machine
+MAX_OVERHEAD = 1.0  # seconds per node run: a kernel launch takes microseconds
+DEVICE_FIELDS = ("name", "kind", "memory", "memory_fraction", "speed", "op_speed", "overhead", "threads",
+                 "unsupported")
+LINK_FIELDS = ("from", "to", "latency", "bandwidth", "bidirectional")
+TOPOLOGY_FIELDS = ("name", "devices", "links", "default_link")
 
-    def bad(problem: str) -> XflowError:
-        return XflowError(source, f"malformed topology: {problem}")
 
+class FieldProblems:
+    """Problems found in one JSON input file (a topology, a calibration), each a short phrase; reported
+    together on one line."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def add(self, problem: str) -> None:
+        self.found.append(problem)
+
+    def fields(self, raw: dict, known: tuple[str, ...], where: str) -> None:
+        """Report keys of ``raw`` that are not in ``known`` (a misspelt field would be silently ignored)."""
+        for key in raw:
+            if key not in known:
+                self.add(f"{where}: unknown field {key!r} (known: {', '.join(known)})")
+
+    def number(self, raw: dict, key: str, default: float, where: str, low: float = 0.0, strict: bool = False,
+               high: float = float("inf"), integer: bool = False) -> float:
+        """``raw[key]`` as a finite number within [low, high] (``strict``: above ``low``), else ``default``
+        and a problem."""
+        value = raw.get(key, default)
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        kind = "an integer" if integer else "a finite number"
+        wanted = f"{kind} {bound}" + (f" and <= {high:g}" if high < float("inf") else "")
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+            and (value > low if strict else value >= low) and value <= high \
+            and (not integer or float(value).is_integer())
+        if not ok:
+            self.add(f"{where}: {key} must be {wanted} (got {value!r})")
+            return default
+        return float(value)
+
+    def raise_if_any(self, source: str, what: str = "topology") -> None:
+        """XflowError naming ``source`` with the first three problems, when there are any."""
+        if self.found:
+            more = f" (and {len(self.found) - 3} more)" if len(self.found) > 3 else ""
+            raise XflowError(source, f"malformed {what}: {'; '.join(self.found[:3])}{more}")
+
+
+def topology_from_json(data: object, source: str = "topology") -> Topology:
+    """Build a topology from its JSON form; XflowError naming ``source`` and every problem (one line) when a
+    field is unknown, a quantity not finite, or not positive where the physics requires it."""
+    problems = FieldProblems()
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or not data["devices"]:
-        raise bad("needs a non-empty list 'devices'")
-    devices: list[Device] = []
-    for i, raw in enumerate(data["devices"]):
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise bad(f"device {i} needs a string 'name'")
-        kind = raw.get("kind", "cpu")
-        if kind not in DEVICE_KINDS:
-            raise bad(f"device {raw['name']!r} has kind {kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
-        try:
-            device = Device(name=raw["name"], kind=kind, memory=float(raw.get("memory", 0)),
-                            memory_fraction=float(raw.get("memory_fraction", 0)), speed=float(raw.get("speed", 1)),
-                            op_speed={str(k): float(v) for k, v in raw.get("op_speed", {}).items()},
-                            overhead=float(raw.get("overhead", 0)), threads=int(raw.get("threads", 1)),
-                            unsupported=frozenset(str(o) for o in raw.get("unsupported", [])))
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise bad(f"device {raw['name']!r}: {exc}") from None
-        if device.speed <= 0 or device.threads < 1 or device.memory < 0 or device.memory_fraction < 0:
-            raise bad(f"device {raw['name']!r}: speed and threads must be positive, memory not negative")
-        devices.append(device)
+        problems.add("needs a non-empty list 'devices'")
+        problems.raise_if_any(source)
+    assert isinstance(data, dict)
+    problems.fields(data, TOPOLOGY_FIELDS, "topology")
+    devices = [_read_device(raw, i, problems) for i, raw in enumerate(data["devices"])]
     names = [d.name for d in devices]
     if len(set(names)) != len(names):
-        raise bad("device names must be unique")
-    default = _link(data.get("default_link", {"latency": 1e-5, "bandwidth": 1e10}), bad, "default_link")
+        problems.add("device names must be unique")
+    default = _read_link(data.get("default_link", {"latency": 1e-5, "bandwidth": 1e10}), "default_link", problems)
     links: dict[tuple[int, int], Link] = {}
-    for raw in data.get("links", []):
+    raw_links = data.get("links", [])
+    if not isinstance(raw_links, list):
+        problems.add("'links' must be a list")
+        raw_links = []
+    for raw in raw_links:
         if not isinstance(raw, dict) or raw.get("from") not in names or raw.get("to") not in names:
-            raise bad(f"link {raw!r} must name two known devices in 'from' and 'to'")
-        link = _link(raw, bad, f"link {raw['from']}->{raw['to']}")
+            problems.add(f"link {raw!r} must name two known devices in 'from' and 'to'")
+            continue
+        where = f"link {raw['from']}->{raw['to']}"
+        if raw["from"] == raw["to"]:
+            problems.add(f"{where}: a link joins two different devices")
+        link = _read_link(raw, where, problems, LINK_FIELDS)
+        if not isinstance(raw.get("bidirectional", True), bool):
+            problems.add(f"{where}: bidirectional must be true or false")
         links[(names.index(raw["from"]), names.index(raw["to"]))] = link
         if raw.get("bidirectional", True):
             links.setdefault((names.index(raw["to"]), names.index(raw["from"])), link)
-    return Topology(str(data.get("name", source)), tuple(devices), links, default)
+    name = data.get("name", source)
+    if not isinstance(name, str) or not name:
+        problems.add("name must be a non-empty string")
+    problems.raise_if_any(source)
+    return Topology(str(name), tuple(devices), links, default)
 
 
-def _link(raw: object, bad, where: str) -> Link:  # noqa: ANN001 - error factory
+def _read_device(raw: object, i: int, problems: FieldProblems) -> Device:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
+        problems.add(f"device {i} needs a non-empty string 'name'")
+        return Device(name=f"#{i}")
+    where = f"device {raw['name']!r}"
+    problems.fields(raw, DEVICE_FIELDS, where)
+    kind = raw.get("kind", "cpu")
+    if kind not in DEVICE_KINDS:
+        problems.add(f"{where} has kind {kind!r}; choose one of {', '.join(DEVICE_KINDS)}")
+    memory = problems.number(raw, "memory", 0.0, where)
+    if 0 < memory < MIN_MEMORY:
+        problems.add(f"{where}: memory is in bytes (0 = unlimited) and at least {MIN_MEMORY} (got {memory:g})")
+    fraction = problems.number(raw, "memory_fraction", 0.0, where)
+    if 0 < fraction < 0.01:
+        problems.add(f"{where}: memory_fraction is a share of the model's peak, at least 0.01 (got {fraction:g})")
+    if memory and fraction:
+        problems.add(f"{where}: give memory or memory_fraction, not both")
+    op_speed = raw.get("op_speed", {})
+    if not isinstance(op_speed, dict):
+        problems.add(f"{where}: op_speed must map op names to speeds")
+        op_speed = {}
+    unsupported = raw.get("unsupported", [])
+    if not isinstance(unsupported, list) or not all(isinstance(o, str) for o in unsupported):
+        problems.add(f"{where}: unsupported must be a list of op names")
+        unsupported = []
+    return Device(name=raw["name"], kind=str(kind), memory=memory, memory_fraction=fraction,
+                  speed=problems.number(raw, "speed", 1.0, where, strict=True),
+                  op_speed={str(k): problems.number(op_speed, k, 1.0, f"{where} op_speed", strict=True)
+                            for k in op_speed},
+                  overhead=problems.number(raw, "overhead", 0.0, where, high=MAX_OVERHEAD),
+                  threads=int(problems.number(raw, "threads", 1, where, low=1, high=MAX_THREADS, integer=True)),
+                  unsupported=frozenset(unsupported))
+
+
+def _read_link(raw: object, where: str, problems: FieldProblems,
+               known: tuple[str, ...] = ("latency", "bandwidth")) -> Link:
     if not isinstance(raw, dict):
-        raise bad(f"{where} must be an object with latency and bandwidth")
-    try:
-        link = Link(float(raw.get("latency", 0)), float(raw["bandwidth"]))
-    except (KeyError, TypeError, ValueError):
-        raise bad(f"{where} needs numeric 'latency' (s) and 'bandwidth' (bytes/s)") from None
-    if link.latency < 0 or link.bandwidth <= 0:
-        raise bad(f"{where}: latency must be >= 0 and bandwidth > 0")
-    return link
+        problems.add(f"{where} must be an object with latency (s) and bandwidth (bytes/s)")
+        return Link(0.0, 1.0)
+    problems.fields(raw, known, where)
+    if "bandwidth" not in raw:
+        problems.add(f"{where} needs 'bandwidth' (bytes/s)")
+        return Link(0.0, 1.0)
+    return Link(problems.number(raw, "latency", 0.0, where, high=MAX_OVERHEAD),
+                problems.number(raw, "bandwidth", 1.0, where, strict=True))
 
 
 def _gpus(count: int, name: str, bandwidth: float, latency: float, **device: object) -> dict:

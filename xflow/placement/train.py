@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,7 +34,9 @@ class TrainOptions:
     ``patience`` (steps without a new best) end training early;
     ``restart_patience`` steps without a new best restart from a fresh policy (REINFORCE settles in a
     local optimum within tens of steps; restarts spend the rest of the budget elsewhere). With
-    ``group_logits`` each graph also gets free per-group logits (``group_learning_rate``)."""
+    ``group_logits`` each graph also gets free per-group logits (``group_learning_rate``). A task with an
+    ``imitate`` placement is first learnt by imitation (cross-entropy steps, at most ``imitation_steps``,
+    until the policy gives its devices ``imitation_confidence`` mean probability), then by REINFORCE."""
 
     steps: int = 100_000
     samples: int = 16
@@ -53,6 +55,8 @@ class TrainOptions:
     time_limit: float = 60.0
     patience: int = 0
     restart_patience: int = 40
+    imitation_steps: int = 200
+    imitation_confidence: float = 0.8
 
 
 @dataclass
@@ -69,6 +73,7 @@ class TrainTask:
     best: float = float("inf")
     best_groups: np.ndarray | None = None
     cache: dict[bytes, float] = field(default_factory=dict)
+    imitate: np.ndarray | None = None  # a placement (device per group) to learn before REINFORCE
 
 
 @dataclass
@@ -83,6 +88,7 @@ class TrainResult:
     evaluations: int
     seconds: float
     restarts: int = 0
+    imitation_steps: int = 0
 
 
 class Adam:
@@ -139,6 +145,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
                          {k: opt.group_learning_rate for k in trained if k.startswith("bias")})
 
     policy, adam = fresh(policy)
+    imitation_steps = _imitate(policy, adam, tasks, opt)
     best_params = {k: v.copy() for k, v in policy.params.items()}
     started = time.perf_counter()
     curve: list[tuple[int, float, float]] = []
@@ -168,12 +175,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
                 advantages = advantages / (rewards.std() + 1e-3)
             task.baseline = opt.baseline_decay * task.baseline + (1 - opt.baseline_decay) * float(rewards.mean())
             _, dlogits, _ = policy_gradient(logp, actions, advantages, task.inp.allowed, opt.entropy_weight)
-            for k, g in policy.backward(task.inp, cache, dlogits).items():
-                if k == "bias":
-                    if task.bias is not None:
-                        grads[f"bias{t_index}"] = g
-                else:
-                    grads[k] = grads.get(k, 0) + g / len(tasks)
+            _accumulate(grads, policy.backward(task.inp, cache, dlogits), task, t_index, len(tasks))
             if t_index == 0:
                 feasible = runtimes[runtimes < INFEASIBLE_SECONDS]
                 curve.append((step, float(np.median(feasible)) if feasible.size else INFEASIBLE_SECONDS, task.best))
@@ -193,7 +195,37 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
     plans = [t.grouping.expand(t.best_groups) if t.best_groups is not None else [] for t in tasks]
     best_policy = Policy(best_params, policy.rounds, policy.clip)
     return TrainResult(best_policy, [t.best for t in tasks], plans, curve, step, evaluations,
-                       time.perf_counter() - started, restarts)
+                       time.perf_counter() - started, restarts, imitation_steps)
+
+
+def _imitate(policy: Policy, adam: Adam, tasks: Sequence[TrainTask], opt: TrainOptions) -> int:
+    """Cross-entropy steps towards each task's ``imitate`` placement (a warm start from a heuristic);
+    returns how many were taken."""
+    targets = [(i, t) for i, t in enumerate(tasks) if t.imitate is not None]
+    for step in range(opt.imitation_steps if targets else 0):
+        grads: dict[str, np.ndarray] = {}
+        confidence = []
+        for t_index, task in targets:
+            logp, cache = policy.forward(task.inp, task.bias)
+            target = np.asarray(task.imitate)[None]
+            confidence.append(float(np.exp(logp[np.arange(target.shape[1]), target[0]]).mean()))
+            _, dlogits, _ = policy_gradient(logp, target, np.ones(1), task.inp.allowed, 0.0)
+            _accumulate(grads, policy.backward(task.inp, cache, dlogits), task, t_index, len(targets))
+        if min(confidence) >= opt.imitation_confidence:
+            return step
+        adam.step(grads)
+    return opt.imitation_steps if targets else 0
+
+
+def _accumulate(grads: dict[str, np.ndarray], task_grads: dict[str, np.ndarray], task: TrainTask, t_index: int,
+                tasks: int) -> None:
+    """Add one task's gradients: the shared network's averaged over ``tasks``, its own group logits apart."""
+    for k, g in task_grads.items():
+        if k == "bias":
+            if task.bias is not None:
+                grads[f"bias{t_index}"] = g
+        else:
+            grads[k] = grads.get(k, 0) + g / tasks
 
 
 def _sample(probs: np.ndarray, samples: int, rng: np.random.Generator) -> np.ndarray:
@@ -228,67 +260,3 @@ def place_with(policy: Policy, task: TrainTask, samples: int = 0, seed: int = 0,
         candidates.extend(_sample(probs / probs.sum(axis=1, keepdims=True), samples, np.random.default_rng(seed)))
     best = min(((task.env.runtime(task.grouping.expand(c)), i) for i, c in enumerate(candidates)))
     return best[0], task.grouping.expand(candidates[best[1]])
-
-
-def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 16, time_limit: float = 30.0,
-            kicks: int = 64, seed: int = 0) -> tuple[float, np.ndarray]:
-    """Iterative improvement (Placeto order): visit groups in topological order and move each to the device
-    that makes the step fastest given all other groups' devices. When a whole pass moves nothing, try pair
-    moves over neighbouring groups (joined by an edge or adjacent in topological order): both to one
-    device, or swapped; then back to single moves. One group at a time cannot cross a memory limit that
-    needs another group to leave the device first, nor move a branch together with its join; a pair
-    can. Each descent makes at most ``sweeps`` passes. Then iterated local search: ``kicks`` times, move
-    a few random groups (seeded) of the best placement to random devices and descend again, keeping the
-    result when it is faster. Stops after ``time_limit`` seconds."""
-    grouping = task.grouping
-    allowed = grouping.allowed
-    deadline = time.perf_counter() + time_limit
-    pairs = sorted({(a, b) for a, b, _ in grouping.edges} | {(g, g + 1) for g in range(grouping.count - 1)})
-
-    def moves_of(kind: str, current: np.ndarray) -> Iterator[tuple[list[int], list[int]]]:
-        """(groups, devices) to try; pairs read ``current`` as it is when they are reached."""
-        if kind == "single":
-            for g in range(grouping.count):
-                for d in np.flatnonzero(allowed[g]):
-                    yield [g], [d]
-            return
-        for a, b in pairs:
-            for d in np.flatnonzero(allowed[a] & allowed[b]):
-                yield [a, b], [d, d]
-            if allowed[a, current[b]] and allowed[b, current[a]]:
-                yield [a, b], [current[b], current[a]]
-
-    def descend(current: np.ndarray, best: float) -> tuple[float, np.ndarray]:
-        for _ in range(sweeps):
-            changed = False
-            for kind in ("single", "pair"):
-                for groups, devs in moves_of(kind, current):
-                    if np.array_equal(current[groups], devs):
-                        continue
-                    trial = current.copy()
-                    trial[groups] = devs
-                    seconds = task.env.runtime(grouping.expand(trial))
-                    if seconds < best:
-                        best, current, changed = seconds, trial, True
-                    if time.perf_counter() > deadline:
-                        return best, current
-                if changed:
-                    break  # back to single moves
-            if not changed:
-                break
-        return best, current
-
-    start = np.array(plan_groups)
-    best, current = descend(start, task.env.runtime(grouping.expand(start)))
-    rng = np.random.default_rng(seed)
-    size = max(2, grouping.count // 16)
-    for _ in range(kicks):
-        if time.perf_counter() > deadline:
-            break
-        kicked = current.copy()
-        for g in rng.choice(grouping.count, size=min(size, grouping.count), replace=False):
-            kicked[g] = rng.choice(np.flatnonzero(allowed[g]))
-        seconds, found = descend(kicked, task.env.runtime(grouping.expand(kicked)))
-        if seconds < best:
-            best, current = seconds, found
-    return best, current

@@ -22,6 +22,19 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
     return show
 
 
+def proof_budget_options(func: Any) -> Any:
+    """``--rlimit`` and ``--guard``: the z3 budget of a rule, shared by ``generate-rules`` and ``verify-rules``."""
+    from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT
+
+    func = click.option("--guard", "guard_s", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_GUARD_S,
+                        show_default=True,
+                        help="Last-resort wall-clock limit of one proof in seconds; a proof it stops is reported "
+                             "as 'timeout' (a load-dependent answer), never as proved.")(func)
+    return click.option("--rlimit", type=click.IntRange(min=1), default=DEFAULT_RLIMIT, show_default=True,
+                        help="z3 resource units per rule (z3's own step count, so the answer is the same on any "
+                             "machine at any load); a spent budget = unknown = not proved.")(func)
+
+
 @click.command("generate-rules")
 @click.option("--max-ops", type=click.IntRange(1, 4), default=3, show_default=True,
               help="Largest number of operators in an enumerated graph.")
@@ -30,8 +43,7 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same rule file.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="rules/default.json", show_default=True,
               help="Rule file to write.")
-@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
-              help="z3 time limit per rule variant in seconds; unknown or timeout = not proved, not shipped.")
+@proof_budget_options
 @click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
 @click.option("--limit", type=int, default=None,
               help="Verify only the first N candidates in priority order (those matching a zoo model first, then "
@@ -47,7 +59,7 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
               help="Verify the candidates of this file (written by --save-candidates) instead of generating.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @user_errors
-def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s: float, trials: int,
+def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: int, guard_s: float, trials: int,
                    limit: int | None, keep_independent_batching: bool, save_path: str | None,
                    candidates_path: str | None, quiet: bool) -> None:
     """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
@@ -97,14 +109,14 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
             counts[outcome.status] += 1
             show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
 
-        outcomes = verify_candidates(batch, jobs=jobs, timeout_ms=int(timeout_s * 1000), trials=trials, seed=seed,
-                                     progress=on_outcome)
+        outcomes = verify_candidates(batch, jobs=jobs, rlimit=rlimit, trials=trials, seed=seed,
+                                     progress=on_outcome, guard_s=guard_s)
         seconds = round(time.perf_counter() - t, 3)
         died = [o.name for o in outcomes if o.reason == WORKER_DIED]
         if died and not quiet:
             click.echo(f"\n{len(died)} candidate(s) killed their worker (memory limit or crash; not proved): "
                        + ", ".join(died[:20]), err=True)
-        for status in ("proved", "refuted", "unknown", "unsupported", "unchecked"):
+        for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):
             table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
         return outcomes
 
@@ -121,10 +133,11 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s:
     shipped = [{**r, "name": final_name(r, max_ops)} for r in proved]
     table.append(("rules shipped", len(shipped), 0.0))
     z3_total = sum(o.z3_seconds for o in outcomes)
-    meta = {"generated_by": f"xflow generate-rules --max-ops {max_ops} --seed {seed} --timeout {timeout_s:g} "
+    meta = {"generated_by": f"xflow generate-rules --max-ops {max_ops} --seed {seed} --rlimit {rlimit} "
                             f"--trials {trials}" + (f" --limit {limit}" if limit is not None else ""),
             "generator": {"max_ops": max_ops, "seed": seed},
-            "verifier": {"timeout_s": timeout_s, "trials": trials, "z3_seconds": round(z3_total, 2)},
+            "verifier": {"rlimit": rlimit, "trials": trials,
+                         "rlimit_used": sum(o.rlimit_used for o in outcomes)},
             "table": [list(row) for row in table]}
     if left_out:
         meta["left_out_independent_batching"] = [{"name": final_name(r, max_ops), "doc": r["doc"]} for r in left_out]

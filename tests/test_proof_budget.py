@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.rulebook import MATMUL_MERGE
-from verifier import prove_rule
+from verifier import numeric_check, prove_rule
 from verifier.batch import verify_candidate
 from xflow.rules import parse_rule
 
@@ -62,3 +62,25 @@ def test_a_proved_candidate_records_its_budget_in_resource_units():
 @pytest.mark.parametrize("budget", [1, 1000])
 def test_a_tiny_budget_is_unknown_never_proved(budget):
     assert prove_rule(parse_rule(MATMUL_MERGE), rlimit=budget).status == "unknown"
+
+
+PINNED_SPLIT = {
+    "name": "split_concat_pinned", "doc": "split[(4, 4)](concat(x1, x2)) -> x1, x2 on 4-wide inputs",
+    "inputs": {"x1": "any", "x2": "any"},
+    "src": [{"op": "concat", "in": ["x1", "x2"], "out": ["c"], "attrs": {"axis": 1}},
+            {"op": "split", "in": ["c"], "out": ["s1", "s2"], "attrs": {"axis": 1, "split": [4, 4]}}],
+    "dst": [],
+    "outputs": {"s1": "x1", "s2": "x2"},
+    "where": ["rank(x1) == 2", "rank(x2) == 2"],
+    "provenance": {"found_on": {"x1": [4, 4], "x2": [4, 4]}},
+}
+
+
+def test_a_variant_pinned_to_its_found_shapes_is_checked_near_them():
+    """Shapes drawn by role alone never make both inputs 4 wide; the shapes the generator found the pair on,
+    and shapes near them, do."""
+    rule = parse_rule(PINNED_SPLIT)
+    assert numeric_check(rule, trials=3, attempts=500).trials_run == 0
+    near = numeric_check(rule, trials=3, attempts=500, found_on={"x1": (4, 4), "x2": (4, 4)})
+    assert near.ok and near.trials_run == 3, near
+    assert verify_candidate({**PINNED_SPLIT, "variants": [PINNED_SPLIT]}).status == "proved"

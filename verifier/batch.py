@@ -15,6 +15,7 @@ from typing import Any
 
 from verifier.numeric import XP, numeric_check
 from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, prove_rule
+from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
 ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid ones
@@ -56,7 +57,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
             continue
         outcome.variants_tried += 1
         try:
-            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS)
+            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS,
+                                    found_on=raw.get("provenance", {}).get("found_on"))
         except MemoryError:
             outcome.statuses.append("unknown: out of memory in the numeric check")
             continue
@@ -158,15 +160,19 @@ def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int
             run_guarded(fn, work, [i], 1, True, on_result)
 
 
+def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None]]) -> tuple[int, Outcome]:
+    return args[0], _work(args[1])
+
+
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimit: int = DEFAULT_RLIMIT,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None,
-                      guard_s: float | None = DEFAULT_GUARD_S) -> list[Outcome]:
-    """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in worker processes, each limited to
-    ``WORKER_MEMORY_BYTES``; a candidate whose worker dies is "unknown" (reason ``WORKER_DIED``)."""
+                      guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None) -> list[Outcome]:
+    """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in local worker processes, each
+    limited to ``WORKER_MEMORY_BYTES``; on a cluster ``executor`` each proof is a task declaring that much
+    memory, rerun by the cluster when its worker is lost. A candidate whose worker dies (for good) is "unknown"
+    (reason ``WORKER_DIED``)."""
     work = [(c, rlimit, trials, seed, guard_s) for c in candidates]
-    if jobs <= 1:
-        return _collect((_work(w) for w in work), progress)
     outcomes: dict[int, Outcome] = {}
 
     def record(i: int, outcome: Outcome | None) -> None:
@@ -174,6 +180,14 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimi
         if progress is not None:
             progress(len(outcomes), outcomes[i])
 
+    if executor is not None and not isinstance(executor, LocalExecutor):
+        for i, outcome in executor.imap_unordered(_work_at, list(enumerate(work)), memory_bytes=WORKER_MEMORY_BYTES,
+                                                  failed=lambda item: (item[0], None)):
+            record(i, outcome)
+        return [outcomes[i] for i in range(len(work))]
+    jobs = executor.jobs if executor is not None else jobs
+    if jobs <= 1:
+        return _collect((_work(w) for w in work), progress)
     run_guarded(_work, work, list(range(len(work))), jobs, False, record)
     return [outcomes[i] for i in range(len(work))]
 

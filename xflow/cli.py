@@ -14,7 +14,7 @@ import click
 
 from xflow.cli_common import check_writable, save_model, user_errors, write_json
 from xflow.cli_place import place_option
-from xflow.cli_rules import proof_budget_options
+from xflow.cli_rules import executor_options, proof_budget_options
 from xflow.errors import XflowError
 
 
@@ -179,9 +179,10 @@ def _print_summary(report: Any) -> None:
               help="Worker processes.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Also write each rule's answer and z3 resource count here (JSON): the same on every run.")
+@executor_options
 @user_errors
 def verify_rules(rules_path: str, rlimit: int, guard_s: float, trials: int, seed: int, jobs: int,
-                 report_path: str | None) -> None:
+                 report_path: str | None, executor: str, address: str | None) -> None:
     """Re-prove (z3, from the operator axioms) and re-check numerically every rule of RULES.json.
 
     Prints one line per rule that fails, with its reason, and a summary; exits 1 if any rule fails.
@@ -189,14 +190,20 @@ def verify_rules(rules_path: str, rlimit: int, guard_s: float, trials: int, seed
     import time
 
     from verifier.batch import verify_candidates
+    from xflow.executor import make_executor
     from xflow.rules import load_rules
 
     rules = load_rules(rules_path)
     if report_path is not None:
         check_writable(report_path)
     started = time.perf_counter()
-    outcomes = verify_candidates([r.to_json() for r in rules], jobs=jobs, rlimit=rlimit, trials=trials, seed=seed,
-                                 guard_s=guard_s)
+    engine = make_executor(executor, jobs, address)
+    try:
+        outcomes = verify_candidates([r.to_json() for r in rules], rlimit=rlimit, trials=trials, seed=seed,
+                                     guard_s=guard_s, executor=engine)
+    finally:
+        engine.close()
+    jobs = engine.jobs
     failures = [o for o in outcomes if o.status != "proved"]
     for outcome in failures:
         click.echo(f"FAIL {outcome.name}: {outcome.status}: {outcome.reason}")

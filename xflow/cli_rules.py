@@ -35,6 +35,18 @@ def proof_budget_options(func: Any) -> Any:
                              "machine at any load); a spent budget = unknown = not proved.")(func)
 
 
+def executor_options(func: Any) -> Any:
+    """``--executor`` and ``--address``: where generation and proof tasks run."""
+    from xflow.executor import EXECUTORS
+
+    func = click.option("--address", default=None,
+                        help="Ray cluster to join (e.g. auto, or ray://HOST:10001); default: start a local "
+                             "Ray instance of --jobs CPUs.")(func)
+    return click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+                        help="local: --jobs processes on this machine; ray: Ray tasks (pip install "
+                             "'xflow[ray]'), the same rule file for the same seed.")(func)
+
+
 @click.command("generate-rules")
 @click.option("--max-ops", type=click.IntRange(1, 4), default=3, show_default=True,
               help="Largest number of operators in an enumerated graph.")
@@ -58,14 +70,29 @@ def proof_budget_options(func: Any) -> Any:
 @click.option("--candidates", "candidates_path", type=click.Path(dir_okay=False), default=None,
               help="Verify the candidates of this file (written by --save-candidates) instead of generating.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+@executor_options
 @user_errors
 def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: int, guard_s: float, trials: int,
                    limit: int | None, keep_independent_batching: bool, save_path: str | None,
-                   candidates_path: str | None, quiet: bool) -> None:
+                   candidates_path: str | None, quiet: bool, executor: str, address: str | None) -> None:
     """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
 
     Only proved rules are written. Prints the pruning and proof table at the end.
     """
+    from xflow.executor import make_executor
+
+    check_writable(out_path)
+    engine = make_executor(executor, jobs, address)
+    try:
+        _generate_rules(max_ops, seed, out_path, rlimit, guard_s, trials, limit, keep_independent_batching,
+                        save_path, candidates_path, quiet, engine)
+    finally:
+        engine.close()
+
+
+def _generate_rules(max_ops: int, seed: int, out_path: str, rlimit: int, guard_s: float, trials: int,
+                    limit: int | None, keep_independent_batching: bool, save_path: str | None,
+                    candidates_path: str | None, quiet: bool, engine: Any) -> None:
     from generator.generalize import dedupe, final_name, priority
     from generator.lift import lift_candidates
     from generator.run import format_table, generate
@@ -83,8 +110,8 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
         candidates = _load_candidates(candidates_path, max_ops)
         table = [(f"candidates read from {os.path.basename(candidates_path)}", len(candidates), 0.0)]
     else:
-        result = generate(max_ops, seed, jobs,
-                          progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"))
+        result = generate(max_ops, seed, engine.jobs,
+                          progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"), executor=engine)
         table = list(result.table)
         candidates = result.rules  # one per shape-generic key (``generate`` dedupes while it emits)
     if save_path is not None:
@@ -109,8 +136,8 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
             counts[outcome.status] += 1
             show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
 
-        outcomes = verify_candidates(batch, jobs=jobs, rlimit=rlimit, trials=trials, seed=seed,
-                                     progress=on_outcome, guard_s=guard_s)
+        outcomes = verify_candidates(batch, rlimit=rlimit, trials=trials, seed=seed, progress=on_outcome,
+                                     guard_s=guard_s, executor=engine)
         seconds = round(time.perf_counter() - t, 3)
         died = [o.name for o in outcomes if o.reason == WORKER_DIED]
         if died and not quiet:
@@ -138,7 +165,8 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
             "generator": {"max_ops": max_ops, "seed": seed},
             "verifier": {"rlimit": rlimit, "trials": trials,
                          "rlimit_used": sum(o.rlimit_used for o in outcomes)},
-            "table": [list(row) for row in table]}
+            # counts only: the times (printed below) would make two runs of the same seed differ
+            "table": [[name, count] for name, count, _ in table]}
     if left_out:
         meta["left_out_independent_batching"] = [{"name": final_name(r, max_ops), "doc": r["doc"]} for r in left_out]
     dump_rules(rules_from_json(shipped), out_path, meta=meta)

@@ -59,7 +59,7 @@ def test_sub_axioms_hold_on_the_kernels(axiom):
 
 def test_axioms_with_sub_stay_consistent():
     assert len(SUB_AXIOMS) >= 8
-    assert check_consistency(rlimit=4_000_000).consistent
+    assert check_consistency(rlimit=300_000).consistent
 
 
 def _rule(src, dst, name):

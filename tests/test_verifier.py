@@ -118,7 +118,7 @@ def test_axiom_holds_numerically(axiom: Axiom):
 
 
 def test_axioms_consistent():
-    result = check_consistency(rlimit=4_000_000)
+    result = check_consistency(rlimit=300_000)
     assert result.consistent, result.answers
 
 
@@ -126,7 +126,7 @@ def test_consistency_catches_a_bad_axiom():
     # "x + y = x" collapses every pair of tensors together with ewadd_comm; its numeric check fails too
     bogus = Axiom("ewadd_absorbs", ("add", {}, "x", "y"), "x", ("x", "y"), (), _same("x y"))
     assert bogus.check(np.random.default_rng(0)) > 1e-3
-    result = check_consistency(AXIOMS + (bogus,), rlimit=6_000_000)
+    result = check_consistency(AXIOMS + (bogus,), rlimit=300_000)
     assert not result.consistent, result.answers
 
 

@@ -38,7 +38,7 @@ def probe_terms(axioms: tuple[Axiom, ...], tensors: tuple[z3.ExprRef, ...]) -> l
     return out
 
 
-def check_consistency(axioms: tuple[Axiom, ...] = AXIOMS, rlimit: int = 10_000_000) -> ConsistencyResult:
+def check_consistency(axioms: tuple[Axiom, ...] = AXIOMS, rlimit: int = 1_000_000) -> ConsistencyResult:
     """Ask z3 (1) whether the axioms alone are unsat and (2) whether they force two free tensors equal."""
     start = time.monotonic()
     formulas = axiom_formulas(axioms)

@@ -26,7 +26,8 @@ class RuleFileOptions:
     max_ops: int = 3
     jobs: int = 1
     seed: int = 0
-    timeout_s: float = 10.0  # z3 limit per rule variant
+    rlimit: int = 10_000_000  # z3 resource units per rule (verifier.prove.DEFAULT_RLIMIT)
+    guard_s: float = 1200.0  # last-resort wall-clock limit of one proof (reported as "timeout")
     trials: int = 3  # random shape instantiations per rule
     limit: int | None = None  # verify only the first N candidates in priority order
     keep_independent_batching: bool = False
@@ -46,8 +47,18 @@ class RuleFileResult:
     worker_deaths: list[str] = field(default_factory=list)
 
 
-def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lambda _t: None) -> RuleFileResult:
-    """Generate, prove, check and write the rule file ``options`` describe; ``show`` gets progress lines."""
+def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lambda _t: None,
+                    executor: Any | None = None) -> RuleFileResult:
+    """Generate, prove, check and write the rule file ``options`` describe; ``show`` gets progress lines.
+    Generation and proofs run on ``executor`` (``xflow.executor``; default: the local pool of ``jobs``)."""
+    from xflow.executor import make_executor
+
+    if executor is None:
+        engine = make_executor("local", options.jobs, None)
+        try:
+            return write_rule_file(options, show, engine)
+        finally:
+            engine.close()
     from generator.generalize import dedupe, final_name, priority
     from generator.lift import lift_candidates
     from generator.run import generate
@@ -61,8 +72,9 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
         candidates = load_candidates(options.candidates_path, options.max_ops)
         table = [(f"candidates read from {os.path.basename(options.candidates_path)}", len(candidates), 0.0)]
     else:
-        generated = generate(options.max_ops, options.seed, options.jobs,
-                             progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"))
+        generated = generate(options.max_ops, options.seed, executor.jobs,
+                             progress=lambda name, count, secs: show(f"{name}: {count} ({secs:.1f} s)"),
+                             executor=executor)
         table = list(generated.table)
         candidates = generated.rules  # one per shape-generic key (``generate`` dedupes while it emits)
     if options.save_path is not None:
@@ -88,11 +100,11 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
             counts[outcome.status] += 1
             show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
 
-        outcomes = verify_candidates(batch, jobs=options.jobs, timeout_ms=int(options.timeout_s * 1000),
-                                     trials=options.trials, seed=options.seed, progress=on_outcome)
+        outcomes = verify_candidates(batch, rlimit=options.rlimit, trials=options.trials, seed=options.seed,
+                                     progress=on_outcome, guard_s=options.guard_s, executor=executor)
         seconds = round(time.perf_counter() - t, 3)
         result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
-        for status in ("proved", "refuted", "unknown", "unsupported", "unchecked"):
+        for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):
             table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
         return outcomes
 
@@ -110,12 +122,13 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     table.append(("rules shipped", len(shipped), 0.0))
     result.z3_seconds = sum(o.z3_seconds for o in outcomes)
     meta = {"generated_by": f"xflow generate-rules --max-ops {options.max_ops} --seed {options.seed} "
-                            f"--timeout {options.timeout_s:g} --trials {options.trials}"
+                            f"--rlimit {options.rlimit} --trials {options.trials}"
                             + (f" --limit {options.limit}" if options.limit is not None else ""),
             "generator": {"max_ops": options.max_ops, "seed": options.seed},
-            "verifier": {"timeout_s": options.timeout_s, "trials": options.trials,
-                         "z3_seconds": round(result.z3_seconds, 2)},
-            "table": [list(row) for row in table]}
+            "verifier": {"rlimit": options.rlimit, "trials": options.trials,
+                         "rlimit_used": sum(o.rlimit_used for o in outcomes)},
+            # counts only: the times (printed by the CLI) would make two runs of the same seed differ
+            "table": [[name, count] for name, count, _ in table]}
     if left_out:
         meta["left_out_independent_batching"] = [{"name": final_name(r, options.max_ops), "doc": r["doc"]}
                                                  for r in left_out]

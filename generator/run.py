@@ -20,6 +20,7 @@ from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, buc
 from generator.generalize import canonical_key, dedupe
 from generator.prune import CommonSubgraph, renaming_key
 from generator.to_rules import pair_to_rule, rule_variables
+from xflow.executor import Executor, LocalExecutor
 
 Progress = Callable[[str, int, float], None]
 
@@ -28,6 +29,9 @@ Progress = Callable[[str, int, float], None]
 STAR_FROM = 3
 #: From this many ops on, the run pairs the widest graphs with smaller ones only (``_generate_wide``).
 WIDE_FROM = 4
+#: Memory a task of enumeration, pairing or emission declares to a cluster scheduler (its parts are sized,
+#: 8 per worker, so that one stays well under this at 4 ops).
+PART_MEMORY_BYTES = 2**30
 
 
 @dataclass
@@ -64,14 +68,15 @@ def _walk_kept(args: tuple[int, int, int, int, np.ndarray]) -> tuple[int, tuple[
     return stats.get("graphs", 0) + stats.get("not_kept", 0), pack(rows)
 
 
-def _collect(max_ops: int, seed: int, jobs: int, pool: Any) -> Buckets:
+def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:
     buckets = Buckets(seed)
-    if pool is None:
+    if jobs <= 1:
         buckets.extend(enumerate_graphs(max_ops, seed))
     else:
-        # Many more parts than workers: the parts differ a lot in size (conv-first walks are slow).
+        # Many more parts than workers: the parts differ a lot in size (conv-first walks are slow). The
+        # buckets sort their rows, so the order parts finish in does not matter.
         parts = [(max_ops, seed, jobs * 8, i) for i in range(jobs * 8)]
-        for count, arrays in pool.imap_unordered(_walk, parts):
+        for count, arrays in executor.imap_unordered(_walk, parts, memory_bytes=PART_MEMORY_BYTES):
             buckets.add_arrays(arrays, count)
     return buckets
 
@@ -108,14 +113,11 @@ def _emit(args: tuple[int, int, list[Pair]]) -> tuple[int, list[dict[str, Any]]]
     return len(kept), rules
 
 
-def _map(pool: Any, fn: Callable[[Any], Any], work: list[Any]) -> list[Any]:
-    """``fn`` over ``work`` in order, in the pool when there is one."""
-    return list(pool.imap(fn, work)) if pool is not None else [fn(w) for w in work]
-
-
-def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None) -> GenerationResult:
-    """Run the whole generator; the same ``seed`` and ``max_ops`` give the same rule list. From
-    ``WIDE_FROM`` ops on, only the pairs with a side of ``max_ops`` ops are made (see ``_generate_wide``)."""
+def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None,
+             executor: Executor | None = None) -> GenerationResult:
+    """Run the whole generator; the same ``seed`` and ``max_ops`` give the same rule list, on any executor
+    (default: ``jobs`` local processes). From ``WIDE_FROM`` ops on, only the pairs with a side of ``max_ops``
+    ops are made (see ``_generate_wide``)."""
     table: list[tuple[str, int, float]] = []
 
     def step(name: str, count: int, start: float) -> float:
@@ -125,19 +127,19 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
             progress(name, count, now - start)
         return now
 
-    import multiprocessing
-
-    pool = multiprocessing.get_context("spawn").Pool(jobs) if jobs > 1 else None
+    own = executor is None
+    pool = LocalExecutor(jobs) if executor is None else executor
+    jobs = pool.jobs
     try:
         if max_ops >= WIDE_FROM:
             return _generate_wide(max_ops, seed, jobs, pool, step, table, progress)
         return _generate(max_ops, seed, jobs, pool, step, table)
     finally:
-        if pool is not None:
-            pool.terminate()
+        if own:
+            pool.close()
 
 
-def _generate(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str, int, float], float],
+def _generate(max_ops: int, seed: int, jobs: int, pool: Executor, step: Callable[[str, int, float], float],
               table: list[tuple[str, int, float]]) -> GenerationResult:
     t = time.perf_counter()
     buckets = _collect(max_ops, seed, jobs, pool)
@@ -147,7 +149,7 @@ def _generate(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str
     return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=0)
 
 
-def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable[[str, int, float], float],
+def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Callable[[str, int, float], float],
                    table: list[tuple[str, int, float]], progress: Progress | None) -> GenerationResult:
     """The run of ``max_ops`` >= 4 ops, with memory bounded by pruning while enumerating.
 
@@ -165,7 +167,7 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable
     kept = np.unique(small_fps)
     parts = [(max_ops, seed, jobs * 8, i, kept) for i in range(jobs * 8)]
     walked, rows, wide_fps = 0, Buckets(seed), []
-    work = pool.imap_unordered(_walk_kept, parts) if pool is not None else map(_walk_kept, parts)
+    work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (count, arrays) in enumerate(work, 1):
         walked += count
         rows.add_arrays(arrays, 0)
@@ -180,7 +182,7 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Any, step: Callable
     return _rules_of_buckets(rows.colliding_arrays(), max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
 
 
-def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: int, pool: Any,
+def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: int, pool: Executor,
                       step: Callable[[str, int, float], float], table: list[tuple[str, int, float]],
                       min_ops: int) -> GenerationResult:
     """Pair, re-check, prune and emit the rules of the colliding rows (see ``_pair_and_check``)."""
@@ -190,8 +192,9 @@ def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: in
     # pairing and the float re-check run together in the workers, part by part (a part never cuts a bucket)
     raw = distinct = checked = 0
     by_key: dict[tuple[str, str], Pair] = {}
-    for part_raw, part_pairs, part_checked in _map(pool, _pair_and_check,
-                                                   [(seed, star, a, min_ops) for a in colliding.parts(parts)]):
+    for part_raw, part_pairs, part_checked in pool.imap(_pair_and_check,
+                                                        [(seed, star, a, min_ops) for a in colliding.parts(parts)],
+                                                        memory_bytes=PART_MEMORY_BYTES):
         raw, distinct, checked = raw + part_raw, distinct + part_pairs, checked + len(part_checked)
         for k, p in part_checked:
             by_key.setdefault(k, p)
@@ -211,7 +214,7 @@ def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: in
 
     def fresh_rules() -> Iterator[dict[str, Any]]:
         names: set[str] = set()
-        for kept, rules in (pool.imap(_emit, work) if pool is not None else map(_emit, work)):
+        for kept, rules in pool.imap(_emit, work, memory_bytes=PART_MEMORY_BYTES):
             counts["kept"] += kept
             for r in rules:
                 if r["name"] not in names:

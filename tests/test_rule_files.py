@@ -34,7 +34,7 @@ def _rules_in(path: Path) -> list[dict]:
 @pytest.mark.parametrize("source", ["engine", "bench"])
 def test_every_rule_the_tests_optimize_with_is_proved_or_known_unproved(source):
     rules = ENGINE_RULES if source == "engine" else _rules_in(BENCH_RULES)
-    outcomes = {rule["name"]: verify_candidate(rule, timeout_ms=10000, trials=3, seed=0) for rule in rules}
+    outcomes = {rule["name"]: verify_candidate(rule, trials=3, seed=0) for rule in rules}
     for name, outcome in outcomes.items():
         if name in KNOWN_UNPROVED:
             assert outcome.status == "unknown" and not any(s.startswith("refuted") for s in outcome.statuses), \
@@ -47,9 +47,8 @@ def test_every_rule_the_tests_optimize_with_is_proved_or_known_unproved(source):
 def test_verify_rules_proves_every_shipped_rule(tmp_path):
     """`xflow verify-rules` over rules/default.json: every one of its rules is proved again and checked."""
     rules = load_rules(str(default_rules_path()))
-    # 60 s per rule, not the default 10: z3's limit is wall-clock, and on a loaded machine four shipped rules
-    # (proved in 0.1-1.4 s alone) ran out of 10 s.
-    result = CliRunner().invoke(main, ["verify-rules", str(default_rules_path()), "--timeout", "60"])
+    # The budget is z3 resource units (the default), so the answer does not depend on the machine's load.
+    result = CliRunner().invoke(main, ["verify-rules", str(default_rules_path())])
     assert result.exit_code == 0, result.output[-2000:]
     assert f"{len(rules)} of {len(rules)} rules proved and checked" in result.output
 

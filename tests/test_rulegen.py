@@ -216,7 +216,7 @@ def test_matmul_merge_of_a_shared_input_is_proved_for_activations_of_any_rank():
     assert sorted(a.output_fps) == sorted(b.output_fps)
     candidate = pair_to_rule(Pair(a, b, 0), seed=0, max_ops=3)
     assert "rank(w1) == rank(w2)" in candidate["variants"][0]["where"]
-    outcome = verify_candidate(candidate, timeout_ms=2000)
+    outcome = verify_candidate(candidate, rlimit=4_000_000)
     assert outcome.status == "proved", outcome.statuses
     rule = outcome.rule
     assert not any(w.startswith("rank(x1) ==") for w in rule["where"]), rule["where"]

@@ -2,20 +2,20 @@
 
 A candidate is a JSON rule with a ``"variants"`` list (most general first, from ``generator.generalize``).
 Each variant is parsed (a malformed one is skipped), checked numerically on random shapes (at least
-``trials`` valid instances) and then proved with z3 within the timeout; the first variant passing both is
+``trials`` valid instances) and then proved with z3 within a resource budget; the first variant passing both is
 the candidate's rule, with its provenance filled in. A candidate no variant of which passes is not shipped.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.numeric import XP, numeric_check
-from verifier.prove import prove_rule
+from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, prove_rule
+from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
 ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid ones
@@ -23,7 +23,8 @@ ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid on
 
 @dataclass
 class Outcome:
-    """What became of one candidate: ``status`` proved / refuted / unknown / unsupported / unchecked."""
+    """What became of one candidate: ``status`` proved / refuted / unknown / timeout / unsupported / unchecked.
+    ``rlimit_used`` is the z3 resource count spent on it (machine-independent), ``z3_seconds`` the time."""
 
     name: str
     status: str
@@ -31,6 +32,7 @@ class Outcome:
     variant: int = -1
     variants_tried: int = 0
     z3_seconds: float = 0.0
+    rlimit_used: int = 0
     reason: str = ""
     statuses: list[str] = field(default_factory=list)
 
@@ -39,14 +41,13 @@ def _backend_name() -> str:
     return "cupy" if XP.__name__ == "cupy" else "numpy"
 
 
-def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials: int = 3,
-                     seed: int = 0) -> Outcome:
+def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, trials: int = 3,
+                     seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
-    ``timeout_ms`` is the z3 budget of the whole candidate, shared by its variants: each but the last gets
-    half of what is left."""
+    ``rlimit`` is the z3 resource budget of the whole candidate, shared by its variants: each but the last
+    gets half of what is left. ``guard_s`` is the last-resort wall-clock guard of each proof."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
-    deadline = time.monotonic() + timeout_ms / 1000
     for index, raw in enumerate(variants):
         raw = {k: v for k, v in raw.items() if k != "variants"}
         try:
@@ -56,7 +57,8 @@ def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials:
             continue
         outcome.variants_tried += 1
         try:
-            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS)
+            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS,
+                                    found_on=raw.get("provenance", {}).get("found_on"))
         except MemoryError:
             outcome.statuses.append("unknown: out of memory in the numeric check")
             continue
@@ -64,18 +66,20 @@ def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials:
             status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
             outcome.statuses.append(f"{status}: {numeric.reason}")
             continue
-        left_ms = int(1000 * (deadline - time.monotonic()))
-        if left_ms <= 0:
+        left = rlimit - outcome.rlimit_used
+        if left <= 0:
             outcome.statuses.append("unknown: z3 budget spent on earlier variants")
             break
         # half of what is left while more specific variants remain: a general variant that z3 cannot settle
         # must not starve the pinned one that it can
-        proof = prove_rule(rule, left_ms if index == len(variants) - 1 else max(1, left_ms // 2))
+        proof = prove_rule(rule, left if index == len(variants) - 1 else max(1, left // 2), guard_s=guard_s)
         outcome.z3_seconds += proof.seconds
+        outcome.rlimit_used += proof.rlimit_used
         outcome.statuses.append(f"{proof.status}: {proof.reason}")
         if proof.proved:
             provenance = dict(raw.get("provenance", {}))
-            provenance["z3"] = {"status": "proved", "seconds": round(proof.seconds, 4), "timeout_ms": timeout_ms,
+            # resource units, not seconds: the provenance must not depend on the machine that proved it
+            provenance["z3"] = {"status": "proved", "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
                                 "variant": index}
             provenance["numeric"] = {"max_abs_err": numeric.max_abs_err, "trials": numeric.trials_run,
                                      "backend": _backend_name(), "dtype": "float64",
@@ -90,13 +94,13 @@ def verify_candidate(candidate: dict[str, Any], timeout_ms: int = 10000, trials:
 
 def _worst(statuses: list[str]) -> str:
     kinds = [s.split(":", 1)[0] for s in statuses]
-    for kind in ("unknown", "refuted", "unsupported", "unchecked", "malformed"):
+    for kind in ("timeout", "unknown", "refuted", "unsupported", "unchecked", "malformed"):
         if kind in kinds:
             return kind
     return "unchecked"
 
 
-def _work(args: tuple[dict[str, Any], int, int, int]) -> Outcome:
+def _work(args: tuple[dict[str, Any], int, int, int, float | None]) -> Outcome:
     return verify_candidate(*args)
 
 
@@ -156,14 +160,19 @@ def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int
             run_guarded(fn, work, [i], 1, True, on_result)
 
 
-def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, timeout_ms: int = 10000,
+def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None]]) -> tuple[int, Outcome]:
+    return args[0], _work(args[1])
+
+
+def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimit: int = DEFAULT_RLIMIT,
                       trials: int = 3, seed: int = 0,
-                      progress: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
-    """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in worker processes, each limited to
-    ``WORKER_MEMORY_BYTES``; a candidate whose worker dies is "unknown" (reason ``WORKER_DIED``)."""
-    work = [(c, timeout_ms, trials, seed) for c in candidates]
-    if jobs <= 1:
-        return _collect((_work(w) for w in work), progress)
+                      progress: Callable[[int, Outcome], None] | None = None,
+                      guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None) -> list[Outcome]:
+    """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in local worker processes, each
+    limited to ``WORKER_MEMORY_BYTES``; on a cluster ``executor`` each proof is a task declaring that much
+    memory, rerun by the cluster when its worker is lost. A candidate whose worker dies (for good) is "unknown"
+    (reason ``WORKER_DIED``)."""
+    work = [(c, rlimit, trials, seed, guard_s) for c in candidates]
     outcomes: dict[int, Outcome] = {}
 
     def record(i: int, outcome: Outcome | None) -> None:
@@ -171,6 +180,14 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, timeo
         if progress is not None:
             progress(len(outcomes), outcomes[i])
 
+    if executor is not None and not isinstance(executor, LocalExecutor):
+        for i, outcome in executor.imap_unordered(_work_at, list(enumerate(work)), memory_bytes=WORKER_MEMORY_BYTES,
+                                                  failed=lambda item: (item[0], None)):
+            record(i, outcome)
+        return [outcomes[i] for i in range(len(work))]
+    jobs = executor.jobs if executor is not None else jobs
+    if jobs <= 1:
+        return _collect((_work(w) for w in work), progress)
     run_guarded(_work, work, list(range(len(work))), jobs, False, record)
     return [outcomes[i] for i in range(len(work))]
 

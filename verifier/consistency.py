@@ -15,7 +15,7 @@ from verifier.prove import make_solver
 
 @dataclass(frozen=True)
 class ConsistencyResult:
-    """``consistent`` is True when z3 could prove neither False nor ``x == y`` within the timeout."""
+    """``consistent`` is True when z3 could prove neither False nor ``x == y`` within the resource budget."""
 
     consistent: bool
     answers: dict[str, str]
@@ -38,7 +38,7 @@ def probe_terms(axioms: tuple[Axiom, ...], tensors: tuple[z3.ExprRef, ...]) -> l
     return out
 
 
-def check_consistency(axioms: tuple[Axiom, ...] = AXIOMS, timeout_ms: int = 5000) -> ConsistencyResult:
+def check_consistency(axioms: tuple[Axiom, ...] = AXIOMS, rlimit: int = 1_000_000) -> ConsistencyResult:
     """Ask z3 (1) whether the axioms alone are unsat and (2) whether they force two free tensors equal."""
     start = time.monotonic()
     formulas = axiom_formulas(axioms)
@@ -49,7 +49,7 @@ def check_consistency(axioms: tuple[Axiom, ...] = AXIOMS, timeout_ms: int = 5000
     seeded = [seen(t) for t in probes]
     for label, extra in (("false", []), ("x==y", [x != y])):
         for mbqi in (False, True):
-            solver = make_solver(formulas, mbqi, timeout_ms)
+            solver = make_solver(formulas, mbqi, rlimit)
             solver.add(*seeded)
             solver.add(*extra)
             answer = str(solver.check())

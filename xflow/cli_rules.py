@@ -21,6 +21,31 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
     return show
 
 
+def proof_budget_options(func: Any) -> Any:
+    """``--rlimit`` and ``--guard``: the z3 budget of a rule, shared by ``generate-rules`` and ``verify-rules``."""
+    from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT
+
+    func = click.option("--guard", "guard_s", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_GUARD_S,
+                        show_default=True,
+                        help="Last-resort wall-clock limit of one proof in seconds; a proof it stops is reported "
+                             "as 'timeout' (a load-dependent answer), never as proved.")(func)
+    return click.option("--rlimit", type=click.IntRange(min=1), default=DEFAULT_RLIMIT, show_default=True,
+                        help="z3 resource units per rule (z3's own step count, so the answer is the same on any "
+                             "machine at any load); a spent budget = unknown = not proved.")(func)
+
+
+def executor_options(func: Any) -> Any:
+    """``--executor`` and ``--address``: where generation and proof tasks run."""
+    from xflow.executor import EXECUTORS
+
+    func = click.option("--address", default=None,
+                        help="Ray cluster to join (e.g. auto, or ray://HOST:10001); default: start a local "
+                             "Ray instance of --jobs CPUs.")(func)
+    return click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+                        help="local: --jobs processes on this machine; ray: Ray tasks (pip install "
+                             "'xflow[ray]'), the same rule file for the same seed.")(func)
+
+
 @click.command("generate-rules")
 @click.option("--max-ops", type=click.IntRange(1, 4), default=3, show_default=True,
               help="Largest number of operators in an enumerated graph.")
@@ -29,8 +54,7 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same rule file.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="rules/default.json", show_default=True,
               help="Rule file to write.")
-@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
-              help="z3 time limit per rule variant in seconds; unknown or timeout = not proved, not shipped.")
+@proof_budget_options
 @click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
 @click.option("--limit", type=int, default=None,
               help="Verify only the first N candidates in priority order (those matching a zoo model first, then "
@@ -45,23 +69,29 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
 @click.option("--candidates", "candidates_path", type=click.Path(dir_okay=False), default=None,
               help="Verify the candidates of this file (written by --save-candidates) instead of generating.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+@executor_options
 @user_errors
-def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, timeout_s: float, trials: int,
+def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: int, guard_s: float, trials: int,
                    limit: int | None, keep_independent_batching: bool, save_path: str | None,
-                   candidates_path: str | None, quiet: bool) -> None:
+                   candidates_path: str | None, quiet: bool, executor: str, address: str | None) -> None:
     """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
 
     Only proved rules are written. Prints the pruning and proof table at the end.
     """
     from generator.rule_file import RuleFileOptions, write_rule_file
     from generator.run import format_table
+    from xflow.executor import make_executor
 
     check_writable(out_path)
     if save_path is not None:
         check_writable(save_path)
-    options = RuleFileOptions(out_path, max_ops, jobs, seed, timeout_s, trials, limit, keep_independent_batching,
-                              save_path, candidates_path)
-    result = write_rule_file(options, _progress_line(not quiet and sys.stderr.isatty()))
+    options = RuleFileOptions(out_path, max_ops, jobs, seed, rlimit, guard_s, trials, limit,
+                              keep_independent_batching, save_path, candidates_path)
+    engine = make_executor(executor, jobs, address)
+    try:
+        result = write_rule_file(options, _progress_line(not quiet and sys.stderr.isatty()), engine)
+    finally:
+        engine.close()
     if quiet:
         return
     if sys.stderr.isatty():

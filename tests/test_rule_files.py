@@ -45,13 +45,20 @@ def test_every_rule_the_tests_optimize_with_is_proved_or_known_unproved(source):
 
 @pytest.mark.slow
 def test_verify_rules_proves_every_shipped_rule(tmp_path):
-    """`xflow verify-rules` over rules/default.json: every one of its rules is proved again and checked."""
-    rules = load_rules(str(default_rules_path()))
-    # 60 s per rule, not the default 10: z3's limit is wall-clock, and on a loaded machine four shipped rules
-    # (proved in 0.1-1.4 s alone) ran out of 10 s.
+    """`xflow verify-rules` over rules/default.json: no rule is refuted, and every rule it could not settle is
+    proved when verified again on its own. (Over the whole file, z3 in a worker that has run hundreds of
+    proofs answers "timeout" for two or three rules it proves alone in under 2 s, even at 60 s a rule; they
+    differ between runs. The verifier's issue, not the rules'; see the suite-soundness lab note.)"""
+    rules = {rule.name: rule for rule in load_rules(str(default_rules_path()))}
     result = CliRunner().invoke(main, ["verify-rules", str(default_rules_path()), "--timeout", "60"])
-    assert result.exit_code == 0, result.output[-2000:]
-    assert f"{len(rules)} of {len(rules)} rules proved and checked" in result.output
+    failures = dict(line.removeprefix("FAIL ").split(": ", 1) for line in result.output.splitlines()
+                    if line.startswith("FAIL "))
+    assert result.exit_code == (1 if failures else 0), result.output[-2000:]
+    assert f"{len(rules) - len(failures)} of {len(rules)} rules proved and checked" in result.output
+    assert all(reason.startswith("unknown") for reason in failures.values()), failures
+    for name in failures:
+        again = verify_candidate(rules[name].to_json(), timeout_ms=60000, trials=3, seed=0)
+        assert again.status == "proved", (name, again.statuses)
 
 
 def test_rules_merge_keeps_each_rule_once_most_general_with_provenance(tmp_path):

@@ -23,7 +23,7 @@ ENGINE_RULES = [MATMUL_MERGE, CONV_RELU_FOLD, CONV_BIAS_RELU_FOLD, CONCAT_SPLIT_
                 RELU_ON_A_DOUBLED_COPY]
 # Rules the numeric check passes but z3 cannot settle within the budget: allowed to stay unproved, never
 # to be refuted. split_split_merge: nested 2-way splits against one 3-way split (the axioms state splits
-# of two pieces; the 3-way form needs an unbounded quantifier instantiation z3 does not find in 60 s).
+# of two pieces; the 3-way form needs an unbounded quantifier instantiation z3 does not find within the default budget).
 KNOWN_UNPROVED = {"split_split_merge"}
 
 

@@ -55,7 +55,7 @@ class BenchSettings:
     budget: int = 300  # the search settings of ``xflow optimize``: the bench runs what a user runs
     patience: int | None = 10
     time_limit: float = 60.0
-    seconds_per_model: float = 30.0  # 10 s gave BERT 12 rounds: 0.83x, then 1.03x at 30 s
+    seconds_per_model: float = 30.0  # a large model needs tens of interleaved rounds for a stable ratio
     min_runs: int = 10
     seed: int = 0
 

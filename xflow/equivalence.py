@@ -184,7 +184,7 @@ def check_equivalence(session_a: Any, session_b: Any, feeds: Feeds, inputs_label
 
 
 #: Float64 copies above this many bytes of weights are not made (the check falls back to the original):
-#: widening and loading one costs about 25 s for BERT-base's 870 MB on a loaded 2-core machine.
+#: widening and loading one takes tens of seconds for a model of a few hundred MB of weights.
 MAX_REFERENCE_BYTES = 512 << 20
 
 

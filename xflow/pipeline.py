@@ -407,8 +407,8 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
         figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
         figures.speedup, figures.timed_runs = ab.speedup, ab.runs
         figures.faster_rounds, figures.sign_test_p = ab.b_wins, ab.p_value
-        # "Faster" must be more than one lucky median: BERT's merges measured 1.05x in optimize's
-        # A/B and 0.96x in the bench's longer run. The sign test asks it of most rounds.
+        # "Faster" must be more than one lucky median, which a longer run does not reproduce: the sign
+        # test asks it of most rounds, and decide_ab of a fresh pair of sessions too.
         if not (ab.b_is_faster() or options.keep_if_slower):
             verdict.graph, verdict.reason = None, "optimized model was not faster"
             say(f"the optimized model was not measurably faster ({figures.latency_after_ms:.3f} ms vs "

@@ -138,7 +138,7 @@ def _hoist_elementwise(result: Simplified) -> bool:
                 gone_too.update((id(s), id(matmul)))
                 continue
             # the pieces line up in another order: put them in this one (two merge trees that paired
-            # NasRNN's gates differently concatenated their weights in different orders)
+            # the same pieces differently concatenate their weights in different orders)
             parts = tuple(s.outputs[k] for k in order)
             wholes.append(_add_node(graph, CONCAT.name, parts, {"axis": first.attrs["axis"]}, added, types)[0])
         whole = content_name(node.op, node.attrs, tuple(wholes), 0)

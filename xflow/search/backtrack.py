@@ -435,7 +435,7 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, limits: Se
             result.stop_reason = StopReason.BUDGET
             break
         # Before the first cheaper graph, crossing a plateau of costlier rewrites is the only way to one
-        # (NasRNN's merges measured not cheaper one at a time in some runs): patience starts after it.
+        # (a chain of merges can cost more one at a time than all together): patience starts after it.
         if patience is not None and improved_at is not None and result.explored - improved_at >= patience:
             result.stop_reason = StopReason.PATIENCE
             break
@@ -491,9 +491,9 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, limits: Se
             if child_cost < alpha * result.best_cost:
                 heapq.heappush(queue, (child_cost, next(counter), _Entry(kept, steps, entry, match)))
         # The rules of the few cheapest single children are swept, each into a child of its own. Sweeping
-        # only the cheapest one's rule committed NasRNN to batching across time (7.68 ms by its measured
-        # costs), after which merging each gate's two matmuls (on the way to 4.85 ms) fell outside alpha;
-        # sweeping every rule made the search greedy for the rule with the most copies.
+        # only the cheapest one's rule commits the search to one structure, after which a better rewrite of
+        # the other kind can fall outside alpha; sweeping every rule makes the search greedy for the rule
+        # with the most copies.
         ranked = sorted(improving, key=lambda r: min(c for _, c in improving[r]))[
             :limits.sweep_rules if limits.sweep else 0]
         sweeps = [(matches, limit) for rule_name in ranked

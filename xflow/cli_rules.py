@@ -21,15 +21,26 @@ def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
     return show
 
 
-def proof_budget_options(func: Any) -> Any:
-    """``--rlimit`` and ``--guard``: the z3 budget of a rule, shared by ``generate-rules`` and ``verify-rules``."""
-    from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT
+def _default_rlimit() -> int:
+    from verifier.prove import DEFAULT_RLIMIT
 
-    func = click.option("--guard", "guard_s", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_GUARD_S,
-                        show_default=True,
+    return DEFAULT_RLIMIT
+
+
+def _default_guard() -> float:
+    from verifier.prove import DEFAULT_GUARD_S
+
+    return DEFAULT_GUARD_S
+
+
+def proof_budget_options(func: Any) -> Any:
+    """``--rlimit`` and ``--guard``: the z3 budget of a rule, shared by ``generate-rules`` and ``verify-rules``.
+    The defaults are the verifier's, read when a command runs (importing z3 is not ``xflow``'s to pay)."""
+    func = click.option("--guard", "guard_s", type=click.FloatRange(min=0, min_open=True), default=_default_guard,
+                        show_default="1200",
                         help="Last-resort wall-clock limit of one proof in seconds; a proof it stops is reported "
                              "as 'timeout' (a load-dependent answer), never as proved.")(func)
-    return click.option("--rlimit", type=click.IntRange(min=1), default=DEFAULT_RLIMIT, show_default=True,
+    return click.option("--rlimit", type=click.IntRange(min=1), default=_default_rlimit, show_default="10000000",
                         help="z3 resource units per rule (z3's own step count, so the answer is the same on any "
                              "machine at any load); a spent budget = unknown = not proved.")(func)
 

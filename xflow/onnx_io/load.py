@@ -18,6 +18,7 @@ from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_
 from xflow.ops import DECODERS, OPS, ShapeError
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+ALGEBRA_DTYPES = FLOAT_DTYPES | {onnx.TensorProto.BOOL}
 
 
 def read_model(path: str) -> onnx.ModelProto:
@@ -166,7 +167,9 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
         t = ctx.types.get(name)
         if t is None or not t.is_static:
             return None
-    if ctx.types[proto.input[0]].dtype not in FLOAT_DTYPES:
+    # the algebra computes on float tensors (and the bool masks comparisons make for Where); integer
+    # computations (shapes, indices) stay opaque unless they fold to constants first
+    if any(ctx.types[name].dtype not in ALGEBRA_DTYPES for name in proto.output if name):
         return None
     mark = len(ctx.added)
     try:
@@ -178,7 +181,8 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
             entry = OPS[n.op]
             shapes = [(produced.get(i) or ctx.types[i]).static_shape for i in n.inputs if i]
             out_shapes = entry.infer(shapes, n.attrs)
-            dtype = (produced.get(n.inputs[0]) or ctx.types[n.inputs[0]]).dtype if n.inputs else proto_dtype(proto, ctx)
+            in_dtypes = [(produced.get(i) or ctx.types[i]).dtype for i in n.inputs if i]
+            dtype = entry.output_dtype(in_dtypes, n.attrs) if in_dtypes else proto_dtype(proto, ctx)
             for name, shape in zip(n.outputs, out_shapes, strict=True):
                 produced[name] = TensorType(dtype, shape)
         for name in proto.output:

@@ -13,6 +13,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
+from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
 from xflow.ops import DECODERS, OPS, ShapeError
@@ -208,7 +209,8 @@ def proto_dtype(proto: onnx.NodeProto, ctx: _Decoder) -> int:
 
 def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
                      input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
-    """Build the IR from a parsed model (shapes inferred; op-table ops decoded, others opaque).
+    """Build the IR from a parsed model (shapes inferred; constant nodes and shape computations on the
+    model's fixed dims folded into constants; op-table ops decoded, others opaque).
 
     ``model`` is not modified (``input_shapes`` are applied to the graph's copy of the inputs); the
     graph's constants refer to its initializers, so it must not be modified while the graph is used.
@@ -219,14 +221,14 @@ def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
             copy.CopyFrom(vi)
         try:
             _fix_input_shapes(model, input_shapes, path)
-            return _build_graph(model, base_dir, path)
+            return _build_graph(model, base_dir, path, fold_shapes=False)  # measuring dims never fold
         finally:
             for copy, vi in zip(saved, model.graph.input, strict=True):
                 vi.CopyFrom(copy)
     return _build_graph(model, base_dir, path)
 
 
-def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
+def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: bool = True) -> Graph:
     try:
         inferred = onnx.shape_inference.infer_shapes(_inference_model(model), strict_mode=False,
                                                      data_prop=True)
@@ -246,12 +248,20 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
                if name and not (name in types and types[name].is_static)}
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
         types.update((name, t) for name, t in observed_types(model, types).items() if name in unknown)
+    known = {name: c.value() for name, c in constants.items()
+             if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
+    folded = fold_constants(model, types, known, fold_shapes)
+    for name, value in folded.items():
+        constants[name] = Constant.from_array(value)
+        types[name] = constants[name].type
     const_nodes = {n.output[0]: n.attribute[0].t for n in model.graph.node
                    if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and len(n.attribute) == 1
                    and n.attribute[0].name == "value" and len(n.output) == 1}
     ctx = _Decoder(model, types, constants, const_nodes, _default_opset(model), base_dir)
     nodes: list[Node] = []
     for proto in model.graph.node:
+        if proto.output and all(name in folded or not name for name in proto.output):
+            continue  # its outputs are constants now
         decoded = _decode_node(proto, ctx)
         if decoded is None:
             decoded = [Node(OPAQUE, tuple(proto.input), tuple(proto.output), Attrs(), proto.name,

@@ -129,6 +129,8 @@ def _search_progress() -> Callable[[Any], None]:
 def _print_summary(report: Any) -> None:
     click.echo(f"{report.input}: {report.nodes_before} nodes -> {report.nodes_after} nodes "
                f"({report.rules_loaded} rules, search {report.search_seconds:.2f} s, stop: {report.search_stop})")
+    click.echo(f"  {report.nodes_before - report.nodes_opaque} of {report.nodes_before} nodes in the algebra "
+               f"({report.nodes_opaque} opaque: carried through, never rewritten)")
     if report.rules_applied:
         from xflow.rules.naming import by_readable_name
 

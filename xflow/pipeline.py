@@ -114,6 +114,7 @@ class OptimizeReport:
     channelwise_hoisted: int = 0
     splits_regridded: int = 0
     weights_permuted: int = 0
+    nodes_opaque: int = 0  # nodes of the loaded model outside the algebra (opaque: carried, never rewritten)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -349,7 +350,8 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     steps = chosen.steps if chosen is not None else ()
     report = OptimizeReport(
         input=in_path, output=out_path, rules_file=rules_file, rules_loaded=len(rules),
-        nodes_before=len(graph.nodes), nodes_after=len(optimized.nodes), ops_before=graph.op_counts(),
+        nodes_before=len(graph.nodes), nodes_after=len(optimized.nodes), nodes_opaque=graph.opaque_count(),
+        ops_before=graph.op_counts(),
         ops_after=optimized.op_counts(), cost_model=coster.model.name, cost_before=result.initial_cost,
         cost_after=chosen.cost if chosen is not None else result.best_cost, search_seconds=result.seconds,
         search_stop=result.stop_reason, graphs_explored=result.explored, graphs_generated=result.generated,

@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx
 
-from xflow.ir.node import Node
+from xflow.ir.node import OPAQUE, Node
 from xflow.ir.tensor import Constant
 from xflow.ir.types import TensorType
 
@@ -310,6 +310,10 @@ class Graph:
         """``derive(removed, added, types)`` without building it yet (see ``PendingGraph``);
         ``hash_sum`` is ``derived_hash(removed, added)`` where the caller has it already."""
         return PendingGraph(self, tuple(removed), tuple(added), types, hash_sum)
+
+    def opaque_count(self) -> int:
+        """How many nodes are outside the algebra (opaque)."""
+        return sum(1 for n in self.nodes if n.op == OPAQUE)
 
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op (opaque ones by ONNX type)."""

@@ -49,9 +49,10 @@ def encode_pad(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
     if ctx.opset < 11:
         return [onnx.helper.make_node("Pad", list(node.inputs), list(node.outputs), name=name, pads=pads,
                                       value=value)]
-    pads_name = ctx.add_constant(np.array(pads, dtype=np.int64), f"{name}_pads")
-    value_name = typed_constant(ctx, value, node.inputs[0], f"{name}_value")
-    return [onnx.helper.make_node("Pad", [node.inputs[0], pads_name, value_name], list(node.outputs), name=name)]
+    inputs = [node.inputs[0], ctx.add_constant(np.array(pads, dtype=np.int64), f"{name}_pads")]
+    if value != 0.0:  # zero is the default, of whatever type the input has
+        inputs.append(typed_constant(ctx, value, node.inputs[0], f"{name}_value"))
+    return [onnx.helper.make_node("Pad", inputs, list(node.outputs), name=name)]
 
 
 PAD = OpDef(

@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx
 
-from xflow.ir.node import OPAQUE, Node
+from xflow.ir.node import Node
 from xflow.ir.tensor import Constant
 from xflow.ir.types import TensorType
 
@@ -313,7 +313,7 @@ class Graph:
 
     def opaque_count(self) -> int:
         """How many nodes are outside the algebra (opaque)."""
-        return sum(1 for n in self.nodes if n.op == OPAQUE)
+        return sum(1 for n in self.nodes if n.is_opaque)
 
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op (opaque ones by ONNX type)."""

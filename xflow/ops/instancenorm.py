@@ -10,8 +10,8 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import decoded
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, one_of, onnx_attrs
-from xflow.ops.norm import canonical_float
+from xflow.ops.base import AttrSpec, DecodeContext, OpDef, ShapeError, one_of, onnx_attrs
+from xflow.ops.norm import canonical_float, epsilon_encoder
 
 
 def instancenorm_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -53,17 +53,11 @@ def decode_instancenorm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node]
                    {"epsilon": canonical_float(onnx_attrs(proto).get("epsilon", 1e-5))})
 
 
-def encode_instancenorm(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
-    """ONNX InstanceNormalization."""
-    return [onnx.helper.make_node("InstanceNormalization", list(node.inputs), list(node.outputs),
-                                  name=node.name or ctx.fresh_name("InstanceNormalization"),
-                                  epsilon=float(node.attrs["epsilon"]))]
-
-
 INSTANCENORM = OpDef(
     name="instancenorm", onnx_types=("InstanceNormalization",), min_inputs=3, max_inputs=3,
     attrs=(AttrSpec("epsilon", 1e-5, z3="float", sample=one_of(1e-5, 1e-3)),), shape=instancenorm_shape,
-    kernel=_instancenorm, int_kernel=_instancenorm_int, decode=decode_instancenorm, encode=encode_instancenorm,
+    kernel=_instancenorm, int_kernel=_instancenorm_int, decode=decode_instancenorm,
+    encode=epsilon_encoder("InstanceNormalization"),
     doc="instance normalization over the spatial axes, then per-channel scale and bias", z3_symbol="instancenorm",
     roles=("image", "channel", "channel"), family="norm")
 

@@ -8,7 +8,7 @@ The values are computed by ONNX's reference evaluator, node by node."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import numpy as np
 import onnx
@@ -39,22 +39,52 @@ def _fixed_dims(model: onnx.ModelProto) -> bool:
 
 
 def fold_constants(model: onnx.ModelProto, types: Mapping[str, TensorType], known: Mapping[str, np.ndarray],
-                   fold_shapes: bool) -> dict[str, np.ndarray]:
+                   fold_shapes: bool, readers: Collection[str], captured: Collection[str] = ()
+                   ) -> dict[str, np.ndarray]:
     """The values of the node outputs that are constant at load, by name (the model is not modified).
 
     ``known``: small initializer values; ``types``: inferred types; ``fold_shapes``: whether ``Shape`` and
-    ``Size`` of statically typed values may fold (False when dims were set for measuring only)."""
-    fold_shapes = fold_shapes and _fixed_dims(model)
+    ``Size`` of statically typed values may fold (False when dims were set for measuring only);
+    ``readers``: the ONNX types that may read a folded value as an initializer (the op table's, and the
+    shape arithmetic folded here): a value that another op or a subgraph (``captured``) reads keeps its node,
+    since ONNX Runtime checks some inputs (Range's, a Loop's condition) more strictly as initializers."""
+    # with control flow, values that fold let ONNX Runtime pick If branches at load and then check the branch
+    # not taken against them (the expanded AffineGrid fails so): only constant nodes fold there
+    control_flow = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                       for n in model.graph.node for a in n.attribute)
+    fold_shapes = fold_shapes and _fixed_dims(model) and not control_flow
     opsets = list(model.opset_import)
     graph_outputs = {vi.name for vi in model.graph.output}
+    readers = set(readers) | SHAPE_ARITHMETIC | {"Shape", "Size"}
+    consumers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, set()).add(node.op_type if node.domain in DEFAULT_DOMAINS else "")
     values: dict[str, np.ndarray] = {}
     for node in model.graph.node:
         if node.domain not in DEFAULT_DOMAINS or any(o in graph_outputs for o in node.output):
             continue
+        if any(o in captured or not consumers.get(o, set()) <= readers for o in node.output):
+            continue
+        if control_flow and node.op_type not in ("Constant", "ConstantOfShape"):
+            continue
         folded = _fold_node(node, types, known, values, fold_shapes, opsets)
-        if folded is not None:
+        if folded is not None and all(_agrees(value, types.get(name)) for name, value in folded.items()):
             values.update(folded)
     return values
+
+
+def _agrees(value: np.ndarray, declared: TensorType | None) -> bool:
+    """True when a folded value has the element type and dims shape inference gave its name (where it gave
+    them): the evaluator may return a (1,) for a scalar, which a Range or a Loop condition refuses."""
+    if declared is None:
+        return True
+    if onnx.helper.np_dtype_to_tensor_dtype(value.dtype) != declared.dtype:
+        return False
+    if declared.shape is None:
+        return True
+    return len(declared.shape) == value.ndim and all(d is None or d == v for d, v in zip(declared.shape, value.shape,
+                                                                                        strict=True))
 
 
 def _fold_node(node: onnx.NodeProto, types: Mapping[str, TensorType], known: Mapping[str, np.ndarray],

@@ -250,7 +250,8 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
         types.update((name, t) for name, t in observed_types(model, types).items() if name in unknown)
     known = {name: c.value() for name, c in constants.items()
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
-    folded = fold_constants(model, types, known, fold_shapes)
+    captured = {name for n in model.graph.node for name in _subgraph_captures(n)}
+    folded = fold_constants(model, types, known, fold_shapes, DECODERS.keys(), captured)
     for name, value in folded.items():
         constants[name] = Constant.from_array(value)
         types[name] = constants[name].type

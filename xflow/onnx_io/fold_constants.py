@@ -1,5 +1,7 @@
-"""Constants known at load: ``Constant`` and ``ConstantOfShape`` nodes, and the shape computations that only
-read known dims (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``), become constants of the graph.
+"""Values known at load: those of ``Constant`` and ``ConstantOfShape`` nodes, and of the shape computations
+that only read known dims (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``). The decoders read them (a
+Reshape's target, a Pad's pads, a Slice's starts), so the ops they parameterize enter the algebra; the nodes
+themselves stay in the graph, so loading and saving a model stays lossless.
 
 Only exact values fold: constant nodes, integer and bool computations, and shapes of values whose dims
 the original model fixes (never dims chosen for measuring, so the written model keeps its interface).

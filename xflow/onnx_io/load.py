@@ -121,8 +121,10 @@ class _Decoder:
     """The DecodeContext the op table's decoders see while a graph is loaded."""
 
     def __init__(self, model: onnx.ModelProto, types: dict[str, TensorType], constants: dict[str, Constant],
-                 const_nodes: dict[str, onnx.TensorProto], opset: int, base_dir: str) -> None:
+                 const_nodes: dict[str, onnx.TensorProto], opset: int, base_dir: str,
+                 folded: Mapping[str, np.ndarray] | None = None) -> None:
         self.opset = opset
+        self.folded = folded or {}
         self.types = types
         self.constants = constants
         self.const_nodes = const_nodes
@@ -142,7 +144,7 @@ class _Decoder:
             return c.value() if c.nbytes <= 1 << 20 else None
         if name in self.const_nodes:
             return numpy_helper.to_array(self.const_nodes[name])
-        return None
+        return self.folded.get(name)
 
     def fresh_name(self, hint: str) -> str:
         while True:
@@ -209,8 +211,8 @@ def proto_dtype(proto: onnx.NodeProto, ctx: _Decoder) -> int:
 
 def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
                      input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
-    """Build the IR from a parsed model (shapes inferred; constant nodes and shape computations on the
-    model's fixed dims folded into constants; op-table ops decoded, others opaque).
+    """Build the IR from a parsed model (shapes inferred; op-table ops decoded, with the values of constant
+    nodes and of shape computations on the model's fixed dims known to the decoders; others opaque).
 
     ``model`` is not modified (``input_shapes`` are applied to the graph's copy of the inputs); the
     graph's constants refer to its initializers, so it must not be modified while the graph is used.
@@ -252,17 +254,15 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
     captured = {name for n in model.graph.node for name in _subgraph_captures(n)}
     folded = fold_constants(model, types, known, fold_shapes, DECODERS.keys(), captured)
-    for name, value in folded.items():
-        constants[name] = Constant.from_array(value)
-        types[name] = constants[name].type
+    for name, value in folded.items():  # the nodes stay (load/save is lossless); decoders read their values
+        if name not in types or not types[name].is_static:
+            types[name] = Constant.from_array(value).type
     const_nodes = {n.output[0]: n.attribute[0].t for n in model.graph.node
                    if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and len(n.attribute) == 1
                    and n.attribute[0].name == "value" and len(n.output) == 1}
-    ctx = _Decoder(model, types, constants, const_nodes, _default_opset(model), base_dir)
+    ctx = _Decoder(model, types, constants, const_nodes, _default_opset(model), base_dir, folded)
     nodes: list[Node] = []
     for proto in model.graph.node:
-        if proto.output and all(name in folded or not name for name in proto.output):
-            continue  # its outputs are constants now
         decoded = _decode_node(proto, ctx)
         if decoded is None:
             decoded = [Node(OPAQUE, tuple(proto.input), tuple(proto.output), Attrs(), proto.name,

@@ -41,8 +41,9 @@ _KERNEL_AT, _BIAS_AT = _KERNEL_OP.roles.index("kernel"), _KERNEL_OP.roles.index(
 _ACT = next(a for a in _KERNEL_OP.attrs if a.z3 == "choice")
 #: the op with a parameter vector per channel of its input (batchnorm)
 _NORM = _only([e for e in OPS.values() if e.channel_params], "ops with per-channel parameters")
-#: the op that joins kernels (concat): an axis attribute and several inputs
-_JOIN = _only([e for e in OPS.values() if e.max_inputs > 1 and "axis" in e.attr_names], "joining ops")
+#: the op that joins kernels (concat): an axis attribute and any number of inputs (layernorm and gather also
+#: have an axis and a second input, but a fixed few)
+_JOIN = _only([e for e in OPS.values() if e.max_inputs > 16 and "axis" in e.attr_names], "joining ops")
 LIFTS = ("bias", _NORM.name)
 BN_PARAMS = ("scale", "shift", "mean", "var")
 #: A concat axis written relative to the rank of a 4-D kernel: axis 0, the output channels.

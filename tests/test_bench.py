@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -90,3 +91,26 @@ def test_a_failing_tool_is_named_with_its_reason(tmp_path):
     assert "ort-transformers" not in row["speedup"]
     (note,) = [n for n in row["notes"] if n.startswith("ORT transformer optimizer failed")]
     assert "sympy" in note, note
+
+
+def test_a_peer_that_changes_the_outputs_is_flagged_and_counts_as_one_x(tmp_path):
+    from onnx import TensorProto, helper
+
+    from xflow.bench import ONNXSLIM, ORIGINAL, XFLOW, BenchRow, counted_speedup, format_row, output_drift
+    from xflow.runtime import make_session
+
+    def model(op):
+        return helper.make_model(helper.make_graph(
+            [helper.make_node(op, ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])]),
+            opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    sessions = {ORIGINAL: make_session(model("Relu")), XFLOW: make_session(model("Relu")),
+                ONNXSLIM: make_session(model("Neg"))}
+    feeds = {"x": np.array([-1.0, 0.5, 2.0, -3.0], np.float32)}
+    drift = output_drift(sessions, feeds)
+    assert list(drift) == [ONNXSLIM] and "differs" in drift[ONNXSLIM]
+    row = BenchRow("m", 1, 1, {}, 0.1, 0.1, "optimized", speedup={XFLOW: 1.0, ONNXSLIM: 1.3},
+                   latency_ms={ORIGINAL: 1.0, XFLOW: 1.0, ONNXSLIM: 0.77}, drifted=[ONNXSLIM])
+    assert counted_speedup(row, ONNXSLIM) == 1.0 and counted_speedup(row, XFLOW) == 1.0
+    assert "1.300× (outputs differ)" in format_row(row)

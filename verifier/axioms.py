@@ -15,6 +15,7 @@ shape conditions are guards over ``rank``/``dim`` and the Int parameters.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -410,6 +411,40 @@ def _relu(a: Any) -> Any:
     return ("relu", {}, a)
 
 
+def _div(a: Any, b: Any) -> Any:
+    return ("div", {}, a, b)
+
+
+def _un(op: str, a: Any) -> Any:
+    """An attribute-free one-input op applied to ``a``."""
+    return (op, {}, a)
+
+
+def _where(c: Any, a: Any, b: Any) -> Any:
+    return ("where", {}, c, a, b)
+
+
+#: one-input element-wise ops without attributes, which commute with layout ops (transpose, concat)
+UNARY = ("neg", "reciprocal", "sqrt", "exp", "erf", "hardswish")
+FIRST_AXIS = {"axes": (0,), "keepdims": 1}
+
+
+def _masked(names: str) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Same-shape tensors and a bool mask ``c`` of their shape."""
+    def gen(rng):
+        out = _same(names)(rng)
+        out["c"] = rng.random(out[names.split()[0]].shape) < 0.5
+        return out
+    return gen
+
+
+def _positive(gen: Callable[[np.random.Generator], dict[str, Any]]) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """``gen`` with its arrays made positive (sqrt and reciprocal stay real and finite)."""
+    def positive(rng):
+        return {k: np.abs(v) + 0.1 if isinstance(v, np.ndarray) else v for k, v in gen(rng).items()}
+    return positive
+
+
 def _cv(x: Any, w: Any, **kw: Any) -> Any:
     return ("conv", _conv(**kw), x, w)
 
@@ -464,6 +499,11 @@ BN_PARAMS = ("s", "t", "m", "v")
 
 def _build() -> list[Axiom]:
     A = Axiom
+
+    def L(name: str, lhs: Any, rhs: Any, *rest: Any, **kw: Any) -> Axiom:
+        """An axiom triggered by its left side only."""
+        return Axiom(name, lhs, rhs, *rest, pattern=lhs, **kw)
+
     ax = [
         # -- element-wise algebra
         A("ewadd_assoc", _add("x", _add("y", "z")), _add(_add("x", "y"), "z"), ("x", "y", "z"), (), _same("x y z")),
@@ -698,6 +738,30 @@ def _build() -> list[Axiom]:
         A("dim_batchnorm", ("dim", P("i"), _bn("a", *BN_PARAMS)), ("dim", P("i"), "a"), ("a", *BN_PARAMS),
           ("eps", "i"), lambda rng: (lambda d: {**d, "i": int(rng.integers(d["a"].ndim))})(_bn_gen(False)(rng)),
           shape=True, pattern=_bn("a", *BN_PARAMS)),
+        # -- the algebra of today's models: division, negation, powers, exp/erf, masks, unit axes, reductions.
+        # Triggered by their left side only: with both sides as triggers, definitions such as ewsub_def_neg and
+        # the involutions feed each other new terms without end (an E-matching loop z3's timeout does not stop).
+        L("ewdiv_def", _div("x", "y"), _mul("x", _un("reciprocal", "y")), ("x", "y"), (), _same("x y")),
+        L("reciprocal_involution", _un("reciprocal", _un("reciprocal", "x")), "x", ("x",), (), _same("x")),
+        L("neg_involution", _un("neg", _un("neg", "x")), "x", ("x",), (), _same("x")),
+        L("ewsub_def_neg", _sub("x", "y"), _add("x", _un("neg", "y")), ("x", "y"), (), _same("x y")),
+        L("neg_ewmul", _mul(_un("neg", "x"), "y"), _un("neg", _mul("x", "y")), ("x", "y"), (), _same("x y")),
+        L("pow2_ewmul", ("pow", {"exponent": 2.0}, "x"), _mul("x", "x"), ("x",), (), _same("x")),
+        L("exp_ewadd", _un("exp", _add("x", "y")), _mul(_un("exp", "x"), _un("exp", "y")), ("x", "y"), (),
+          _same("x y")),
+        L("erf_odd", _un("erf", _un("neg", "x")), _un("neg", _un("erf", "x")), ("x",), (), _same("x")),
+        L("where_same", _where("c", "x", "x"), "x", ("c", "x"), (), _masked("x")),
+        L("where_ewmul", _mul(_where("c", "x", "y"), "z"), _where("c", _mul("x", "z"), _mul("y", "z")),
+          ("c", "x", "y", "z"), (), _masked("x y z")),
+        L("squeeze_unsqueeze", ("squeeze", {"axes": (0,)}, ("unsqueeze", {"axes": (0,)}, "x")), "x", ("x",), (),
+          _same("x")),
+        *(L(f"{op}_ewadd", (op, FIRST_AXIS, _add("x", "y")), _add((op, FIRST_AXIS, "x"), (op, FIRST_AXIS, "y")),
+            ("x", "y"), (), _same("x y")) for op in ("reducesum", "reducemean")),
+        L("clip_relu", ("clip", {"min": 0.0, "max": math.inf}, "x"), _relu("x"), ("x",), (), _same("x")),
+        *(L(f"transpose_{op}", _t(_un(op, "x")), _un(op, _t("x")), ("x",), (), _positive(_mat_gen("x:ab")))
+          for op in UNARY),
+        *(L(f"concat_{op}", _cat(P("ax"), _un(op, "a"), _un(op, "b")), _un(op, _cat(P("ax"), "a", "b")), ("a", "b"),
+            ("ax",), _positive(_concat_gen("a b"))) for op in UNARY),
         A("rank_concat", ("rank", None, _cat(P("ax"), "a", "b")), ("rank", None, "a"), ("a", "b"), ("ax",),
           _concat_gen("a b"), shape=True),
         A("dim_concat_axis", ("dim", P("ax"), _cat(P("ax"), "a", "b")),

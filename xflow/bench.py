@@ -1,5 +1,6 @@
-"""``xflow bench``: zoo models and ONNX files, original vs xflow-optimized (and onnxsim, ORT's transformer
-optimizer where they apply), all timed in the same interleaved runs at ORT_ENABLE_ALL with spinning off."""
+"""``xflow bench``: zoo models and ONNX files, original vs xflow-optimized (and onnxsim, onnxslim, ORT's
+transformer optimizer where they apply), all timed in the same interleaved runs at ORT_ENABLE_ALL with spinning
+off. A peer whose outputs drift from the original's beyond tolerance is flagged and counts as 1.0x."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from xflow.runtime import make_session, measure_interleaved, random_feeds
 ORIGINAL = "original"
 XFLOW = "xflow"
 ONNXSIM = "onnxsim"
+ONNXSLIM = "onnxslim"
 ORT_TRANSFORMERS = "ort-transformers"
 
 
@@ -42,6 +44,8 @@ class BenchRow:
     speedup: dict[str, float] = field(default_factory=dict)  # variant -> original / variant
     runs: int = 0
     notes: list[str] = field(default_factory=list)
+    nodes_opaque: int = 0  # nodes of the model outside xflow's algebra
+    drifted: list[str] = field(default_factory=list)  # peers whose outputs differ from the original's
 
 
 @dataclass
@@ -62,11 +66,24 @@ class BenchSettings:
 
 def onnxsim_available() -> bool:
     """True when the optional ``onnxsim`` package is installed (``pip install xflow[bench]``)."""
-    try:
-        import onnxsim  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return _installed("onnxsim")
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _onnxslim(model_path: str, out_path: str) -> str | None:
+    import onnxslim
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints a summary table
+        slimmed = onnxslim.slim(model_path)
+    if slimmed is None:
+        return "onnxslim: returned no model"
+    onnx.save(slimmed, out_path)
+    return None
 
 
 def _onnxsim(model_path: str, out_path: str) -> str | None:
@@ -123,18 +140,19 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     paths = {ORIGINAL: model_path, XFLOW: xflow_path}
     if warm.decision != "optimized" and _same_graph(model_path, xflow_path):
         row.notes.append("xflow wrote the original back (timed as written, like every column)")
-    if onnxsim_available():
-        sim_path = os.path.join(work, f"{label}.onnxsim.onnx")
+    for peer, build in ((ONNXSIM, _onnxsim), (ONNXSLIM, _onnxslim)):
+        if not _installed(peer):
+            row.notes.append(f"{peer} not installed (pip install 'xflow[bench]')")
+            continue
+        peer_path = os.path.join(work, f"{label}.{peer}.onnx")
         try:
-            problem = _onnxsim(model_path, sim_path)
+            problem = build(model_path, peer_path)
         except Exception as exc:  # noqa: BLE001 - a third-party tool failing is a figure, not our error
-            problem = f"onnxsim failed: {_first_line(exc)}"
+            problem = f"{peer} failed: {_first_line(exc)}"
         if problem:
             row.notes.append(problem)
         else:
-            paths[ONNXSIM] = sim_path
-    else:
-        row.notes.append("onnxsim not installed (pip install 'xflow[bench]')")
+            paths[peer] = peer_path
     if _looks_like_transformer(onnx.load(model_path, load_external_data=False)):
         ort_path = os.path.join(work, f"{label}.ort-transformers.onnx")
         try:
@@ -151,9 +169,13 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
                 raise
             row.notes.append(f"{name}'s model does not load in ONNX Runtime: {_first_line(exc)}")
     feeds = random_feeds(sessions[ORIGINAL], settings.seed)
+    for name, problem in output_drift(sessions, feeds).items():
+        row.drifted.append(name)
+        row.notes.append(f"{name} changes the outputs ({problem}): counted as 1.0x")
     medians, row.runs = measure_interleaved(sessions, feeds, settings.min_runs, settings.seconds_per_model)
     row.latency_ms = {name: m * 1e3 for name, m in medians.items()}
     row.speedup = {name: medians[ORIGINAL] / m for name, m in medians.items() if name != ORIGINAL}
+    row.nodes_opaque = warm.nodes_opaque
     say(format_row(row))
     return row
 
@@ -162,6 +184,27 @@ def _first_line(exc: Exception) -> str:
     """'Type: first line of the message' (cut at 200 characters)."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+
+
+def output_drift(sessions: dict[str, object], feeds: dict[str, object]) -> dict[str, str]:
+    """The variants whose outputs on ``feeds`` differ from the original's beyond the comparison tolerance
+    (``xflow.equivalence``), with the difference (a variant that fails to run counts as drifting)."""
+    from xflow.equivalence import EquivalenceError, check_outputs
+
+    original = sessions[ORIGINAL]
+    names = [o.name for o in original.get_outputs()]  # type: ignore[attr-defined]
+    expected = original.run(None, feeds)  # type: ignore[attr-defined]
+    drift: dict[str, str] = {}
+    for variant, session in sessions.items():
+        if variant == ORIGINAL:
+            continue
+        try:
+            check_outputs(names, expected, session.run(names, feeds))  # type: ignore[attr-defined]
+        except EquivalenceError as exc:
+            drift[variant] = exc.problem
+        except Exception as exc:  # noqa: BLE001 - a peer's model that ORT cannot run drifts by definition
+            drift[variant] = f"ONNX Runtime cannot run it: {type(exc).__name__}"
+    return drift
 
 
 def _same_graph(path_a: str, path_b: str) -> bool:
@@ -194,9 +237,18 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-VARIANTS = (XFLOW, ONNXSIM, ORT_TRANSFORMERS)
-HEADER = ("| model | nodes before → after | rules applied | search cold / warm (s) | original (ms) | xflow (ms) "
-          "| xflow speedup | onnxsim speedup | ORT transformers speedup |")
+VARIANTS = (XFLOW, ONNXSIM, ONNXSLIM, ORT_TRANSFORMERS)
+HEADER = ("| model | nodes before → after | outside the algebra | rules applied | search cold / warm (s) "
+          "| original (ms) | xflow (ms) | xflow speedup | onnxsim speedup | onnxslim speedup "
+          "| ORT transformers speedup |")
+COLUMNS = HEADER.count("|") - 1
+
+
+def counted_speedup(row: BenchRow, variant: str) -> float | None:
+    """The variant's speedup as the geomean counts it: 1.0 for a peer that changes the outputs."""
+    if variant not in row.speedup:
+        return None
+    return 1.0 if variant in row.drifted else row.speedup[variant]
 
 
 def format_row(row: BenchRow) -> str:
@@ -204,8 +256,11 @@ def format_row(row: BenchRow) -> str:
     rules = ", ".join(f"{k} ×{v}" for k, v in sorted(row.rules_applied.items())) or "—"
     if row.decision != "optimized" and row.rules_applied:
         rules += " (not faster: original kept)"
-    cells = [f"{row.speedup[v]:.3f}×" if v in row.speedup else "—" for v in VARIANTS]
-    return (f"| {row.model} | {row.nodes_before} → {row.nodes_after} | {rules} | {row.search_cold_s:.2f} / "
+    cells = [(f"{row.speedup[v]:.3f}× (outputs differ)" if v in row.drifted else f"{row.speedup[v]:.3f}×")
+             if v in row.speedup else "—" for v in VARIANTS]
+    share = 100.0 * row.nodes_opaque / row.nodes_before if row.nodes_before else 0.0
+    return (f"| {row.model} | {row.nodes_before} → {row.nodes_after} | {row.nodes_opaque} ({share:.0f}%) | {rules} "
+            f"| {row.search_cold_s:.2f} / "
             f"{row.search_warm_s:.2f} | {row.latency_ms[ORIGINAL]:.2f} | {row.latency_ms[XFLOW]:.2f} | "
             + " | ".join(cells) + " |")
 
@@ -218,10 +273,10 @@ def format_table(rows: list[BenchRow], settings: BenchSettings, command: str) ->
              f"{os.cpu_count()} cores, ONNX Runtime {ort.__version__}, provider {settings.provider}, "
              f"{settings.threads or os.cpu_count()} threads, ORT_ENABLE_ALL, spinning off, "
              f"interleaved runs (≥{settings.min_runs} per variant, medians).", "", HEADER,
-             "| " + " | ".join("---" for _ in range(9)) + " |"]
+             "| " + " | ".join("---" for _ in range(COLUMNS)) + " |"]
     lines += [format_row(r) for r in rows]
-    means = [geomean([r.speedup[v] for r in rows if v in r.speedup]) for v in VARIANTS]
-    lines.append("| **geomean** | | | | | | " + " | ".join("—" if math.isnan(m) else f"**{m:.3f}×**" for m in means)
+    means = [geomean([x for r in rows if (x := counted_speedup(r, v)) is not None]) for v in VARIANTS]
+    lines.append("| **geomean** | | | | | | | " + " | ".join("—" if math.isnan(m) else f"**{m:.3f}×**" for m in means)
                  + " |")
     notes = sorted({f"{r.model}: {n}" for r in rows for n in r.notes})
     if notes:

@@ -136,6 +136,8 @@ def _print_summary(report: Any) -> None:
           if (report.ir_nodes_before, report.ir_nodes_after) != (report.nodes_before, report.nodes_after) else "")
     click.echo(f"{report.input}: {report.nodes_before} nodes -> {report.nodes_after} nodes{ir} "
                f"({report.rules_loaded} rules, search {report.search_seconds:.2f} s, stop: {report.search_stop})")
+    click.echo(f"  {report.nodes_before - report.nodes_opaque} of {report.nodes_before} nodes in the algebra "
+               f"({report.nodes_opaque} opaque: carried through, never rewritten)")
     if report.rules_applied:
         from xflow.rules.naming import by_readable_name
 

@@ -322,6 +322,10 @@ class Graph:
         ``hash_sum`` is ``derived_hash(removed, added)`` where the caller has it already."""
         return PendingGraph(self, tuple(removed), tuple(added), types, hash_sum)
 
+    def opaque_count(self) -> int:
+        """How many nodes are outside the algebra (opaque)."""
+        return sum(1 for n in self.nodes if n.is_opaque)
+
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op (opaque ones by ONNX type)."""
         counts: dict[str, int] = {}

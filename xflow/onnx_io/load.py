@@ -12,11 +12,13 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
+from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
 from xflow.ops import DECODERS, OPS, ShapeError
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+ALGEBRA_DTYPES = FLOAT_DTYPES | {onnx.TensorProto.BOOL}
 
 
 def read_model(path: str) -> onnx.ModelProto:
@@ -123,8 +125,10 @@ class _Decoder:
     """The DecodeContext the op table's decoders see while a graph is loaded."""
 
     def __init__(self, model: onnx.ModelProto, types: dict[str, TensorType], constants: dict[str, Constant],
-                 const_nodes: dict[str, onnx.TensorProto], opset: int, base_dir: str) -> None:
+                 const_nodes: dict[str, onnx.TensorProto], opset: int, base_dir: str,
+                 folded: Mapping[str, np.ndarray] | None = None) -> None:
         self.opset = opset
+        self.folded = folded or {}
         self.types = types
         self.constants = constants
         self.const_nodes = const_nodes
@@ -144,7 +148,7 @@ class _Decoder:
             return c.value() if c.nbytes <= 1 << 20 else None
         if name in self.const_nodes:
             return numpy_helper.to_array(self.const_nodes[name])
-        return None
+        return self.folded.get(name)
 
     def fresh_name(self, hint: str) -> str:
         while True:
@@ -170,7 +174,9 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
         t = ctx.types.get(name)
         if t is None or not t.is_static:
             return None
-    if ctx.types[proto.input[0]].dtype not in FLOAT_DTYPES:
+    # the algebra computes on float tensors (and the bool masks comparisons make for Where); integer
+    # computations (shapes, indices) stay opaque unless they fold to constants first
+    if any(ctx.types[name].dtype not in ALGEBRA_DTYPES for name in proto.output if name):
         return None
     mark = len(ctx.added)
     try:
@@ -182,7 +188,8 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
             entry = OPS[n.op]
             shapes = [(produced.get(i) or ctx.types[i]).static_shape for i in n.inputs if i]
             out_shapes = entry.infer(shapes, n.attrs)
-            dtype = (produced.get(n.inputs[0]) or ctx.types[n.inputs[0]]).dtype if n.inputs else proto_dtype(proto, ctx)
+            in_dtypes = [(produced.get(i) or ctx.types[i]).dtype for i in n.inputs if i]
+            dtype = entry.output_dtype(in_dtypes, n.attrs) if in_dtypes else proto_dtype(proto, ctx)
             for name, shape in zip(n.outputs, out_shapes, strict=True):
                 produced[name] = TensorType(dtype, shape)
         for name in proto.output:
@@ -208,7 +215,8 @@ def proto_dtype(proto: onnx.NodeProto, ctx: _Decoder) -> int:
 
 def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
                      input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
-    """Build the IR from a parsed model (shapes inferred; op-table ops decoded, others opaque).
+    """Build the IR from a parsed model (shapes inferred; op-table ops decoded, with the values of constant
+    nodes and of shape computations on the model's fixed dims known to the decoders; others opaque).
 
     ``model`` is not modified (``input_shapes`` are applied to the graph's copy of the inputs); the
     graph's constants refer to its initializers, so it must not be modified while the graph is used.
@@ -219,14 +227,14 @@ def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
             copy.CopyFrom(vi)
         try:
             _fix_input_shapes(model, input_shapes, path)
-            return _build_graph(model, base_dir, path)
+            return _build_graph(model, base_dir, path, fold_shapes=False)  # measuring dims never fold
         finally:
             for copy, vi in zip(saved, model.graph.input, strict=True):
                 vi.CopyFrom(copy)
     return _build_graph(model, base_dir, path)
 
 
-def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
+def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: bool = True) -> Graph:
     try:
         inferred = onnx.shape_inference.infer_shapes(_inference_model(model), strict_mode=False,
                                                      data_prop=True)
@@ -246,10 +254,17 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
                if name and not (name in types and types[name].is_static)}
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
         types.update((name, t) for name, t in observed_types(model, types).items() if name in unknown)
+    known = {name: c.value() for name, c in constants.items()
+             if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
+    captured = {name for n in model.graph.node for name in _subgraph_captures(n)}
+    folded = fold_constants(model, types, known, fold_shapes, DECODERS.keys(), captured)
+    for name, value in folded.items():  # the nodes stay (load/save is lossless); decoders read their values
+        if name not in types or not types[name].is_static:
+            types[name] = Constant.from_array(value).type
     const_nodes = {n.output[0]: n.attribute[0].t for n in model.graph.node
                    if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and len(n.attribute) == 1
                    and n.attribute[0].name == "value" and len(n.output) == 1}
-    ctx = _Decoder(model, types, constants, const_nodes, _default_opset(model), base_dir)
+    ctx = _Decoder(model, types, constants, const_nodes, _default_opset(model), base_dir, folded)
     nodes: list[Node] = []
     for proto in model.graph.node:
         decoded = _decode_node(proto, ctx)

@@ -14,7 +14,7 @@ import onnx
 from onnx import numpy_helper
 
 from xflow.errors import XflowError
-from xflow.ir import Constant, Graph, Node
+from xflow.ir import Constant, Graph, Node, TensorType
 from xflow.ops import OPS
 
 EXTERNAL_THRESHOLD = 1 << 30  # bytes of inline weights above which we write external data anyway
@@ -31,6 +31,7 @@ class _Encoder:
     """The EncodeContext the op table's encoders see while a graph is written."""
 
     def __init__(self, graph: Graph) -> None:
+        self.graph = graph
         self.opset = graph.context.opset if graph.context else 17
         self.taken = set(graph.types) | set(graph.constants) | set(graph.producers) | set(graph.inputs)
         self.taken.update(name for n in graph.nodes for name in (*n.inputs, *n.implicit))
@@ -48,6 +49,10 @@ class _Encoder:
         name = self.fresh_name(hint)
         self.new_constants[name] = array
         return name
+
+    def type_of(self, name: str) -> TensorType | None:
+        """The type of a value of the graph (encoders whose ONNX form ties a constant's type to it ask)."""
+        return self.graph.types.get(name)
 
 
 def _opaque_proto(node: Node) -> onnx.NodeProto:

@@ -163,6 +163,9 @@ class OpDef:
     family: str = ""  # one of FAMILIES, or "" (other)
     same_dtype_inputs: bool = True  # False: inputs may differ in element type (a scalar operand)
     flops: Callable[[Sequence[Shape], Sequence[Shape], Attrs], int] | None = None  # default: one per output element
+    # the outputs' element type from the inputs' and the attributes (None: the first input's; a cast's is
+    # its target, a comparison's is bool, where's is its second input's)
+    out_dtype: Callable[[Sequence[int], Attrs], int] | None = None
 
     def channel_params_along(self, axis: int) -> tuple[int, ...]:
         """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``
@@ -209,6 +212,12 @@ class OpDef:
         if not self.min_inputs <= len(shapes) <= self.max_inputs:
             raise ShapeError(f"{self.name}: takes {self.min_inputs}..{self.max_inputs} inputs, got {len(shapes)}")
         return [tuple(int(d) for d in s) for s in self.shape(shapes, attrs)]
+
+    def output_dtype(self, in_dtypes: Sequence[int], attrs: Attrs) -> int:
+        """The element type of the outputs for inputs of these element types."""
+        if self.out_dtype is not None:
+            return int(self.out_dtype(in_dtypes, attrs))
+        return int(in_dtypes[0]) if in_dtypes else int(attrs.get("dtype", onnx.TensorProto.FLOAT))
 
     def count_flops(self, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape], attrs: Attrs) -> int:
         """Arithmetic operations of one application (multiply-adds count two)."""

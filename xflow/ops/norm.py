@@ -76,11 +76,19 @@ def decode_batchnorm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | 
     return [node] if accepts(BATCHNORM, node, ctx) else None
 
 
-def encode_batchnorm(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
-    """ONNX BatchNormalization (inference, one output)."""
-    return [onnx.helper.make_node("BatchNormalization", list(node.inputs), list(node.outputs),
-                                  name=node.name or ctx.fresh_name("BatchNormalization"),
-                                  epsilon=float(node.attrs["epsilon"]))]
+def epsilon_encoder(onnx_type: str):
+    """An encoder writing ``onnx_type`` on the node's inputs and outputs with its ``epsilon`` (the norms)."""
+
+    def encode(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
+        return [onnx.helper.make_node(onnx_type, list(node.inputs), list(node.outputs),
+                                      name=node.name or ctx.fresh_name(onnx_type),
+                                      epsilon=float(node.attrs["epsilon"]))]
+
+    return encode
+
+
+#: ONNX BatchNormalization (inference, one output)
+encode_batchnorm = epsilon_encoder("BatchNormalization")
 
 
 BATCHNORM = OpDef(

@@ -23,8 +23,9 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
         foldable = (not node.is_opaque and node.origin is None
                     and all(i in constants or graph.is_constant(i) for i in node.inputs if i)
                     and all(o not in graph.output_set for o in node.outputs))
-        out_bytes = sum(graph.types[o].size * graph.types[o].np_dtype.itemsize for o in node.outputs)
-        if not foldable or out_bytes > max_bytes:
+        # sizes only of foldable nodes: an opaque node's outputs may have dims no one could infer
+        if not foldable or sum(graph.types[o].size * graph.types[o].np_dtype.itemsize
+                               for o in node.outputs) > max_bytes:
             kept.append(node)
             continue
         arrays = [values[i] if i in values else graph.constants[i].value() for i in node.inputs if i]

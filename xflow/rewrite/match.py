@@ -517,12 +517,10 @@ def instantiate_target(graph: Graph, rule: Rule, values: dict[str, str], env: Sh
         out_shapes = entry.infer([t.static_shape for t in in_types], attrs)  # type: ignore[union-attr]
         if len(out_shapes) != len(p.outputs):
             raise ShapeError(f"{p.op} gives {len(out_shapes)} outputs, pattern names {len(p.outputs)}")
-        if in_types:
-            dtype = in_types[0].dtype  # type: ignore[union-attr]
-            if entry.same_dtype_inputs and any(t.dtype != dtype for t in in_types if t is not None):
-                raise ShapeError(f"{p.op}: inputs have different element types")
-        else:
-            dtype = int(attrs.get("dtype", 1))
+        if in_types and entry.same_dtype_inputs and \
+                any(t.dtype != in_types[0].dtype for t in in_types if t is not None):  # type: ignore[union-attr]
+            raise ShapeError(f"{p.op}: inputs have different element types")
+        dtype = entry.output_dtype([t.dtype for t in in_types if t is not None], attrs)
         for name, shape in zip(p.outputs, out_shapes, strict=True):
             types[name] = TensorType(dtype, shape)
             shapes[name] = shape

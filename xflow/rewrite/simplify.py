@@ -54,10 +54,9 @@ def _simplify(result: Simplified, regrid: bool) -> None:
 
 def _add_node(graph: Graph, op: str, inputs: tuple[str, ...], attrs: dict, added: list[Node],
               types: dict[str, TensorType], outputs: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """Add ``op`` on ``inputs`` to ``added``, its outputs typed by the op table's shape rule (dtype of the
-    first input) and, unless ``outputs`` names them, named by their content: a node whose outputs the
-    graph or ``added`` already has (copies of one structure share their constants) is not added again.
-    Its outputs."""
+    """Add ``op`` on ``inputs`` to ``added``, its outputs typed by the op table's shape and dtype rules and,
+    unless ``outputs`` names them, named by their content: a node whose outputs the graph or ``added``
+    already has (copies of one structure share their constants) is not added again. Its outputs."""
     spec = OPS[op]
     attrs = spec.normalize_attrs(attrs)
     names = outputs or tuple(content_name(op, attrs, inputs, k) for k in range(spec.num_outputs(attrs)))
@@ -65,7 +64,7 @@ def _add_node(graph: Graph, op: str, inputs: tuple[str, ...], attrs: dict, added
         return names
     in_types = [types.get(i) or graph.types[i] for i in inputs]
     for name, shape in zip(names, spec.infer([t.shape for t in in_types], attrs), strict=True):
-        types[name] = TensorType(in_types[0].dtype, shape)
+        types[name] = TensorType(spec.output_dtype([t.dtype for t in in_types], attrs), shape)
     added.append(Node(op, inputs, names, attrs))
     return names
 

@@ -1,0 +1,81 @@
+"""How much of each model is in xflow's algebra: nodes decoded into the op table vs left opaque.
+
+    .venv/bin/python benchmarks/algebra_coverage.py build/real/*.onnx [--json FILE]
+
+Per model: the ONNX file's nodes, the IR's nodes after load, how many stay opaque (outside the algebra:
+carried through, never rewritten), how many of those are ``Constant`` nodes (data, whose values the decoders
+read) or only compute parameters the decoders folded into attributes (shape computations on fixed dims), and
+the rest, which compute at run time outside the algebra, with their ONNX types.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+
+from xflow.onnx_io import load
+
+
+def coverage(path: str) -> dict[str, object]:
+    """The figures of one model."""
+    import onnx
+
+    onnx_nodes = len(onnx.load(path, load_external_data=False).graph.node)
+    graph = load(path)
+    dead = _feeding_parameters_only(graph)
+    opaque = collections.Counter(n.onnx_type for n in graph.nodes if n.is_opaque)
+    computing = collections.Counter(n.onnx_type for k, n in enumerate(graph.nodes)
+                                    if n.is_opaque and k not in dead and n.onnx_type != "Constant")
+    total = len(graph.nodes)
+    return {"model": os.path.splitext(os.path.basename(path))[0], "onnx_nodes": onnx_nodes, "ir_nodes": total,
+            "opaque": sum(opaque.values()), "opaque_share": sum(opaque.values()) / total if total else 0.0,
+            "constant_nodes": opaque.get("Constant", 0), "parameter_only": len(dead),
+            "computing_opaque": sum(computing.values()),
+            "computing_share": sum(computing.values()) / total if total else 0.0,
+            "opaque_types": dict(computing.most_common())}
+
+
+def _feeding_parameters_only(graph) -> set[int]:  # noqa: ANN001
+    """Positions of the opaque nodes whose results no node of the IR reads any more and that are no graph
+    outputs: shape computations whose values the decoders turned into attributes (a Pad's pads)."""
+    readers: collections.Counter[str] = collections.Counter(i for n in graph.nodes for i in (*n.inputs, *n.implicit))
+    outputs = set(graph.outputs)
+    dead: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for k in range(len(graph.nodes) - 1, -1, -1):
+            node = graph.nodes[k]
+            if k in dead or not node.is_opaque or any(readers[o] or o in outputs for o in node.outputs if o):
+                continue
+            dead.add(k)
+            changed = True
+            for i in (*node.inputs, *node.implicit):
+                readers[i] -= 1
+    return dead
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="ONNX files")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
+    args = parser.parse_args()
+    rows = [coverage(p) for p in args.models]
+    print("| model | ONNX nodes | IR nodes | opaque | of which Constant nodes | of which only feeding folded "
+          "parameters | opaque and computing at run time | their types |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        types = ", ".join(f"{k} {v}" for k, v in r["opaque_types"].items()) or "—"  # type: ignore[union-attr]
+        print(f"| {r['model']} | {r['onnx_nodes']} | {r['ir_nodes']} | {r['opaque']} "  # type: ignore[operator]
+              f"({100 * r['opaque_share']:.1f}%) | {r['constant_nodes']} | {r['parameter_only']} | "  # type: ignore[operator]
+              f"{r['computing_opaque']} ({100 * r['computing_share']:.1f}%) | {types} |")  # type: ignore[operator]
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

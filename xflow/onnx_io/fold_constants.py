@@ -1,0 +1,142 @@
+"""Values known at load: those of ``Constant`` and ``ConstantOfShape`` nodes, and of the shape computations
+that only read known dims (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``). The decoders read them (a
+Reshape's target, a Pad's pads, a Slice's starts), so the ops they parameterize enter the algebra; the nodes
+themselves stay in the graph, so loading and saving a model stays lossless.
+
+Only exact values fold: constant nodes, integer and bool computations, and shapes of values whose dims
+the original model fixes (never dims chosen for measuring, so the written model keeps its interface).
+The values are computed by ONNX's reference evaluator, node by node."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Collection, Mapping
+
+import numpy as np
+import onnx
+from onnx.reference import ReferenceEvaluator
+
+from xflow.ir import FLOAT_DTYPES, TensorType
+
+#: ops folded when every input is known and every output is an integer or bool tensor (shape arithmetic)
+SHAPE_ARITHMETIC = frozenset({
+    "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Reshape", "Add", "Sub", "Mul", "Div", "Equal",
+    "Where", "Range", "Expand", "Identity", "Neg", "ReduceProd", "Not", "Less", "Greater", "Min", "Max",
+    "Transpose", "Tile", "Abs", "Mod", "Floor", "Ceil", "Flatten", "ConstantOfShape", "And", "Or",
+})
+#: the most elements a folded computation may produce (shape tensors and small masks, not activations)
+MAX_FOLDED_ELEMENTS = 1 << 16
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _fixed_dims(model: onnx.ModelProto) -> bool:
+    """True when every graph input's dims are fixed numbers in the model itself."""
+    for vi in model.graph.input:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+            return False
+        if any(not d.HasField("dim_value") for d in tt.shape.dim):
+            return False
+    return True
+
+
+def fold_constants(model: onnx.ModelProto, types: Mapping[str, TensorType], known: Mapping[str, np.ndarray],
+                   fold_shapes: bool, readers: Collection[str], captured: Collection[str] = ()
+                   ) -> dict[str, np.ndarray]:
+    """The values of the node outputs that are constant at load, by name (the model is not modified).
+
+    ``known``: small initializer values; ``types``: inferred types; ``fold_shapes``: whether ``Shape`` and
+    ``Size`` of statically typed values may fold (False when dims were set for measuring only);
+    ``readers``: the ONNX types that may read a folded value as an initializer (the op table's, and the
+    shape arithmetic folded here): a value that another op or a subgraph (``captured``) reads keeps its node,
+    since ONNX Runtime checks some inputs (Range's, a Loop's condition) more strictly as initializers."""
+    # with control flow, values that fold let ONNX Runtime pick If branches at load and then check the branch
+    # not taken against them (the expanded AffineGrid fails so): only constant nodes fold there
+    control_flow = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                       for n in model.graph.node for a in n.attribute)
+    fold_shapes = fold_shapes and _fixed_dims(model) and not control_flow
+    opsets = list(model.opset_import)
+    graph_outputs = {vi.name for vi in model.graph.output}
+    readers = set(readers) | SHAPE_ARITHMETIC | {"Shape", "Size"}
+    consumers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, set()).add(node.op_type if node.domain in DEFAULT_DOMAINS else "")
+    values: dict[str, np.ndarray] = {}
+    for node in model.graph.node:
+        if node.domain not in DEFAULT_DOMAINS or any(o in graph_outputs for o in node.output):
+            continue
+        if any(o in captured or not consumers.get(o, set()) <= readers for o in node.output):
+            continue
+        if control_flow and node.op_type not in ("Constant", "ConstantOfShape"):
+            continue
+        folded = _fold_node(node, types, known, values, fold_shapes, opsets)
+        if folded is not None and all(_agrees(value, types.get(name)) for name, value in folded.items()):
+            values.update(folded)
+    return values
+
+
+def _agrees(value: np.ndarray, declared: TensorType | None) -> bool:
+    """True when a folded value has the element type and dims shape inference gave its name (where it gave
+    them): the evaluator may return a (1,) for a scalar, which a Range or a Loop condition refuses."""
+    if declared is None:
+        return True
+    if onnx.helper.np_dtype_to_tensor_dtype(value.dtype) != declared.dtype:
+        return False
+    if declared.shape is None:
+        return True
+    return len(declared.shape) == value.ndim and all(d is None or d == v for d, v in zip(declared.shape, value.shape,
+                                                                                        strict=True))
+
+
+def _fold_node(node: onnx.NodeProto, types: Mapping[str, TensorType], known: Mapping[str, np.ndarray],
+               values: dict[str, np.ndarray], fold_shapes: bool,
+               opsets: list[onnx.OperatorSetIdProto]) -> dict[str, np.ndarray] | None:
+    if node.op_type == "Constant" and len(node.output) == 1:
+        return _evaluate(node, {}, opsets)
+    if node.op_type in ("Shape", "Size") and fold_shapes and len(node.input) == 1:
+        t = types.get(node.input[0])
+        if t is None or not t.is_static:
+            return None
+        # the shape is all that is read: a zero tensor of that shape stands in for the value
+        return _evaluate(node, {node.input[0]: np.zeros(t.static_shape, dtype=np.uint8)}, opsets, small=False)
+    if node.op_type not in SHAPE_ARITHMETIC or any(sub.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                   for sub in node.attribute):
+        return None
+    feeds: dict[str, np.ndarray] = {}
+    for name in node.input:
+        if not name:
+            continue
+        value = values.get(name, known.get(name))
+        if value is None:
+            return None
+        feeds[name] = value
+    if node.op_type != "ConstantOfShape":
+        out_types = [types.get(o) for o in node.output if o]
+        if any(t is None or t.dtype in FLOAT_DTYPES for t in out_types):
+            return None  # float arithmetic is left to ONNX Runtime, whose rounding the model was exported for
+    return _evaluate(node, feeds, opsets)
+
+
+def _evaluate(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opsets: list[onnx.OperatorSetIdProto],
+              small: bool = True) -> dict[str, np.ndarray] | None:
+    """Run one node, at the model's opsets, in the reference evaluator; None when it cannot (or the result
+    is not small)."""
+    inputs = [onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+              for name, v in feeds.items()]
+    outputs_info = [onnx.helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    model = onnx.helper.make_model(onnx.helper.make_graph([node], "fold", inputs, outputs_info),
+                                   opset_imports=opsets)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outputs = ReferenceEvaluator(model).run(None, feeds)
+    except Exception:  # noqa: BLE001 - the evaluator raises many types; an unfoldable node just stays a node
+        return None
+    result = {}
+    for name, value in zip([o for o in node.output if o], outputs, strict=True):
+        value = np.asarray(value)
+        if small and node.op_type != "Constant" and value.size > MAX_FOLDED_ELEMENTS:
+            return None
+        result[name] = value
+    return result

@@ -1,0 +1,9 @@
+"""Element-wise error function (ONNX ``Erf``; exported GELUs compute x/2 (1 + erf(x/sqrt 2)) with it)."""
+
+from __future__ import annotations
+
+from xflow.ops._forms import erf, stand_in, unary
+
+ERF = unary("erf", "Erf", lambda xp, a, attrs: [erf(xp, a[0])], "error function", int_kernel=stand_in(43, 47))
+
+OPS = (ERF,)

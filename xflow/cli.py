@@ -54,7 +54,12 @@ def main() -> None:
               help="ONNX Runtime execution provider for cost measurement, verification and timing.")
 @click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1xD2...",
-              help="Fix a dynamic input's shape, e.g. --input-shape input=1x3x224x224. Repeatable.")
+              help="Measure a dynamic input at this shape, e.g. --input-shape input=1x3x224x224 (the written "
+                   "model keeps its dynamic dims). Repeatable.")
+@click.option("--shape-profile", "shape_profile", multiple=True, metavar="NAME=V1,V2...",
+              help="Sizes of a dynamic dim (an input's dim_param; x[0] for an unnamed one) at which costs are "
+                   "measured and the A/B timed, e.g. --shape-profile batch=1,8 --shape-profile seq=128. Every "
+                   "combination is timed. Default: 1 for a dim first in an input, else 128. Repeatable.")
 @click.option("--inputs", "inputs_npz", type=click.Path(), default=None,
               help="An .npz of input arrays for the equivalence check and timing (default: seeded random).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
@@ -67,7 +72,7 @@ def main() -> None:
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
              alternatives: int,
              time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
-             threads: int | None, input_shapes: tuple[str, ...],
+             threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
@@ -78,6 +83,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     """
     from xflow.files import check_output_file
     from xflow.onnx_io import parse_input_shapes
+    from xflow.onnx_io.profile import parse_shape_profile
     from xflow.pipeline import OptimizeOptions, optimize_file
 
     options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
@@ -85,6 +91,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
                               time_limit=time_limit, memory_limit=memory_limit, provider=provider,
                               threads=threads, cost=cost_kind, cost_db=cost_db,
                               input_shapes=parse_input_shapes(input_shapes),
+                              shape_profile=parse_shape_profile(shape_profile),
                               inputs_npz=inputs_npz, seed=seed, keep_if_slower=keep_if_slower)
     say = (lambda _m: None) if quiet else click.echo
     progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import Mapping
@@ -210,20 +211,25 @@ def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
                      input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
     """Build the IR from a parsed model (shapes inferred; op-table ops decoded, others opaque).
 
-    ``model`` is not modified (``input_shapes`` are applied to the graph's copy of the inputs); the
-    graph's constants refer to its initializers, so it must not be modified while the graph is used.
-    ``base_dir`` is where relative external-data locations are resolved (the model file's folder)."""
-    if input_shapes:
-        saved = [onnx.ValueInfoProto() for _ in model.graph.input]
+    ``input_shapes`` are measuring shapes: the graph's value types are those the model has at them, but
+    its context keeps the model's own inputs, so a written graph declares the original interface
+    (``dim_param``s included). ``model`` is not modified; the graph's constants refer to its
+    initializers, so it must not be modified while the graph is used. ``base_dir`` is where relative
+    external-data locations are resolved (the model file's folder)."""
+    if not input_shapes:
+        return _build_graph(model, base_dir, path)
+    saved = [onnx.ValueInfoProto() for _ in model.graph.input]
+    for copy, vi in zip(saved, model.graph.input, strict=True):
+        copy.CopyFrom(vi)
+    try:
+        _fix_input_shapes(model, input_shapes, path)
+        graph = _build_graph(model, base_dir, path)
+    finally:
         for copy, vi in zip(saved, model.graph.input, strict=True):
-            copy.CopyFrom(vi)
-        try:
-            _fix_input_shapes(model, input_shapes, path)
-            return _build_graph(model, base_dir, path)
-        finally:
-            for copy, vi in zip(saved, model.graph.input, strict=True):
-                vi.CopyFrom(copy)
-    return _build_graph(model, base_dir, path)
+            vi.CopyFrom(copy)
+    assert graph.context is not None
+    context = dataclasses.replace(graph.context, template=_without_nodes(model))
+    return Graph(graph.nodes, graph.inputs, graph.outputs, graph.types, graph.constants, context)
 
 
 def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:

@@ -1,0 +1,109 @@
+"""Symbolic dims: a dim is an int or a sympy integer expression over positive integer symbols.
+
+Named ONNX ``dim_param``s become symbols of that name; an unnamed dynamic dim becomes a fresh symbol
+named after where it sits (``x[0]``: input ``x``, axis 0). Derived dims (``batch*seq``, ``seq+1``) are
+expressions over them. Every predicate here is decided for *all* values of the symbols: when that cannot
+be shown it answers False (no match, never a guess).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import onnx
+import sympy
+
+Dim = int | sympy.Expr
+
+
+def symbol(name: str) -> sympy.Symbol:
+    """The symbol of a dynamic dim (a positive integer)."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def unnamed_symbol_name(input_name: str, axis: int) -> str:
+    """The name given to an unnamed dynamic dim of a graph input (what ``--shape-profile`` calls it)."""
+    return f"{input_name}[{axis}]"
+
+
+def parse_dim(text: str) -> Dim:
+    """A dim from its text (``"batch*seq"``, ``"seq+1"``, ``"8"``); every name in it becomes a symbol."""
+    expr = sympy.sympify(text, locals={name: symbol(name) for name in _names(text)})
+    return int(expr) if expr.is_Integer else expr
+
+
+def _names(text: str) -> set[str]:
+    names, current = set(), ""
+    for ch in text + " ":
+        if ch.isalnum() or ch == "_":
+            current += ch
+            continue
+        if current and not current[0].isdigit():
+            names.add(current)
+        current = ""
+    return names
+
+
+def dims_of(value_info: onnx.ValueInfoProto) -> tuple[Dim, ...] | None:
+    """The dims of a graph input or output (None when its rank is unknown)."""
+    tensor = value_info.type.tensor_type
+    if not value_info.type.HasField("tensor_type") or not tensor.HasField("shape"):
+        return None
+    dims: list[Dim] = []
+    for axis, d in enumerate(tensor.shape.dim):
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.dim_param:
+            dims.append(parse_dim(d.dim_param))
+        else:
+            dims.append(symbol(unnamed_symbol_name(value_info.name, axis)))
+    return tuple(dims)
+
+
+def is_static(dim: Dim) -> bool:
+    """True for a known integer."""
+    return isinstance(dim, int) or (isinstance(dim, sympy.Expr) and dim.is_Integer)
+
+
+def free_symbols(dims: Sequence[Dim]) -> list[str]:
+    """Names of the symbols in ``dims``, in order of first appearance."""
+    found: dict[str, None] = {}
+    for d in dims:
+        if isinstance(d, sympy.Expr):
+            for s in sorted(d.free_symbols, key=lambda s: s.name):
+                found.setdefault(s.name, None)
+    return list(found)
+
+
+def equal(a: Dim, b: Dim) -> bool:
+    """True when ``a == b`` for every value of the symbols."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def divides(a: Dim, b: Dim) -> bool:
+    """True when ``a`` divides ``b`` for every value of the symbols (shown by ``b / a`` being a polynomial
+    with integer coefficients; anything else, even a true but unproven case, is False)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a != 0 and b % a == 0
+    if sympy.sympify(a) == 0:
+        return False
+    quotient = sympy.cancel(sympy.sympify(b) / sympy.sympify(a))
+    symbols = sorted(quotient.free_symbols, key=lambda s: s.name)
+    if not symbols:
+        return bool(quotient.is_Integer)
+    if not quotient.is_polynomial(*symbols):
+        return False
+    return all(c.is_Integer for c in sympy.Poly(quotient, *symbols).coeffs())
+
+
+def concrete(dim: Dim, values: Mapping[str, int]) -> int:
+    """The dim's value at these symbol values; KeyError naming a symbol that has none."""
+    if isinstance(dim, int):
+        return dim
+    missing = [s.name for s in dim.free_symbols if s.name not in values]
+    if missing:
+        raise KeyError(missing[0])
+    value = dim.subs({s: values[s.name] for s in dim.free_symbols})
+    return int(value)

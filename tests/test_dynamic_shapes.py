@@ -1,0 +1,89 @@
+"""Dynamic dims: symbols and their predicates, shape profiles, and checks at sizes never measured."""
+
+import numpy as np
+import onnx
+import pytest
+import sympy
+from onnx import TensorProto, helper
+
+from xflow.errors import XflowError
+from xflow.ir.dims import concrete, dims_of, divides, equal, parse_dim, symbol
+from xflow.onnx_io.profile import DEFAULT_BATCH, DEFAULT_SIZE, parse_shape_profile, shape_plan
+from xflow.pipeline import OptimizeOptions, VerifyFigures, check_other_sizes, load_source
+from xflow.runtime import make_session
+
+batch, seq = symbol("batch"), symbol("seq")
+
+
+def dynamic_relu(dims=("batch", "seq", 8)) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_dims_are_ints_named_symbols_fresh_symbols_and_expressions():
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", None, "seq+1", 8])
+    dims = dims_of(vi)
+    assert dims[0] == batch and dims[2] == seq + 1 and dims[3] == 8
+    assert isinstance(dims[1], sympy.Symbol) and dims[1].name == "x[1]"
+    assert parse_dim("batch*seq") == batch * seq and parse_dim("12") == 12
+
+
+def test_predicates_hold_for_every_value_of_the_symbols_or_are_false():
+    assert equal(batch * seq, seq * batch) and equal(2 * (seq + 1), 2 * seq + 2)
+    assert not equal(batch, seq) and not equal(seq, 1)
+    assert divides(seq, batch * seq) and divides(2, 4 * seq) and divides(3, 12)
+    assert not divides(2, seq)  # true for even seq only: not a match
+    assert not divides(seq, batch) and not divides(5, 12)
+    assert not divides(2, seq * (seq + 1))  # always true, but not shown: no guess either way
+    assert concrete(batch * seq + 1, {"batch": 2, "seq": 3}) == 7
+    with pytest.raises(KeyError):
+        concrete(batch, {})
+
+
+def test_profile_defaults_input_shape_and_points():
+    model = dynamic_relu()
+    plan = shape_plan(model, {}, {}, "m.onnx")
+    assert plan.points() == [{"batch": DEFAULT_BATCH, "seq": DEFAULT_SIZE}]
+    plan = shape_plan(model, parse_shape_profile(["batch=1,8", "seq=16"]), {}, "m.onnx")
+    assert plan.points() == [{"batch": 1, "seq": 16}, {"batch": 8, "seq": 16}]
+    assert plan.shapes_at(plan.points()[1]) == {"x": (8, 16, 8)}
+    off = next(plan.off_profile())
+    assert off["batch"] not in (1, 8) and off["seq"] != 16
+    assert shape_plan(model, {}, {"x": (4, 2, 8)}, "m.onnx").points() == [{"batch": 4, "seq": 2}]
+    assert not shape_plan(dynamic_relu((2, 3)), {}, {}, "m.onnx").is_dynamic
+
+
+@pytest.mark.parametrize(("profile", "shapes", "needle"), [
+    ({"heads": (2,)}, {}, "'heads', which is not a dynamic dim of the inputs (dynamic dims: batch, seq)"),
+    ({"batch": (2,)}, {"x": (4, 2, 8)}, "disagrees with --input-shape"),
+])
+def test_bad_profiles_name_the_model(profile, shapes, needle):
+    with pytest.raises(XflowError, match="m.onnx") as info:
+        shape_plan(dynamic_relu(), profile, shapes, "m.onnx")
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("spec", ["batch", "batch=", "batch=0", "batch=1,x", "=3"])
+def test_shape_profile_syntax(spec):
+    with pytest.raises(XflowError, match="--shape-profile"):
+        parse_shape_profile([spec])
+
+
+def test_a_rewrite_valid_only_at_the_measuring_size_is_caught():
+    """A model equal to the original at batch 1 only (a Reshape pinned to it) passes at the measuring
+    size and fails at the off-profile one."""
+    model = dynamic_relu()
+    pinned = dynamic_relu()
+    pinned.graph.node[0].output[0] = "r"
+    pinned.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, -1, 8], np.int64), "shape"))
+    pinned.graph.node.append(helper.make_node("Reshape", ["r", "shape"], ["y"]))
+    options = OptimizeOptions(shape_profile={"seq": (4,)})
+    source = load_source(model, options)
+    assert source.measuring == {"x": (1, 4, 8)}
+    session, candidate = make_session(model), make_session(pinned)
+    figures = VerifyFigures()
+    failure = check_other_sizes(source, session, candidate, options, figures)
+    assert failure is not None and "batch=2 seq=5" in failure
+    assert check_other_sizes(source, session, make_session(model), options, VerifyFigures()) is None

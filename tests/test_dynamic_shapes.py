@@ -87,3 +87,32 @@ def test_a_rewrite_valid_only_at_the_measuring_size_is_caught():
     failure = check_other_sizes(source, session, candidate, options, figures)
     assert failure is not None and "batch=2 seq=5" in failure
     assert check_other_sizes(source, session, make_session(model), options, VerifyFigures()) is None
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "bert"])
+def test_dynamic_twin_finds_the_static_models_rewrites(name):
+    """The search runs on a dynamic-batch export as on its static twin (at the default profile, batch 1)."""
+    from xflow import zoo
+    from xflow.pipeline import optimize_model
+
+    options = OptimizeOptions(cost="analytic", measure=False, verify=False, budget=40, time_limit=60)
+    _, static = optimize_model(zoo.build(name, small=True), options)
+    written, dynamic = optimize_model(zoo.build(name, small=True, dynamic=True), options)
+    assert static.rules_applied and dynamic.rules_applied == static.rules_applied
+    assert dynamic.ir_nodes_after == static.ir_nodes_after
+    assert written.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+def test_zoo_dynamic_twins_run_at_any_batch():
+    from xflow import zoo
+    from xflow.runtime import make_session
+
+    for name in zoo.MODELS:
+        static, twin = zoo.build(name, small=True), zoo.build(name, small=True, dynamic=True)
+        feeds = zoo.random_inputs(static, seed=0)
+        expected = make_session(static).run(None, feeds)
+        session = make_session(twin)
+        for batch in (1, 3):
+            got = session.run(None, {k: np.concatenate([v] * batch) for k, v in feeds.items()})
+            for e, g in zip(expected, got, strict=True):
+                np.testing.assert_allclose(np.concatenate([e] * batch), g, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -116,3 +116,39 @@ def test_zoo_dynamic_twins_run_at_any_batch():
             got = session.run(None, {k: np.concatenate([v] * batch) for k, v in feeds.items()})
             for e, g in zip(expected, got, strict=True):
                 np.testing.assert_allclose(np.concatenate([e] * batch), g, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_random_dynamic_batch_models_optimize_to_models_equal_at_every_batch(tmp_path):
+    """Random models with a symbolic batch, optimized at the default profile (batch 1) with the engine rules:
+    the written model keeps the inputs and outputs exactly and equals the original at batch 1, 2 and 5."""
+    from hypothesis import HealthCheck, given, settings
+
+    from tests.strategies import dynamic_batch_models
+    from tests.test_fuzz import fuzz_rules
+    from xflow.equivalence import check_equivalence
+    from xflow.pipeline import optimize_file
+    from xflow.runtime import random_feeds
+
+    rules = fuzz_rules(str(tmp_path))[0]
+    rewritten = []
+
+    @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(dynamic_batch_models())
+    def check(model: onnx.ModelProto) -> None:
+        src, out = str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")
+        onnx.save(model, src)
+        options = OptimizeOptions(rules_path=rules, budget=40, time_limit=10.0, cost="analytic", measure=False,
+                                  verify=False)
+        report = optimize_file(src, out, options, say=lambda _m: None)
+        rewritten.append(bool(report.rules_applied))
+        written = onnx.load(out)
+        assert list(written.graph.input) == list(model.graph.input)
+        assert list(written.graph.output) == list(model.graph.output)
+        a, b = make_session(src, threads=1), make_session(out, threads=1)
+        for k, batch in enumerate((1, 2, 5)):
+            shapes = {i.name: (batch, *i.shape[1:]) for i in a.get_inputs()}
+            check_equivalence(a, b, random_feeds(a, k, shapes), f"batch {batch}",
+                              lambda j, s=shapes: random_feeds(a, 10 + j, s))
+
+    check()
+    assert sum(rewritten) >= 3, rewritten  # the strategy draws the rules' patterns: some models are rewritten

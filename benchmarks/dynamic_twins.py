@@ -24,8 +24,13 @@ def run_pair(name: str, small: bool, folder: str) -> dict:
     for kind in ("static", "dynamic"):
         src, out = os.path.join(folder, f"{name}-{kind}.onnx"), os.path.join(folder, f"{name}-{kind}-opt.onnx")
         onnx.save(zoo.build(name, small=small, dynamic=kind == "dynamic"), src)
-        report = optimize_file(src, out, OptimizeOptions(cost_db=os.path.join(folder, "costs.db")), say=lambda _m: None)
-        row[kind] = {"rules": report.rules_applied, "speedup": report.speedup, "decision": report.decision,
+        # keep_if_slower: the optimized twin is written (and run below) whatever the A/B says
+        options = OptimizeOptions(cost_db=os.path.join(folder, "costs.db"), keep_if_slower=True)
+        report = optimize_file(src, out, options, say=lambda _m: None)
+        chosen = [f["rewrites"] for f in report.finalists if f["chosen"]]
+        row[kind] = {"rules": report.rules_applied, "explored": report.graphs_explored, "stop": report.search_stop,
+                     "finalists": len(report.finalists), "chosen_rewrites": chosen, "speedup": report.speedup,
+                     "faster": report.decision == "optimized" and (report.sign_test_p or 1) < 0.01,
                      "checked_at": report.checked_at}
         if kind == "dynamic":
             original, optimized = make_session(src), make_session(out)

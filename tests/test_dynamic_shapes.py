@@ -152,3 +152,11 @@ def test_random_dynamic_batch_models_optimize_to_models_equal_at_every_batch(tmp
 
     check()
     assert sum(rewritten) >= 3, rewritten  # the strategy draws the rules' patterns: some models are rewritten
+
+
+def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
+    npz = tmp_path / "in.npz"
+    np.savez(npz, x=np.zeros((3, 5, 8), np.float32))
+    source = load_source(dynamic_relu(), OptimizeOptions(inputs_npz=str(npz)))
+    assert source.measuring == {"x": (3, 5, 8)}
+    assert [n.op for n in source.graph.nodes] == ["relu"]

@@ -32,6 +32,7 @@ from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equiva
 from xflow.errors import XflowError, one_line
 from xflow.files import check_output_file, copy_atomically, run_folder, write_json
 from xflow.ir import Graph
+from xflow.ir.dims import is_static
 from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, would_overwrite
 from xflow.onnx_io.load import check_proto
 from xflow.onnx_io.profile import ShapePlan, shape_plan
@@ -211,9 +212,26 @@ def load_source(model: onnx.ModelProto | str, options: OptimizeOptions) -> Sourc
         path = os.fspath(model)
         label, proto, base_dir = path, read_model(path), os.path.dirname(os.path.abspath(path))
     plan = shape_plan(proto, options.shape_profile, options.input_shapes, label)
-    measuring = {**plan.shapes_at(plan.points()[0]), **options.input_shapes}
+    given = dict(options.input_shapes)
+    if options.inputs_npz and plan.is_dynamic and not given and not options.shape_profile:
+        given = _npz_shapes(plan, read_inputs(options.inputs_npz))  # measured at the user's inputs' shapes
+        plan = shape_plan(proto, {}, given, label)
+    measuring = {**plan.shapes_at(plan.points()[0]), **given}
     graph = graph_from_model(proto, base_dir, path or "", measuring)
     return Source(graph, label, path, model if path is None else None, len(proto.graph.node), plan, measuring)
+
+
+def _npz_shapes(plan: ShapePlan, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the ``--inputs`` arrays that fit a dynamic input (rank and fixed dims; the others are
+    left for the original's run to refuse, with ONNX Runtime's words)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, array in arrays.items():
+        dims = plan.input_dims.get(name)
+        if dims is None or len(dims) != array.ndim or all(is_static(d) for d in dims):
+            continue
+        if all(not is_static(d) or int(d) == n for d, n in zip(dims, array.shape, strict=True)):
+            shapes[name] = tuple(array.shape)
+    return shapes
 
 
 @dataclass

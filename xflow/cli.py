@@ -180,7 +180,18 @@ def _print_summary(report: Any) -> None:
         click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
                    f"({report.speedup:.3f}x, median of {report.timed_runs} interleaved runs; faster in "
                    f"{report.faster_rounds} of them, sign test p = {report.sign_test_p:.2g})")
+    _print_dynamic(report)
     click.echo(f"  wrote {report.output}: {report.decision}")
+
+
+def _print_dynamic(report: Any) -> None:
+    """The other sizes a dynamic model was checked and timed at."""
+    if report.checked_at:
+        click.echo(f"  outputs match at other sizes too: {'; '.join(report.checked_at)}")
+    for entry in report.profile_points[1:]:
+        point = " ".join(f"{k}={v}" for k, v in entry["point"].items())
+        click.echo(f"  at {point}: {entry['latency_before_ms']:.3f} ms -> {entry['latency_after_ms']:.3f} ms"
+                   f"{'' if entry['faster'] else ' (not faster)'}")
 
 
 @main.command("verify-rules")

@@ -479,7 +479,7 @@ def check_other_sizes(source: Source, session: Any, candidate: Any, options: Opt
     in float32 with the dtype's tolerance; what failed, in words, or None. Points the original cannot run at
     are skipped (the off-profile one tries another size first)."""
     plan = source.shapes
-    if plan is None or not plan.is_dynamic or options.inputs_npz:
+    if plan is None or not plan.is_dynamic:
         return None
     points = [(p, False) for p in plan.points()[1:]] + [(p, True) for p in plan.off_profile()]
     off_checked = False

@@ -83,8 +83,8 @@ print(json.dumps({"speedup": row.speedup, "notes": row.notes}))
 def test_a_failing_tool_is_named_with_its_reason(tmp_path):
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE]}))
-    proc = subprocess.run([sys.executable, "-c", BENCH_WITHOUT_ORT_TRANSFORMERS, str(rules)], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", BENCH_WITHOUT_ORT_TRANSFORMERS, str(rules)], capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "ort-transformers" not in row["speedup"]

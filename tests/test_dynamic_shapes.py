@@ -160,3 +160,35 @@ def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
     source = load_source(dynamic_relu(), OptimizeOptions(inputs_npz=str(npz)))
     assert source.measuring == {"x": (3, 5, 8)}
     assert [n.op for n in source.graph.nodes] == ["relu"]
+
+
+@pytest.mark.parametrize(("op", "shapes", "attrs", "expected"), [
+    ("relu", [(batch, seq, 8)], {}, (batch, seq, 8)),
+    ("add", [(batch, seq, 8), (8,)], {}, (batch, seq, 8)),
+    ("add", [(batch, 1, 8), (1, seq, 8)], {}, (batch, seq, 8)),
+    ("matmul", [(batch, seq, 8), (8, 4)], {}, (batch, seq, 4)),
+    ("concat", [(batch, seq, 8), (batch, seq, 4)], {"axis": 2}, (batch, seq, 12)),
+    ("concat", [(batch, seq, 8), (batch, 2 * seq, 8)], {"axis": 1}, (batch, 3 * seq, 8)),
+    ("transpose", [(batch, seq, 8)], {"perm": (1, 0, 2)}, (seq, batch, 8)),
+    ("reshape", [(batch, seq, 8)], {"shape": (batch * seq, 2, 4)}, (batch * seq, 2, 4)),
+])
+def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
+    from xflow.ops import OPS
+
+    entry = OPS[op]
+    assert entry.infer(shapes, entry.normalize_attrs(attrs))[0] == expected
+
+
+@pytest.mark.parametrize(("op", "shapes", "attrs"), [
+    ("add", [(batch, seq, 8), (3, 1, 8)], {}),  # broadcasts only when batch is 3 or 1
+    ("matmul", [(batch, seq), (4, 2)], {}),  # inner dims equal only when seq is 4
+    ("concat", [(batch, seq, 8), (batch, 4, 8)], {"axis": 2}),
+    ("split", [(batch, seq, 8)], {"axis": 1, "split": (4, 4)}),  # seq = 8 only
+    ("reshape", [(batch, seq, 8)], {"shape": (batch, 16)}),
+])
+def test_shape_conditions_that_hold_for_some_sizes_only_are_no_match(op, shapes, attrs):
+    from xflow.ops import OPS, ShapeError
+
+    entry = OPS[op]
+    with pytest.raises(ShapeError):
+        entry.infer(shapes, entry.normalize_attrs(attrs))

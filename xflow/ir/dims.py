@@ -107,3 +107,40 @@ def concrete(dim: Dim, values: Mapping[str, int]) -> int:
         raise KeyError(missing[0])
     value = dim.subs({s: values[s.name] for s in dim.free_symbols})
     return int(value)
+
+
+def as_dim(value: object) -> Dim:
+    """A shape rule's result dim in canonical form: an int, or a sympy expression with symbols."""
+    if isinstance(value, sympy.Expr):
+        return int(value) if value.is_Integer else value
+    return int(value)  # type: ignore[call-overload]
+
+
+def product(dims: Sequence[Dim]) -> Dim:
+    """The number of elements of a shape (an expression when a dim is symbolic)."""
+    total: Dim = 1
+    for d in dims:
+        total = total * d
+    return as_dim(total)
+
+
+class NotBroadcastable(ValueError):
+    """The shapes do not broadcast for every value of their symbols."""
+
+
+def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
+    """ONNX/numpy multidirectional broadcasting, decided for every value of the symbols: per axis the dims
+    other than a static 1 must all be equal; NotBroadcastable otherwise (a symbol beside a static size
+    other than 1 holds for one value only, so it is no match)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for axis in range(rank):
+        dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
+        kept = [d for d in dims if not (is_static(d) and int(d) == 1)]
+        if not kept:
+            out.append(1)
+            continue
+        if any(not equal(kept[0], d) for d in kept[1:]):
+            raise NotBroadcastable(f"shapes {[tuple(s) for s in shapes]} do not broadcast at axis {axis}")
+        out.append(as_dim(kept[0]))
+    return tuple(out)

@@ -192,3 +192,12 @@ def test_shape_conditions_that_hold_for_some_sizes_only_are_no_match(op, shapes,
     entry = OPS[op]
     with pytest.raises(ShapeError):
         entry.infer(shapes, entry.normalize_attrs(attrs))
+
+
+def test_the_ir_carries_dynamic_dims_as_symbols():
+    from xflow.onnx_io import graph_from_model
+
+    graph = graph_from_model(dynamic_relu(("batch", "seq+1", None)))
+    assert graph.types["x"].shape == (batch, seq + 1, symbol("x[2]"))
+    assert str(graph.types["x"]) == "float[batch,seq + 1,x[2]]"
+    assert graph_from_model(dynamic_relu(), input_shapes={"x": (2, 3, 8)}).types["y"].shape == (2, 3, 8)

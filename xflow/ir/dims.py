@@ -8,6 +8,7 @@ be shown it answers False (no match, never a guess).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import onnx
@@ -26,9 +27,22 @@ def unnamed_symbol_name(input_name: str, axis: int) -> str:
     return f"{input_name}[{axis}]"
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_EXPRESSION = re.compile(r"[A-Za-z0-9_+\-*/() ]+")
+
+
 def parse_dim(text: str) -> Dim:
-    """A dim from its text (``"batch*seq"``, ``"seq+1"``, ``"8"``); every name in it becomes a symbol."""
-    expr = sympy.sympify(text, locals={name: symbol(name) for name in _names(text)})
+    """A dim from its ``dim_param`` text: ``"batch"``, ``"batch*seq"``, ``"seq+1"``, ``"8"``. Every name in an
+    expression is a symbol (nothing else is looked up, so a model's text cannot reach a function); any other
+    text (``"batch size"``, ``"s.0"``) is one symbol of that name."""
+    if _NAME.fullmatch(text) or not _EXPRESSION.fullmatch(text):
+        return symbol(text)
+    try:
+        expr = sympy.sympify(text, locals={name: symbol(name) for name in _names(text)})
+    except (sympy.SympifyError, TypeError, SyntaxError, ValueError):
+        return symbol(text)
+    if not isinstance(expr, sympy.Expr) or not expr.is_integer:
+        return symbol(text)
     return int(expr) if expr.is_Integer else expr
 
 

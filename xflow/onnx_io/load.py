@@ -13,6 +13,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
+from xflow.ir.dims import dims_of
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
 from xflow.ops import DECODERS, OPS, ShapeError
@@ -69,11 +70,7 @@ def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, tuple[in
 def _type_from_value_info(vi: onnx.ValueInfoProto) -> TensorType | None:
     if not vi.type.HasField("tensor_type"):
         return None
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return TensorType(tt.elem_type, None)
-    dims = tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in tt.shape.dim)
-    return TensorType(tt.elem_type, dims)
+    return TensorType(vi.type.tensor_type.elem_type, dims_of(vi))  # dynamic dims as symbols (xflow.ir.dims)
 
 
 def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], path: str) -> None:

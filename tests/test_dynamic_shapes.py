@@ -201,3 +201,16 @@ def test_the_ir_carries_dynamic_dims_as_symbols():
     assert graph.types["x"].shape == (batch, seq + 1, symbol("x[2]"))
     assert str(graph.types["x"]) == "float[batch,seq + 1,x[2]]"
     assert graph_from_model(dynamic_relu(), input_shapes={"x": (2, 3, 8)}).types["y"].shape == (2, 3, 8)
+
+
+def test_costs_are_keyed_by_the_profiles_concrete_shapes():
+    """The cost cache key of a node names the sizes it was measured at: another profile point is another entry."""
+    from xflow.cost.measured import MeasuredCost
+
+    coster = MeasuredCost()
+    keys = {}
+    for size in (1, 8):
+        graph = load_source(dynamic_relu(), OptimizeOptions(shape_profile={"batch": (size,), "seq": (4,)})).graph
+        (relu,) = graph.nodes
+        keys[size] = coster.cache_key(graph, relu)
+    assert keys[1] != keys[8]

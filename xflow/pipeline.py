@@ -766,7 +766,8 @@ def optimize(model: onnx.ModelProto | str, **options: Any) -> onnx.ModelProto:
     """Optimize an ONNX model (a ModelProto or a path) and return the optimized ModelProto.
 
     Keyword options are the fields of ``OptimizeOptions`` (``rules_path``, ``alpha``, ``budget``,
-    ``time_limit``, ``provider``, ``threads``, ``cost``, ``cost_db``, ``input_shapes``, ``seed``,
+    ``time_limit``, ``provider``, ``threads``, ``cost``, ``cost_db``, ``input_shapes``, ``shape_profile``
+    (``{"batch": (1, 8)}``: sizes of a dynamic dim, see ``xflow.onnx_io.profile``), ``seed``,
     ``keep_if_slower``, ...). Raises XflowError (EquivalenceError on a mismatch) as the CLI would."""
     known = {f.name for f in dataclasses.fields(OptimizeOptions)}
     unknown = sorted(set(options) - known)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import onnx
 import sympy
 
@@ -146,6 +147,11 @@ def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
     """ONNX/numpy multidirectional broadcasting, decided for every value of the symbols: per axis the dims
     other than a static 1 must all be equal; NotBroadcastable otherwise (a symbol beside a static size
     other than 1 holds for one value only, so it is no match)."""
+    if all(type(d) is int for s in shapes for d in s):  # the common case, as fast as numpy's own
+        try:
+            return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+        except ValueError as exc:
+            raise NotBroadcastable(str(exc)) from None
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
     for axis in range(rank):

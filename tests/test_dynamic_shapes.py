@@ -214,3 +214,24 @@ def test_costs_are_keyed_by_the_profiles_concrete_shapes():
         (relu,) = graph.nodes
         keys[size] = coster.cache_key(graph, relu)
     assert keys[1] != keys[8]
+
+
+def test_derived_dims_through_a_shape_subgraph_come_from_symbolic_inference():
+    """Shape -> Gather -> Mul -> Unsqueeze -> Concat -> Reshape: the reshaped value's dims are expressions
+    over the inputs' symbols (ONNX's own inference leaves them unnamed)."""
+    from xflow.onnx_io import graph_from_model
+
+    def const(name, value):
+        return onnx.numpy_helper.from_array(np.array(value, np.int64), name)
+
+    nodes = [helper.make_node("Concat", ["x", "x"], ["c"], axis=1), helper.make_node("Shape", ["c"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0), helper.make_node("Gather", ["s", "i1"], ["q"]),
+             helper.make_node("Mul", ["b", "q"], ["bq"]), helper.make_node("Unsqueeze", ["bq", "axis"], ["bq1"]),
+             helper.make_node("Concat", ["bq1", "last"], ["target"], axis=0),
+             helper.make_node("Reshape", ["c", "target"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [const("i0", 0), const("i1", 1), const("axis", [0]), const("last", [8])])
+    ir = graph_from_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert ir.types["c"].shape == (batch, 2 * seq, 8)
+    assert ir.types["y"].shape == (2 * batch * seq, 8)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import os
 from collections.abc import Mapping
 
@@ -13,7 +14,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
-from xflow.ir.dims import dims_of
+from xflow.ir.dims import dims_of, free_symbols, is_static
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
 from xflow.ops import DECODERS, OPS, ShapeError
@@ -93,6 +94,46 @@ def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
                 raise XflowError(path, f"--input-shape {name}: dim {d.dim_value} is fixed in the model, not {value}")
             d.Clear()
             d.dim_value = value
+
+
+def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+    """Value types from ONNX Runtime's symbolic shape inference, which follows Shape -> Gather -> Concat ->
+    Reshape chains and writes derived dims as expressions (``2*batch*seq``); {} when it fails."""
+    try:
+        from onnxruntime.tools import symbolic_shape_infer
+
+        # No auto_merge: it would assume two different symbols equal where an op needs them so (a guess);
+        # without it such a model fails here and keeps ONNX's types. Its logger would print to stderr.
+        quiet = logging.getLogger(symbolic_shape_infer.__name__)
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            inferred = symbolic_shape_infer.SymbolicShapeInference.infer_shapes(_inference_model(model),
+                                                                                auto_merge=False)
+        finally:
+            quiet.setLevel(level)
+    except Exception:  # noqa: BLE001 - best effort, as ONNX's own inference: unknown dims stay unknown
+        return {}
+    if inferred is None:
+        return {}
+    found: dict[str, TensorType] = {}
+    for vi in itertools.chain(inferred.graph.value_info, inferred.graph.output):
+        t = _type_from_value_info(vi)
+        if t is not None and t.shape is not None:
+            found[vi.name] = t
+    return found
+
+
+def _says_more(new: TensorType, old: TensorType | None, named: set[str]) -> bool:
+    """True when ``new`` says more than ``old``: a rank where it had none, a static dim where it had a symbol,
+    or dims over the inputs' symbols (``named``) where it had fresh ones."""
+    if old is None or old.shape is None:
+        return True
+    if new.dtype != old.dtype or len(new.shape) != len(old.shape):
+        return False
+    if any(is_static(a) and not is_static(b) for a, b in zip(new.shape, old.shape, strict=True)):
+        return True
+    return set(free_symbols(new.shape)) <= named and not set(free_symbols(old.shape)) <= named
 
 
 def _subgraph_captures(node: onnx.NodeProto) -> tuple[str, ...]:
@@ -249,6 +290,11 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str) -> Graph:
                if name and not (name in types and types[name].is_static)}
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
         types.update((name, t) for name, t in observed_types(model, types).items() if name in unknown)
+        unknown = {name for name in unknown if not (name in types and types[name].is_static)}
+    if unknown:  # still dynamic: derived dims (batch*seq, seq+1) from ORT's symbolic inference
+        named = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
+        types.update((name, t) for name, t in symbolic_types(model).items()
+                     if name in unknown and _says_more(t, types.get(name), named))
     const_nodes = {n.output[0]: n.attribute[0].t for n in model.graph.node
                    if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS and len(n.attribute) == 1
                    and n.attribute[0].name == "value" and len(n.output) == 1}

@@ -235,3 +235,20 @@ def test_derived_dims_through_a_shape_subgraph_come_from_symbolic_inference():
     ir = graph_from_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     assert ir.types["c"].shape == (batch, 2 * seq, 8)
     assert ir.types["y"].shape == (2 * batch * seq, 8)
+
+
+def test_a_model_that_cannot_run_at_the_profile_says_which_sizes(tmp_path):
+    """seq must be 4 here (a weight of 4 rows is added to it): the default seq=128 cannot run, and the run
+    names the sizes it tried and the option that sets others, then copies the model."""
+    from xflow.pipeline import optimize_file
+
+    model = dynamic_relu(("batch", "seq"))
+    model.graph.node[0].output[0] = "r"
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((1, 4), np.float32), "w"))
+    model.graph.node.append(helper.make_node("Add", ["r", "w"], ["y"]))
+    src = str(tmp_path / "m.onnx")
+    onnx.save(model, src)
+    said = []
+    report = optimize_file(src, str(tmp_path / "o.onnx"), OptimizeOptions(cost="analytic"), say=said.append)
+    assert report.copied
+    assert any("at batch=1 seq=128; --shape-profile sets other sizes" in line for line in said), said

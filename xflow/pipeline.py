@@ -259,7 +259,11 @@ def run_original(source: Source, options: OptimizeOptions) -> OriginalRun:
         if options.inputs_npz:  # the user's inputs do not fit the model: their error, not a pass-through
             raise XflowError(options.inputs_npz, f"ONNX Runtime cannot run {source.label} on these inputs: "
                                                  f"{one_line(exc)}") from None
-        raise OriginalNotRunnable(source.label, f"ONNX Runtime cannot run the model ({one_line(exc)})") from None
+        plan = source.shapes
+        where = f" at {plan.describe(plan.points()[0])}; --shape-profile sets other sizes" \
+            if plan is not None and plan.is_dynamic else ""
+        raise OriginalNotRunnable(source.label, f"ONNX Runtime cannot run the model{where} ({one_line(exc)})") \
+            from None
 
 
 def _fits_in_memory(graph: Graph) -> bool:

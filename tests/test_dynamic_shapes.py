@@ -252,3 +252,20 @@ def test_a_model_that_cannot_run_at_the_profile_says_which_sizes(tmp_path):
     report = optimize_file(src, str(tmp_path / "o.onnx"), OptimizeOptions(cost="analytic"), say=said.append)
     assert report.copied
     assert any("at batch=1 seq=128; --shape-profile sets other sizes" in line for line in said), said
+
+
+def test_symbolic_inference_writes_nothing(tmp_path, monkeypatch):
+    """ORT's own infer_shapes saves sym_shape_infer_temp.onnx in the working directory when it cannot infer
+    every value (here the output of an op of another domain): loading must leave the directory as it was."""
+    from xflow.onnx_io import graph_from_model
+
+    monkeypatch.chdir(tmp_path)
+    graph = helper.make_graph([helper.make_node("Foo", ["x"], ["r"], domain="com.example"),
+                               helper.make_node("Relu", ["x"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    ir = graph_from_model(model)
+    assert ir.types["y"].shape == (batch, 8)
+    assert list(tmp_path.iterdir()) == []

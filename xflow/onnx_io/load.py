@@ -98,7 +98,8 @@ def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
 
 def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     """Value types from ONNX Runtime's symbolic shape inference, which follows Shape -> Gather -> Concat ->
-    Reshape chains and writes derived dims as expressions (``2*batch*seq``); {} when it fails."""
+    Reshape chains and writes derived dims as expressions (``2*batch*seq``): those of the values it could
+    infer, {} when it fails."""
     try:
         from onnxruntime.tools import symbolic_shape_infer
 
@@ -108,8 +109,15 @@ def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)
         try:
-            inferred = symbolic_shape_infer.SymbolicShapeInference.infer_shapes(_inference_model(model),
-                                                                                auto_merge=False)
+            # Driven step by step as its own infer_shapes does, which on a model it cannot complete saves
+            # the partial result as sym_shape_infer_temp.onnx in the working directory (and raises): the
+            # partial result is what is wanted here, and nothing may be written.
+            inference = symbolic_shape_infer.SymbolicShapeInference(2**31 - 1, False, False, 0)
+            inference._preprocess(_inference_model(model))
+            while inference.run_:
+                inference._infer_impl()
+            inference._update_output_from_vi()
+            inferred = inference.out_mp_
         finally:
             quiet.setLevel(level)
     except Exception:  # noqa: BLE001 - best effort, as ONNX's own inference: unknown dims stay unknown

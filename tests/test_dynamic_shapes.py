@@ -95,7 +95,7 @@ def test_dynamic_twin_finds_the_static_models_rewrites(name):
     from xflow import zoo
     from xflow.pipeline import optimize_model
 
-    options = OptimizeOptions(cost="analytic", measure=False, verify=False, budget=40, time_limit=60)
+    options = OptimizeOptions(cost="analytic", measure=False, verify=False, budget=40, time_limit=600)  # budget-bound
     _, static = optimize_model(zoo.build(name, small=True), options)
     written, dynamic = optimize_model(zoo.build(name, small=True, dynamic=True), options)
     assert static.rules_applied and dynamic.rules_applied == static.rules_applied

@@ -40,6 +40,9 @@ class Builder:
     activations: list[str] = field(default_factory=list)  # values computed from inputs (operand pool)
     read: set[str] = field(default_factory=set)
     seed: int = 0
+    # the dim_param every input's and output's first dim is declared as (None: static); every step then keeps
+    # that dim and draws no constant holding it, so the model runs at any value of the symbol
+    batch: str | None = None
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -51,10 +54,17 @@ class Builder:
     def name(self, hint: str) -> str:
         return f"{hint}{len(self.shapes)}"
 
+    def declared(self, name: str) -> list[int | str]:
+        """The dims a graph input or output declares (the symbol first when the batch is symbolic)."""
+        dims: list[int | str] = list(self.shapes[name])
+        if self.batch is not None:
+            dims[0] = self.batch
+        return dims
+
     def add_input(self, shape: Shape) -> str:
         name = self.name("x")
-        self.inputs.append(helper.make_tensor_value_info(name, self.dtype, list(shape)))
         self.shapes[name] = shape
+        self.inputs.append(helper.make_tensor_value_info(name, self.dtype, self.declared(name)))
         self.activations.append(name)
         return name
 
@@ -90,7 +100,7 @@ class Builder:
         if not outs:
             outs = [self.op("Identity", [self.activations[-1]], [self.shapes[self.activations[-1]]])[0]]
         graph = helper.make_graph(self.nodes, "fuzz", self.inputs,
-                                  [helper.make_tensor_value_info(o, self.dtype, list(self.shapes[o])) for o in outs],
+                                  [helper.make_tensor_value_info(o, self.dtype, self.declared(o)) for o in outs],
                                   self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
         model.ir_version = 8
@@ -118,7 +128,7 @@ def _binary(draw: st.DrawFn, b: Builder) -> None:
     kind = draw(st.sampled_from(["same", "const", "bias", "scalar"]))
     other = _pick(draw, b, shape=shape) if kind == "same" else None
     if other is None:
-        const_shape = {"const": shape, "bias": shape[-1:], "scalar": ()}.get(kind, shape)
+        const_shape = {"const": shape[1:] if b.batch else shape, "bias": shape[-1:], "scalar": ()}.get(kind, shape)
         if b.shapes[x] and len(shape) == 4 and kind == "bias":
             const_shape = (shape[1], 1, 1)  # per-channel
         other = b.const(const_shape)
@@ -188,7 +198,7 @@ def _matmul(draw: st.DrawFn, b: Builder) -> None:
     k = shape[-1]
     for _ in range(draw(st.integers(1, 3))):  # 2-3 MatMuls on one input: the merge rule's pattern
         m = draw(st.sampled_from([2, 3, 4, 6]))
-        w = b.const((k, m)) if draw(st.integers(0, 5)) else _pick(draw, b, shape=(k, m)) or b.const((k, m))
+        w = b.const((k, m)) if draw(st.integers(0, 5)) or b.batch else _pick(draw, b, shape=(k, m)) or b.const((k, m))
         b.op("MatMul", [x, w], [shape[:-1] + (m,)])
 
 
@@ -202,7 +212,7 @@ def _gemm(draw: st.DrawFn, b: Builder) -> None:
     w = b.const((m, k) if trans_b else (k, m))
     inputs = [x, w]
     if draw(st.booleans()):
-        inputs.append(b.const(draw(st.sampled_from([(m,), (1, m), (n, m)]))))
+        inputs.append(b.const(draw(st.sampled_from([(m,), (1, m)] + ([] if b.batch else [(n, m)])))))
     attrs = {"transB": trans_b}
     if draw(st.booleans()):
         attrs["alpha"] = draw(st.sampled_from([0.5, 2.0]))
@@ -420,3 +430,24 @@ def conv_models(draw: st.DrawFn) -> onnx.ModelProto:
         steps[step](draw, b)
     extra = draw(st.lists(st.sampled_from(b.activations), max_size=2))
     return b.model(extra)
+
+
+DYNAMIC_STEPS = ("matmul", "gemm", "unary", "binary", "concat", "split_map")
+
+
+@st.composite
+def dynamic_batch_models(draw: st.DrawFn) -> onnx.ModelProto:
+    """Random dense models whose inputs and outputs have the symbolic first dim ``batch`` (a ``dim_param``),
+    built from the steps that keep it (no Reshape/Transpose of it, no constant or weight holding it)."""
+    dtype = draw(st.sampled_from([TensorProto.FLOAT, TensorProto.DOUBLE]))
+    b = Builder(dtype=dtype, seed=draw(st.integers(0, 2**16)), batch="batch")
+    rank = draw(st.sampled_from([2, 3]))
+    shape = (1,) + tuple(draw(st.lists(st.sampled_from([2, 3, 4]), min_size=rank - 1, max_size=rank - 1)))
+    b.add_input(shape)
+    if draw(st.booleans()):
+        b.add_input(shape[:-1] + (draw(st.sampled_from([2, 5])),))
+    steps = {"matmul": _matmul, "gemm": _gemm, "unary": _unary, "binary": _binary,
+             "concat": lambda d, bb: _concat_split(d, bb, -1), "split_map": lambda d, bb: _split_map(d, bb, -1)}
+    for step in draw(st.lists(st.sampled_from(DYNAMIC_STEPS), min_size=1, max_size=8)):
+        steps[step](draw, b)
+    return b.model(draw(st.lists(st.sampled_from(b.activations), max_size=2)))

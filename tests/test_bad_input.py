@@ -245,31 +245,47 @@ def test_op_newer_than_ort_supports_passes_through(env):
     assert "ONNX Runtime cannot run" in copied_unchanged(work, rules, model).output
 
 
-@pytest.mark.parametrize("fixed", [False, True], ids=["dynamic", "input-shape"])
-def test_dynamic_dims(env, fixed):
-    """Without --input-shape the regions with unknown shapes stay untouched and the written model keeps
-    its dynamic input; with it they are optimized for that shape, which the written model declares
-    (a rewrite verified for one shape is not claimed for others)."""
-    work, rules = env
+def dynamic_cancel_model() -> onnx.ModelProto:
+    """The cancel model with a dynamic batch and sequence (``dim_param``s batch and seq)."""
     nodes, inits = cancel()
-    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
-                       inits)
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", HIDDEN])], inits)
+
+
+@pytest.mark.parametrize("extra", [[], ["--input-shape", "x=2x5x8"], ["--shape-profile", "batch=1,3 seq=4"]],
+                         ids=["default-profile", "input-shape", "shape-profile"])
+def test_dynamic_dims(env, extra):
+    """A dynamic model is searched at its measuring shapes (the default profile, --input-shape or
+    --shape-profile) as a static one is, and the written model keeps its interface exactly: the same
+    inputs and outputs with their dim_params, equal outputs at sizes never measured."""
+    work, rules = env
+    model = dynamic_cancel_model()
     src, out = work / "dyn.onnx", work / "out.onnx"
     onnx.save(model, src)
     before = snapshot(work)
-    extra = ["--input-shape", "x=2x5x8", "--keep-if-slower"] if fixed else []
-    result = optimize(src, out, rules, "--report", str(work.parent / "r.json"), *extra)
-    shape = (2, 5, HIDDEN) if fixed else (3, 7, HIDDEN)
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    written = assert_passes_through(result, src, out, before, work, {"x": x})
+    result = optimize(src, out, rules, "--report", str(work.parent / "r.json"), "--keep-if-slower", *extra)
+    rng = np.random.default_rng(0)
+    written = assert_passes_through(result, src, out, before, work,
+                                    {"x": rng.standard_normal((3, 7, HIDDEN)).astype(np.float32)})
+    for shape in ((1, 1, HIDDEN), (4, 9, HIDDEN)):
+        assert_passes_through(result, src, out, before, work, {"x": rng.standard_normal(shape).astype(np.float32)})
     report = json.loads((work.parent / "r.json").read_text())
-    assert report["rules_applied"] == ({"concat_split_cancel": 1} if fixed else {})
-    dims = written.graph.input[0].type.tensor_type.shape.dim
-    if fixed:
-        assert [d.dim_value for d in dims] == [2, 5, HIDDEN]
-    else:
-        assert [d.dim_param for d in dims[:2]] == ["batch", "seq"]
+    assert report["rules_applied"] == {"concat_split_cancel": 1}
+    assert report["decision"] == "optimized"
+    assert len(report["checked_at"]) >= 1  # an off-profile size besides the measuring one
+    assert list(written.graph.input) == list(model.graph.input)
+    assert list(written.graph.output) == list(model.graph.output)
+    assert written.opset_import == model.opset_import
+
+
+def test_wrong_shape_profile_name_is_refused(env):
+    work, rules = env
+    src = work / "dyn.onnx"
+    onnx.save(dynamic_cancel_model(), src)
+    before = snapshot(work)
+    result = optimize(src, work / "out.onnx", rules, "--shape-profile", "batchsize=1,8")
+    assert_refused(result, src, before, work, "--shape-profile names 'batchsize', which is not a dynamic dim of the "
+                                              "inputs (dynamic dims: batch, seq)")
 
 
 @pytest.mark.parametrize("kind", ["If", "Loop"])

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from xflow.ir.dims import is_static
 from xflow.onnx_io import graph_from_model
 
 
@@ -39,4 +40,4 @@ def test_a_shape_set_by_input_values_stays_unknown():
     graph = graph_from_model(_model(shape_from_input=True))
     assert [n.op for n in graph.nodes].count("opaque") == 3  # reshape, relu, matmul: their shapes vary
     r = graph.type_of("r")  # its dtype is known; its three dims are not, and no run may pin them
-    assert r is not None and not r.is_static and r.shape == (None, None, None), r
+    assert r is not None and not r.is_static and len(r.shape) == 3 and not any(is_static(d) for d in r.shape), r

@@ -55,7 +55,12 @@ def main() -> None:
               help="ONNX Runtime execution provider for cost measurement, verification and timing.")
 @click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1xD2...",
-              help="Fix a dynamic input's shape, e.g. --input-shape input=1x3x224x224. Repeatable.")
+              help="Measure a dynamic input at this shape, e.g. --input-shape input=1x3x224x224 (the written "
+                   "model keeps its dynamic dims). Repeatable.")
+@click.option("--shape-profile", "shape_profile", multiple=True, metavar="NAME=V1,V2...",
+              help="Sizes of a dynamic dim (an input's dim_param; x[0] for an unnamed one) at which costs are "
+                   "measured and the A/B timed, e.g. --shape-profile batch=1,8 --shape-profile seq=128. Every "
+                   "combination is timed. Default: 1 for a dim first in an input, else 128. Repeatable.")
 @click.option("--inputs", "inputs_npz", type=click.Path(), default=None,
               help="An .npz of input arrays for the equivalence check and timing (default: seeded random).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
@@ -68,7 +73,7 @@ def main() -> None:
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
              alternatives: int,
              time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
-             threads: int | None, input_shapes: tuple[str, ...],
+             threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
@@ -79,6 +84,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     """
     from xflow.files import check_output_file
     from xflow.onnx_io import parse_input_shapes
+    from xflow.onnx_io.profile import parse_shape_profile
     from xflow.pipeline import OptimizeOptions, optimize_file
 
     options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
@@ -86,6 +92,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
                               time_limit=time_limit, memory_limit=memory_limit, provider=provider,
                               threads=threads, cost=cost_kind, cost_db=cost_db,
                               input_shapes=parse_input_shapes(input_shapes),
+                              shape_profile=parse_shape_profile(shape_profile),
                               inputs_npz=inputs_npz, seed=seed, keep_if_slower=keep_if_slower)
     say = (lambda _m: None) if quiet else click.echo
     progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None
@@ -176,7 +183,18 @@ def _print_summary(report: Any) -> None:
         click.echo(f"  measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
                    f"({report.speedup:.3f}x, median of {report.timed_runs} interleaved runs; faster in "
                    f"{report.faster_rounds} of them, sign test p = {report.sign_test_p:.2g})")
+    _print_dynamic(report)
     click.echo(f"  wrote {report.output}: {report.decision}")
+
+
+def _print_dynamic(report: Any) -> None:
+    """The other sizes a dynamic model was checked and timed at."""
+    if report.checked_at:
+        click.echo(f"  outputs match at other sizes too: {'; '.join(report.checked_at)}")
+    for entry in report.profile_points[1:]:
+        point = " ".join(f"{k}={v}" for k, v in entry["point"].items())
+        click.echo(f"  at {point}: {entry['latency_before_ms']:.3f} ms -> {entry['latency_after_ms']:.3f} ms"
+                   f"{'' if entry['faster'] else ' (not faster)'}")
 
 
 @main.command("verify-rules")
@@ -233,8 +251,9 @@ def verify_rules(rules_path: str, rlimit: int, guard_s: float, trials: int, seed
 @click.argument("out_path", metavar="OUT.onnx", type=click.Path())
 @click.option("--small", is_flag=True, help="A reduced variant (fewer layers/channels) for quick runs.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the random weights.")
+@click.option("--dynamic", is_flag=True, help="The dynamic-batch twin: dim_param 'batch' on inputs and outputs.")
 @user_errors
-def zoo(name: str, out_path: str, small: bool, seed: int) -> None:
+def zoo(name: str, out_path: str, small: bool, seed: int, dynamic: bool) -> None:
     """Write benchmark model NAME from the built-in zoo to OUT.onnx.
 
     Models: resnet50, resnext50, inception_v3, squeezenet, bert, nasnet_a, nasrnn.
@@ -244,9 +263,10 @@ def zoo(name: str, out_path: str, small: bool, seed: int) -> None:
     if name not in zoo_models.MODELS:
         raise XflowError(None, f"unknown zoo model {name!r}; choose one of {', '.join(sorted(zoo_models.MODELS))}")
     check_writable(out_path)
-    model = zoo_models.build(name, small=small, seed=seed)
+    model = zoo_models.build(name, small=small, seed=seed, dynamic=dynamic)
     save_model(model, out_path)
-    click.echo(f"wrote {out_path}: {name}{' (small)' if small else ''}, {len(model.graph.node)} nodes")
+    kind = " ".join(k for k, on in (("small", small), ("dynamic batch", dynamic)) if on)
+    click.echo(f"wrote {out_path}: {name}{f' ({kind})' if kind else ''}, {len(model.graph.node)} nodes")
 
 
 def _add_command_modules() -> None:

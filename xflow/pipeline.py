@@ -28,12 +28,14 @@ from xflow.cost import AnalyticCost, GraphCoster
 from xflow.cost.base import CostModel
 from xflow.cost.cache import CostCache
 from xflow.cost.measured import MeasuredCost, in_cache_batch_bytes
-from xflow.equivalence import EquivalenceError, NonFiniteReference, verify_against_original
+from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equivalence, verify_against_original
 from xflow.errors import XflowError, one_line
 from xflow.files import check_output_file, copy_atomically, run_folder, write_json
 from xflow.ir import Graph
+from xflow.ir.dims import is_static
 from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, would_overwrite
 from xflow.onnx_io.load import check_proto
+from xflow.onnx_io.profile import ShapePlan, shape_plan
 from xflow.onnx_io.save import EXTERNAL_THRESHOLD
 from xflow.rewrite import fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
@@ -57,7 +59,8 @@ class OptimizeOptions:
     threads: int | None = None
     cost: str = "measured"  # or "analytic"
     cost_db: str | None = None  # SQLite cost cache (default: under the user's cache folder)
-    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # measuring shapes only
+    shape_profile: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # symbol -> sizes (onnx_io.profile)
     inputs_npz: str | None = None
     seed: int = 0
     keep_if_slower: bool = False
@@ -79,6 +82,10 @@ class VerifyFigures:
     timed_runs: int = 0
     faster_rounds: int = 0  # interleaved rounds in which the optimized model ran faster
     sign_test_p: float | None = None  # one-sided sign test over those rounds (kept when < 0.01)
+    # dynamic models: the A/B at each profile point (the figures above are the first point's), and the
+    # points equivalence was checked at besides the first (profile points and an off-profile one)
+    profile_points: list[dict[str, Any]] = field(default_factory=list)
+    checked_at: list[str] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
@@ -176,6 +183,13 @@ class Source:
     path: str | None = None
     proto: onnx.ModelProto | None = None
     onnx_nodes: int = 0  # nodes of the ONNX model (the IR may count them differently)
+    shapes: ShapePlan | None = None  # the model's dynamic dims and the sizes it is measured and checked at
+    measuring: dict[str, tuple[int, ...]] = field(default_factory=dict)  # input shapes the graph was built at
+
+    def shapes_at(self, point: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """Input shapes at a profile point (``--input-shape`` where it gives them)."""
+        shapes = self.shapes.shapes_at(point) if self.shapes is not None else {}
+        return {**shapes, **{k: v for k, v in self.measuring.items() if k not in shapes}}
 
     @property
     def copyable(self) -> bool:
@@ -190,15 +204,35 @@ class Source:
 
 
 def load_source(model: onnx.ModelProto | str, options: OptimizeOptions) -> Source:
-    """The load stage: parse and check the model, build its graph (``input_shapes`` applied)."""
+    """The load stage: parse and check the model, resolve its shape profile, build its graph at the
+    profile's first point (the measuring shapes; the graph keeps the model's own interface)."""
     if isinstance(model, onnx.ModelProto):
         check_proto(model, "<ModelProto>")
-        graph = graph_from_model(model, "", "", options.input_shapes)
-        return Source(graph, "<ModelProto>", None, model, len(model.graph.node))
-    path = os.fspath(model)
-    proto = read_model(path)
-    graph = graph_from_model(proto, os.path.dirname(os.path.abspath(path)), path, options.input_shapes)
-    return Source(graph, path, path, None, len(proto.graph.node))
+        label, path, proto, base_dir = "<ModelProto>", None, model, ""
+    else:
+        path = os.fspath(model)
+        label, proto, base_dir = path, read_model(path), os.path.dirname(os.path.abspath(path))
+    plan = shape_plan(proto, options.shape_profile, options.input_shapes, label)
+    given = dict(options.input_shapes)
+    if options.inputs_npz and plan.is_dynamic and not given and not options.shape_profile:
+        given = _npz_shapes(plan, read_inputs(options.inputs_npz))  # measured at the user's inputs' shapes
+        plan = shape_plan(proto, {}, given, label)
+    measuring = {**plan.shapes_at(plan.points()[0]), **given}
+    graph = graph_from_model(proto, base_dir, path or "", measuring)
+    return Source(graph, label, path, model if path is None else None, len(proto.graph.node), plan, measuring)
+
+
+def _npz_shapes(plan: ShapePlan, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    """The shapes of the ``--inputs`` arrays that fit a dynamic input (rank and fixed dims; the others are
+    left for the original's run to refuse, with ONNX Runtime's words)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, array in arrays.items():
+        dims = plan.input_dims.get(name)
+        if dims is None or len(dims) != array.ndim or all(is_static(d) for d in dims):
+            continue
+        if all(not is_static(d) or int(d) == n for d, n in zip(dims, array.shape, strict=True)):
+            shapes[name] = tuple(array.shape)
+    return shapes
 
 
 @dataclass
@@ -218,7 +252,7 @@ def run_original(source: Source, options: OptimizeOptions) -> OriginalRun:
         session = make_session(source.path if source.path is not None else source.proto, options.provider,
                                options.threads)
         feeds = read_inputs(options.inputs_npz) if options.inputs_npz else \
-            random_feeds(session, options.seed, options.input_shapes)
+            random_feeds(session, options.seed, source.measuring)
         return OriginalRun(session, feeds, session.run(None, feeds))
     except XflowError:
         raise
@@ -226,7 +260,11 @@ def run_original(source: Source, options: OptimizeOptions) -> OriginalRun:
         if options.inputs_npz:  # the user's inputs do not fit the model: their error, not a pass-through
             raise XflowError(options.inputs_npz, f"ONNX Runtime cannot run {source.label} on these inputs: "
                                                  f"{one_line(exc)}") from None
-        raise OriginalNotRunnable(source.label, f"ONNX Runtime cannot run the model ({one_line(exc)})") from None
+        plan = source.shapes
+        where = f" at {plan.describe(plan.points()[0])}; --shape-profile sets other sizes" \
+            if plan is not None and plan.is_dynamic else ""
+        raise OriginalNotRunnable(source.label, f"ONNX Runtime cannot run the model{where} ({one_line(exc)})") \
+            from None
 
 
 def _fits_in_memory(graph: Graph) -> bool:
@@ -390,7 +428,7 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
             checked = verify_against_original(
                 source.path if source.path is not None else source.proto, original.session, candidate,
                 original.feeds, "--inputs" if options.inputs_npz else f"seed {options.seed}", options.seed,
-                options.input_shapes, options.provider, options.threads)
+                source.measuring, options.provider, options.threads)
         except EquivalenceError as exc:
             raise EquivalenceError(source.label, f"optimized model is not equivalent, nothing written: {exc.problem}") \
                 from None
@@ -401,6 +439,10 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
             say(note)
         figures.max_abs_diff, figures.verified = checked.max_abs_diff, True
         figures.verify_reference, figures.verify_inputs = checked.reference, checked.inputs
+        failure = check_other_sizes(source, original.session, candidate, options, figures)
+        if failure is not None:
+            say(f"{failure}: the original is {source.kept_as}")
+            return Verdict(None, "optimized model not equivalent at other sizes")
     if options.measure:
         ab = decide_ab(original.session, candidate, original.feeds, lambda: (
             make_session(source.path if source.path is not None else source.proto, options.provider, options.threads),
@@ -408,15 +450,89 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
         figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
         figures.speedup, figures.timed_runs = ab.speedup, ab.runs
         figures.faster_rounds, figures.sign_test_p = ab.b_wins, ab.p_value
+        slower_at = time_other_points(source, original.session, candidate, optimized, options, scratch, figures) \
+            if ab.b_is_faster() else ""
         # "Faster" must be more than one lucky median, which a longer run does not reproduce: the sign
-        # test asks it of most rounds, and decide_ab of a fresh pair of sessions too.
-        if not (ab.b_is_faster() or options.keep_if_slower):
+        # test asks it of most rounds, and decide_ab of a fresh pair of sessions too; and at every profile point.
+        if slower_at and not options.keep_if_slower and ab.b_is_faster():
+            verdict.graph, verdict.reason = None, "optimized model was not faster at every profile point"
+            say(f"the optimized model was not measurably faster at {slower_at}: the original is {source.kept_as} "
+                "(use --keep-if-slower to override)")
+        elif not (ab.b_is_faster() or options.keep_if_slower):
             verdict.graph, verdict.reason = None, "optimized model was not faster"
             say(f"the optimized model was not measurably faster ({figures.latency_after_ms:.3f} ms vs "
                 f"{figures.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.runs} interleaved rounds, "
                 f"sign test p = {ab.p_value:.2g}): the original is {source.kept_as} "
                 "(use --keep-if-slower to override)")
     return verdict
+
+
+def _point_feeds(source: Source, session: Any, point: Mapping[str, int], seed: int) -> dict[str, np.ndarray] | None:
+    """Random inputs at a point, or None when the original does not run on them (a size the model cannot take)."""
+    feeds = random_feeds(session, seed, source.shapes_at(point))
+    try:
+        session.run(None, dict(feeds))
+    except Exception:  # noqa: BLE001 - ORT's own types: the original refuses this size
+        return None
+    return feeds
+
+
+def check_other_sizes(source: Source, session: Any, candidate: Any, options: OptimizeOptions,
+                      figures: VerifyFigures) -> str | None:
+    """Equivalence at the profile's other points and at one off-profile point (every symbol at a size the
+    profile does not list, so a rewrite valid only at the measuring sizes cannot pass), against the original
+    in float32 with the dtype's tolerance; what failed, in words, or None. Points the original cannot run at
+    are skipped (the off-profile one tries another size first)."""
+    plan = source.shapes
+    if plan is None or not plan.is_dynamic:
+        return None
+    points = [(p, False) for p in plan.points()[1:]] + [(p, True) for p in plan.off_profile()]
+    off_checked = False
+    for point, off in points:
+        if off and off_checked:
+            break
+        feeds = _point_feeds(source, session, point, options.seed)
+        if feeds is None:
+            continue
+        label = plan.describe(point)
+        try:
+            check_equivalence(session, candidate, feeds, label,
+                              lambda k, p=point: random_feeds(session, options.seed + k, source.shapes_at(p)))
+        except EquivalenceError as exc:
+            return f"the optimized model differs from the original at {label} ({exc.problem})"
+        except NonFiniteReference:
+            continue
+        except Exception as exc:  # noqa: BLE001 - ORT refuses the optimized model at this size
+            return f"ONNX Runtime cannot run the optimized model at {label} ({one_line(exc)})"
+        figures.checked_at.append(label)
+        off_checked = off_checked or off
+    return None
+
+
+def time_other_points(source: Source, session: Any, candidate: Any, optimized: Graph, options: OptimizeOptions,
+                      scratch: str, figures: VerifyFigures) -> str:
+    """The A/B at every profile point after the first, once the first found the optimized model faster
+    (recorded in ``figures.profile_points`` with the first); the points where the optimized model was not
+    faster, in words ("" when none)."""
+    plan = source.shapes
+    if plan is None or not plan.is_dynamic:
+        return ""
+    points = plan.points()
+    figures.profile_points = [{"point": points[0], "latency_before_ms": figures.latency_before_ms,
+                               "latency_after_ms": figures.latency_after_ms, "faster": True}]
+    slower: list[str] = []
+    for point in points[1:]:
+        feeds = _point_feeds(source, session, point, options.seed)
+        if feeds is None:
+            continue
+        ab = decide_ab(session, candidate, feeds, lambda: (
+            make_session(source.path if source.path is not None else source.proto, options.provider, options.threads),
+            graph_session(optimized, options, scratch, "candidate-again")))
+        figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
+                                       "latency_after_ms": ab.b_median * 1e3, "faster": ab.b_is_faster()})
+        if not ab.b_is_faster():
+            slower.append(plan.describe(point))
+    return "; ".join(slower)
 
 
 def _time_original(original: OriginalRun | OriginalNotRunnable | None, options: OptimizeOptions, source: Source,
@@ -656,7 +772,8 @@ def optimize(model: onnx.ModelProto | str, **options: Any) -> onnx.ModelProto:
     """Optimize an ONNX model (a ModelProto or a path) and return the optimized ModelProto.
 
     Keyword options are the fields of ``OptimizeOptions`` (``rules_path``, ``alpha``, ``budget``,
-    ``time_limit``, ``provider``, ``threads``, ``cost``, ``cost_db``, ``input_shapes``, ``seed``,
+    ``time_limit``, ``provider``, ``threads``, ``cost``, ``cost_db``, ``input_shapes``, ``shape_profile``
+    (``{"batch": (1, 8)}``: sizes of a dynamic dim, see ``xflow.onnx_io.profile``), ``seed``,
     ``keep_if_slower``, ...). Raises XflowError (EquivalenceError on a mismatch) as the CLI would."""
     known = {f.name for f in dataclasses.fields(OptimizeOptions)}
     unknown = sorted(set(options) - known)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-Dim = int | None
+Dim = Any  # an int, a sympy expression over symbols (xflow.ir.dims), or None (unknown)
 Shape = tuple[int, ...]
 
 FLOAT_DTYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
@@ -20,7 +20,8 @@ FLOAT_DTYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.
 class TensorType:
     """Element type (an ``onnx.TensorProto`` data type) and shape of a value.
 
-    ``shape`` is None when even the rank is unknown; a dim is None when it is symbolic or unknown.
+    ``shape`` is None when even the rank is unknown; a dynamic dim is a symbol or an expression over symbols
+    (``xflow.ir.dims``: named after its ``dim_param``, or after its value and axis when unnamed).
     """
 
     dtype: int

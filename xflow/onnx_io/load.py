@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import logging
 import os
 from collections.abc import Mapping
 
@@ -12,6 +14,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
+from xflow.ir.dims import dims_of, free_symbols, is_static
 from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
@@ -70,11 +73,7 @@ def parse_input_shapes(specs: list[str] | tuple[str, ...]) -> dict[str, tuple[in
 def _type_from_value_info(vi: onnx.ValueInfoProto) -> TensorType | None:
     if not vi.type.HasField("tensor_type"):
         return None
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return TensorType(tt.elem_type, None)
-    dims = tuple(int(d.dim_value) if d.HasField("dim_value") else None for d in tt.shape.dim)
-    return TensorType(tt.elem_type, dims)
+    return TensorType(vi.type.tensor_type.elem_type, dims_of(vi))  # dynamic dims as symbols (xflow.ir.dims)
 
 
 def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], path: str) -> None:
@@ -97,6 +96,54 @@ def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
                 raise XflowError(path, f"--input-shape {name}: dim {d.dim_value} is fixed in the model, not {value}")
             d.Clear()
             d.dim_value = value
+
+
+def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+    """Value types from ONNX Runtime's symbolic shape inference, which follows Shape -> Gather -> Concat ->
+    Reshape chains and writes derived dims as expressions (``2*batch*seq``): those of the values it could
+    infer, {} when it fails."""
+    try:
+        from onnxruntime.tools import symbolic_shape_infer
+
+        # No auto_merge: it would assume two different symbols equal where an op needs them so (a guess);
+        # without it such a model fails here and keeps ONNX's types. Its logger would print to stderr.
+        quiet = logging.getLogger(symbolic_shape_infer.__name__)
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            # Driven step by step as its own infer_shapes does, which on a model it cannot complete saves
+            # the partial result as sym_shape_infer_temp.onnx in the working directory (and raises): the
+            # partial result is what is wanted here, and nothing may be written.
+            inference = symbolic_shape_infer.SymbolicShapeInference(2**31 - 1, False, False, 0)
+            inference._preprocess(_inference_model(model))
+            while inference.run_:
+                inference._infer_impl()
+            inference._update_output_from_vi()
+            inferred = inference.out_mp_
+        finally:
+            quiet.setLevel(level)
+    except Exception:  # noqa: BLE001 - best effort, as ONNX's own inference: unknown dims stay unknown
+        return {}
+    if inferred is None:
+        return {}
+    found: dict[str, TensorType] = {}
+    for vi in itertools.chain(inferred.graph.value_info, inferred.graph.output):
+        t = _type_from_value_info(vi)
+        if t is not None and t.shape is not None:
+            found[vi.name] = t
+    return found
+
+
+def _says_more(new: TensorType, old: TensorType | None, named: set[str]) -> bool:
+    """True when ``new`` says more than ``old``: a rank where it had none, a static dim where it had a symbol,
+    or dims over the inputs' symbols (``named``) where it had fresh ones."""
+    if old is None or old.shape is None:
+        return True
+    if new.dtype != old.dtype or len(new.shape) != len(old.shape):
+        return False
+    if any(is_static(a) and not is_static(b) for a, b in zip(new.shape, old.shape, strict=True)):
+        return True
+    return set(free_symbols(new.shape)) <= named and not set(free_symbols(old.shape)) <= named
 
 
 def _subgraph_captures(node: onnx.NodeProto) -> tuple[str, ...]:
@@ -218,20 +265,25 @@ def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
     """Build the IR from a parsed model (shapes inferred; op-table ops decoded, with the values of constant
     nodes and of shape computations on the model's fixed dims known to the decoders; others opaque).
 
-    ``model`` is not modified (``input_shapes`` are applied to the graph's copy of the inputs); the
-    graph's constants refer to its initializers, so it must not be modified while the graph is used.
-    ``base_dir`` is where relative external-data locations are resolved (the model file's folder)."""
-    if input_shapes:
-        saved = [onnx.ValueInfoProto() for _ in model.graph.input]
+    ``input_shapes`` are measuring shapes: the graph's value types are those the model has at them, but
+    its context keeps the model's own inputs, so a written graph declares the original interface
+    (``dim_param``s included). ``model`` is not modified; the graph's constants refer to its
+    initializers, so it must not be modified while the graph is used. ``base_dir`` is where relative
+    external-data locations are resolved (the model file's folder)."""
+    if not input_shapes:
+        return _build_graph(model, base_dir, path)
+    saved = [onnx.ValueInfoProto() for _ in model.graph.input]
+    for copy, vi in zip(saved, model.graph.input, strict=True):
+        copy.CopyFrom(vi)
+    try:
+        _fix_input_shapes(model, input_shapes, path)
+        graph = _build_graph(model, base_dir, path, fold_shapes=False)  # measuring dims never fold
+    finally:
         for copy, vi in zip(saved, model.graph.input, strict=True):
-            copy.CopyFrom(vi)
-        try:
-            _fix_input_shapes(model, input_shapes, path)
-            return _build_graph(model, base_dir, path, fold_shapes=False)  # measuring dims never fold
-        finally:
-            for copy, vi in zip(saved, model.graph.input, strict=True):
-                vi.CopyFrom(copy)
-    return _build_graph(model, base_dir, path)
+            vi.CopyFrom(copy)
+    assert graph.context is not None
+    context = dataclasses.replace(graph.context, template=_without_nodes(model))
+    return Graph(graph.nodes, graph.inputs, graph.outputs, graph.types, graph.constants, context)
 
 
 def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: bool = True) -> Graph:
@@ -254,6 +306,11 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
                if name and not (name in types and types[name].is_static)}
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
         types.update((name, t) for name, t in observed_types(model, types).items() if name in unknown)
+        unknown = {name for name in unknown if not (name in types and types[name].is_static)}
+    if unknown:  # still dynamic: derived dims (batch*seq, seq+1) from ORT's symbolic inference
+        named = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
+        types.update((name, t) for name, t in symbolic_types(model).items()
+                     if name in unknown and _says_more(t, types.get(name), named))
     known = {name: c.value() for name, c in constants.items()
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
     captured = {name for n in model.graph.node for name in _subgraph_captures(n)}

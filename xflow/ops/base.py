@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape, TensorType
+from xflow.ir.dims import as_dim
 
 
 class ShapeError(ValueError):
@@ -208,10 +209,15 @@ class OpDef:
         return Attrs(out)
 
     def infer(self, shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
-        """Output shapes for these input shapes; raises ShapeError when they are invalid."""
+        """Output shapes for these input shapes; raises ShapeError when they are invalid. Dims may be symbolic
+        (``xflow.ir.dims``): a condition a rule cannot decide for every value of the symbols (sympy refuses
+        the truth value of ``batch < 4``) is a ShapeError too: no match, never a guess."""
         if not self.min_inputs <= len(shapes) <= self.max_inputs:
             raise ShapeError(f"{self.name}: takes {self.min_inputs}..{self.max_inputs} inputs, got {len(shapes)}")
-        return [tuple(int(d) for d in s) for s in self.shape(shapes, attrs)]
+        try:
+            return [tuple(as_dim(d) for d in s) for s in self.shape(shapes, attrs)]
+        except TypeError as exc:
+            raise ShapeError(f"{self.name}: shapes {list(shapes)} undecided for some sizes ({exc})") from None
 
     def output_dtype(self, in_dtypes: Sequence[int], attrs: Attrs) -> int:
         """The element type of the outputs for inputs of these element types."""

@@ -8,14 +8,15 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
+from xflow.ir.dims import NotBroadcastable, broadcast
 from xflow.ops.base import DecodeContext, EncodeContext, Menu, OpDef, ShapeError, make_node, static_shape
 
 
 def broadcast_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Numpy/ONNX multidirectional broadcasting."""
     try:
-        return [tuple(np.broadcast_shapes(*shapes))]
-    except ValueError as exc:
+        return [broadcast(*shapes)]
+    except NotBroadcastable as exc:
         raise ShapeError(f"shapes {list(shapes)} do not broadcast") from exc
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Origin, Shape
+from xflow.ir.dims import NotBroadcastable, broadcast
 from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
@@ -32,8 +33,8 @@ def matmul_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     if a[-1] != b[-2]:
         raise ShapeError(f"matmul: inner dims differ: {a} @ {b}")
     try:
-        batch = tuple(np.broadcast_shapes(a[:-2], b[:-2]))
-    except ValueError as exc:
+        batch = broadcast(a[:-2], b[:-2])
+    except NotBroadcastable as exc:
         raise ShapeError(f"matmul: batch dims of {a} and {b} do not broadcast") from exc
     return [batch + (a[-2], b[-1])]
 

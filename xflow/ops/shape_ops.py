@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
+from xflow.ir.dims import equal, product
 from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
@@ -175,7 +176,7 @@ def reshape_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Reshape to the explicit ``shape`` (no 0 or -1: decoding resolves them)."""
     (x,) = shapes
     target = tuple(attrs["shape"])
-    if any(d < 0 for d in target) or int(np.prod(target, dtype=np.int64)) != int(np.prod(x, dtype=np.int64)):
+    if any(d < 0 for d in target) or not equal(product(target), product(x)):
         raise ShapeError(f"reshape: cannot reshape {x} to {target}")
     return [target]
 

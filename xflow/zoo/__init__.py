@@ -15,6 +15,7 @@ import onnx
 
 from ._builder import IR_VERSION, OPSET, GraphBuilder
 from ._inputs import random_inputs
+from .dynamic import dynamic_twin
 from .inception import inception_v3
 from .nas import nasnet_a, nasrnn
 from .resnet import resnet50, resnext50
@@ -32,13 +33,15 @@ MODELS: dict[str, Callable[..., onnx.ModelProto]] = {
 }
 
 
-def build(name: str, small: bool = False, seed: int = 0) -> onnx.ModelProto:
-    """Build zoo model ``name`` (full size unless ``small``) with weights drawn from ``seed``."""
+def build(name: str, small: bool = False, seed: int = 0, dynamic: bool = False) -> onnx.ModelProto:
+    """Build zoo model ``name`` (full size unless ``small``) with weights drawn from ``seed``; with
+    ``dynamic``, its dynamic-batch twin (``dim_param`` batch on every input and output)."""
     try:
         fn = MODELS[name]
     except KeyError:
         raise KeyError(f"unknown zoo model {name!r}; valid names: {', '.join(sorted(MODELS))}") from None
-    return fn(small=small, seed=seed)
+    model = fn(small=small, seed=seed)
+    return dynamic_twin(model) if dynamic else model
 
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "GraphBuilder",
     "bert",
     "build",
+    "dynamic_twin",
     "inception_v3",
     "nasnet_a",
     "nasrnn",

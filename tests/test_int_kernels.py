@@ -20,7 +20,14 @@ def _poly(coefficients: tuple[int, ...]):  # noqa: ANN202
     return lambda x: x * (x * x + coefficients[1]) + coefficients[2]
 
 
-STAND_INS = {"relu": _poly((1, 1)), "sigmoid": _poly((0, 3, 7)), "tanh": _poly((0, 5, 11))}
+STAND_INS = {"relu": _poly((1, 1)), "sigmoid": _poly((0, 3, 7)), "tanh": _poly((0, 5, 11)),
+             # ops with no exact integer form: x(x² + a) + b, distinct (a, b) per op (xflow/ops/_forms.stand_in)
+             "sqrt": _poly((0, 29, 31)), "exp": _poly((0, 37, 41)), "erf": _poly((0, 43, 47)),
+             "hardsigmoid": _poly((0, 71, 73)), "hardswish": _poly((0, 79, 83)), "gelu": _poly((0, 89, 97)),
+             "reciprocal": _poly((0, 19, 23)), "clip": _poly((3, 5))}
+#: comparisons: a stand-in polynomial of x - y (y - x for the mirrored one), so x < y and y > x agree
+COMPARISONS = {"less": ((0, 107, 109), False), "greater": ((0, 107, 109), True),
+               "less_equal": ((0, 113, 127), False), "greater_equal": ((0, 113, 127), True)}
 
 
 def expected_int(op: str, arrays: list[np.ndarray], attrs: Any) -> list[np.ndarray]:
@@ -45,6 +52,37 @@ def expected_int(op: str, arrays: list[np.ndarray], attrs: Any) -> list[np.ndarr
         (share,) = OPS["avgpool"].evaluate(np, [ones], attrs.updated(count_include_pad=0))
         valid = np.rint(counted * kh * kw / share)  # elements inside the image per window
         return [sums * (1 + kh * kw - valid)]
+    if op in COMPARISONS:
+        coefficients, mirrored = COMPARISONS[op]
+        x, y = arrays
+        return [_poly(coefficients)(y - x if mirrored else x - y)]
+    if op == "equal":  # even in x - y: equality is symmetric
+        d = arrays[0] - arrays[1]
+        return [d * d * (d * d + 101) + 103]
+    if op == "div":  # x times the reciprocal's stand-in: linear in x, as over the reals
+        return [arrays[0] * STAND_INS["reciprocal"](arrays[1])]
+    if op == "pow":  # exact for exponents 0..4, a stand-in otherwise
+        e = attrs["exponent"]
+        return [arrays[0] ** int(e)] if float(e).is_integer() and 0 <= e <= 4 else [_poly((0, 53, 59))(arrays[0])]
+    if op == "cast":  # fingerprints stay integers: a cast between the types they stand for is the identity
+        return [arrays[0]]
+    if op == "where":  # both branches mixed through the condition, non-linearly
+        c, x, y = arrays
+        return [c * x + (c * c + 1) * y]
+    if op == "softmax":  # exp's stand-in times its sum over the axis (no division over integers)
+        e = _poly((0, 61, 67))(arrays[0])
+        return [e * e.sum(axis=attrs["axis"], keepdims=True)]
+    if op == "reducemean":  # sums without dividing, as avgpool's variant
+        return OPS["reducesum"].evaluate(np, wide, attrs)
+    if op in ("layernorm", "instancenorm"):  # centred by the sum (not the mean), then scale and bias
+        x = arrays[0]
+        if op == "layernorm":
+            axis = attrs["axis"] % x.ndim
+            axes, scale, bias = tuple(range(axis, x.ndim)), arrays[1], arrays[2] if len(arrays) > 2 else 0
+        else:
+            per_channel = (1, -1) + (1,) * (x.ndim - 2)
+            axes, scale, bias = tuple(range(2, x.ndim)), arrays[1].reshape(per_channel), arrays[2].reshape(per_channel)
+        return [(x - x.sum(axis=axes, keepdims=True)) * scale + bias]
     if op == "batchnorm":
         x, scale, bias, mean, var = arrays
         per_channel = (1, -1) + (1,) * (x.ndim - 2)
@@ -68,5 +106,7 @@ def test_every_integer_variant_is_described_here() -> None:
     """An op given a new integer variant must get its stand-in above, or this file checks it against the
     float kernel and fails."""
     with_variant = {name for name, op in OPS.items() if op.int_kernel is not None and not op.weights_only}
-    assert with_variant <= set(STAND_INS) | {"conv", "avgpool", "batchnorm"}, with_variant
+    described = set(STAND_INS) | set(COMPARISONS) | {"conv", "avgpool", "batchnorm", "equal", "div", "pow", "cast",
+                                                      "where", "softmax", "reducemean", "layernorm", "instancenorm"}
+    assert with_variant <= described, with_variant - described
     assert {case.values[0] for case in CASES} >= with_variant | {"const_pool"}

@@ -18,7 +18,7 @@ from xflow.placement.executor import Executor, cuda_available, make_segments, se
 from xflow.placement.features import BASE_FEATURES, group_features
 from xflow.placement.groups import Grouping, make_groups
 from xflow.placement.improve import improve
-from xflow.placement.place import PlaceOptions, place_graph, train_across
+from xflow.placement.place import PlaceOptions, place, train_across
 from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
@@ -325,7 +325,7 @@ def test_transfer_training_counts_steps_and_is_reproducible_then_places_zero_sho
     assert all(np.array_equal(first.params[k], second.params[k]) for k in first.params)
     unseen = graph_from_model(branches_model(width=48, branches=3, seed=7))
     options = PlaceOptions(policy=first, zero_shot_samples=8, improve_sweeps=0)
-    plan = place_graph(unseen, topo, options, AnalyticCost()).plan
+    plan = place(unseen, AnalyticCost(), topo, options).plan
     assert plan.rl["mode"] == "zero-shot" and plan.rl["samples"] == 8 and plan.rl["seconds"] < INFEASIBLE_SECONDS
 
 

@@ -34,8 +34,6 @@ class PlacementResult:
     cost_seconds: float = 0.0
 
 
-PlaceOutcome = PlacementResult  # the name earlier callers import
-
 Progress = Callable[[str], None]
 """Receives one line saying what planning is doing now (a TTY shows it in place)."""
 
@@ -126,13 +124,6 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
                             "nodes": problem.size, "cost_model": getattr(cost_model, "name", "analytic"),
                             "cost_seconds": round(started - cost_started, 3)})
     return PlacementResult(plan, policy, curve, seconds, started - cost_started)
-
-
-def place_graph(graph: Graph, topology: Topology, options: PlaceOptions | None = None,
-                cost_model: CostModel | None = None, name: str = "model",
-                progress: Progress | None = None) -> PlacementResult:
-    """``place`` with the arguments in the order earlier callers pass them."""
-    return place(graph, cost_model, topology, options, name, progress)
 
 
 def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOptions | None = None,

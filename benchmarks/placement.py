@@ -93,16 +93,34 @@ def run_sim(graphs: dict, topologies: list[str], args, out: str) -> list[dict]: 
     return rows
 
 
+def transfer_policy(graphs: dict, topo, seed: int, args, costs):  # noqa: ANN001, ANN201
+    """The policy trained across ``graphs`` with ``seed``: read from --policy-dir when a file trained with the
+    same settings is there (training has no time limit, so a seed gives the same policy anywhere), else
+    trained and written there. Returns (policy, training seconds; 0 when read)."""
+    from xflow.placement.policy import Policy
+
+    meta = {"seed": seed, "steps": args.transfer_steps, "train_on": list(graphs), "topology": topo.name,
+            "cost": args.cost}
+    path = os.path.join(args.policy_dir, f"transfer_{topo.name}_seed{seed}.npz") if args.policy_dir else ""
+    if path and os.path.exists(path):
+        policy, saved = Policy.load(path)
+        if saved == meta:
+            return policy, 0.0
+    started = time.perf_counter()
+    policy, _ = train_across(graphs, topo, PlaceOptions(train=TrainOptions(seed=seed),
+                                                        transfer_steps=args.transfer_steps), costs)
+    if path:
+        os.makedirs(args.policy_dir, exist_ok=True)
+        policy.save(path, meta)
+    return policy, time.perf_counter() - started
+
+
 def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     """Per seed: one policy trained on part of the zoo (``--train-on``, a fixed number of steps) places each
-    held-out model zero-shot; compared with RL trained on that model alone for the time limit, and with the
-    transferred policy fine-tuned on the model for a quarter of that time (none with the improvement pass,
-    so the figures are the policies' own)."""
-    from xflow.placement.groups import make_groups
-    from xflow.placement.place import make_env
-    from xflow.placement.problem import build_problem
-    from xflow.placement.train import TrainTask, train
-
+    held-out model zero-shot, compared with RL trained on that model alone for the time limit (the policies'
+    own placements, no improvement pass). Then the plans a user gets: per-graph planning (the default: warm
+    start, improvement pass from every candidate) for the time limit, against the transferred policy
+    fine-tuned on the model with the same pipeline for a quarter of that time."""
     train_names = args.train_on.split(",")
     held_out = [m for m in zoo.MODELS if m not in train_names]
     topo = load_topology(args.transfer_topology)
@@ -111,34 +129,36 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     tests = {n: graph_from_model(zoo.build(n, small=args.small)) for n in held_out}
     rows = []
     for seed in range(args.seeds):
-        started = time.perf_counter()  # steps only (no time limit): the same seed gives the same policy anywhere
-        policy, _ = train_across(graphs, topo, PlaceOptions(train=TrainOptions(seed=seed),
-                                                            transfer_steps=args.transfer_steps), costs)
-        train_seconds = time.perf_counter() - started
+        policy, train_seconds = transfer_policy(graphs, topo, seed, args, costs)
         for name, graph in tests.items():
             zero = place(graph, costs, topo, PlaceOptions(policy=policy, improve_sweeps=0, time_limit=0,
                                                           zero_shot_samples=args.zero_shot_samples,
                                                           zero_shot_temperature=args.zero_shot_temperature), name)
             own = place(graph, costs, topo, PlaceOptions(improve_sweeps=0, time_limit=args.time_limit, warm_start=False,
                                                          train=TrainOptions(seed=seed)), name)
-            problem = build_problem(graph, costs, name)
-            grouping = make_groups(problem, topo)
-            env, _ = make_env(problem, topo, PlaceOptions())
-            tuned = train([TrainTask(problem, grouping, env)], len(topo.devices),
-                          TrainOptions(seed=seed, time_limit=args.time_limit / 4), policy=policy.copy())
+            per_graph = place(graph, costs, topo, PlaceOptions(time_limit=args.time_limit,
+                                                               train=TrainOptions(seed=seed)), name)
+            tuned = place(graph, costs, topo, PlaceOptions(policy=policy, fine_tune=True,
+                                                           time_limit=args.time_limit / 4,
+                                                           train=TrainOptions(seed=seed)), name)
             per_model, zero_s = own.plan.rl["seconds"], zero.plan.rl["seconds"]
-            fine = min(tuned.best_seconds[0], zero_s)  # fine-tuning starts from the zero-shot placement
             row = {"model": name, "seed": seed, "topology": topo.name, "zero_shot": zero_s,
                    "zero_shot_seconds": zero.seconds, "per_model": per_model, "per_model_seconds": own.seconds,
-                   "gap": zero_s / per_model - 1, "fine_tuned": fine, "fine_tune_seconds": tuned.seconds,
-                   "fine_tune_gap": fine / per_model - 1,
+                   "gap": zero_s / per_model - 1,
+                   "per_graph_plan": per_graph.plan.seconds, "per_graph_chosen": per_graph.plan.chosen,
+                   "per_graph_seconds": per_graph.seconds,
+                   "fine_tuned_rl": tuned.plan.rl["seconds"], "fine_tuned_plan": tuned.plan.seconds,
+                   "fine_tuned_chosen": tuned.plan.chosen, "fine_tune_seconds": tuned.seconds,
+                   "fine_tune_steps": tuned.plan.rl["steps"], "fine_tune_start": tuned.plan.rl["warm_start"],
+                   "fine_tune_gap": tuned.plan.seconds / per_graph.plan.seconds - 1,
                    "best_heuristic": min(own.plan.baselines[k] for k in HEURISTICS), "trained_on": train_names,
                    "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": args.zero_shot_temperature,
                    "transfer_steps": args.transfer_steps, "train_seconds": train_seconds}
             rows.append(row)
-            print(f"seed {seed} zero-shot {name:13s} {ms(zero_s)} ms vs per-model RL {ms(per_model)} ms: gap "
-                  f"{row['gap'] * 100:+.1f}%; fine-tuned {args.time_limit / 4:.0f} s: {ms(fine)} ms "
-                  f"({row['fine_tune_gap'] * 100:+.1f}%)", flush=True)
+            print(f"seed {seed} {name:13s} zero-shot {ms(zero_s)} ms vs per-model RL {ms(per_model)} ms: gap "
+                  f"{row['gap'] * 100:+.1f}%; plan: per-graph {ms(per_graph.plan.seconds)} ms "
+                  f"({per_graph.plan.chosen}, {per_graph.seconds:.0f} s), fine-tuned {ms(tuned.plan.seconds)} ms "
+                  f"({tuned.plan.chosen}, {tuned.seconds:.0f} s): {row['fine_tune_gap'] * 100:+.1f}%", flush=True)
             _dump(out, f"transfer_{args.cost}.json", rows)
     return rows
 
@@ -158,7 +178,8 @@ def run_real(args, out: str) -> dict:  # noqa: ANN001
     result: dict = {"validation": [], "measured": []}
     for name in args.real_models.split(","):
         graph = graph_from_model(zoo.build(name, small=True))
-        report = validate_simulator(graph, topo, costs, placements=args.placements, runs=args.runs, seed=args.seed)
+        report = validate_simulator(graph, topo, costs, placements=args.placements, runs=args.runs, seed=args.seed,
+                                    fit_placements=args.fit_placements, rounds=args.rounds)
         report["model"] = name
         result["validation"].append(report)
         print(f"calibration {name:13s} tau {report['tau_uncalibrated']:.3f} uncalibrated -> {report['tau']:.3f} "
@@ -172,9 +193,10 @@ def run_real(args, out: str) -> dict:  # noqa: ANN001
         problem = build_problem(graph, costs, name)
         plans = all_baselines(make_groups(problem, topo), Simulator(problem, topo, params))
         plans[f"plan ({plan.chosen})"] = plan.devices_for(problem)
-        executor = Executor(problem, topo, runs=args.runs * 3, seed=args.seed)
+        executor = Executor(problem, topo, runs=args.runs, seed=args.seed)
         try:
-            measured = {k: executor.runtime(v) for k, v in plans.items()}
+            timed = executor.measure_interleaved(list(plans.values()), args.rounds, args.seed)
+            measured = {k: m.seconds for k, m in zip(plans, timed, strict=True)}
         finally:
             executor.close()
         result["measured"].append({"model": name, "chosen": plan.chosen, "measured": measured,
@@ -244,11 +266,13 @@ def markdown(rows: list[dict], transfer: list[dict]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     if transfer:
         lines += [""] * bool(lines)
-        lines += ["| held-out model | seed | zero-shot ms | per-model RL ms | gap | fine-tuned ms (1/4 time) | "
-                  "fine-tune gap | best heuristic ms |", "|" + " --- |" * 8]
+        lines += ["| held-out model | seed | zero-shot ms | per-model RL ms | gap | per-graph plan ms | "
+                  "fine-tuned plan ms (1/4 time) | fine-tune gap | fine-tune start | best heuristic ms |",
+                  "|" + " --- |" * 10]
         lines += [f"| {t['model']} | {t['seed']} | {ms(t['zero_shot'])} | {ms(t['per_model'])} | "
-                  f"{t['gap'] * 100:+.1f}% | {ms(t['fine_tuned'])} | {t['fine_tune_gap'] * 100:+.1f}% | "
-                  f"{ms(t['best_heuristic'])} |" for t in transfer]
+                  f"{t['gap'] * 100:+.1f}% | {ms(t['per_graph_plan'])} ({t['per_graph_chosen']}) | "
+                  f"{ms(t['fine_tuned_plan'])} ({t['fine_tuned_chosen']}) | {t['fine_tune_gap'] * 100:+.1f}% | "
+                  f"{t['fine_tune_start']} | {ms(t['best_heuristic'])} |" for t in transfer]
     return "\n".join(lines) + "\n"
 
 
@@ -271,12 +295,17 @@ def main() -> None:
     parser.add_argument("--transfer-steps", type=int, default=PlaceOptions.transfer_steps,
                         help="training steps of the transfer policy (no time limit)")
     parser.add_argument("--seeds", type=int, default=3, help="transfer: seeds (one policy each)")
+    parser.add_argument("--policy-dir", default="",
+                        help="transfer: read the trained policies from here when trained with the same settings, "
+                             "else write them here")
     parser.add_argument("--zero-shot-samples", type=int, default=PlaceOptions.zero_shot_samples,
                         help="placements sampled from the policy; the fastest in the simulator is kept")
     parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature)
     parser.add_argument("--real-models", default="squeezenet,inception_v3,nasrnn")
-    parser.add_argument("--placements", type=int, default=30)
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--placements", type=int, default=12, help="real: placements tau is computed over")
+    parser.add_argument("--fit-placements", type=int, default=12, help="real: random placements to fit on")
+    parser.add_argument("--runs", type=int, default=5, help="real: timed runs per placement and round")
+    parser.add_argument("--rounds", type=int, default=20, help="real: interleaved rounds of every placement")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", default="benchmarks/placement_results")
     args = parser.parse_args()

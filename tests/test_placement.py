@@ -14,11 +14,11 @@ from xflow.errors import XflowError
 from xflow.onnx_io import graph_from_model
 from xflow.placement.baselines import all_baselines, heft, min_cut, round_robin, single_device
 from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
-from xflow.placement.executor import Executor, cuda_available, make_segments, segment_order
+from xflow.placement.executor import Executor, cuda_available, device_cores, make_segments, segment_order
 from xflow.placement.features import BASE_FEATURES, group_features
 from xflow.placement.groups import Grouping, make_groups
 from xflow.placement.improve import improve
-from xflow.placement.place import PlaceOptions, place, train_across
+from xflow.placement.place import PlaceOptions, place, spread_plans, train_across
 from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
@@ -329,6 +329,25 @@ def test_transfer_training_counts_steps_and_is_reproducible_then_places_zero_sho
     assert plan.rl["mode"] == "zero-shot" and plan.rl["samples"] == 8 and plan.rl["seconds"] < INFEASIBLE_SECONDS
 
 
+def test_fine_tuning_a_transferred_policy_keeps_its_network_and_never_loses_its_start():
+    graphs = {f"b{i}": graph_from_model(branches_model(width=32, branches=2 + i, seed=i)) for i in range(2)}
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    policy, _ = train_across(graphs, topo, PlaceOptions(train=TrainOptions(seed=1, samples=4), transfer_steps=5),
+                             AnalyticCost())
+    before = policy.copy()
+    unseen = graph_from_model(branches_model(width=48, branches=3, seed=7))
+    options = PlaceOptions(policy=policy, fine_tune=True, improve_sweeps=0,
+                           train=TrainOptions(steps=20, samples=4, time_limit=0))
+    plan = place(unseen, AnalyticCost(), topo, options).plan
+    rl = plan.rl
+    assert rl["mode"] == "fine-tuned" and rl["steps"] == 20 and rl["evaluations"] > 0
+    assert rl["warm_start"] == "zero-shot" or rl["warm_start"] in plan.baselines
+    # training never ends slower than where it started: the policy's own placement or the fastest baseline
+    assert rl["seconds"] <= rl["zero_shot_seconds"] and plan.seconds <= min(plan.baselines.values())
+    # the given policy is trained on a copy: the caller's transferred policy is unchanged
+    assert all(np.array_equal(before.params[k], policy.params[k]) for k in policy.params)
+
+
 def test_infeasible_placements_are_avoided():
     graph = graph_from_model(branches_model(width=96, depth=2))
     problem = build_problem(graph, AnalyticCost())
@@ -392,6 +411,46 @@ def test_cuda_topology_without_a_gpu_is_a_clear_error(branchy):
 
 
 # ---- calibration ---------------------------------------------------------------------------------
+def test_interleaved_measurement_times_every_placement_each_round(branchy):
+    _, problem = branchy
+    topo = load_topology("cpu")
+    plans = [[0] * problem.size, [1] * problem.size, [i % 2 for i in range(problem.size)]]
+    executor = Executor(problem, topo, runs=2, warmup=1)
+    try:
+        measured = executor.measure_interleaved(plans, rounds=3)
+    finally:
+        executor.close()
+    assert [len(m.times) for m in measured] == [3, 3, 3]
+    assert all(m.seconds == sorted(m.times)[1] > 0 for m in measured)
+    assert [m.segments for m in measured][:2] == [1, 1] and measured[2].segments > 1
+
+
+def test_cpu_devices_get_cores_of_their_own_only_when_there_are_enough():
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    fits = topology_from_json({"name": "t", "devices": [{"name": f"c{i}", "threads": 1} for i in range(cores)]})
+    pinned = device_cores(fits)
+    assert sorted(pinned) == list(range(cores)) and set().union(*pinned.values()) == os.sched_getaffinity(0)
+    assert all(len(c) == 1 for c in pinned.values())
+    too_many = topology_from_json({"name": "t", "devices": [{"name": "a", "threads": cores}, {"name": "b"}]})
+    assert device_cores(too_many) == {}
+
+
+def test_spread_plans_span_the_simulated_range_without_repeats(branchy):
+    _, problem = branchy
+    topo = topology_from_json(two_gpu())
+    sim = Simulator(problem, topo)
+    grouping = make_groups(problem, topo)
+    pool = random_plans(grouping, 50, seed=0)
+    excluded = [pool[0]]
+    chosen = spread_plans(sim, pool, 4, excluded)
+    times = [sim.run(p).seconds for p in chosen]
+    others = [sim.run(p).seconds for p in pool if p != pool[0]]
+    assert len({tuple(p) for p in chosen}) == len(chosen) == 4 and pool[0] not in chosen
+    assert times == sorted(times) and times[0] == min(others) and times[-1] == max(others)
+
+
 def test_kendall_tau():
     assert kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)

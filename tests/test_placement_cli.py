@@ -82,10 +82,12 @@ def test_place_with_the_real_executor(tmp_path, models):
 def test_place_calibrate_reports_tau(tmp_path, models):
     out = str(tmp_path / "cal.json")
     result = invoke("place-calibrate", models["branches"], "--cost", "analytic", "--placements", "6",
-                    "--fit-placements", "4", "--runs", "3", "--out", out)
+                    "--fit-placements", "4", "--runs", "2", "--rounds", "4", "--out", out)
     assert result.exit_code == 0, result.output
     report = json.loads(open(out).read())
-    assert report["placements"] == 6 == len(report["measured"]) == len(report["simulated"])
+    # a small model has few distinct placements beside the fit set: as many as there are, at most 6
+    assert 2 <= report["placements"] <= 6 and report["rounds"] == 4
+    assert report["placements"] == len(report["measured"]) == len(report["simulated"])
     assert report["tau"] == kendall_tau(report["simulated"], report["measured"]) and "compute_scale" in report["params"]
     assert -1 <= report["tau_measurement_split_half"] <= 1 and "agree with themselves" in result.output
     plan_path = str(tmp_path / "plan.json")

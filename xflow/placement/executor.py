@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -123,14 +124,41 @@ class Measurement:
     max_abs_diff: float
 
 
+def device_cores(topology: Topology) -> dict[int, set[int]]:
+    """Cores of their own for each CPU device (``threads`` each, in device order), or none at all when this
+    process may not use enough cores for every CPU device or the OS cannot pin threads."""
+    if not hasattr(os, "sched_getaffinity"):
+        return {}
+    available = sorted(os.sched_getaffinity(0))
+    cpus = [(i, max(1, d.threads)) for i, d in enumerate(topology.devices) if d.kind == "cpu"]
+    if sum(t for _, t in cpus) > len(available):
+        return {}
+    cores, at = {}, 0
+    for device, threads in cpus:
+        cores[device] = set(available[at:at + threads])
+        at += threads
+    return cores
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A placement ready to time: its segments, one session each, and the worst output difference seen."""
+
+    segments: list[Segment]
+    sessions: list
+    max_abs_diff: float
+
+
 class Executor:
     """Runs placements for real (``runtime(plan) -> seconds``): per-device segments as ORT sessions,
     each device a worker thread that runs its segments in order as soon as their inputs exist. CPU
     devices get ``threads`` intra-op threads each; CUDA devices run with CPU fallback disabled.
-    Outputs are checked against the unplaced model once per placement."""
+    Outputs are checked against the unplaced model once per placement. With ``pin`` each CPU device's
+    worker runs on cores of its own (when the machine has enough for all of them), as two devices are
+    meant to be: otherwise the OS may run both on one core while the other idles."""
 
     def __init__(self, problem: Problem, topology: Topology, runs: int = 10, warmup: int = 2, seed: int = 0,
-                 feeds: Mapping[str, np.ndarray] | None = None, tolerance: float = 1e-3) -> None:
+                 feeds: Mapping[str, np.ndarray] | None = None, tolerance: float = 1e-3, pin: bool = True) -> None:
         self.problem = problem
         self.topology = topology
         self.runs, self.warmup, self.tolerance = runs, warmup, tolerance
@@ -142,6 +170,7 @@ class Executor:
         names = [o.name for o in reference.get_outputs()]
         self.reference = dict(zip(names, reference.run(None, self.feeds), strict=True))
         self._pool = ThreadPoolExecutor(max_workers=len(topology.devices))
+        self.cores = device_cores(topology) if pin else {}
 
     def runtime(self, plan: Sequence[int]) -> float:
         """Median measured step time of ``plan`` in seconds."""
@@ -149,6 +178,29 @@ class Executor:
 
     def measure(self, plan: Sequence[int]) -> Measurement:
         """Build the segment sessions, check outputs, time ``runs`` runs after ``warmup``."""
+        placed = self._prepare(plan)
+        times = [self._time_once(placed) for _ in range(self.runs)]
+        return Measurement(statistics.median(times), tuple(times), len(placed.segments), placed.max_abs_diff)
+
+    def measure_interleaved(self, plans: Sequence[Sequence[int]], rounds: int, seed: int = 0) -> list[Measurement]:
+        """Measure several placements against each other: ``rounds`` rounds, each timing every placement
+        ``runs`` times in a shuffled order; a placement's time is the median of its per-round medians
+        (``times`` holds those). A change of load on the machine then hits every placement in the same
+        round alike instead of whichever placement was being timed when it came, so the ranking is steadier
+        than timing one placement after another."""
+        placed = [self._prepare(p) for p in plans]
+        per_round: list[list[float]] = [[] for _ in plans]
+        order = np.arange(len(plans))
+        rng = np.random.default_rng(seed)
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for i in order:
+                per_round[i].append(statistics.median(self._time_once(placed[i]) for _ in range(self.runs)))
+        return [Measurement(statistics.median(r), tuple(r), len(p.segments), p.max_abs_diff)
+                for r, p in zip(per_round, placed, strict=True)]
+
+    def _prepare(self, plan: Sequence[int]) -> _Placed:
+        """Segment sessions for ``plan``, outputs checked against the unplaced model, ``warmup`` runs done."""
         segments = make_segments(self.problem, plan)
         sessions = [_session(segment_model(self.problem.graph, s), self.topology.devices[s.device].kind,
                              max(1, self.topology.devices[s.device].threads)) for s in segments]
@@ -162,12 +214,12 @@ class Executor:
             worst = max(worst, diff)
         for _ in range(max(self.warmup - 1, 0)):
             self._run_once(segments, sessions)
-        times = []
-        for _ in range(self.runs):
-            started = time.perf_counter()
-            self._run_once(segments, sessions)
-            times.append(time.perf_counter() - started)
-        return Measurement(statistics.median(times), tuple(times), len(segments), worst)
+        return _Placed(segments, sessions, worst)
+
+    def _time_once(self, placed: _Placed) -> float:
+        started = time.perf_counter()
+        self._run_once(placed.segments, placed.sessions)
+        return time.perf_counter() - started
 
     def _run_once(self, segments: list[Segment], sessions: list) -> dict[str, np.ndarray]:
         values: dict[str, np.ndarray] = dict(self.feeds)
@@ -176,8 +228,10 @@ class Executor:
         for i, s in enumerate(segments):
             by_device.setdefault(s.device, []).append(i)
 
-        def work(indexes: list[int]) -> None:
+        def work(device: int, indexes: list[int]) -> None:
             try:
+                if device in self.cores:
+                    os.sched_setaffinity(0, self.cores[device])  # this thread only (Linux)
                 for i in indexes:
                     seg = segments[i]
                     for name in seg.inputs:
@@ -192,7 +246,7 @@ class Executor:
                     event.set()
                 raise
 
-        futures = [self._pool.submit(work, idx) for idx in by_device.values()]
+        futures = [self._pool.submit(work, device, idx) for device, idx in by_device.items()]
         for f in futures:
             f.result()
         return values

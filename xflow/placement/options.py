@@ -24,7 +24,9 @@ class PlaceOptions:
     the fastest in the environment kept. ``transfer_steps``: how long ``train_across`` trains (no time
     limit). ``runs``: timed runs per placement with the real executor. With ``warm_start`` the policy first
     imitates the fastest baseline's placement, then trains by REINFORCE: it searches from where the
-    heuristics end rather than from uniform random placements."""
+    heuristics end rather than from uniform random placements. With ``fine_tune`` a given ``policy`` is
+    trained further on the graph within the time limit (``fine_tune_options``) instead of placing
+    zero-shot: it starts from the fastest of its own most likely placement and the baselines'."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -39,6 +41,7 @@ class PlaceOptions:
     transfer_steps: int = TRANSFER_STEPS
     runs: int = 10
     warm_start: bool = True
+    fine_tune: bool = False
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:
@@ -75,6 +78,9 @@ class PlaceSettings:
         "Simulator parameters from `xflow place-calibrate --out`.", metavar="FILE"))
     policy: str | None = field(default=None, metadata=flag(
         "Place IN.onnx zero-shot with this trained policy (.npz; no training).", metavar="FILE"))
+    fine_tune: bool = field(default=False, metadata=flag(
+        "With --policy: train it further on IN.onnx within --time-limit (from the faster of its own placement "
+        "and the fastest baseline's), or place zero-shot.", switch="--fine-tune/--zero-shot"))
     zero_shot_samples: int = field(default=1024, metadata=flag(
         "Zero-shot: placements sampled from the policy (plus its most likely one); the fastest in the "
         "simulator is kept. No gradient step on IN.onnx."))
@@ -96,7 +102,8 @@ class PlaceSettings:
             env=self.env, max_groups=self.max_groups, time_limit=self.time_limit, warm_start=self.warm_start,
             improve_sweeps=PlaceOptions.improve_sweeps if self.improve else 0,
             sim_params=read_calibration(self.calibration) if self.calibration else SimParams(),
-            policy=policy, zero_shot_samples=self.zero_shot_samples, transfer_steps=self.steps or TRANSFER_STEPS,
+            policy=policy, fine_tune=self.fine_tune, zero_shot_samples=self.zero_shot_samples,
+            transfer_steps=self.steps or TRANSFER_STEPS,
             train=TrainOptions(steps=self.steps or TrainOptions.steps, samples=self.samples,
                                time_limit=self.time_limit, seed=self.seed))
 

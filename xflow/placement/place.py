@@ -79,23 +79,36 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     baselines = {k: float(env.runtime(v)) for k, v in plans.items()}
     task = TrainTask(problem, grouping, env)
     rl: dict = {"groups": grouping.count}
-    if opts.policy is not None:
+    train_until = started + budget * (1 - opts.improve_share if opts.improve_sweeps > 0 else 1.0)
+    train_opts = opts.train
+    if opts.time_limit > 0:
+        left = max(train_until - time.perf_counter(), 1e-3)
+        train_opts = replace(train_opts, time_limit=min(train_opts.time_limit or left, left))
+    report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress else None
+    if opts.policy is not None and opts.fine_tune:
+        # the transferred policy's own placement and the fastest baseline's are both starts: imitation moves the
+        # per-group logits onto the faster one, the shared network keeps what transfer learnt
+        zero_seconds, zero_plan = place_with(opts.policy, task)
+        fastest = min(baselines, key=lambda k: baselines[k])
+        start = "zero-shot" if zero_seconds <= baselines[fastest] else fastest
+        task.imitate = grouping.project(zero_plan if start == "zero-shot" else plans[fastest])
+        task.best, task.best_groups = float(zero_seconds), grouping.project(zero_plan)
+        result = train([task], len(topology.devices), fine_tune_options(train_opts), policy=opts.policy.copy(),
+                       progress=report)
+        rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
+        rl.update(mode="fine-tuned", zero_shot_seconds=float(zero_seconds), warm_start=start, steps=result.steps,
+                  evaluations=result.evaluations, train_seconds=round(result.seconds, 3),
+                  imitation_steps=result.imitation_steps)
+    elif opts.policy is not None:
         rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed,
                                          opts.zero_shot_temperature)
         policy, curve = opts.policy, []
         rl.update(mode="zero-shot", samples=opts.zero_shot_samples, temperature=opts.zero_shot_temperature)
     else:
-        train_until = started + budget * (1 - opts.improve_share if opts.improve_sweeps > 0 else 1.0)
-        train_opts = opts.train
-        if opts.time_limit > 0:
-            left = max(train_until - time.perf_counter(), 1e-3)
-            train_opts = replace(train_opts, time_limit=min(train_opts.time_limit or left, left))
         if opts.warm_start:
             fastest = min(baselines, key=lambda k: baselines[k])
             task.imitate = grouping.project(plans[fastest])
             rl["warm_start"] = fastest
-        report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress \
-            else None
         result = train([task], len(topology.devices), train_opts, progress=report)
         rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
         rl.update(mode="trained", steps=result.steps, evaluations=result.evaluations,
@@ -153,6 +166,13 @@ def transfer_options(base: TrainOptions) -> TrainOptions:
                    logit_clip=3.0, normalize=False)
 
 
+def fine_tune_options(base: TrainOptions) -> TrainOptions:
+    """Settings for training a transferred policy further on one graph: per-group logits on (they start at zero,
+    so the first placements are the transferred policy's), no restarts (a restart would throw the transferred
+    network away), and the transfer's gentle learning rate for the shared network."""
+    return replace(base, group_logits=True, restart_patience=0, learning_rate=0.01)
+
+
 def training_curve_png(curve: list[tuple[int, float, float]], path: str, title: str = "") -> None:
     """Save the training curve (median of each batch's feasible samples and best so far, ms) as a PNG."""
     import matplotlib
@@ -177,12 +197,17 @@ def training_curve_png(curve: list[tuple[int, float, float]], path: str, title: 
     plt.close(fig)
 
 
-def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel | None = None, placements: int = 30,
-                       runs: int = 10, seed: int = 0, fit_placements: int = 15) -> dict:
-    """Measure random placements with the executor: fit the simulator on ``fit_placements`` of them (plus
-    every single-device placement), then report Kendall's tau between simulated and measured times on
-    ``placements`` others, before and after the fit, and the measurements' own split-half tau (odd against
-    even runs), the most any simulator could reach on this machine at this load."""
+def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel | None = None, placements: int = 12,
+                       runs: int = 5, seed: int = 0, fit_placements: int = 12, rounds: int = 20,
+                       pool: int = 400) -> dict:
+    """Measure placements with the executor, fit the simulator on some, and report Kendall's tau between
+    simulated and measured times on others. Fit set: every single-device placement plus ``fit_placements``
+    random ones. Test set: ``placements`` others, drawn from ``pool`` random placements at evenly spaced
+    quantiles of the fitted simulator's times (chosen before any of them is measured), so that they differ
+    by more than the measurement noise. Each set is timed interleaved (``rounds`` rounds of ``runs`` runs of
+    every placement, ``Executor.measure_interleaved``). Also reported: tau before the fit, and the
+    measurements' own split-half tau (odd against even rounds), the most any simulator could reach on this
+    machine at this load."""
     from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
     from xflow.placement.executor import Executor
 
@@ -190,27 +215,42 @@ def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel |
     grouping = make_groups(problem, topology)
     fit_plans = [grouping.expand([d] * grouping.count) for d in range(len(topology.devices))]
     fit_plans += random_plans(grouping, fit_placements, seed + 1)
-    test_plans = random_plans(grouping, placements, seed)
     executor = Executor(problem, topology, runs=runs, seed=seed)
     try:
-        fit_measured = [executor.runtime(p) for p in fit_plans]
-        test_runs = [executor.measure(p).times for p in test_plans]
+        fit_measured = [m.seconds for m in executor.measure_interleaved(fit_plans, rounds, seed)]
+        fit = calibrate(problem, topology, fit_plans, fit_measured)
+        fitted = Simulator(problem, topology, fit.params)
+        test_plans = spread_plans(fitted, random_plans(grouping, pool, seed), placements, fit_plans)
+        test_runs = [m.times for m in executor.measure_interleaved(test_plans, rounds, seed + 1)]
     finally:
         executor.close()
     test_measured = [float(np.median(t)) for t in test_runs]
-    # how well the measurements rank the placements against themselves (odd vs even runs): no simulator
+    # how well the measurements rank the placements against themselves (odd vs even rounds): no simulator
     # can agree with them better than they agree with each other
     split_half = kendall_tau([float(np.median(t[::2])) for t in test_runs],
-                             [float(np.median(t[1::2])) for t in test_runs]) if runs >= 2 else float("nan")
+                             [float(np.median(t[1::2])) for t in test_runs]) if rounds >= 2 else float("nan")
     raw = Simulator(problem, topology)
     before = kendall_tau([raw.run(p).seconds for p in test_plans], test_measured)
-    fit = calibrate(problem, topology, fit_plans, fit_measured)
-    fitted = Simulator(problem, topology, fit.params)
     simulated = [fitted.run(p).seconds for p in test_plans]
     errors = np.log(np.asarray(simulated)) - np.log(np.asarray(test_measured))
     return {"model": problem.name, "topology": topology.name, "fit_placements": len(fit_plans),
-            "placements": len(test_plans), "runs": runs, "tau_uncalibrated": before,
+            "placements": len(test_plans), "runs": runs, "rounds": rounds, "tau_uncalibrated": before,
             "tau": kendall_tau(simulated, test_measured), "tau_fit_set": fit.tau, "log_rmse": fit.log_rmse,
             "tau_measurement_split_half": split_half,
             "log_rmse_validation": float(np.sqrt(np.mean(errors ** 2))), "params": vars(fit.params),
             "measured": test_measured, "simulated": simulated}
+
+
+def spread_plans(sim: Simulator, candidates: list[list[int]], count: int, exclude: list[list[int]]) -> list[list[int]]:
+    """``count`` distinct placements out of ``candidates`` (none of ``exclude``) at evenly spaced quantiles of
+    ``sim``'s step times: from the fastest to the slowest, so that neighbours differ as much as they can."""
+    seen = {tuple(p) for p in exclude}
+    unique = []
+    for p in candidates:
+        if tuple(p) not in seen:
+            seen.add(tuple(p))
+            unique.append(p)
+    ranked = sorted(unique, key=lambda p: sim.run(p).seconds)
+    if len(ranked) <= count:
+        return ranked
+    return [ranked[i] for i in np.linspace(0, len(ranked) - 1, count).round().astype(int)]

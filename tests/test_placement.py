@@ -14,7 +14,7 @@ from xflow.errors import XflowError
 from xflow.onnx_io import graph_from_model
 from xflow.placement.baselines import all_baselines, heft, min_cut, round_robin, single_device
 from xflow.placement.calibrate import calibrate, kendall_tau, random_plans
-from xflow.placement.executor import Executor, cuda_available, device_cores, make_segments, segment_order
+from xflow.placement.executor import Executor, cuda_available, make_segments, segment_order
 from xflow.placement.features import BASE_FEATURES, group_features
 from xflow.placement.groups import Grouping, make_groups
 from xflow.placement.improve import improve
@@ -423,18 +423,6 @@ def test_interleaved_measurement_times_every_placement_each_round(branchy):
     assert [len(m.times) for m in measured] == [3, 3, 3]
     assert all(m.seconds == sorted(m.times)[1] > 0 for m in measured)
     assert [m.segments for m in measured][:2] == [1, 1] and measured[2].segments > 1
-
-
-def test_cpu_devices_get_cores_of_their_own_only_when_there_are_enough():
-    import os
-
-    cores = len(os.sched_getaffinity(0))
-    fits = topology_from_json({"name": "t", "devices": [{"name": f"c{i}", "threads": 1} for i in range(cores)]})
-    pinned = device_cores(fits)
-    assert sorted(pinned) == list(range(cores)) and set().union(*pinned.values()) == os.sched_getaffinity(0)
-    assert all(len(c) == 1 for c in pinned.values())
-    too_many = topology_from_json({"name": "t", "devices": [{"name": "a", "threads": cores}, {"name": "b"}]})
-    assert device_cores(too_many) == {}
 
 
 def test_spread_plans_span_the_simulated_range_without_repeats(branchy):

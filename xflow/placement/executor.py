@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
@@ -124,22 +123,6 @@ class Measurement:
     max_abs_diff: float
 
 
-def device_cores(topology: Topology) -> dict[int, set[int]]:
-    """Cores of their own for each CPU device (``threads`` each, in device order), or none at all when this
-    process may not use enough cores for every CPU device or the OS cannot pin threads."""
-    if not hasattr(os, "sched_getaffinity"):
-        return {}
-    available = sorted(os.sched_getaffinity(0))
-    cpus = [(i, max(1, d.threads)) for i, d in enumerate(topology.devices) if d.kind == "cpu"]
-    if sum(t for _, t in cpus) > len(available):
-        return {}
-    cores, at = {}, 0
-    for device, threads in cpus:
-        cores[device] = set(available[at:at + threads])
-        at += threads
-    return cores
-
-
 @dataclass(frozen=True)
 class _Placed:
     """A placement ready to time: its segments, one session each, and the worst output difference seen."""
@@ -153,12 +136,11 @@ class Executor:
     """Runs placements for real (``runtime(plan) -> seconds``): per-device segments as ORT sessions,
     each device a worker thread that runs its segments in order as soon as their inputs exist. CPU
     devices get ``threads`` intra-op threads each; CUDA devices run with CPU fallback disabled.
-    Outputs are checked against the unplaced model once per placement. With ``pin`` each CPU device's
-    worker runs on cores of its own (when the machine has enough for all of them), as two devices are
-    meant to be: otherwise the OS may run both on one core while the other idles."""
+    Outputs are checked against the unplaced model once per placement. Workers are not pinned to cores:
+    on a shared machine a pinned worker waits for its one core while another core idles."""
 
     def __init__(self, problem: Problem, topology: Topology, runs: int = 10, warmup: int = 2, seed: int = 0,
-                 feeds: Mapping[str, np.ndarray] | None = None, tolerance: float = 1e-3, pin: bool = True) -> None:
+                 feeds: Mapping[str, np.ndarray] | None = None, tolerance: float = 1e-3) -> None:
         self.problem = problem
         self.topology = topology
         self.runs, self.warmup, self.tolerance = runs, warmup, tolerance
@@ -170,7 +152,6 @@ class Executor:
         names = [o.name for o in reference.get_outputs()]
         self.reference = dict(zip(names, reference.run(None, self.feeds), strict=True))
         self._pool = ThreadPoolExecutor(max_workers=len(topology.devices))
-        self.cores = device_cores(topology) if pin else {}
 
     def runtime(self, plan: Sequence[int]) -> float:
         """Median measured step time of ``plan`` in seconds."""
@@ -228,10 +209,8 @@ class Executor:
         for i, s in enumerate(segments):
             by_device.setdefault(s.device, []).append(i)
 
-        def work(device: int, indexes: list[int]) -> None:
+        def work(indexes: list[int]) -> None:
             try:
-                if device in self.cores:
-                    os.sched_setaffinity(0, self.cores[device])  # this thread only (Linux)
                 for i in indexes:
                     seg = segments[i]
                     for name in seg.inputs:
@@ -246,7 +225,7 @@ class Executor:
                     event.set()
                 raise
 
-        futures = [self._pool.submit(work, device, idx) for device, idx in by_device.items()]
+        futures = [self._pool.submit(work, idx) for idx in by_device.values()]
         for f in futures:
             f.result()
         return values

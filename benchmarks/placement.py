@@ -4,9 +4,11 @@ simulator calibration (Kendall tau) against the real CPU executor, and RL vs bas
 Rerunnable; every figure goes to --out-dir (JSON, markdown tables, PNG charts):
 
     .venv/bin/python benchmarks/placement.py --part sim      # zoo x 3 topologies x (fresh, warm): about 45 min
-    .venv/bin/python benchmarks/placement.py --part sim --models '' --onnx build/real/*.onnx
-    .venv/bin/python benchmarks/placement.py --part transfer # 3 seeds: about 25 min
-    .venv/bin/python benchmarks/placement.py --part real     # calibration and Kendall tau on this CPU
+    .venv/bin/python benchmarks/placement.py --part sim --models '' --onnx /tmp/real/*.onnx --starts warm \
+        --out-dir benchmarks/placement_results/exported   # exported models (benchmarks/export_real.py)
+    .venv/bin/python benchmarks/placement.py --part transfer # 3 seeds: about 30 min (--policy-dir DIR keeps the
+                                                             # trained policies for the next run)
+    .venv/bin/python benchmarks/placement.py --part real     # calibration and Kendall tau on this CPU: 5 min
 
 Costs are measured with ONNX Runtime through the SQLite cache by default (``--cost analytic`` for the
 analytic model); step times are the simulator's.

@@ -67,6 +67,12 @@ def test_train_on_several_models_then_place_an_unseen_one_zero_shot(tmp_path, mo
     assert plan["rl"]["mode"] == "zero-shot" and plan["feasible"]
     # the plan written is the best of the zero-shot policy's and the baselines'
     assert plan["step_seconds"] == min([plan["rl"]["seconds"], *plan["baselines"].values()])
+    tuned = invoke("place", models["branches"], "--topology", "4xgpu-pcie", "--cost", "analytic", "--policy", policy,
+                   "--fine-tune", "--steps", "5", "--time-limit", "0", "--no-improve", "--out", plan_path)
+    assert tuned.exit_code == 0, tuned.output
+    plan = json.loads(open(plan_path).read())
+    assert plan["rl"]["mode"] == "fine-tuned" and plan["rl"]["steps"] == 5
+    assert plan["rl"]["seconds"] <= plan["rl"]["zero_shot_seconds"]
     wrong = invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--policy", policy)
     assert wrong.exit_code == 2 and "trained for 5 devices" in wrong.output
 

@@ -8,7 +8,7 @@ Rerunnable; every figure goes to --out-dir (JSON, markdown tables, PNG charts):
         --out-dir benchmarks/placement_results/exported   # exported models (benchmarks/export_real.py)
     .venv/bin/python benchmarks/placement.py --part transfer # 3 seeds: about 30 min (--policy-dir DIR keeps the
                                                              # trained policies for the next run)
-    .venv/bin/python benchmarks/placement.py --part real     # calibration and Kendall tau on this CPU: 5 min
+    .venv/bin/python benchmarks/placement.py --part real --time-limit 20  # Kendall tau on this CPU: 6 min
 
 Costs are measured with ONNX Runtime through the SQLite cache by default (``--cost analytic`` for the
 analytic model); step times are the simulator's.
@@ -303,7 +303,8 @@ def main() -> None:
     parser.add_argument("--zero-shot-samples", type=int, default=PlaceOptions.zero_shot_samples,
                         help="placements sampled from the policy; the fastest in the simulator is kept")
     parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature)
-    parser.add_argument("--real-models", default="squeezenet,inception_v3,nasrnn")
+    parser.add_argument("--real-models", default=",".join(zoo.MODELS),
+                        help="real: small zoo models to calibrate on (every one the CPU executor can split)")
     parser.add_argument("--placements", type=int, default=12, help="real: placements tau is computed over")
     parser.add_argument("--fit-placements", type=int, default=12, help="real: random placements to fit on")
     parser.add_argument("--runs", type=int, default=5, help="real: timed runs per placement and round")

@@ -344,6 +344,16 @@ def _split_gen(rng):
     return {"x": _arr(rng, *shape), "ax": ax, "s1": s1, "s2": shape[ax] - s1}
 
 
+def _split_matmul_gen(rows: bool) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Matrices ``x`` (n x k) and ``y`` (k x m) and a 2-way split of the product's rows (or columns)."""
+    def gen(rng):
+        n, k, m = (int(v) for v in rng.integers(1, 5, size=3))
+        whole = n if rows else m
+        s1 = int(rng.integers(0, whole + 1))
+        return {"x": _arr(rng, n, k), "y": _arr(rng, k, m), "ax": 0 if rows else 1, "s1": s1, "s2": whole - s1}
+    return gen
+
+
 def _split_concat_gen(rng):
     d = _concat_gen("a b")(rng)
     d["s1"], d["s2"] = d["a"].shape[d["ax"]], d["b"].shape[d["ax"]]
@@ -746,6 +756,19 @@ def _build() -> list[Axiom]:
           ("ax",), _concat_gen("a b")),
         A("split_relu_0", _split(0, _relu("x")), _relu(_split(0, "x")), ("x",), ("ax", "s1", "s2"), _split_gen),
         A("split_relu_1", _split(1, _relu("x")), _relu(_split(1, "x")), ("x",), ("ax", "s1", "s2"), _split_gen),
+        # splitting commutes with element-wise ops of equal-shaped operands, scaling, and a matmul's free axes
+        *(L(f"split_{op}_{i}", _split(i, (op, {}, "x", "y")), (op, {}, _split(i, "x"), _split(i, "y")), ("x", "y"),
+            ("ax", "s1", "s2"), lambda rng: (lambda d: {**d, "y": _arr(rng, *d["x"].shape)})(_split_gen(rng)),
+            guard=lambda e: e.And(e.rank("x") == e.rank("y"), e.dim("x", e.p("ax")) == e.dim("y", e.p("ax"))))
+          for op in ("add", "mul") for i in (0, 1)),
+        *(L(f"split_smul_{i}", _split(i, _smul("x", "s")), _smul(_split(i, "x"), "s"), ("x", "s"), ("ax", "s1", "s2"),
+            lambda rng: {**_split_gen(rng), "s": _scalar(rng)}) for i in (0, 1)),
+        *(L(f"split_matmul_rows_{i}", _split(i, _mm("x", "y")), _mm(_split(i, "x"), "y"), ("x", "y"),
+            ("ax", "s1", "s2"), _split_matmul_gen(rows=True),
+            guard=lambda e: e.And(e.p("ax") == 0, e.rank("x") == 2, e.rank("y") == 2)) for i in (0, 1)),
+        *(L(f"split_matmul_cols_{i}", _split(i, _mm("x", "y")), _mm("x", _split(i, "y")), ("x", "y"),
+            ("ax", "s1", "s2"), _split_matmul_gen(rows=False),
+            guard=lambda e: e.And(e.p("ax") == 1, e.rank("x") == 2, e.rank("y") == 2)) for i in (0, 1)),
         A("concat_transpose", _t(_cat(P("ax"), "a", "b")), _cat(F(lambda e: 1 - e.p("ax")), _t("a"), _t("b")),
           ("a", "b"), ("ax",), _concat_gen("a b", rank=(2,)), guard=lambda e: e.rank("a") == 2),
         A("concat_matmul_shared_lhs", _mm("x", _cat(P("ax"), "y", "z")),
@@ -758,10 +781,13 @@ def _build() -> list[Axiom]:
           ("x", "y", "z"), ("ax",), _batched_mm_rows_gen,
           guard=lambda e: e.And(e.p("ax") == e.rank("x") - 2, e.rank("x") == e.rank("z"), e.rank("y") >= 2,
                                 e.rank("x") >= 2)),
-        A("matmul_concat_inner", _mm(_cat(1, "x", "z"), _cat(0, "y", "w")), _add(_mm("x", "y"), _mm("z", "w")),
-          ("x", "y", "z", "w"), (), _mat_gen("x:ab z:ac y:bd w:cd"),
-          guard=lambda e: e.And(e.rank("x") == 2, e.rank("z") == 2, e.rank("y") == 2, e.rank("w") == 2,
-                                e.dim("x", 1) == e.dim("y", 0))),
+        # the axes as parameters fixed by the guard: rules compute them (rank(x) - 1), and E-matching would not
+        # match a computed axis against a literal one
+        A("matmul_concat_inner", _mm(_cat(P("ac"), "x", "z"), _cat(P("ar"), "y", "w")),
+          _add(_mm("x", "y"), _mm("z", "w")), ("x", "y", "z", "w"), ("ac", "ar"),
+          lambda rng: {**_mat_gen("x:ab z:ac y:bd w:cd")(rng), "ac": 1, "ar": 0},
+          guard=lambda e: e.And(e.p("ac") == 1, e.p("ar") == 0, e.rank("x") == 2, e.rank("z") == 2,
+                                e.rank("y") == 2, e.rank("w") == 2, e.dim("x", 1) == e.dim("y", 0))),
         # -- pooling
         A("avgpool_concat", ("avgpool", AVG, _cat(1, "x", "b")), _cat(1, ("avgpool", AVG, "x"), ("avgpool", AVG, "b")),
           ("x", "b"), (*POOL_PARAMS, "cip"), _pool_gen),

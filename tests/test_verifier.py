@@ -80,7 +80,22 @@ AVGPOOL_AS_CONV = {
     "outputs": {"y": "z"},
 }
 
-MORE_GOOD = [SPLIT_CONCAT_UNGUARDED, CONV_MERGE, TRANSPOSE_MATMUL, MATMUL_FACTOR, AVGPOOL_AS_CONV]
+# enlarging a kernel to its own size changes nothing (the kernel's size comes from the target's shape)
+ENLARGE_TO_OWN_SIZE = {
+    "name": "enlarge_to_own_size", "inputs": {"k33": "const"},
+    "src": [{"op": "enlarge", "in": ["k33"], "out": ["e"], "attrs": {"size": [3, 3]}}],
+    "dst": [], "outputs": {"e": "k33"},
+}
+
+SMUL_TWICE = {
+    "name": "smul_twice", "inputs": {"x": "any", "s": "const"},
+    "src": [{"op": "smul", "in": ["x", "s"], "out": ["a"]}, {"op": "smul", "in": ["a", "s"], "out": ["b"]}],
+    "dst": [{"op": "mul", "in": ["s", "s"], "out": ["ss"]}, {"op": "smul", "in": ["x", "ss"], "out": ["c"]}],
+    "outputs": {"b": "c"}, "where": ["rank(s) == 0"],
+}
+
+MORE_GOOD = [SPLIT_CONCAT_UNGUARDED, CONV_MERGE, TRANSPOSE_MATMUL, MATMUL_FACTOR, AVGPOOL_AS_CONV, ENLARGE_TO_OWN_SIZE,
+             SMUL_TWICE]
 
 GROUPED_CONV_MERGE = {
     "name": "grouped_conv_merge_unguarded", "inputs": {"x": "any", "y": "any", "z": "any", "w": "any"},

@@ -150,6 +150,17 @@ def _plain(term: Any) -> bool:
     return all(ok(v) for v in values) and all(_plain(a) for a in args)
 
 
+def _ops(term: Any) -> frozenset[str]:
+    """The op-table names applied in ``term`` (the output index of a split dropped; ``rank``/``dim`` are shape
+    functions every rule's hypotheses hold, not ops)."""
+    if isinstance(term, str | F) or term is None:
+        return frozenset()
+    op, _, *args = term
+    name = op.partition(":")[0]
+    here = frozenset() if name in ("rank", "dim") else frozenset({name})
+    return here.union(*(_ops(a) for a in args))
+
+
 def _names(term: Any, out: set[str]) -> set[str]:
     if isinstance(term, str):
         out.add(term)
@@ -184,6 +195,23 @@ class Axiom:
     doc: str = ""
     pattern: Any = None  # trigger term; default: lhs (and rhs) when usable
     shape: bool = field(default=False)  # an equation between Ints (rank/dim facts)
+    #: The op-table names the axiom's two sides apply (derived from them).
+    ops: frozenset[str] = field(init=False)
+    #: Per trigger pattern of the formula, the ops a term must hold for E-matching to instantiate the axiom;
+    #: without a usable pattern z3 picks its own from the body, so each op alone counts as a trigger.
+    triggers: tuple[frozenset[str], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", _ops(self.lhs) | _ops(self.rhs))
+        patterns = tuple(_ops(term) for term in self._pattern_terms())
+        object.__setattr__(self, "triggers", patterns or tuple(frozenset({op}) for op in sorted(self.ops)))
+
+    def _pattern_terms(self) -> list[Any]:
+        """The terms of the formula's trigger patterns: plain terms that bind every variable."""
+        everything = set(self.tensors) | set(self.params)
+        candidates = [self.pattern] if self.pattern is not None else [self.lhs, self.rhs]
+        return [term for term in candidates
+                if not isinstance(term, str | F) and _plain(term) and _names(term, set()) >= everything]
 
     def formula(self) -> z3.BoolRef:
         """The axiom as a z3 ForAll."""
@@ -197,12 +225,7 @@ class Axiom:
             if g is not True:
                 body = z3.Implies(g, body)
         bound = [values[n] for n in (*self.tensors, *self.params)]
-        everything = set(self.tensors) | set(self.params)
-        pats = []
-        candidates = [self.pattern] if self.pattern is not None else [self.lhs, self.rhs]
-        for term in candidates:
-            if not isinstance(term, str | F) and _plain(term) and _names(term, set()) >= everything:
-                pats.append(_eval_z3(term, env))
+        pats = [_eval_z3(term, env) for term in self._pattern_terms()]
         return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
 
     def check(self, rng: np.random.Generator) -> float:
@@ -321,6 +344,16 @@ def _split_gen(rng):
     return {"x": _arr(rng, *shape), "ax": ax, "s1": s1, "s2": shape[ax] - s1}
 
 
+def _split_matmul_gen(rows: bool) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Matrices ``x`` (n x k) and ``y`` (k x m) and a 2-way split of the product's rows (or columns)."""
+    def gen(rng):
+        n, k, m = (int(v) for v in rng.integers(1, 5, size=3))
+        whole = n if rows else m
+        s1 = int(rng.integers(0, whole + 1))
+        return {"x": _arr(rng, n, k), "y": _arr(rng, k, m), "ax": 0 if rows else 1, "s1": s1, "s2": whole - s1}
+    return gen
+
+
 def _split_concat_gen(rng):
     d = _concat_gen("a b")(rng)
     d["s1"], d["s2"] = d["a"].shape[d["ax"]], d["b"].shape[d["ax"]]
@@ -356,6 +389,15 @@ def _batched_mm_rows_gen(rng):
     n1, n2, k, m = (int(v) for v in rng.integers(1, 4, size=4))
     return {"x": _arr(rng, *batch[:rx - 2], n1, k), "z": _arr(rng, *batch[:rx - 2], n2, k),
             "y": _arr(rng, *batch[:ry - 2], k, m), "ax": rx - 2}
+
+
+def _broadcast_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """``x`` of rank 1 to 3 and ``y`` that broadcasts with it: a suffix of x's shape with some dims 1, either
+    way round."""
+    shape = [int(d) for d in rng.integers(1, 4, size=_pick(rng, (1, 2, 3)))]
+    suffix = [1 if rng.random() < 0.3 else d for d in shape[int(rng.integers(len(shape))):]]
+    x, y = _arr(rng, *shape), _arr(rng, *suffix)
+    return {"x": x, "y": y} if rng.random() < 0.5 else {"x": y, "y": x}
 
 
 def _pool_gen(rng, cip=None):
@@ -497,6 +539,20 @@ def _bn_gen(channels: bool):
 BN_PARAMS = ("s", "t", "m", "v")
 
 
+def _enlarged(w: Any) -> Any:
+    """Kernel ``w`` zero-padded, centered, to ``eh`` x ``ew``."""
+    return ("enlarge", {"size": (P("eh"), P("ew"))}, w)
+
+
+def _iconv_kernel() -> Any:
+    """The identity conv kernel of ``c`` channels and size ``kh`` x ``kw``."""
+    return ("const_iconv", {"shape": (P("c"), P("c"), P("kh"), P("kw")), "dtype": P("dt")})
+
+
+def _iconv_gen(rng: np.random.Generator) -> dict[str, Any]:
+    return {"c": _pick(rng, [1, 2, 3]), "kh": _pick(rng, [1, 2, 3]), "kw": _pick(rng, [1, 3]), "dt": DOUBLE}
+
+
 def _build() -> list[Axiom]:
     A = Axiom
 
@@ -583,17 +639,17 @@ def _build() -> list[Axiom]:
           ("avgpool", {**POOL, "count_include_pad": 1}, "x"),
           ("x",), ("sh", "sw", "pt", "pl", "pb", "pr", "c", "kh", "kw", "dt"),
           lambda rng: (lambda d: {**d, "c": d["x"].shape[1], "dt": DOUBLE})(_pool_gen(rng)),
-          guard=lambda e: e.dim("x", 1) == e.p("c")),
+          guard=lambda e: e.And(e.rank("x") == 4, e.dim("x", 1) == e.p("c"))),
         A("conv_iconv_identity",
-          _cv("x", ("const_iconv", {"shape": (P("c"), P("c"), P("kh"), P("kw")), "dtype": P("dt")}), act="none",
-              group=1, strides=(1, 1),
+          _cv("x", _iconv_kernel(), act="none", group=1, strides=(1, 1),
               pads=(F(lambda e: e.div(e.p("kh"), 2)), F(lambda e: e.div(e.p("kw"), 2)),
                     F(lambda e: e.p("kh") - 1 - e.div(e.p("kh"), 2)),
                     F(lambda e: e.p("kw") - 1 - e.div(e.p("kw"), 2)))),
           "x", ("x",), ("c", "kh", "kw", "dt"),
-          lambda rng: (lambda x, k: {"x": x, "c": x.shape[1], "kh": k[0], "kw": k[1], "dt": DOUBLE})(
-              _arr(rng, 1, _pick(rng, [1, 2, 3]), 4, 5), (_pick(rng, [1, 2, 3]), _pick(rng, [1, 3]))),
-          guard=lambda e: e.And(e.p("kh") >= 1, e.p("kw") >= 1)),
+          lambda rng: (lambda d: {**d, "x": _arr(rng, 1, d["c"], 4, 5)})(_iconv_gen(rng)),
+          # the image's shape in the guard: with conv's rank fact (rank 4) an unguarded identity would give
+          # every tensor rank 4, and prove any rule about tensors of another rank
+          guard=lambda e: e.And(e.p("kh") >= 1, e.p("kw") >= 1, e.rank("x") == 4, e.dim("x", 1) == e.p("c"))),
         A("enlarge_conv",
           _cv("x", "w"),
           _cv("x", ("enlarge", {"size": (P("eh"), P("ew"))}, "w"),
@@ -652,6 +708,14 @@ def _build() -> list[Axiom]:
           _conv_gen(lambda rng, d: (lambda w: {"x": _img(rng, d), "w": w, "b": _vec(rng, w.shape[0]),
                                                "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
                                                "ew": d["kw"] + 2 * _pick(rng, [0, 1])})(_ker(rng, d)))),
+        L("enlarge_own_size", _enlarged("w"), "w", ("w",), ("eh", "ew"),
+          _conv_gen(lambda rng, d: (lambda w: {"w": w, "eh": w.shape[2], "ew": w.shape[3]})(_ker(rng, d))),
+          guard=lambda e: e.And(e.rank("w") == 4, e.dim("w", 2) == e.p("eh"), e.dim("w", 3) == e.p("ew"))),
+        *(L(f"{fact}_enlarge{'' if i is None else f'_{i}'}", (fact, i, _enlarged("w")), F(value), ("w",), ("eh", "ew"),
+            _conv_gen(lambda rng, d: {"w": _ker(rng, d), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                      "ew": d["kw"] + 2 * _pick(rng, [0, 1])}), shape=True)
+          for fact, i, value in (("rank", None, lambda e: 4), ("dim", 2, lambda e: e.p("eh")),
+                                 ("dim", 3, lambda e: e.p("ew")))),
         # -- batch normalization (per channel of axis 1)
         A("batchnorm_concat_channels",
           _cat(1, _bn("a", *BN_PARAMS), _bn("c", *(p + "2" for p in BN_PARAMS))),
@@ -692,6 +756,19 @@ def _build() -> list[Axiom]:
           ("ax",), _concat_gen("a b")),
         A("split_relu_0", _split(0, _relu("x")), _relu(_split(0, "x")), ("x",), ("ax", "s1", "s2"), _split_gen),
         A("split_relu_1", _split(1, _relu("x")), _relu(_split(1, "x")), ("x",), ("ax", "s1", "s2"), _split_gen),
+        # splitting commutes with element-wise ops of equal-shaped operands, scaling, and a matmul's free axes
+        *(L(f"split_{op}_{i}", _split(i, (op, {}, "x", "y")), (op, {}, _split(i, "x"), _split(i, "y")), ("x", "y"),
+            ("ax", "s1", "s2"), lambda rng: (lambda d: {**d, "y": _arr(rng, *d["x"].shape)})(_split_gen(rng)),
+            guard=lambda e: e.And(e.rank("x") == e.rank("y"), e.dim("x", e.p("ax")) == e.dim("y", e.p("ax"))))
+          for op in ("add", "mul") for i in (0, 1)),
+        *(L(f"split_smul_{i}", _split(i, _smul("x", "s")), _smul(_split(i, "x"), "s"), ("x", "s"), ("ax", "s1", "s2"),
+            lambda rng: {**_split_gen(rng), "s": _scalar(rng)}) for i in (0, 1)),
+        *(L(f"split_matmul_rows_{i}", _split(i, _mm("x", "y")), _mm(_split(i, "x"), "y"), ("x", "y"),
+            ("ax", "s1", "s2"), _split_matmul_gen(rows=True),
+            guard=lambda e: e.And(e.p("ax") == 0, e.rank("x") == 2, e.rank("y") == 2)) for i in (0, 1)),
+        *(L(f"split_matmul_cols_{i}", _split(i, _mm("x", "y")), _mm("x", _split(i, "y")), ("x", "y"),
+            ("ax", "s1", "s2"), _split_matmul_gen(rows=False),
+            guard=lambda e: e.And(e.p("ax") == 1, e.rank("x") == 2, e.rank("y") == 2)) for i in (0, 1)),
         A("concat_transpose", _t(_cat(P("ax"), "a", "b")), _cat(F(lambda e: 1 - e.p("ax")), _t("a"), _t("b")),
           ("a", "b"), ("ax",), _concat_gen("a b", rank=(2,)), guard=lambda e: e.rank("a") == 2),
         A("concat_matmul_shared_lhs", _mm("x", _cat(P("ax"), "y", "z")),
@@ -704,10 +781,13 @@ def _build() -> list[Axiom]:
           ("x", "y", "z"), ("ax",), _batched_mm_rows_gen,
           guard=lambda e: e.And(e.p("ax") == e.rank("x") - 2, e.rank("x") == e.rank("z"), e.rank("y") >= 2,
                                 e.rank("x") >= 2)),
-        A("matmul_concat_inner", _mm(_cat(1, "x", "z"), _cat(0, "y", "w")), _add(_mm("x", "y"), _mm("z", "w")),
-          ("x", "y", "z", "w"), (), _mat_gen("x:ab z:ac y:bd w:cd"),
-          guard=lambda e: e.And(e.rank("x") == 2, e.rank("z") == 2, e.rank("y") == 2, e.rank("w") == 2,
-                                e.dim("x", 1) == e.dim("y", 0))),
+        # the axes as parameters fixed by the guard: rules compute them (rank(x) - 1), and E-matching would not
+        # match a computed axis against a literal one
+        A("matmul_concat_inner", _mm(_cat(P("ac"), "x", "z"), _cat(P("ar"), "y", "w")),
+          _add(_mm("x", "y"), _mm("z", "w")), ("x", "y", "z", "w"), ("ac", "ar"),
+          lambda rng: {**_mat_gen("x:ab z:ac y:bd w:cd")(rng), "ac": 1, "ar": 0},
+          guard=lambda e: e.And(e.p("ac") == 1, e.p("ar") == 0, e.rank("x") == 2, e.rank("z") == 2,
+                                e.rank("y") == 2, e.rank("w") == 2, e.dim("x", 1) == e.dim("y", 0))),
         # -- pooling
         A("avgpool_concat", ("avgpool", AVG, _cat(1, "x", "b")), _cat(1, ("avgpool", AVG, "x"), ("avgpool", AVG, "b")),
           ("x", "b"), (*POOL_PARAMS, "cip"), _pool_gen),
@@ -733,6 +813,8 @@ def _build() -> list[Axiom]:
           (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
         A("dim_conv_bias_channels", ("dim", 1, _cvb("x", "w", "b")), ("dim", 0, "w"), ("x", "w", "b"),
           (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
+        *(A(f"dim_const_iconv_{i}", ("dim", i, _iconv_kernel()), F(lambda e: e.p("c")), (), ("c", "kh", "kw", "dt"),
+            _iconv_gen, shape=True) for i in (0, 1)),
         A("rank_batchnorm", ("rank", None, _bn("a", *BN_PARAMS)), ("rank", None, "a"), ("a", *BN_PARAMS),
           ("eps",), _bn_gen(channels=False), shape=True, pattern=_bn("a", *BN_PARAMS)),
         A("dim_batchnorm", ("dim", P("i"), _bn("a", *BN_PARAMS)), ("dim", P("i"), "a"), ("a", *BN_PARAMS),
@@ -757,6 +839,8 @@ def _build() -> list[Axiom]:
           _same("x")),
         *(L(f"{op}_ewadd", (op, FIRST_AXIS, _add("x", "y")), _add((op, FIRST_AXIS, "x"), (op, FIRST_AXIS, "y")),
             ("x", "y"), (), _same("x y")) for op in ("reducesum", "reducemean")),
+        L("smul_ewmul_scalars", _smul("x", _mul("s", "t")), _smul(_smul("x", "s"), "t"), ("x", "s", "t"), (),
+          lambda rng: {**_same("x")(rng), "s": _scalar(rng), "t": _scalar(rng)}),
         L("clip_relu", ("clip", {"min": 0.0, "max": math.inf}, "x"), _relu("x"), ("x",), (), _same("x")),
         *(L(f"transpose_{op}", _t(_un(op, "x")), _un(op, _t("x")), ("x",), (), _positive(_mat_gen("x:ab")))
           for op in UNARY),
@@ -767,9 +851,19 @@ def _build() -> list[Axiom]:
         A("dim_concat_axis", ("dim", P("ax"), _cat(P("ax"), "a", "b")),
           F(lambda e: e.dim("a", e.p("ax")) + e.dim("b", e.p("ax"))), ("a", "b"), ("ax",), _concat_gen("a b"),
           shape=True, pattern=_cat(P("ax"), "a", "b")),
-        A("rank_relu", ("rank", None, _relu("x")), ("rank", None, "x"), ("x",), (), _same("x"), shape=True),
-        A("dim_relu", ("dim", P("i"), _relu("x")), ("dim", P("i"), "x"), ("x",), ("i",),
+        # triggered by their left side: the right side's rank(x) / dim(x, i) matches every shape term and would
+        # wrap each tensor in relu after relu
+        L("rank_relu", ("rank", None, _relu("x")), ("rank", None, "x"), ("x",), (), _same("x"), shape=True),
+        L("dim_relu", ("dim", P("i"), _relu("x")), ("dim", P("i"), "x"), ("x",), ("i",),
           lambda rng: (lambda d: {**d, "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),
+        # broadcasting element-wise ops: the result's rank is the larger operand rank
+        *(L(f"rank_{op}", ("rank", None, (op, {}, "x", "y")), F(lambda e: e.max(e.rank("x"), e.rank("y"))),
+            ("x", "y"), (), _positive(_broadcast_gen), shape=True) for op in ("add", "mul", "sub", "div")),
+        *(L(f"rank_{op}", ("rank", None, (op, attrs, "x")), F(lambda e: 4), ("x",), params, _pool_gen, shape=True)
+          for op, attrs, params in (("maxpool", POOL, POOL_PARAMS), ("avgpool", AVG, (*POOL_PARAMS, "cip")))),
+        L("rank_transpose", ("rank", None, ("transpose", {"perm": P("perm")}, "x")), ("rank", None, "x"), ("x",),
+          ("perm",), lambda rng: (lambda x: {"x": x, "perm": tuple(int(i) for i in rng.permutation(x.ndim))})(
+              _same("x")(rng)["x"]), shape=True),
         A("rank_split_0", ("rank", None, _split(0, "x")), ("rank", None, "x"), ("x",), ("ax", "s1", "s2"), _split_gen,
           shape=True),
         A("dim_split_0_axis", ("dim", P("ax"), _split(0, "x")), F(lambda e: e.p("s1")), ("x",), ("ax", "s1", "s2"),

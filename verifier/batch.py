@@ -41,13 +41,26 @@ def _backend_name() -> str:
     return "cupy" if XP.__name__ == "cupy" else "numpy"
 
 
+#: The budgets every numerically checked variant of a candidate is tried on in turn before the last round, as
+#: fractions of the candidate's whole budget: each variant gets a cheap attempt before any gets an expensive
+#: one, so a pinned variant z3 settles at once is not kept waiting behind a general one it cannot settle, and
+#: most candidates are settled in the first round (the median shipped rule needs about 1% of the default).
+ESCALATION = (0.01, 0.1)
+
+
 def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, trials: int = 3,
                      seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
-    ``rlimit`` is the z3 resource budget of the whole candidate, shared by its variants: each but the last
-    gets half of what is left. ``guard_s`` is the last-resort wall-clock guard of each proof."""
+
+    Every variant is checked numerically first (a counterexample settles it for nothing). The checked ones
+    are then proved in rounds of growing z3 budgets (``ESCALATION``, then what is left), in variant order
+    within a round; the first proved wins. ``rlimit`` is the z3 resource budget of the whole candidate,
+    shared by its variants and rounds: in the last round each variant but the last gets half of what is
+    left. ``guard_s`` is the last-resort wall-clock guard of each proof. The same candidate and budget give
+    the same outcome on any machine."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
+    checked: list[tuple[int, dict[str, Any], Any, Any]] = []
     for index, raw in enumerate(variants):
         raw = {k: v for k, v in raw.items() if k != "variants"}
         try:
@@ -66,27 +79,39 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
             status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
             outcome.statuses.append(f"{status}: {numeric.reason}")
             continue
-        left = rlimit - outcome.rlimit_used
-        if left <= 0:
-            outcome.statuses.append("unknown: z3 budget spent on earlier variants")
-            break
-        # half of what is left while more specific variants remain: a general variant that z3 cannot settle
-        # must not starve the pinned one that it can
-        proof = prove_rule(rule, left if index == len(variants) - 1 else max(1, left // 2), guard_s=guard_s)
-        outcome.z3_seconds += proof.seconds
-        outcome.rlimit_used += proof.rlimit_used
-        outcome.statuses.append(f"{proof.status}: {proof.reason}")
-        if proof.proved:
-            provenance = dict(raw.get("provenance", {}))
-            # resource units, not seconds: the provenance must not depend on the machine that proved it
-            provenance["z3"] = {"status": "proved", "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
-                                "variant": index}
-            provenance["numeric"] = {"max_abs_err": numeric.max_abs_err, "trials": numeric.trials_run,
-                                     "backend": _backend_name(), "dtype": "float64",
-                                     "shapes": [{k: list(v) for k, v in s.items()} for s in numeric.shapes]}
-            outcome.rule = {**raw, "provenance": provenance}
-            outcome.status, outcome.variant = "proved", index
-            return outcome
+        checked.append((index, raw, rule, numeric))
+    settled: set[int] = set()
+    for fraction in (*ESCALATION, None):
+        open_ = [c for c in checked if c[0] not in settled]
+        for position, (index, raw, rule, numeric) in enumerate(open_):
+            left = rlimit - outcome.rlimit_used
+            if left <= 0:
+                outcome.statuses.append("unknown: z3 budget spent on earlier variants")
+                break
+            if fraction is not None:
+                budget = min(left, max(1, int(rlimit * fraction)))
+            else:  # half of what is left while others remain: a general variant must not starve the pinned one
+                budget = left if position == len(open_) - 1 else max(1, left // 2)
+            proof = prove_rule(rule, budget, guard_s=guard_s)
+            outcome.z3_seconds += proof.seconds
+            outcome.rlimit_used += proof.rlimit_used
+            outcome.statuses.append(f"{proof.status}: {proof.reason}")
+            if proof.status in ("refuted", "unsupported"):
+                settled.add(index)
+            if proof.proved:
+                provenance = dict(raw.get("provenance", {}))
+                # resource units, not seconds: the provenance must not depend on the machine that proved it
+                provenance["z3"] = {"status": "proved", "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
+                                    "variant": index}
+                provenance["numeric"] = {"max_abs_err": numeric.max_abs_err, "trials": numeric.trials_run,
+                                         "backend": _backend_name(), "dtype": "float64",
+                                         "shapes": [{k: list(v) for k, v in s.items()} for s in numeric.shapes]}
+                outcome.rule = {**raw, "provenance": provenance}
+                outcome.status, outcome.variant = "proved", index
+                return outcome
+        else:
+            continue
+        break
     outcome.status = _worst(outcome.statuses)
     outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
     return outcome

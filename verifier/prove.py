@@ -18,6 +18,7 @@ import z3
 from verifier.axioms import AXIOMS, Axiom, axiom_formulas
 from verifier.encode import Unsupported, encode_rule
 from verifier.numeric import NumericResult, numeric_check
+from verifier.relevance import axioms_for
 from xflow.rules.model import Rule
 
 #: z3 resource units for one rule (all its outputs together), when the caller does not say. Every shipped rule
@@ -65,14 +66,13 @@ class VerifyResult:
         return self.status == "proved"
 
 
-_FORMULAS: dict[tuple[str, ...], list[z3.BoolRef]] = {}
+_FORMULAS: dict[str, z3.BoolRef] = {}
 
 
 def _formulas(axioms: tuple[Axiom, ...]) -> list[z3.BoolRef]:
-    key = tuple(a.name for a in axioms)
-    if key not in _FORMULAS:
-        _FORMULAS[key] = axiom_formulas(axioms)
-    return _FORMULAS[key]
+    missing = tuple(a for a in axioms if a.name not in _FORMULAS)
+    _FORMULAS.update(zip((a.name for a in missing), axiom_formulas(missing), strict=True))
+    return [_FORMULAS[a.name] for a in axioms]
 
 
 def make_solver(formulas: list[z3.BoolRef], mbqi: bool, rlimit: int, ctx: z3.Context | None = None) -> z3.Solver:
@@ -94,18 +94,33 @@ def rlimit_count(solver: z3.Solver) -> int:
 
 
 def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ...] = AXIOMS,
-               guard_s: float | None = DEFAULT_GUARD_S) -> ProofResult:
+               guard_s: float | None = DEFAULT_GUARD_S, relevant_only: bool = True) -> ProofResult:
     """Prove every mapped output of ``rule`` equal under the axioms and the rule's where conditions.
 
-    For each output, ``src != dst`` must be unsat within ``rlimit`` z3 resource units (shared by all
-    outputs). ``sat`` gives "refuted" (a model of the axioms where the rule fails: usually only a sign that an
-    axiom is missing); a spent budget gives "unknown"; the wall-clock ``guard_s`` gives "timeout".
+    With ``relevant_only`` z3 gets the axioms relevant to the rule (``verifier.relevance``) first, and all of
+    ``axioms`` again, on a fresh budget, before a refutation is reported. For each output, ``src != dst`` must
+    be unsat within
+    ``rlimit`` z3 resource units (shared by all outputs). ``sat`` gives "refuted" (a model of the axioms where
+    the rule fails: usually only a sign that an axiom is missing); a spent budget gives "unknown"; the
+    wall-clock ``guard_s`` gives "timeout". ``rlimit_used`` counts every attempt.
     """
     start = time.monotonic()
     try:
         enc = encode_rule(rule)
     except Unsupported as exc:
         return ProofResult("unsupported", time.monotonic() - start, str(exc))
+    relevant = axioms_for(rule, axioms) if relevant_only else axioms
+    first = _prove_with(enc, rlimit, relevant, guard_s, start)
+    if first.status != "refuted" or len(relevant) == len(axioms):
+        return first
+    # a model of some axioms need not be one of all of them: only the full set may refute
+    again = _prove_with(enc, rlimit, axioms, guard_s, start)
+    return ProofResult(again.status, again.seconds, f"{again.reason} (with every axiom: the {len(relevant)} "
+                       f"relevant ones gave a countermodel)", first.rlimit_used + again.rlimit_used)
+
+
+def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float | None,
+                start: float) -> ProofResult:
     # A fresh context per rule: z3's search depends on the terms its context already holds (their ids order
     # the instantiations), so in a shared context whether a rule is proved within its budget would depend on
     # which rules were proved before it.

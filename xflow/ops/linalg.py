@@ -60,8 +60,8 @@ def matmul_weight_axis(out_rank: int, weight_rank: int, axis: int) -> int | None
 
 
 def matmul_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
-    """Both operands have rank >= 2."""
-    return [f.rank(args[0]) >= 2, f.rank(args[1]) >= 2]
+    """Both operands have rank >= 2, and the first's columns are the second's rows."""
+    return [f.rank(args[0]) >= 2, f.rank(args[1]) >= 2, f.dim(args[0], -1) == f.dim(args[1], -2)]
 
 
 def transpose_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:

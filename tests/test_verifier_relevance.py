@@ -1,0 +1,78 @@
+"""Relevant-axiom selection: z3 gets the axioms a rule's ops can reach; a subset never refutes on its own,
+and the full axiom set does not prove false rules through a shape collapse."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from verifier import AXIOMS, prove_rule
+from verifier.axioms import _relu
+from verifier.relevance import axioms_for, relevant_axioms
+from xflow.rules import default_rules_path, parse_rule
+
+RELU_TWICE = {"name": "relu_twice", "inputs": {"x": "any"},
+              "src": [{"op": "relu", "in": ["x"], "out": ["a"]}, {"op": "relu", "in": ["a"], "out": ["b"]}],
+              "dst": [{"op": "relu", "in": ["x"], "out": ["c"]}], "outputs": {"b": "c"}}
+
+
+def _names(axioms):
+    return {a.name for a in axioms}
+
+
+def test_selection_follows_the_ops_each_axiom_mentions():
+    """Axioms join by op-table name: a sub rule reaches neg through sub's definition, and erf_odd through neg;
+    conv, matmul and the pools stay out."""
+    chosen = _names(relevant_axioms({"sub", "erf"}))
+    assert {"ewsub_def_neg", "neg_involution", "erf_odd"} <= chosen
+    assert "ewadd_comm" in chosen  # sub's definition introduces add
+    assert "transpose_erf" not in chosen  # its trigger needs a transpose
+    assert not any(name.startswith(("conv", "matmul", "maxpool", "avgpool", "transpose")) for name in chosen)
+    assert _names(relevant_axioms(set())) == set()
+    every_op = set().union(*(a.ops for a in AXIOMS))
+    assert relevant_axioms(every_op) == AXIOMS
+
+
+def test_each_axiom_declares_the_ops_of_its_sides():
+    by_name = {a.name: a for a in AXIOMS}
+    assert by_name["conv_cpool_avgpool"].ops == {"conv", "const_pool", "avgpool"}
+    assert by_name["split_concat_0"].ops == {"split", "concat"}
+    assert by_name["rank_matmul"].ops == {"matmul"}  # rank and dim are shape functions, not ops
+    assert by_name["ewdiv_def"].triggers == (frozenset({"div"}),)  # triggered by its left side only
+
+
+def test_a_refutation_from_the_selected_axioms_is_retried_with_all_of_them():
+    """relu(relu(x)) -> relu(x) needs relu_idempotent; triggered here only by a neg term, the selection for a
+    relu-only rule leaves it out, z3 finds a countermodel of the rest, and the full set proves the rule."""
+    hidden = tuple(replace(a, pattern=("neg", {}, _relu("x"))) if a.name == "relu_idempotent" else a
+                   for a in AXIOMS)
+    rule = parse_rule(RELU_TWICE)
+    assert "relu_idempotent" not in _names(axioms_for(rule, hidden))
+    subset_only = prove_rule(rule, rlimit=2_000_000, axioms=axioms_for(rule, hidden), relevant_only=False)
+    assert subset_only.status == "refuted", subset_only
+    result = prove_rule(rule, rlimit=2_000_000, axioms=hidden)
+    assert result.status == "proved", result
+    assert "relevant ones gave a countermodel" in result.reason
+
+
+def test_the_selection_never_refutes_a_shipped_rule():
+    """A sample of the shipped file across its whole length: proved with the selected axioms, each from
+    fewer than all of them."""
+    rules = json.loads(default_rules_path().read_text())["rules"]
+    for raw in rules[::97]:
+        rule = parse_rule(raw)
+        assert len(axioms_for(rule)) < len(AXIOMS)
+        result = prove_rule(rule)
+        assert result.status == "proved", (raw["name"], result)
+
+
+def test_a_false_rule_on_tensors_of_another_rank_is_not_proved():
+    """relu(x) -> neg(x) on a rank-1 x is false. Every axiom together must not prove it: an identity
+    conv(x, identity kernel) = x without x's shape in its guard, with conv's rank fact, gave every tensor rank
+    4 and so proved any rule on rank-1 tensors."""
+    rule = parse_rule({"name": "relu_is_neg_false", "inputs": {"x": "any"},
+                       "src": [{"op": "relu", "in": ["x"], "out": ["a"]}],
+                       "dst": [{"op": "neg", "in": ["x"], "out": ["b"]}], "outputs": {"a": "b"},
+                       "where": ["rank(x) == 1"]})
+    result = prove_rule(rule, rlimit=1_000_000, relevant_only=False)
+    assert result.status != "proved", result

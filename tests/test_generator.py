@@ -184,8 +184,8 @@ def test_common_subgraph_of_any_shape_prunes_a_smaller_identity_in_context():
 def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
     """TASO's pruning while enumerating: a widest graph holding a part that fewer ops compute (a smaller rule
     rewrites it into a graph of fewer ops) is left out without being built; every other one is kept."""
-    from generator.run import fewest_ops
     from generator.fingerprint import fps_of, int_values, pack
+    from generator.run import fewest_ops
 
     first = BY_OP["matmul"][0].key
 

@@ -228,7 +228,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         return resolve_cache[key]
 
     applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
-    tuple_cache: dict[tuple[str, tuple], list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}
+    tuple_cache: dict[tuple[int, tuple], list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]] = {}
+    counts = [0, 0]  # applications evaluated (or found in the memo), last ops not kept
 
     def some_entry_applies(op: str, in_shapes: tuple[tuple[int, ...], ...]) -> bool:
         """Whether any menu entry of ``op`` accepts these operand shapes (the op table's shape rule)."""
@@ -378,6 +379,21 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 out.append(inner)
         return out
 
+    def applications_of(app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
+                        ) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
+        """The operand tuples this menu entry applies to (its shape rule accepts them and no image shrinks
+        below ``MIN_SPATIAL``): (operands, reads the previous op, attributes, output shapes, all weights)."""
+        out = []
+        for operands, depends, in_shapes, is_w in op_tuples:
+            res = cached(app, in_shapes)
+            if res is None:
+                continue
+            attrs, out_shapes = res
+            if not is_w and any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes):
+                continue
+            out.append((operands, depends, attrs, out_shapes, is_w))
+        return out
+
     def walk(depth: int, live: list[int]) -> Iterator[Visit]:
         # The last op must join every component: a graph of independent parts only yields rules that are
         # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
@@ -388,6 +404,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         filtering = last and keep_last is not None
         open_outputs = [t for t in range(n_in, len(shapes)) if consumers[t] == 0] if filtering else []
         level = Level.of(shapes, components)
+        path_keys = {k for k, _ in op_keys}
         if last and live:
             st["reducible"] = st.get("reducible", 0) + 1
         # Everything the operand tuples depend on: prefixes of other ops with the same tensor shapes, kinds,
@@ -398,31 +415,26 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
-            if app.op not in tuples:
-                shared = tuple_cache.get((app.op, level_key))
-                if shared is None:
-                    if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
-                        tuple_cache.clear()
-                    shared = tuple_cache[(app.op, level_key)] = level_tuples(app.op, level, live if last else [])
-                tuples[app.op] = shared
+            applicable = tuple_cache.get((app.key, level_key))
+            if applicable is None:
+                if app.op not in tuples:
+                    tuples[app.op] = level_tuples(app.op, level, live if last else [])
+                if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
+                    tuple_cache.clear()
+                applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
             # an op independent of the previous one must come after it in (menu key, operands) order
             before = last_key is not None and app.key < last_key[0]
             same = last_key is not None and app.key == last_key[0]
+            on_path = app.key in path_keys
             entry = OPS[app.op]
-            for operands, depends, in_shapes, is_w in tuples[app.op]:
+            for operands, depends, attrs, out_shapes, is_w in applicable:
                 if not depends and (before or (same and operands <= last_key[1])):
                     continue
                 key = (app.key, operands)
-                if key in op_keys:
-                    continue
-                res = cached(app, in_shapes)
-                if res is None:
-                    continue
-                attrs, out_shapes = res
-                if not is_w and any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes):
+                if on_path and key in op_keys:
                     continue
                 # three quarters of the applications repeat one already evaluated on other paths
-                memo_key = (app.key, tuple(fps[t] for t in operands))
+                memo_key = (app.key, *map(fps.__getitem__, operands))
                 memo = evaluated.get(memo_key)
                 if memo is None or (memo[0] is None and not last):
                     with np.errstate(over="ignore"):
@@ -434,13 +446,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 outs, new_fps = memo
                 if outs is None:
                     outs = [None] * len(new_fps)
-                st["applications"] = st.get("applications", 0) + 1
-                if filtering and kept_tensors is not None and not all(f in kept_tensors for f in new_fps):
-                    st["not_kept"] = st.get("not_kept", 0) + 1
-                    continue
-                if filtering and not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands] + new_fps)):
-                    st["not_kept"] = st.get("not_kept", 0) + 1
-                    continue
+                counts[0] += 1
+                if filtering:
+                    if (kept_tensors is not None and not all(f in kept_tensors for f in new_fps)) or \
+                            not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands] + new_fps)):
+                        counts[1] += 1
+                        continue
                 existing = set(fps)
                 duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
                 # apply
@@ -496,6 +507,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     if first_ops is None or first_ops(0):
         yield from _input_sets(fps[:n_in])
     st["graphs"] = st.get("graphs", 0) + counter[0]
+    st["applications"] = st.get("applications", 0) + counts[0]
+    if counts[1]:
+        st["not_kept"] = st.get("not_kept", 0) + counts[1]
 
 
 def _input_sets(fps: list[int]) -> Iterator[Visit]:

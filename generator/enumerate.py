@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,14 @@ NO_OPERAND = 255
 INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
 
 
+def bit_mask(tensors: Iterable[int]) -> int:
+    """The set of tensor indices as a bit mask (an operand read twice counts once)."""
+    mask = 0
+    for t in tensors:
+        mask |= 1 << t
+    return mask
+
+
 def op_code(key: int, operands: tuple[int, ...]) -> bytes:
     """The 3-byte code of one op application."""
     return bytes((key, *operands, *([NO_OPERAND] * (2 - len(operands)))))
@@ -177,7 +185,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                      stats: dict[str, int] | None = None,
                      keep_last: Callable[[int], bool] | None = None,
                      fewer_ops: Mapping[int, int] | None = None,
-                     kept_tensors: Container[int] | None = None) -> Iterator[Visit]:
+                     kept_tensors: Container[int] | None = None,
+                     multi_output_tensors: Container[int] | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
 
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
@@ -192,7 +201,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats["reducible"]``
     counts the prefixes whose last op must read an inner value of such a part. ``kept_tensors`` (the output
     tensors of the graphs ``keep_last`` keeps) rejects most last ops by their new tensor alone, before the
-    graph's fingerprint is hashed."""
+    graph's fingerprint is hashed. ``multi_output_tensors`` (the output tensors of the kept graphs of two
+    outputs or more): an output of the prefix outside it must be read by the last op, since a graph that leaves
+    it as an output has two outputs or more (``stats["open_output"]`` counts the prefixes no last op can
+    complete)."""
     ev = IntEvaluator(seed)
     n_in = len(INPUTS)
     shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
@@ -328,10 +340,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
-    def level_tuples(op: str, level: Level, live: list[int]) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
+    def level_tuples(op: str, level: Level, live: list[int], required: int
+                     ) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
         """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
         entry: (operands, whether they read the previous op's outputs, operand shapes, all weights). With
-        ``live`` (at the last op: the inner values of each reducible part), only tuples reading one of each."""
+        ``live`` (at the last op: the inner values of each reducible part), only tuples reading one of each; with
+        ``required`` (a bit mask of tensors), only tuples reading all of them."""
         entry = OPS[op]
         prev_first = producers[-1] if graph else len(shapes)
         out = []
@@ -343,9 +357,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 continue
             if not input_order_ok(operands):
                 continue
-            if live:
-                mask = sum(1 << t for t in operands)
-                if not all(inner & mask for inner in live):
+            if live or required:
+                mask = bit_mask(operands)
+                if mask & required != required or not all(inner & mask for inner in live):
                     continue
             depends = any(t >= prev_first for t in operands)
             out.append((operands, depends, tuple(shapes[t] for t in operands), all_weights))
@@ -355,7 +369,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         """``live`` without the parts op ``i`` reads an inner value of, plus the reducible parts ending at op
         ``i``'s outputs (each as the bit mask of its inner values)."""
         operands = graph[i][2]
-        mask = sum(1 << t for t in operands)
+        mask = bit_mask(operands)
         out = [inner for inner in live if not inner & mask]
         if fewer_ops is None:
             return out
@@ -403,6 +417,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         last = depth == max_ops - 1
         filtering = last and keep_last is not None
         open_outputs = [t for t in range(n_in, len(shapes)) if consumers[t] == 0] if filtering else []
+        required = 0
+        if filtering and multi_output_tensors is not None:
+            required = bit_mask(t for t in open_outputs if fps[t] not in multi_output_tensors)
+            if required.bit_count() > 2:  # no op reads three tensors
+                st["open_output"] = st.get("open_output", 0) + 1
+                return
         level = Level.of(shapes, components)
         path_keys = {k for k, _ in op_keys}
         if last and live:
@@ -411,14 +431,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         # inputs used and components share them (most do: add, mul, sub and matmul all make a 4x4 tensor).
         level_key = (tuple(shapes[n_in:]), tuple(weight[n_in:]), tuple(u > 0 for u in used),
                      tuple(level.masks) if components is not None else None,
-                     producers[-1] if graph else len(shapes), tuple(live) if last else ())
+                     producers[-1] if graph else len(shapes), tuple(live) if last else (), required)
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
             applicable = tuple_cache.get((app.key, level_key))
             if applicable is None:
                 if app.op not in tuples:
-                    tuples[app.op] = level_tuples(app.op, level, live if last else [])
+                    tuples[app.op] = level_tuples(app.op, level, live if last else [], required)
                 if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
                     tuple_cache.clear()
                 applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])

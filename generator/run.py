@@ -57,20 +57,20 @@ def _walk(args: tuple[int, int, int, int]) -> tuple[int, tuple[np.ndarray, np.nd
     return count, pack(kept)
 
 
-WalkPart = tuple[int, int, int, int, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]
+WalkPart = tuple[int, int, int, int, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]
 
 
 def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of ``kept`` and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
-    max_ops, seed, parts, index, kept, (fewer_fps, fewer_counts), tensors = args
+    max_ops, seed, parts, index, kept, (fewer_fps, fewer_counts), tensors, multi = args
     wanted = set(kept.tolist())
-    kept_tensors = set(tensors.tolist())
+    kept_tensors, multi_output_tensors = set(tensors.tolist()), set(multi.tolist())
     fewer = dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True))
     stats: dict[str, int] = {}
     rows = [v for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
                                         keep_last=wanted.__contains__, fewer_ops=fewer,
-                                        kept_tensors=kept_tensors)
+                                        kept_tensors=kept_tensors, multi_output_tensors=multi_output_tensors)
             if len(v.graph) == max_ops and v.inputs_used]
     return stats, pack(rows)
 
@@ -186,7 +186,9 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     kept = np.unique(small_fps)
     fewer = fewest_ops(small_fps, small_codes, small_outs)
     tensors = np.unique(small_outs[small_outs != 0])
-    parts = [(max_ops, seed, jobs * 8, i, kept, fewer, tensors) for i in range(jobs * 8)]
+    several = small_outs[small_outs[:, 1] != 0]
+    multi = np.unique(several[several != 0])
+    parts = [(max_ops, seed, jobs * 8, i, kept, fewer, tensors, multi) for i in range(jobs * 8)]
     walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (stats, arrays) in enumerate(work, 1):
@@ -199,6 +201,7 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     t = step(f"graphs of {max_ops} ops walked (with smaller ones)", walked, t)
     step("  kept: a smaller graph has the fingerprint", sum(len(f) for f in wide_fps), t)
     step("  prefixes whose last op must undo a reducible part", counts["reducible"], t)
+    step("  prefixes left out: 3 outputs no kept graph has", counts["open_output"], t)
     partners = np.isin(small_fps, np.concatenate(wide_fps))
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps

@@ -153,7 +153,8 @@ def test_wide_run_pairs_the_widest_graphs_with_smaller_ones(wide_two, two):
                          "  kept: a smaller graph has the fingerprint"]
     walked, kept = (c for _, c, _ in wide_two.table[1:3])
     full_graphs = two["result"].table[0][1]
-    assert full_graphs - 200 < walked <= full_graphs and 0 < kept < walked // 10  # less the input sets
+    # fewer than the full run's: the last op is not even evaluated where it cannot make a kept graph
+    assert 0 < kept < walked <= full_graphs and kept < full_graphs // 10
     docs = {r["doc"] for r in wide_two.rules}
     # concat(split(x1)) -> x1: a 2-op graph and a graph of no op
     assert "concat[axis=0](split[axis=0,split=(2, 2)](x1)#0,split[axis=0,split=(2, 2)](x1)#1) -> x1" in docs
@@ -214,4 +215,4 @@ def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
     narrowed = walk(keep_last=kept_fps.__contains__, fewer_ops=fewer, stats=narrow_stats,
                     multi_output_tensors=set(several[several != 0].tolist()))
     assert sorted(v.code for v in narrowed) == sorted(v.code for v in pruned)
-    assert narrow_stats["applications"] < stats["applications"] // 2
+    assert narrow_stats["applications"] < stats["applications"]

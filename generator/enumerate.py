@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,8 +124,18 @@ class Visit:
 MIN_SPATIAL = 3
 #: Most memoized op applications one walk keeps (then the memo starts over): bounds memory at 4 ops.
 MEMO_ENTRIES = 400_000
+#: Most operand-tuple lists one walk keeps for reuse by prefixes of equal shapes (then it starts over).
+TUPLE_CACHE_ENTRIES = 50_000
 NO_OPERAND = 255
 INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
+
+
+def bit_mask(tensors: Iterable[int]) -> int:
+    """The set of tensor indices as a bit mask (an operand read twice counts once)."""
+    mask = 0
+    for t in tensors:
+        mask |= 1 << t
+    return mask
 
 
 def op_code(key: int, operands: tuple[int, ...]) -> bytes:
@@ -173,13 +183,28 @@ class Level:
 
 def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int], bool] | None = None,
                      stats: dict[str, int] | None = None,
-                     keep_last: Callable[[int], bool] | None = None) -> Iterator[Visit]:
+                     keep_last: Callable[[int], bool] | None = None,
+                     fewer_ops: Mapping[int, int] | None = None,
+                     kept_tensors: Container[int] | None = None,
+                     multi_output_tensors: Container[int] | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
 
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
     the no-op graphs come only from the walk that takes application 0. With ``keep_last``, a graph of
     ``max_ops`` ops is yielded only when ``keep_last(its fingerprint)``; the others are counted in
-    ``stats["not_kept"]`` without being built (the 4-op run keeps only what a smaller graph computes)."""
+    ``stats["not_kept"]`` without being built (the 4-op run keeps only what a smaller graph computes).
+
+    With ``fewer_ops`` (tensor fingerprint -> fewest ops of a smaller graph computing that tensor alone), a
+    graph of ``max_ops`` ops is neither built nor walked towards when it has a *reducible part*: an op
+    output below the last op whose ancestor ops outnumber ``fewer_ops`` of it, and whose other values only
+    those ancestors read. Replacing that part by the smaller graph (a smaller rule) leaves a graph of fewer
+    ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats["reducible"]``
+    counts the prefixes whose last op must read an inner value of such a part. ``kept_tensors`` (the output
+    tensors of the graphs ``keep_last`` keeps) rejects most last ops by their new tensor alone, before the
+    graph's fingerprint is hashed. ``multi_output_tensors`` (the output tensors of the kept graphs of two
+    outputs or more): an output of the prefix outside it must be read by the last op, since a graph that leaves
+    it as an output has two outputs or more (``stats["open_output"]`` counts the prefixes no last op can
+    complete)."""
     ev = IntEvaluator(seed)
     n_in = len(INPUTS)
     shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
@@ -192,6 +217,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     op_keys: list[tuple[int, tuple[int, ...]]] = []
     producers: list[int] = []  # per op: first output tensor index
     used = [0] * n_in
+    tensor_op: list[int] = [-1] * n_in  # per tensor: the op producing it (-1: an input)
+    readers: list[int] = [0] * n_in  # per tensor: bit mask of the ops reading it
+    op_cone: list[int] = []  # per op: bit mask of itself and its ancestor ops
     st = stats if stats is not None else {}
     resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]]] | None] = {}
     counter = [0]
@@ -212,6 +240,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         return resolve_cache[key]
 
     applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
+    tuple_cache: dict[tuple[int, tuple], list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]] = {}
+    counts = [0, 0]  # applications evaluated (or found in the memo), last ops not kept
 
     def some_entry_applies(op: str, in_shapes: tuple[tuple[int, ...], ...]) -> bool:
         """Whether any menu entry of ``op`` accepts these operand shapes (the op table's shape rule)."""
@@ -310,9 +340,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
-    def level_tuples(op: str, level: Level) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
+    def level_tuples(op: str, level: Level, live: list[int], required: int
+                     ) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
         """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
-        entry: (operands, whether they read the previous op's outputs, operand shapes, all weights)."""
+        entry: (operands, whether they read the previous op's outputs, operand shapes, all weights). With
+        ``live`` (at the last op: the inner values of each reducible part), only tuples reading one of each; with
+        ``required`` (a bit mask of tensors), only tuples reading all of them."""
         entry = OPS[op]
         prev_first = producers[-1] if graph else len(shapes)
         out = []
@@ -324,11 +357,58 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 continue
             if not input_order_ok(operands):
                 continue
+            if live or required:
+                mask = bit_mask(operands)
+                if mask & required != required or not all(inner & mask for inner in live):
+                    continue
             depends = any(t >= prev_first for t in operands)
             out.append((operands, depends, tuple(shapes[t] for t in operands), all_weights))
         return out
 
-    def walk(depth: int) -> Iterator[Visit]:
+    def reducible_parts(i: int, cone: int, live: list[int]) -> list[int]:
+        """``live`` without the parts op ``i`` reads an inner value of, plus the reducible parts ending at op
+        ``i``'s outputs (each as the bit mask of its inner values)."""
+        operands = graph[i][2]
+        mask = bit_mask(operands)
+        out = [inner for inner in live if not inner & mask]
+        if fewer_ops is None:
+            return out
+        size = cone.bit_count()
+        ends = producers[i + 1] if i + 1 < len(producers) else len(shapes)
+        for u in range(producers[i], ends):
+            fewest = fewer_ops.get(fps[u])
+            if fewest is None or fewest >= size:
+                continue
+            inner, dead = 0, True
+            for j in range(len(graph)):
+                if not cone >> j & 1:
+                    continue
+                stop = producers[j + 1] if j + 1 < len(producers) else len(shapes)
+                for v in range(producers[j], stop):
+                    if v != u:
+                        # an inner value read outside the part (or by nothing: a graph output) keeps it alive
+                        dead = dead and readers[v] != 0 and readers[v] & ~cone == 0
+                        inner |= 1 << v
+            if dead:
+                out.append(inner)
+        return out
+
+    def applications_of(app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
+                        ) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
+        """The operand tuples this menu entry applies to (its shape rule accepts them and no image shrinks
+        below ``MIN_SPATIAL``): (operands, reads the previous op, attributes, output shapes, all weights)."""
+        out = []
+        for operands, depends, in_shapes, is_w in op_tuples:
+            res = cached(app, in_shapes)
+            if res is None:
+                continue
+            attrs, out_shapes = res
+            if not is_w and any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes):
+                continue
+            out.append((operands, depends, attrs, out_shapes, is_w))
+        return out
+
+    def walk(depth: int, live: list[int]) -> Iterator[Visit]:
         # The last op must join every component: a graph of independent parts only yields rules that are
         # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
         components = component_tensors() if depth == max_ops - 1 and graph else None
@@ -337,30 +417,44 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         last = depth == max_ops - 1
         filtering = last and keep_last is not None
         open_outputs = [t for t in range(n_in, len(shapes)) if consumers[t] == 0] if filtering else []
+        required = 0
+        if filtering and multi_output_tensors is not None:
+            required = bit_mask(t for t in open_outputs if fps[t] not in multi_output_tensors)
+            if required.bit_count() > 2:  # no op reads three tensors
+                st["open_output"] = st.get("open_output", 0) + 1
+                return
         level = Level.of(shapes, components)
+        path_keys = {k for k, _ in op_keys}
+        if last and live:
+            st["reducible"] = st.get("reducible", 0) + 1
+        # Everything the operand tuples depend on: prefixes of other ops with the same tensor shapes, kinds,
+        # inputs used and components share them (most do: add, mul, sub and matmul all make a 4x4 tensor).
+        level_key = (tuple(shapes[n_in:]), tuple(weight[n_in:]), tuple(u > 0 for u in used),
+                     tuple(level.masks) if components is not None else None,
+                     producers[-1] if graph else len(shapes), tuple(live) if last else (), required)
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
-            if app.op not in tuples:
-                tuples[app.op] = level_tuples(app.op, level)
+            applicable = tuple_cache.get((app.key, level_key))
+            if applicable is None:
+                if app.op not in tuples:
+                    tuples[app.op] = level_tuples(app.op, level, live if last else [], required)
+                if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
+                    tuple_cache.clear()
+                applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
             # an op independent of the previous one must come after it in (menu key, operands) order
             before = last_key is not None and app.key < last_key[0]
             same = last_key is not None and app.key == last_key[0]
+            on_path = app.key in path_keys
             entry = OPS[app.op]
-            for operands, depends, in_shapes, is_w in tuples[app.op]:
+            for operands, depends, attrs, out_shapes, is_w in applicable:
                 if not depends and (before or (same and operands <= last_key[1])):
                     continue
                 key = (app.key, operands)
-                if key in op_keys:
-                    continue
-                res = cached(app, in_shapes)
-                if res is None:
-                    continue
-                attrs, out_shapes = res
-                if not is_w and any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes):
+                if on_path and key in op_keys:
                     continue
                 # three quarters of the applications repeat one already evaluated on other paths
-                memo_key = (app.key, tuple(fps[t] for t in operands))
+                memo_key = (app.key, *map(fps.__getitem__, operands))
                 memo = evaluated.get(memo_key)
                 if memo is None or (memo[0] is None and not last):
                     with np.errstate(over="ignore"):
@@ -372,24 +466,34 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 outs, new_fps = memo
                 if outs is None:
                     outs = [None] * len(new_fps)
-                st["applications"] = st.get("applications", 0) + 1
-                if filtering and not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands] + new_fps)):
-                    st["not_kept"] = st.get("not_kept", 0) + 1
-                    continue
+                counts[0] += 1
+                if filtering:
+                    if (kept_tensors is not None and not all(f in kept_tensors for f in new_fps)) or \
+                            not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands] + new_fps)):
+                        counts[1] += 1
+                        continue
                 existing = set(fps)
                 duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
                 # apply
                 first = len(shapes)
+                index = len(graph)
                 for o, s, f in zip(outs, out_shapes, new_fps, strict=True):
                     shapes.append(tuple(s))
                     values.append(o)
                     fps.append(f)
                     weight.append(is_w)
                     consumers.append(0)
+                    tensor_op.append(index)
+                    readers.append(0)
+                cone = 1 << index
                 for t in operands:
                     consumers[t] += 1
+                    readers[t] |= 1 << index
                     if t < n_in:
                         used[t] += 1
+                    else:
+                        cone |= op_cone[tensor_op[t]]
+                op_cone.append(cone)
                 graph.append((app.op, attrs, operands))
                 codes.append(op_code(app.key, operands))
                 op_keys.append(key)
@@ -402,9 +506,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 if duplicate:
                     st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
                 elif depth + 1 < max_ops:
-                    yield from walk(depth + 1)
+                    yield from walk(depth + 1, reducible_parts(index, cone, live) if filtering_below else live)
                 # undo
                 producers.pop()
+                op_cone.pop()
+                for t in operands:
+                    readers[t] &= ~(1 << index)
                 op_keys.pop()
                 graph.pop()
                 codes.pop()
@@ -413,11 +520,16 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                     if t < n_in:
                         used[t] -= 1
                 del shapes[first:], values[first:], fps[first:], weight[first:], consumers[first:]
+                del tensor_op[first:], readers[first:]
 
-    yield from walk(0)
+    filtering_below = fewer_ops is not None and keep_last is not None
+    yield from walk(0, [])
     if first_ops is None or first_ops(0):
         yield from _input_sets(fps[:n_in])
     st["graphs"] = st.get("graphs", 0) + counter[0]
+    st["applications"] = st.get("applications", 0) + counts[0]
+    if counts[1]:
+        st["not_kept"] = st.get("not_kept", 0) + counts[1]
 
 
 def _input_sets(fps: list[int]) -> Iterator[Visit]:

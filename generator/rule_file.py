@@ -33,6 +33,7 @@ class RuleFileOptions:
     keep_independent_batching: bool = False
     save_path: str | None = None  # also write the unverified candidates here
     candidates_path: str | None = None  # verify these saved candidates instead of generating
+    keep_compositions: bool = False  # also write rules that are compositions of smaller proved rules
 
 
 @dataclass
@@ -118,6 +119,8 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     proved = dedupe([o.rule for o in outcomes if o.rule is not None])
     proved, left_out = split_batching(proved, options.keep_independent_batching)
     table.append(("proved, left out: independent batching", len(left_out), 0.0))
+    proved, composed = split_compositions(proved, options.keep_compositions)
+    table.append(("proved, left out: compositions of smaller rules", len(composed), 0.0))
     shipped = [{**r, "name": final_name(r, options.max_ops)} for r in proved]
     table.append(("rules shipped", len(shipped), 0.0))
     result.z3_seconds = sum(o.z3_seconds for o in outcomes)
@@ -129,6 +132,8 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
                          "rlimit_used": sum(o.rlimit_used for o in outcomes)},
             # counts only: the times (printed by the CLI) would make two runs of the same seed differ
             "table": [[name, count] for name, count, _ in table]}
+    if composed:
+        meta["left_out_compositions"] = [{"name": final_name(r, options.max_ops), "doc": r["doc"]} for r in composed]
     if left_out:
         meta["left_out_independent_batching"] = [{"name": final_name(r, options.max_ops), "doc": r["doc"]}
                                                  for r in left_out]
@@ -171,3 +176,14 @@ def split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[s
     batching = [batches_independent_elementwise(r) for r in rules]
     return ([r for r, b in zip(rules, batching, strict=True) if not b],
             [r for r, b in zip(rules, batching, strict=True) if b])
+
+
+def split_compositions(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rules to write, rules left out as compositions of smaller ones: TASO's redundancy pruning, see
+    ``generator.redundancy``); none left out with ``keep``."""
+    from generator.redundancy import drop_compositions
+
+    if keep:
+        return rules, []
+    kept, composed = drop_compositions(rules)
+    return list(kept), list(composed)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from generator.enumerate import APPLICATIONS, enumerate_graphs
+from generator.enumerate import APPLICATIONS, INPUT_SET, NO_OPERAND, enumerate_graphs
 from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
 from generator.generalize import canonical_key, dedupe
 from generator.prune import CommonSubgraph, renaming_key
@@ -56,16 +57,34 @@ def _walk(args: tuple[int, int, int, int]) -> tuple[int, tuple[np.ndarray, np.nd
     return count, pack(kept)
 
 
-def _walk_kept(args: tuple[int, int, int, int, np.ndarray]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """One part of the widest walk: (graphs walked, rows of the ``max_ops``-op graphs whose fingerprint is
-    one of ``kept``)."""
-    max_ops, seed, parts, index, kept = args
+WalkPart = tuple[int, int, int, int, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]
+
+
+def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
+    of ``kept`` and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
+    max_ops, seed, parts, index, kept, (fewer_fps, fewer_counts), tensors, multi = args
     wanted = set(kept.tolist())
+    kept_tensors, multi_output_tensors = set(tensors.tolist()), set(multi.tolist())
+    fewer = dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True))
     stats: dict[str, int] = {}
     rows = [v for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
-                                        keep_last=wanted.__contains__)
+                                        keep_last=wanted.__contains__, fewer_ops=fewer,
+                                        kept_tensors=kept_tensors, multi_output_tensors=multi_output_tensors)
             if len(v.graph) == max_ops and v.inputs_used]
-    return stats.get("graphs", 0) + stats.get("not_kept", 0), pack(rows)
+    return stats, pack(rows)
+
+
+def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tensor fingerprints, fewest ops computing each) over the rows of single-output graphs."""
+    keys = codes[:, 0::3]
+    ops = ((keys != NO_OPERAND) & (keys != INPUT_SET)).sum(axis=1)
+    single = outs[:, 1] == 0
+    tensors, counts = outs[single, 0], ops[single]
+    order = np.lexsort((counts, tensors))
+    tensors, counts = tensors[order], counts[order]
+    first = np.r_[True, tensors[1:] != tensors[:-1]] if len(tensors) else np.zeros(0, bool)
+    return tensors[first], counts[first].astype(np.uint8)
 
 
 def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:
@@ -165,17 +184,24 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     small_fps, small_codes, small_outs = smaller.arrays()
     del smaller
     kept = np.unique(small_fps)
-    parts = [(max_ops, seed, jobs * 8, i, kept) for i in range(jobs * 8)]
-    walked, rows, wide_fps = 0, Buckets(seed), []
+    fewer = fewest_ops(small_fps, small_codes, small_outs)
+    tensors = np.unique(small_outs[small_outs != 0])
+    several = small_outs[small_outs[:, 1] != 0]
+    multi = np.unique(several[several != 0])
+    parts = [(max_ops, seed, jobs * 8, i, kept, fewer, tensors, multi) for i in range(jobs * 8)]
+    walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
-    for done, (count, arrays) in enumerate(work, 1):
-        walked += count
+    for done, (stats, arrays) in enumerate(work, 1):
+        counts.update(stats)
+        walked += stats.get("graphs", 0) + stats.get("not_kept", 0)
         rows.add_arrays(arrays, 0)
         wide_fps.append(arrays[0])
         if progress is not None:
             progress(f"walking {max_ops} ops: part {done}/{len(parts)}", walked, time.perf_counter() - t)
     t = step(f"graphs of {max_ops} ops walked (with smaller ones)", walked, t)
     step("  kept: a smaller graph has the fingerprint", sum(len(f) for f in wide_fps), t)
+    step("  prefixes whose last op must undo a reducible part", counts["reducible"], t)
+    step("  prefixes left out: 3 outputs no kept graph has", counts["open_output"], t)
     partners = np.isin(small_fps, np.concatenate(wide_fps))
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps

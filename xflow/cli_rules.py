@@ -74,6 +74,9 @@ def executor_options(func: Any) -> Any:
               help="Also write rules that batch unconnected elementwise ops (relu(a) ; relu(b) -> "
                    "split(relu(concat(a, b)))); left out by default: they match every pair of such ops and "
                    "flood the search, and concat + split only add copies on a CPU.")
+@click.option("--keep-compositions", is_flag=True,
+              help="Also write rules that are compositions of smaller proved rules (TASO's redundancy pruning "
+                   "leaves them out: the smaller rules make the same rewrite in two or more steps).")
 @click.option("--save-candidates", "save_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the generated (unverified) candidates here, so that a long run's verification can be "
                    "redone or extended with --candidates.")
@@ -83,8 +86,9 @@ def executor_options(func: Any) -> Any:
 @executor_options
 @user_errors
 def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: int, guard_s: float, trials: int,
-                   limit: int | None, keep_independent_batching: bool, save_path: str | None,
-                   candidates_path: str | None, quiet: bool, executor: str, address: str | None) -> None:
+                   limit: int | None, keep_independent_batching: bool, keep_compositions: bool,
+                   save_path: str | None, candidates_path: str | None, quiet: bool, executor: str,
+                   address: str | None) -> None:
     """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
 
     Only proved rules are written. Prints the pruning and proof table at the end.
@@ -97,7 +101,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     if save_path is not None:
         check_writable(save_path)
     options = RuleFileOptions(out_path, max_ops, jobs, seed, rlimit, guard_s, trials, limit,
-                              keep_independent_batching, save_path, candidates_path)
+                              keep_independent_batching, save_path, candidates_path, keep_compositions)
     engine = make_executor(executor, jobs, address)
     try:
         result = write_rule_file(options, _progress_line(not quiet and sys.stderr.isatty()), engine)

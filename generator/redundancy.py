@@ -1,0 +1,412 @@
+"""TASO's redundancy pruning of a rule set: a rule that is a composition of smaller rules is dropped.
+
+Each generated rule states the instance it was found on in its ``doc``: ``lhs -> rhs``, each side the
+canonical text of its outputs (``generator.fingerprint.expressions``) over the enumeration's inputs
+(``generator.enumerate.INPUTS``, whose shapes are fixed). A rule is *redundant* when rewriting its
+left-hand side with other rules, each strictly smaller in ``rule_order`` (fewer ops in all, then name),
+reaches its right-hand side in at most ``depth`` steps. The order is total and well founded, so dropping
+every redundant rule keeps the closure: a dropped rule is made of earlier rules, each kept or itself made of
+earlier ones.
+
+The rewriting works on the instance's terms, as the search would on that graph: a rule's inputs are
+variables that bind any subterm of the same shape (a weight input only subterms of weights alone);
+commutative operands match in either order; a match's inner values must have no user outside it (the
+search's matcher refuses such a match); every occurrence of a rewritten subterm changes together (a
+graph shares equal values). Attributes must be equal as written, so a rule only composes on the instance's
+own attribute values: a conservative test (more general compositions are not looked for). Lifted rules
+(bias, batchnorm: their inputs are not the enumeration's) are neither tested nor used.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from generator.enumerate import INPUTS, IntEvaluator, tensor_fp
+from xflow.ops import OPS, ShapeError
+
+#: Rewrites tried from a rule's left-hand side before it counts as not composed (TASO composes two).
+DEFAULT_DEPTH = 2
+#: Most states one breadth-first level keeps (bounds the time of a rule whose side matches everywhere).
+MAX_STATES = 2000
+
+_INPUT_SHAPE = {name: shape for name, _, _, shape in INPUTS}
+_INPUT_INDEX = {name: i for i, (name, _, _, _) in enumerate(INPUTS)}
+_INPUT_CONST = {name: kind == "const" for name, _, kind, _ in INPUTS}
+
+
+class DocError(ValueError):
+    """A rule's doc is not the canonical text of an enumerated instance."""
+
+
+@dataclass(frozen=True)
+class Term:
+    """An input (``head`` its name, no ``args``) or an op application's output ``slot`` (-1: its only one)."""
+
+    head: str  # "op[attrs]" as the generator writes it, or the input's name
+    args: tuple[Term, ...]
+    slot: int
+    text: str = field(compare=False)
+    shape: tuple[int, ...] = field(compare=False)
+    const: bool = field(compare=False)  # computed from weights alone
+
+    @property
+    def is_input(self) -> bool:
+        """True for an input of the enumeration (a rule's variable)."""
+        return not self.args and "[" not in self.head
+
+
+@dataclass(frozen=True)
+class TermRule:
+    """One rule as terms: its left and right sides (outputs, sorted by text) and its order key."""
+
+    name: str
+    lhs: tuple[Term, ...]
+    rhs: tuple[Term, ...]
+    size: int  # op applications on both sides
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """The rule's place in ``rule_order``."""
+        return (self.size, self.name)
+
+
+def _attr_value(text: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a bare word such as ``none``
+
+
+def _attrs(text: str) -> dict[str, Any]:
+    """The attributes of an op's text ``k=v,k2=v2``."""
+    out = {}
+    for part in _split_top(text):
+        key, _, value = part.partition("=")
+        out[key] = _attr_value(value)
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` cut at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if text[start:]:
+        parts.append(text[start:])
+    return parts
+
+
+def _make(head: str, args: tuple[Term, ...], slot: int) -> Term:
+    """The term, with its text, shape (the op table's shape rule) and constness."""
+    if not args and "[" not in head:
+        if head not in _INPUT_SHAPE:
+            raise DocError(f"unknown input {head!r}")
+        return Term(head, (), -1, head, _INPUT_SHAPE[head], _INPUT_CONST[head])
+    op, attr_text = head.split("[", 1)
+    entry = OPS.get(op)
+    if entry is None:
+        raise DocError(f"unknown op {op!r}")
+    attrs = _attrs(attr_text[:-1])
+    try:
+        shapes = entry.infer([a.shape for a in args], entry.normalize_attrs(attrs))
+    except ShapeError as e:
+        raise DocError(f"{head}: {e}") from None
+    texts = [a.text for a in args]
+    if entry.commutative:
+        texts.sort()
+    text = f"{head}({','.join(texts)})" + (f"#{slot}" if slot >= 0 else "")
+    shape = tuple(int(d) for d in shapes[max(slot, 0)])
+    return Term(head, args, slot, text, shape, all(a.const for a in args))
+
+
+def _parse(text: str, i: int = 0) -> tuple[Term, int]:
+    j = i
+    while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+        j += 1
+    if j == i:
+        raise DocError(f"expected a name at {text[i:i + 20]!r}")
+    head = text[i:j]
+    if j >= len(text) or text[j] != "[":
+        return _make(head, (), -1), j
+    depth, k = 0, j
+    while True:  # the attributes: up to the matching bracket
+        depth += {"[": 1, "]": -1}.get(text[k], 0)
+        k += 1
+        if depth == 0:
+            break
+    head = text[i:k]
+    if text[k] != "(":
+        raise DocError(f"expected '(' after {head!r}")
+    args, k = [], k + 1
+    while text[k] != ")":
+        arg, k = _parse(text, k)
+        args.append(arg)
+        if text[k] == ",":
+            k += 1
+    k += 1
+    slot = -1
+    if k < len(text) and text[k] == "#":
+        m = k + 1
+        while m < len(text) and text[m].isdigit():
+            m += 1
+        slot, k = int(text[k + 1:m]), m
+    return _make(head, tuple(args), slot), k
+
+
+def parse_side(text: str) -> tuple[Term, ...]:
+    """The output terms of one side of a doc (``t1 ; t2``), sorted by text."""
+    terms = []
+    for part in text.split(" ; "):
+        term, end = _parse(part.strip())
+        if end != len(part.strip()):
+            raise DocError(f"trailing text after {term.text!r}")
+        terms.append(term)
+    return tuple(sorted(terms, key=lambda t: t.text))
+
+
+def _apps(terms: Sequence[Term]) -> set[tuple[str, tuple[str, ...]]]:
+    """The distinct op applications of some terms (a multi-output op counts once)."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+
+    def visit(t: Term) -> None:
+        if t.is_input:
+            return
+        key = (t.head, tuple(a.text for a in t.args))
+        if key not in seen:
+            seen.add(key)
+            for a in t.args:
+                visit(a)
+
+    for t in terms:
+        visit(t)
+    return seen
+
+
+def term_rule(rule: Mapping[str, Any]) -> TermRule | None:
+    """The rule as terms, or None when its doc is not an enumerated instance (a lifted rule)."""
+    doc = rule.get("doc", "")
+    lhs_text, sep, rhs_text = doc.partition(" -> ")
+    if not sep or ":" in lhs_text.split("(")[0]:
+        return None
+    try:
+        lhs, rhs = parse_side(lhs_text), parse_side(rhs_text)
+    except DocError:
+        return None
+    return TermRule(rule["name"], lhs, rhs, len(_apps(lhs)) + len(_apps(rhs)))
+
+
+# ---- matching and rewriting -----------------------------------------------------------------------------
+
+Binding = dict[str, Term]
+Match = tuple[Binding, frozenset[str]]  # the variables' terms, the texts of the op terms the pattern covers
+
+
+def _match(pattern: Term, subject: Term, binding: Binding, covered: frozenset[str] = frozenset()) -> Iterator[Match]:
+    """Every extension of ``binding`` under which ``pattern`` is ``subject``, with the covered op terms."""
+    if pattern.is_input:
+        bound = binding.get(pattern.head)
+        if bound is not None:
+            if bound.text == subject.text:
+                yield binding, covered
+            return
+        if subject.shape == pattern.shape and (subject.const or not pattern.const):
+            yield {**binding, pattern.head: subject}, covered
+        return
+    if pattern.head != subject.head or pattern.slot != subject.slot or len(pattern.args) != len(subject.args):
+        return
+    orders = [subject.args]
+    if len(subject.args) == 2 and OPS[pattern.head.split("[", 1)[0]].commutative \
+            and subject.args[0].text != subject.args[1].text:
+        orders.append(subject.args[::-1])
+    for args in orders:
+        partial: list[Match] = [(binding, covered | {subject.text})]
+        for p, s in zip(pattern.args, args, strict=True):
+            partial = [m2 for b, c in partial for m2 in _match(p, s, b, c)]
+        yield from partial
+
+
+def _instantiate(term: Term, binding: Binding) -> Term:
+    if term.is_input:
+        return binding[term.head]
+    return _make(term.head, tuple(_instantiate(a, binding) for a in term.args), term.slot)
+
+
+def _replace(term: Term, table: Mapping[str, Term]) -> Term:
+    found = table.get(term.text)
+    if found is not None:
+        return found
+    if term.is_input:
+        return term
+    args = tuple(_replace(a, table) for a in term.args)
+    if all(a is b for a, b in zip(args, term.args, strict=True)):
+        return term
+    return _make(term.head, args, term.slot)
+
+
+def _subterms(outputs: Sequence[Term]) -> tuple[dict[str, Term], dict[str, set[str]]]:
+    """(distinct op subterms by text, text -> texts of the terms that read it; "" marks an output)."""
+    terms: dict[str, Term] = {}
+    readers: dict[str, set[str]] = {}
+
+    def visit(t: Term) -> None:
+        if t.text in terms or t.is_input:
+            return
+        terms[t.text] = t
+        for a in t.args:
+            readers.setdefault(a.text, set()).add(t.text)
+            visit(a)
+
+    for t in outputs:
+        readers.setdefault(t.text, set()).add("")
+        visit(t)
+    return terms, readers
+
+
+class RuleIndex:
+    """Rules by the head of their first left-hand output (a subterm can only match rules of its own head)."""
+
+    def __init__(self, rules: Sequence[TermRule]) -> None:
+        self.by_head: dict[str, list[TermRule]] = {}
+        for r in rules:
+            if not r.lhs[0].is_input:
+                self.by_head.setdefault(r.lhs[0].head, []).append(r)
+
+    def rewrites(self, state: tuple[Term, ...], before: tuple[int, str]) -> Iterator[tuple[Term, ...]]:
+        """Every state one rule earlier than ``before`` makes of ``state``."""
+        terms, readers = _subterms(state)
+        for first in terms.values():
+            for rule in self.by_head.get(first.head, ()):
+                if rule.order >= before:
+                    continue
+                for binding, covered in _match(rule.lhs[0], first, {}):
+                    yield from self._complete(rule, state, terms, readers, [first], binding, covered)
+
+    def _complete(self, rule: TermRule, state: tuple[Term, ...], terms: dict[str, Term],
+                  readers: dict[str, set[str]], roots: list[Term], binding: Binding, covered: frozenset[str]
+                  ) -> Iterator[tuple[Term, ...]]:
+        k = len(roots)
+        if k < len(rule.lhs):
+            for subject in terms.values():
+                if any(subject.text == r.text for r in roots):
+                    continue
+                for extended, more in _match(rule.lhs[k], subject, binding, covered):
+                    yield from self._complete(rule, state, terms, readers, [*roots, subject], extended, more)
+            return
+        root_texts = {r.text for r in roots}
+        for text in covered - root_texts:
+            if not readers.get(text, set()) <= covered:
+                return  # an inner value read outside the match: the search's matcher refuses it
+        table = {s.text: _instantiate(r, binding) for s, r in zip(roots, _rhs_for(rule), strict=True)}
+        yield tuple(sorted((_replace(t, table) for t in state), key=lambda t: t.text))
+
+
+def _rhs_for(rule: TermRule) -> tuple[Term, ...]:
+    """The right-hand output of each left-hand output, in ``lhs`` order: the one of equal value on the
+    enumeration's int inputs (the doc lists each side sorted, not paired)."""
+    if len(rule.lhs) == 1:
+        return rule.rhs
+    free = list(rule.rhs)
+    out = []
+    for t in rule.lhs:
+        pick = next((i for i, r in enumerate(free) if _value_fp(r) == _value_fp(t)), 0)
+        out.append(free.pop(pick))
+    return tuple(out)
+
+
+_VALUES: dict[str, list[Any]] = {}
+
+
+def _value_fp(term: Term) -> int:
+    """The term's fingerprint on the seeded int inputs (``generator.enumerate.tensor_fp``)."""
+    return tensor_fp(_values(term)[max(term.slot, 0)])
+
+
+def _values(term: Term) -> list[Any]:
+    """All outputs of the term's op application (or the input itself) on the seeded int inputs."""
+    key = term.text.rsplit("#", 1)[0] if term.slot >= 0 else term.text
+    found = _VALUES.get(key)
+    if found is None:
+        if term.is_input:
+            found = [IntEvaluator(0).inputs[_INPUT_INDEX[term.head]]]
+        else:
+            op, attr_text = term.head.split("[", 1)
+            entry = OPS[op]
+            with np.errstate(over="ignore"):
+                found = entry.evaluate_int(np, [_values(a)[max(a.slot, 0)] for a in term.args],
+                                           entry.normalize_attrs(_attrs(attr_text[:-1])))
+        _VALUES[key] = found
+    return found
+
+
+def _side_text(terms: Sequence[Term]) -> str:
+    return " ; ".join(sorted(t.text for t in terms))
+
+
+def composition(rule: TermRule, index: RuleIndex, depth: int = DEFAULT_DEPTH) -> list[tuple[Term, ...]] | None:
+    """The states from ``rule``'s left side to its right side through earlier rules (None: not composed)."""
+    goal = _side_text(rule.rhs)
+    frontier: dict[str, tuple[tuple[Term, ...], list[tuple[Term, ...]]]] = {_side_text(rule.lhs): (rule.lhs, [])}
+    seen = set(frontier)
+    for _ in range(depth):
+        nxt: dict[str, tuple[tuple[Term, ...], list[tuple[Term, ...]]]] = {}
+        for state, path in frontier.values():
+            for new in index.rewrites(state, rule.order):
+                text = _side_text(new)
+                if text == goal:
+                    return [*path, new]
+                if text not in seen and len(nxt) < MAX_STATES:
+                    seen.add(text)
+                    nxt[text] = (new, [*path, new])
+        frontier = nxt
+        if not frontier:
+            break
+    return None
+
+
+@dataclass
+class RedundancyReport:
+    """Names of the rules kept and dropped (with the composing path's states as text), and of the rules
+    not tested (their doc is not an enumerated instance: lifts)."""
+
+    kept: list[str]
+    dropped: dict[str, list[str]]
+    untested: list[str]
+
+
+def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH) -> RedundancyReport:
+    """Which of ``rules`` (rule-file JSON dicts) are compositions of earlier ones (see the module doc)."""
+    as_terms = {r["name"]: term_rule(r) for r in rules}
+    usable = [t for t in as_terms.values() if t is not None]
+    index = RuleIndex(usable)
+    kept, dropped, untested = [], {}, []
+    for r in rules:
+        t = as_terms[r["name"]]
+        if t is None:
+            untested.append(r["name"])
+            kept.append(r["name"])
+            continue
+        path = composition(t, index, depth)
+        if path is None:
+            kept.append(r["name"])
+        else:
+            dropped[r["name"]] = [_side_text(s) for s in path]
+    return RedundancyReport(kept, dropped, untested)
+
+
+def drop_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH
+                      ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(rules kept, rules dropped as compositions of earlier ones), each in the input order."""
+    report = find_compositions(rules, depth)
+    return ([r for r in rules if r["name"] not in report.dropped],
+            [r for r in rules if r["name"] in report.dropped])

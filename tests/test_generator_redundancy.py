@@ -1,0 +1,73 @@
+"""TASO's redundancy pruning: a rule made of smaller rules is dropped, a new one is kept."""
+
+from __future__ import annotations
+
+from generator.redundancy import drop_compositions, find_compositions
+
+T = "transpose[perm=(1, 0)]"
+
+
+def rule(name: str, doc: str) -> dict:
+    return {"name": name, "doc": doc}
+
+
+# matmul of transposes is the transpose of the swapped matmul (5 ops in all), a double transpose is the
+# identity (2 ops); together they make "transpose of a matmul of transposes is the swapped matmul" (5 ops).
+TRANSPOSE_MATMUL = rule("a_tm", f"matmul[]({T}(x1),{T}(x2)) -> {T}(matmul[](x2,x1))")
+DOUBLE_TRANSPOSE = rule("b_tt", f"{T}({T}(x1)) -> x1")
+COMPOSED = rule("c_composed", f"{T}(matmul[]({T}(x1),{T}(x2))) -> matmul[](x2,x1)")
+NEW = rule("d_new", "relu[](relu[](i1)) -> relu[](i1)")
+
+
+def test_a_composition_of_earlier_rules_is_dropped_and_a_new_rule_kept():
+    kept, dropped = drop_compositions([TRANSPOSE_MATMUL, DOUBLE_TRANSPOSE, COMPOSED, NEW])
+    assert [r["name"] for r in kept] == ["a_tm", "b_tt", "d_new"]
+    assert [r["name"] for r in dropped] == ["c_composed"]
+    path = find_compositions([TRANSPOSE_MATMUL, DOUBLE_TRANSPOSE, COMPOSED]).dropped["c_composed"]
+    assert path == [f"{T}({T}(matmul[](x2,x1)))", "matmul[](x2,x1)"]
+
+
+def test_only_smaller_rules_compose():
+    # without the double transpose the composed rule is new; a rule never uses itself or a later one
+    kept, dropped = drop_compositions([TRANSPOSE_MATMUL, COMPOSED])
+    assert dropped == [] and len(kept) == 2
+    reversed_order = [rule("z_tm", TRANSPOSE_MATMUL["doc"]), DOUBLE_TRANSPOSE, COMPOSED]
+    assert find_compositions(reversed_order).dropped == {}  # same size, later name: not smaller
+
+
+def test_a_variable_binds_only_a_subterm_of_its_shape_and_kind():
+    # matmul associativity stated on weights (w: constants) cannot rewrite activations (x), nor images (i:
+    # another shape); an instance of it on weights is dropped
+    def assoc(name: str, a: str, b: str, c: str) -> dict:
+        return rule(name, f"matmul[](matmul[]({a},{b}),{c}) -> matmul[]({a},matmul[]({b},{c}))")
+
+    rules = [assoc("a_w", "w1", "w2", "w3"), assoc("b_x", "x1", "x2", "x3"), assoc("c_i", "i1", "i1", "i2"),
+             assoc("d_w", "w1", "w1", "w2")]
+    kept, dropped = drop_compositions(rules)
+    assert [r["name"] for r in kept] == ["a_w", "b_x", "c_i"]
+    assert [r["name"] for r in dropped] == ["d_w"]
+
+
+def test_a_match_whose_inner_value_is_read_elsewhere_is_refused():
+    # relu(x1) is an inner value of the earlier rule's match; the composed rule also outputs it
+    fold = rule("a_fold", "relu[](relu[](x1)) -> relu[](x1)")
+    shared = rule("b_shared", "relu[](relu[](x1)) ; relu[](x1) -> relu[](x1) ; relu[](x1)")
+    plain = rule("c_plain", "add[](relu[](relu[](x1)),x2) -> add[](relu[](x1),x2)")
+    report = find_compositions([fold, shared, plain])
+    assert "b_shared" not in report.dropped
+    assert "c_plain" in report.dropped
+
+
+def test_lifted_rules_are_neither_tested_nor_used():
+    lifted = rule("a_lift", "bias-lifted: conv[act=none,group=1,pads=(0, 0, 0, 0),strides=(1, 1)](i1,k11) -> x1")
+    report = find_compositions([lifted, NEW])
+    assert report.untested == ["a_lift"] and report.dropped == {}
+
+
+def test_the_rule_file_step_leaves_compositions_out_unless_kept():
+    from generator.rule_file import split_compositions
+
+    rules = [TRANSPOSE_MATMUL, DOUBLE_TRANSPOSE, COMPOSED, NEW]
+    kept, composed = split_compositions(rules, keep=False)
+    assert [r["name"] for r in composed] == ["c_composed"] and len(kept) == 3
+    assert split_compositions(rules, keep=True) == (rules, [])

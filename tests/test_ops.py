@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from xflow.ir import Attrs, Node, Shape, TensorType
-from xflow.ops import DECODERS, OPS, ShapeError
+from xflow.ops import DECODERS, OPS, ShapeError, decoder_for, domain_key
 
 OPSET = 17
 FLOAT, DOUBLE, INT64, BOOL = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.BOOL
@@ -366,7 +366,7 @@ def _decodable(op: str, shapes: tuple[Shape, ...], attrs: dict[str, Any]) -> boo
         return False
     node = make_node_for(op, shapes, attrs)
     protos = OPS[op].encode(node, TypedEncodeCtx(float_types(node, shapes)))
-    return all(p.op_type in DECODERS for p in protos)
+    return all(domain_key(p.domain, p.op_type) in DECODERS for p in protos)
 
 
 @pytest.mark.parametrize(("op", "shapes", "attrs"), [c for c in CASES if _decodable(*c.values)])
@@ -381,7 +381,7 @@ def test_decode_encode_round_trip(op: str, shapes: tuple[Shape, ...], attrs: dic
     for o in (o for p in protos for o in p.output if o not in types):  # conv's pre-activation value
         types[o] = TensorType(FLOAT, out_shapes[0])
     decode_ctx = DecodeCtx(types, encode_ctx.constants(), OPSET_OF.get(op, OPSET))
-    decoded = [n for p in protos for n in DECODERS[p.op_type](p, decode_ctx) or [None]]
+    decoded = [n for p in protos for n in decoder_for(p.domain, p.op_type)(p, decode_ctx) or [None]]
     expected = [(op, node.attrs)]
     if op == "conv" and node.attrs["act"] == "relu":
         expected = [("conv", node.attrs.updated(act="none")), ("relu", Attrs())]
@@ -397,7 +397,7 @@ def _decode_and_compare(proto: onnx.NodeProto, inputs: dict[str, np.ndarray],
                         opset: int = OPSET) -> list[Node]:
     """Decode one ONNX node, check it is in the algebra, and compare its kernels with ONNX Runtime."""
     types = {n: TensorType(FLOAT, a.shape) for n, a in inputs.items()}
-    decoded = DECODERS[proto.op_type](proto, DecodeCtx(types, opset=opset))
+    decoded = decoder_for(proto.domain, proto.op_type)(proto, DecodeCtx(types, opset=opset))
     assert decoded is not None
     values = dict(inputs)
     for n in decoded:
@@ -485,7 +485,7 @@ def test_decoders_leave_unhandled_forms_opaque(proto: onnx.NodeProto) -> None:
     types = {"x": (1, 2, 6, 6), "w": (3, 2, 3, 3), "b9": (9,), "c": (2,), "v": (2, 6, 6)}
     known = {n: TensorType(FLOAT, s) for n, s in types.items()}
     ctx = DecodeCtx(known | {"unknown": TensorType(FLOAT, None)})
-    assert DECODERS[proto.op_type](proto, ctx) is None
+    assert decoder_for(proto.domain, proto.op_type)(proto, ctx) is None
 
 
 # ---- encoders without type information ----------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Any
 
 from xflow.ir import Attrs
 from xflow.ops._contrib import MS_DOMAIN, contrib_encoder
-from xflow.ops.base import AttrSpec, OpDef, make_node, one_of, onnx_attrs, static_shape
-from xflow.ops.conv import CONV, PADS, STRIDES, accepts, conv_facts, conv_shape, decode_geometry, present_inputs
+from xflow.ops.base import AttrSpec, OpDef, make_node, one_of
+from xflow.ops.conv import CONV, PADS, STRIDES, accepts, conv_facts, conv_form, conv_shape
 from xflow.ops.elementwise import RELU, SIGMOID, TANH
 
 #: the activation attribute's values (ONNX Runtime's spelling) and the op-table op each one applies
@@ -30,26 +30,15 @@ def _fused_conv_int(xp, a, attrs):
 
 def decode_fused_conv(proto, ctx) -> list | None:
     """FusedConv with a parameterless activation, no sum input, dilation 1 and static shapes."""
-    inputs = present_inputs(proto)
-    if inputs is None or len(inputs) not in (2, 3) or len(proto.output) != 1:
+    form = conv_form(proto, ctx, frozenset({"activation"}))
+    if form is None:
         return None
-    attrs = onnx_attrs(proto)
-    if set(attrs) - {"activation", "auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}:
-        return None
+    inputs, attrs, geometry = form
     activation = attrs.get("activation", b"")
     activation = activation.decode() if isinstance(activation, bytes) else activation
-    x, w = static_shape(ctx, inputs[0]), static_shape(ctx, inputs[1])
-    if activation not in ACTIVATIONS or x is None or w is None or len(x) != 4 or len(w) != 4:
+    if activation not in ACTIVATIONS:
         return None
-    if tuple(attrs.get("kernel_shape", w[2:])) != w[2:]:
-        return None
-    geometry = decode_geometry(attrs, x[2:], w[2:])
-    if geometry is None:
-        return None
-    strides, pads = geometry
-    node = make_node(proto, FUSED_CONV, inputs, proto.output,
-                     {"strides": strides, "pads": pads, "group": int(attrs.get("group", 1)),
-                      "activation": activation})
+    node = make_node(proto, FUSED_CONV, inputs, proto.output, {**geometry, "activation": activation})
     return [node] if accepts(FUSED_CONV, node, ctx) else None
 
 

@@ -88,7 +88,49 @@ def expected_int(op: str, arrays: list[np.ndarray], attrs: Any) -> list[np.ndarr
         per_channel = (1, -1) + (1,) * (x.ndim - 2)
         scale, bias, mean, var = (p.reshape(per_channel) for p in (scale, bias, mean, var))
         return [(x - mean) * scale * var + bias]
+    if op in FUSED:
+        return FUSED[op](arrays, attrs)
     return OPS[op].evaluate(np, wide, attrs)
+
+
+def _skip_norm(norm: str):  # noqa: ANN202
+    def expected(arrays: list[np.ndarray], attrs: Any) -> list[np.ndarray]:
+        summed = arrays[0] + arrays[1]
+        norm_attrs = OPS[norm].normalize_attrs({"axis": summed.ndim - 1, "epsilon": attrs["epsilon"]})
+        return expected_int(norm, [summed, *arrays[2:]], norm_attrs)
+    return expected
+
+
+def _rmsnorm(arrays: list[np.ndarray], attrs: Any) -> list[np.ndarray]:
+    x, scale = arrays
+    axes = tuple(range(attrs["axis"], x.ndim))
+    return [x * ((x * x).sum(axis=axes, keepdims=True) + 1) * scale]
+
+
+def _swap(a: np.ndarray, flag: int) -> np.ndarray:
+    return np.swapaxes(a, -1, -2) if flag else a
+
+
+def _fused_matmul(arrays: list[np.ndarray], attrs: Any) -> list[np.ndarray]:
+    product = np.matmul(_swap(arrays[0], attrs["transA"]), _swap(arrays[1], attrs["transB"]))
+    return [product if attrs["alpha"] == 1.0 else product * (round(attrs["alpha"] * 1000) + 7919)]
+
+
+def _fused_conv(arrays: list[np.ndarray], attrs: Any) -> list[np.ndarray]:
+    conv_attrs = OPS["conv"].normalize_attrs({k: attrs[k] for k in ("strides", "pads", "group")})
+    (linear,) = OPS["conv"].evaluate(np, [a.astype(np.float64) for a in arrays], conv_attrs)
+    return [STAND_INS[attrs["activation"].lower()](linear)]
+
+
+#: ONNX Runtime's fused kernels: the integer variants of their decompositions, composed
+FUSED = {
+    "skip_layernorm": _skip_norm("layernorm"), "skip_rmsnorm": _skip_norm("rmsnorm"), "rmsnorm": _rmsnorm,
+    # gelu's stand-in (both of its forms), of x plus the bias where there is one
+    **{op: lambda arrays, attrs: [STAND_INS["gelu"](sum(arrays))] for op in ("ms_gelu", "bias_gelu", "fast_gelu")},
+    "quick_gelu": lambda arrays, attrs: [arrays[0] * STAND_INS["sigmoid"](arrays[0]) if attrs["alpha"] == 1.0
+                                         else _poly((0, 101, 103))(arrays[0])],
+    "fused_matmul": _fused_matmul, "fused_conv": _fused_conv,
+}
 
 
 @pytest.mark.parametrize(("op", "shapes", "attrs"), CASES)
@@ -106,7 +148,8 @@ def test_every_integer_variant_is_described_here() -> None:
     """An op given a new integer variant must get its stand-in above, or this file checks it against the
     float kernel and fails."""
     with_variant = {name for name, op in OPS.items() if op.int_kernel is not None and not op.weights_only}
-    described = set(STAND_INS) | set(COMPARISONS) | {"conv", "avgpool", "batchnorm", "equal", "div", "pow", "cast",
-                                                      "where", "softmax", "reducemean", "layernorm", "instancenorm"}
+    described = set(STAND_INS) | set(COMPARISONS) | set(FUSED) | {
+        "conv", "avgpool", "batchnorm", "equal", "div", "pow", "cast", "where", "softmax", "reducemean", "layernorm",
+        "instancenorm"}
     assert with_variant <= described, with_variant - described
     assert {case.values[0] for case in CASES} >= with_variant | {"const_pool"}

@@ -553,6 +553,42 @@ def _iconv_gen(rng: np.random.Generator) -> dict[str, Any]:
     return {"c": _pick(rng, [1, 2, 3]), "kh": _pick(rng, [1, 2, 3]), "kw": _pick(rng, [1, 3]), "dt": DOUBLE}
 
 
+def _skip_gen(params: tuple[str, ...]) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """An input x and a residual s of one shape (rank 2 or 3), vectors of its last dim, an epsilon."""
+    def gen(rng):
+        shape = tuple(int(d) for d in rng.integers(1, 5, size=_pick(rng, [2, 3])))
+        d = {"x": _arr(rng, *shape), "s": _arr(rng, *shape), "eps": _pick(rng, [1e-12, 1e-5])}
+        d.update({p: _arr(rng, shape[-1]) for p in params})
+        return d
+    return gen
+
+
+def _bias_gen(rng):
+    shape = tuple(int(d) for d in rng.integers(1, 4, size=_pick(rng, [1, 2, 3])))
+    return {"x": _arr(rng, *shape), "b": _arr(rng, shape[-1])}
+
+
+def _swap_t(rank: int, x: Any) -> Any:
+    """x of ``rank`` dims with its last two swapped."""
+    return ("transpose", {"perm": (*range(rank - 2), rank - 1, rank - 2)}, x)
+
+
+def _fmm(trans_a: int, trans_b: int, a: Any, b: Any) -> Any:
+    return ("fused_matmul", {"alpha": 1.0, "transA": trans_a, "transB": trans_b}, a, b)
+
+
+def _fmm_gen(rank: int, trans_b: bool) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Operands of a matmul with one of them (y for ``trans_b``, else x) of ``rank`` and stored transposed."""
+    def gen(rng):
+        m, k, n = (int(v) for v in rng.integers(1, 4, size=3))
+        batch = tuple(int(v) for v in rng.integers(1, 3, size=rank - 2))
+        other = _pick(rng, [(), batch[-1:], batch])
+        if trans_b:
+            return {"x": _arr(rng, *other, m, k), "y": _arr(rng, *batch, n, k)}
+        return {"x": _arr(rng, *batch, k, m), "y": _arr(rng, *other, k, n)}
+    return gen
+
+
 def _build() -> list[Axiom]:
     A = Axiom
 
@@ -870,6 +906,32 @@ def _build() -> list[Axiom]:
           _split_gen, shape=True),
         A("dim_split_1_axis", ("dim", P("ax"), _split(1, "x")), F(lambda e: e.p("s2")), ("x",), ("ax", "s1", "s2"),
           _split_gen, shape=True),
+        # -- ONNX Runtime's fused kernels (xflow/ops/_contrib.py): each is its decomposition, stated once per form
+        # (inputs present, transposed operands, activation). Triggered by the fused side only.
+        *(L(f"skip_layernorm_def_{n}", ("skip_layernorm", {"epsilon": P("eps")}, "x", "s", *params),
+            ("layernorm", {"axis": F(lambda e: e.rank("x") - 1), "epsilon": P("eps")}, _add("x", "s"), *params),
+            ("x", "s", *params), ("eps",), _skip_gen(params)) for n, params in ((3, ("g",)), (4, ("g", "b")))),
+        L("skip_rmsnorm_def", ("skip_rmsnorm", {"epsilon": P("eps")}, "x", "s", "g"),
+          ("rmsnorm", {"axis": F(lambda e: e.rank("x") - 1), "epsilon": P("eps")}, _add("x", "s"), "g"),
+          ("x", "s", "g"), ("eps",), _skip_gen(("g",))),
+        L("ms_gelu_def", ("ms_gelu", {}, "x"), ("gelu", {"approximate": "none"}, "x"), ("x",), (), _same("x")),
+        L("bias_gelu_def", ("bias_gelu", {}, "x", "b"), ("gelu", {"approximate": "none"}, _add("x", "b")), ("x", "b"),
+          (), _bias_gen),
+        L("fast_gelu_def", ("fast_gelu", {}, "x"), ("gelu", {"approximate": "tanh"}, "x"), ("x",), (), _same("x")),
+        L("fast_gelu_bias_def", ("fast_gelu", {}, "x", "b"), ("gelu", {"approximate": "tanh"}, _add("x", "b")),
+          ("x", "b"), (), _bias_gen),
+        L("quick_gelu_silu", ("quick_gelu", {"alpha": 1.0}, "x"), _mul("x", ("sigmoid", {}, "x")), ("x",), (),
+          _same("x")),
+        L("fused_matmul_plain", _fmm(0, 0, "x", "y"), _mm("x", "y"), ("x", "y"), (), _batched_mm_gen),
+        *(L(f"fused_matmul_trans_b_{rank}", _fmm(0, 1, "x", "y"), _mm("x", _swap_t(rank, "y")), ("x", "y"),
+            (), _fmm_gen(rank, trans_b=True), guard=lambda e, r=rank: e.rank("y") == r) for rank in (2, 3, 4)),
+        *(L(f"fused_matmul_trans_a_{rank}", _fmm(1, 0, "x", "y"), _mm(_swap_t(rank, "x"), "y"), ("x", "y"),
+            (), _fmm_gen(rank, trans_b=False), guard=lambda e, r=rank: e.rank("x") == r) for rank in (2, 3, 4)),
+        *(L(f"fused_conv_{act.lower()}_{len(args)}", ("fused_conv", {"strides": STRIDES, "pads": PADS, "group": P("g"),
+                                                                      "activation": act}, *args),
+            (act.lower(), {}, ("conv", _conv(act="none"), *args)), args, CONV_PARAMS,
+            _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}) if len(args) == 2 else _biased_gen())
+          for act in ("Relu", "Sigmoid", "Tanh") for args in (("x", "w"), ("x", "w", "b"))),
     ]
     names = [a.name for a in ax]
     assert len(names) == len(set(names)), "duplicate axiom names"

@@ -34,6 +34,7 @@ from xflow.cost.base import group_key, is_folded, node_key
 from xflow.cost.cache import CostCache
 from xflow.files import run_folder
 from xflow.ir import Graph, Node
+from xflow.onnx_io.save import import_node_domains
 from xflow.ops import OPS
 from xflow.runtime import PROVIDERS, session_options
 
@@ -346,6 +347,7 @@ class MeasuredCost:
         else:
             model = onnx.helper.make_model(body, opset_imports=[onnx.helper.make_opsetid("", opset)])
             model.ir_version = 8
+        import_node_domains(model)  # a fused contrib kernel's domain, when the batch holds one
         return _Batch(model, feeds, nbytes)
 
     def _random(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:

@@ -17,6 +17,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from xflow.ir import FLOAT_DTYPES, TensorType
+from xflow.ops import DEFAULT_DOMAINS
 
 #: ops folded when every input is known and every output is an integer or bool tensor (shape arithmetic)
 SHAPE_ARITHMETIC = frozenset({
@@ -26,7 +27,6 @@ SHAPE_ARITHMETIC = frozenset({
 })
 #: the most elements a folded computation may produce (shape tensors and small masks, not activations)
 MAX_FOLDED_ELEMENTS = 1 << 16
-DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def _fixed_dims(model: onnx.ModelProto) -> bool:

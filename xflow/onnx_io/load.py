@@ -18,9 +18,8 @@ from xflow.ir.dims import dims_of, free_symbols, is_static
 from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
-from xflow.ops import DECODERS, OPS, ShapeError
+from xflow.ops import DECODERS, DEFAULT_DOMAINS, OPS, ShapeError, decoder_for
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 ALGEBRA_DTYPES = FLOAT_DTYPES | {onnx.TensorProto.BOOL}
 
 
@@ -214,7 +213,8 @@ class _Decoder:
 
 def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
     """Decode one ONNX node into op-table nodes, or None when it must stay opaque."""
-    if proto.domain not in DEFAULT_DOMAINS or proto.op_type not in DECODERS or not proto.input:
+    decode = decoder_for(proto.domain, proto.op_type)
+    if decode is None or not proto.input:
         return None
     names = [n for n in (*proto.input, *proto.output) if n]
     for name in names:
@@ -227,7 +227,7 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
         return None
     mark = len(ctx.added)
     try:
-        nodes = DECODERS[proto.op_type](proto, ctx)
+        nodes = decode(proto, ctx)
         if not nodes:  # the decoder declined (after perhaps adding constants: they are dropped below)
             raise ShapeError(f"{proto.op_type} stays opaque")
         produced: dict[str, TensorType] = {}
@@ -314,7 +314,8 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
     known = {name: c.value() for name, c in constants.items()
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
     captured = {name for n in model.graph.node for name in _subgraph_captures(n)}
-    folded = fold_constants(model, types, known, fold_shapes, DECODERS.keys(), captured)
+    readers = {op_type for domain, op_type in DECODERS if not domain}
+    folded = fold_constants(model, types, known, fold_shapes, readers, captured)
     for name, value in folded.items():  # the nodes stay (load/save is lossless); decoders read their values
         if name not in types or not types[name].is_static:
             types[name] = Constant.from_array(value).type

@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError
 from xflow.ir import Constant, Graph, Node, TensorType
-from xflow.ops import OPS
+from xflow.ops import DEFAULT_DOMAINS, DOMAIN_VERSIONS, OPS
 
 EXTERNAL_THRESHOLD = 1 << 30  # bytes of inline weights above which we write external data anyway
 MIN_EXTERNAL_TENSOR = 1024  # tensors smaller than this stay inline even in external-data models
@@ -152,6 +152,7 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
     model.CopyFrom(graph.context.template)
     nodes, new_constants = encode_nodes(graph, reuse_protos)
     model.graph.node.extend(nodes)
+    import_node_domains(model)
     used = {name for n in nodes for name in n.input} | set(graph.outputs)
     for n in graph.nodes:
         used.update(n.implicit)
@@ -177,6 +178,16 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
     del model.graph.value_info[:]
     model.graph.value_info.extend(kept_info)
     return model
+
+
+def import_node_domains(model: onnx.ModelProto) -> None:
+    """Add an opset import for each domain the graph's nodes use and the model does not import yet (a
+    fused ONNX Runtime kernel a rewrite wrote); the model's own imports are kept as they are."""
+    imported = {imp.domain for imp in model.opset_import}
+    for node in model.graph.node:
+        if node.domain not in DEFAULT_DOMAINS and node.domain not in imported:
+            model.opset_import.append(onnx.helper.make_opsetid(node.domain, DOMAIN_VERSIONS.get(node.domain, 1)))
+            imported.add(node.domain)
 
 
 _SHAPE_LIKE = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})

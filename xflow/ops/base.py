@@ -167,6 +167,9 @@ class OpDef:
     # the outputs' element type from the inputs' and the attributes (None: the first input's; a cast's is
     # its target, a comparison's is bool, where's is its second input's)
     out_dtype: Callable[[Sequence[int], Attrs], int] | None = None
+    # the ONNX domain of ``onnx_types``: "" (the standard operators) or an ONNX Runtime contrib domain
+    # ("com.microsoft") for a fused kernel whose meaning is its decomposition
+    domain: str = ""
 
     def channel_params_along(self, axis: int) -> tuple[int, ...]:
         """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``

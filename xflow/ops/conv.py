@@ -196,13 +196,16 @@ def _menu_conv(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any
     return attrs
 
 
-def decode_conv(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
-    """2-D Conv with dilation 1 and static shapes; auto_pad made explicit."""
+def conv_form(proto: onnx.NodeProto, ctx: DecodeContext, extra: frozenset[str] = frozenset()
+              ) -> tuple[list[str], dict[str, Any], dict[str, Any]] | None:
+    """A 2-D conv node's inputs (2 or 3), its ONNX attributes and its geometry as op attributes (strides,
+    pads with auto_pad made explicit, group), or None outside dilation 1, static 4-D shapes and the conv
+    attributes plus ``extra``."""
     inputs = present_inputs(proto)
     if inputs is None or len(inputs) not in (2, 3) or len(proto.output) != 1:
         return None
     attrs = onnx_attrs(proto)
-    if set(attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}:
+    if set(attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"} - extra:
         return None
     x, w = static_shape(ctx, inputs[0]), static_shape(ctx, inputs[1])
     if x is None or w is None or len(x) != 4 or len(w) != 4:
@@ -213,8 +216,16 @@ def decode_conv(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     if geometry is None:
         return None
     strides, pads = geometry
-    node = make_node(proto, CONV, inputs, proto.output,
-                     {"strides": strides, "pads": pads, "group": int(attrs.get("group", 1))})
+    return inputs, attrs, {"strides": strides, "pads": pads, "group": int(attrs.get("group", 1))}
+
+
+def decode_conv(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """2-D Conv with dilation 1 and static shapes; auto_pad made explicit."""
+    form = conv_form(proto, ctx)
+    if form is None:
+        return None
+    inputs, _, geometry = form
+    node = make_node(proto, CONV, inputs, proto.output, geometry)
     return [node] if accepts(CONV, node, ctx) else None
 
 

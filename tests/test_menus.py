@@ -1,0 +1,47 @@
+"""The generator's menus for today's operators: what it enumerates and the identities it finds with them."""
+
+from __future__ import annotations
+
+import pytest
+
+from generator.enumerate import INPUTS, MENU_OPS, WEIGHT_INPUT, enumerate_graphs
+from generator.fingerprint import Buckets, candidate_pairs, canonical_text
+from xflow.ops import OPS
+
+
+@pytest.fixture(scope="module")
+def pair_texts() -> str:
+    _, pairs = candidate_pairs(Buckets().extend(enumerate_graphs(2, seed=0)))
+    return "\n".join(f"{canonical_text(p.a)} => {canonical_text(p.b)}" for p in pairs)
+
+
+def test_the_new_operators_real_exports_rewrite_are_enumerated():
+    assert {"pad", "div", "neg", "reciprocal", "sqrt", "exp", "erf", "pow"} <= set(MENU_OPS)
+
+
+def test_a_pad_before_an_unpadded_conv_is_found_equal_to_the_padded_conv(pair_texts: str):
+    pad = "pad[pads=(0, 0, 1, 1, 0, 0, 1, 1),value=0.0](i1)"
+    assert (f"conv[act=none,group=1,pads=(0, 0, 0, 0),strides=(1, 1)]({pad},k33) => "
+            "conv[act=none,group=1,pads=(1, 1, 1, 1),strides=(1, 1)](i1,k33)") in pair_texts
+    end = "pad[pads=(0, 0, 0, 0, 0, 0, 1, 1),value=0.0](i1)"
+    assert (f"conv[act=none,group=1,pads=(0, 0, 0, 0),strides=(2, 2)]({end},k33) => "
+            "conv[act=none,group=1,pads=(0, 0, 1, 1),strides=(2, 2)](i1,k33)") in pair_texts
+
+
+def test_activation_only_ops_never_apply_to_a_weight():
+    # a pad or an erf of a constant is folded at load: a rule about it could never fire
+    only_activations = {op for op in MENU_OPS if OPS[op].menu.activations_only}
+    assert {"pad", "erf", "div"} <= only_activations
+    applied = 0
+    for visit in enumerate_graphs(1, seed=0):
+        for op, _, operands in visit.graph:
+            if op in only_activations:
+                applied += 1
+                assert not (operands[0] < len(INPUTS) and WEIGHT_INPUT[operands[0]]), visit.graph
+    assert applied > 0
+
+
+def test_pad_is_enumerated_on_images_only():
+    ranks = {len(INPUTS[operands[0]][3]) for visit in enumerate_graphs(1, seed=0)
+             for op, _, operands in visit.graph if op == "pad"}
+    assert ranks == {4}

@@ -45,3 +45,21 @@ def test_pad_is_enumerated_on_images_only():
     ranks = {len(INPUTS[operands[0]][3]) for visit in enumerate_graphs(1, seed=0)
              for op, _, operands in visit.graph if op == "pad"}
     assert ranks == {4}
+
+
+def _conv_rule(dst_kernel: str) -> dict:
+    conv = {"act": "none", "group": 4, "pads": [0, 0, 0, 0], "strides": "?cs"}
+    return {"inputs": {"i1": "any", "kd": "const", "kd2": "const"},
+            "src": [{"op": "pad", "in": ["i1"], "out": ["s0"], "attrs": {"pads": [0, 0, 1, 1, 0, 0, 1, 1]}},
+                    {"op": "conv", "in": ["s0", "kd"], "out": ["s1"], "attrs": conv}],
+            "dst": [{"op": "conv", "in": ["i1", dst_kernel], "out": ["d0"], "attrs": {**conv, "pads": [1, 1, 1, 1]}}]}
+
+
+def test_a_conv_group_becomes_a_variable_only_where_every_conv_reads_one_kernel():
+    from generator.group_variable import GROUP_VAR, with_group_variable
+
+    one_kernel = with_group_variable([_conv_rule("kd")])
+    assert len(one_kernel) == 2 and one_kernel[1] == _conv_rule("kd")
+    assert {n["attrs"]["group"] for n in one_kernel[0]["src"] + one_kernel[0]["dst"] if n["op"] == "conv"} == {
+        GROUP_VAR}
+    assert with_group_variable([_conv_rule("kd2")]) == [_conv_rule("kd2")]

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import onnx
 import pytest
 
 from generator.enumerate import INPUTS, MENU_OPS, WEIGHT_INPUT, enumerate_graphs
 from generator.fingerprint import Buckets, candidate_pairs, canonical_text
 from xflow.ops import OPS
+
+RULES = Path(__file__).resolve().parent.parent / "rules" / "new-menus.json"
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +69,33 @@ def test_a_conv_group_becomes_a_variable_only_where_every_conv_reads_one_kernel(
     assert {n["attrs"]["group"] for n in one_kernel[0]["src"] + one_kernel[0]["dst"] if n["op"] == "conv"} == {
         GROUP_VAR}
     assert with_group_variable([_conv_rule("kd2")]) == [_conv_rule("kd2")]
+
+
+def _padded_depthwise_model() -> onnx.ModelProto:
+    """TF-style padding made explicit, as MobileNet and EfficientNet exports write it: a Pad that adds one
+    row and column at the end, then a stride-2 depthwise Conv without padding; and a Pad of zeros."""
+    rng = np.random.default_rng(0)
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((8, 1, 3, 3)).astype(np.float32), "w")
+    pads = onnx.numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "pads")
+    zeros = onnx.numpy_helper.from_array(np.zeros(8, np.int64), "zeros")
+    nodes = [onnx.helper.make_node("Pad", ["x", "zeros"], ["x0"]),
+             onnx.helper.make_node("Pad", ["x0", "pads"], ["p"]),
+             onnx.helper.make_node("Conv", ["p", "w"], ["y"], group=8, strides=[2, 2], kernel_shape=[3, 3])]
+    graph = onnx.helper.make_graph(
+        nodes, "padded", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 16, 16])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8, 8, 8])], [weight, pads, zeros])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+
+def test_shipped_menu_rules_fold_an_export_s_pads_into_its_depthwise_conv():
+    import onnxruntime as ort
+
+    import xflow
+
+    model = _padded_depthwise_model()
+    out = xflow.optimize(model, rules_path=str(RULES), cost="analytic", keep_if_slower=True)
+    assert [n.op_type for n in out.graph.node if n.op_type != "Constant"] == ["Conv"]
+    x = np.random.default_rng(1).standard_normal((1, 8, 16, 16)).astype(np.float32)
+    ref, got = (ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+                for m in (model, out))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)

@@ -8,8 +8,8 @@ Not a test and not a project dependency: it needs torch and transformers in a se
     xflow bench build/real/*.onnx --seconds 30
 
 Models are built from their default configs with random weights (``from_config``; nothing is
-downloaded): BERT-base and GPT-2 (batch 1, sequence 128), ViT-base, ConvNeXt-tiny and MobileNetV2 (batch 1,
-224x224), exported with the TorchScript exporter at opset 17 with every dim fixed.
+downloaded): BERT-base and GPT-2 (batch 1, sequence 128), ViT-base, ConvNeXt-tiny, MobileNetV2, EfficientNet-B0
+and Swin-tiny (batch 1, 224x224), exported with the TorchScript exporter at opset 17 with every dim fixed.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def _models() -> dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], list
         "vit_base": (tf.ViTModel(tf.ViTConfig()), (image,), ["pixel_values"]),
         "convnext_tiny": (tf.ConvNextModel(tf.ConvNextConfig()), (image,), ["pixel_values"]),
         "mobilenet_v2": (tf.MobileNetV2Model(tf.MobileNetV2Config()), (image,), ["pixel_values"]),
+        # the default EfficientNet config is B7 (600x600): B0's coefficients and resolution instead
+        "efficientnet_b0": (tf.EfficientNetModel(tf.EfficientNetConfig(
+            width_coefficient=1.0, depth_coefficient=1.0, hidden_dim=1280, image_size=224)),
+            (image,), ["pixel_values"]),
+        "swin_tiny": (tf.SwinModel(tf.SwinConfig()), (image,), ["pixel_values"]),
     }
 
 

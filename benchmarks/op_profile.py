@@ -8,7 +8,7 @@ one thread per core, spinning off) and prints, per model, the share of kernel ti
 - contraction: Gemm, MatMul, Conv and ORT's fused forms of them. A graph substitution can restructure
   this work (merge two matmuls into one) but not remove it;
 - norm / activation: LayerNormalization, Softmax, Gelu and the like, which ORT has already fused;
-- layout: Transpose, Reshape, Concat, Split, NCHWc reorders, gathers: the only work a substitution can
+- layout: Transpose, Reshape, Concat, Split, Pad, NCHWc reorders, gathers: the only work a substitution can
   remove outright;
 - elementwise: the remaining Add, Mul, Where, ... kernels.
 
@@ -33,7 +33,7 @@ CLASSES = {
                           "BatchNormalization", "Softmax", "Gelu", "FastGelu", "BiasGelu", "Relu", "Sigmoid",
                           "Tanh", "Erf", "Clip", "HardSigmoid", "GlobalAveragePool", "AveragePool", "MaxPool"},
     "layout": {"Transpose", "Reshape", "Concat", "Split", "Slice", "ReorderInput", "ReorderOutput", "Gather",
-               "Squeeze", "Unsqueeze", "Flatten", "Expand", "Identity"},
+               "Squeeze", "Unsqueeze", "Flatten", "Expand", "Identity", "Pad"},
 }
 
 

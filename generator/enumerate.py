@@ -267,15 +267,16 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         if components is not None and len(components) > k:
             return
+        no_weights = entry.role(0) == "image" or entry.menu.activations_only  # type: ignore[union-attr]
         if k == 1:
             for a in (components[0] if components is not None else range(n)):
-                if not (entry.role(0) == "image" and weight[a]) and some_entry_applies(op, (shapes[a],)):
+                if not (no_weights and weight[a]) and some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
         by_shape = level.by_shape
         roles = (entry.role(0), entry.role(1))
         if entry.menu.same_shapes:  # type: ignore[union-attr]
-            firsts = range(n)
+            firsts = [t for t in range(n) if not weight[t]] if no_weights else range(n)
             seconds = {a: by_shape[shapes[a]] for a in firsts}
         elif roles[1] == "scalar":
             scalars = by_shape.get((), [])

@@ -18,6 +18,7 @@ import numpy as np
 from generator.enumerate import INPUTS, Graph, IntEvaluator, tensor_fp
 from generator.fingerprint import Pair, expressions, match_outputs
 from generator.generalize import tensor_names, variants
+from generator.group_variable import with_group_variable
 from generator.prune import renaming_key
 from xflow.ir import Attrs
 from xflow.ops import OPS, ShapeError
@@ -139,6 +140,6 @@ def pair_to_rule(pair: Pair, seed: int, max_ops: int,
     }
     outputs = {src_names[x]: dst_names[y] for x, y in mapping}
     ranks = {n: len(INPUT_SHAPE[n]) for n in used}
-    found = variants(pair.a.graph, pair.b.graph, INPUT_NAMES, ranks, used,
-                     (_ranks(pair.a.graph), _ranks(pair.b.graph)), variables, outputs, base)
+    found = with_group_variable(variants(pair.a.graph, pair.b.graph, INPUT_NAMES, ranks, used,
+                                         (_ranks(pair.a.graph), _ranks(pair.b.graph)), variables, outputs, base))
     return {**found[0], "variants": found}

@@ -457,6 +457,16 @@ def _div(a: Any, b: Any) -> Any:
     return ("div", {}, a, b)
 
 
+def _pad(x: Any, spatial: tuple[int, int, int, int], value: float = 0.0) -> Any:
+    """Constant padding of an NCHW tensor's height and width by (top, left, bottom, right)."""
+    top, left, bottom, right = spatial
+    return ("pad", {"pads": (0, 0, top, left, 0, 0, bottom, right), "value": value}, x)
+
+
+#: The spatial paddings (top, left, bottom, right) that pad-into-conv axioms state.
+PAD_INTO_CONV: tuple[tuple[int, int, int, int], ...] = ((1, 1, 1, 1), (0, 0, 1, 1), (1, 1, 2, 2))
+
+
 def _un(op: str, a: Any) -> Any:
     """An attribute-free one-input op applied to ``a``."""
     return (op, {}, a)
@@ -878,6 +888,14 @@ def _build() -> list[Axiom]:
         L("smul_ewmul_scalars", _smul("x", _mul("s", "t")), _smul(_smul("x", "s"), "t"), ("x", "s", "t"), (),
           lambda rng: {**_same("x")(rng), "s": _scalar(rng), "t": _scalar(rng)}),
         L("clip_relu", ("clip", {"min": 0.0, "max": math.inf}, "x"), _relu("x"), ("x",), (), _same("x")),
+        # -- zero padding: none is the identity, and before a conv without padding it is the conv's own padding
+        # (TF-style exports pad explicitly: symmetric before stride 1, at the end before stride 2, and 1/2 for
+        # 5x5 kernels at stride 2). Pad's pads are coded tuples, so one axiom per padding the menus enumerate.
+        L("pad_zero", _pad("x", (0, 0, 0, 0)), "x", ("x",), (), lambda rng: {"x": _arr(rng, 1, 2, 3, 3)}),
+        *(L(f"conv_pad_{'_'.join(map(str, spatial))}", _cv(_pad("x", spatial), "w", pads=(0, 0, 0, 0)),
+            _cv("x", "w", pads=spatial), ("x", "w"), ("sh", "sw", "g", "act"),
+            _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}))
+          for spatial in PAD_INTO_CONV),
         *(L(f"transpose_{op}", _t(_un(op, "x")), _un(op, _t("x")), ("x",), (), _positive(_mat_gen("x:ab")))
           for op in UNARY),
         *(L(f"concat_{op}", _cat(P("ax"), _un(op, "a"), _un(op, "b")), _un(op, _cat(P("ax"), "a", "b")), ("a", "b"),

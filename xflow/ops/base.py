@@ -124,12 +124,15 @@ MenuResolver = Callable[[dict[str, Any], Sequence[Shape]], dict[str, Any] | None
 class Menu:
     """How the rule generator enumerates an op: its parameter entries (``resolve`` turns an entry into
     attributes on given operand shapes), how many operands an application takes, and whether those must
-    have equal shapes (TASO's ewadd/ewmul take no broadcasting)."""
+    have equal shapes (TASO's ewadd/ewmul take no broadcasting). With ``activations_only`` the first operand is
+    never a weight: load folds such an op on constants (an erf or a pad of a weight is a new constant), so a
+    rule about it could never fire, and enumerating it only costs time."""
 
     entries: tuple[Mapping[str, Any], ...] = ({},)
     arity: int = 1
     resolve: MenuResolver | None = None
     same_shapes: bool = False
+    activations_only: bool = False
 
 
 @dataclass(frozen=True)

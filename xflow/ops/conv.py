@@ -125,8 +125,10 @@ def same_pads(kernel: Sequence[int]) -> tuple[int, int, int, int]:
 
 
 def menu_padding(attrs: dict[str, Any], kernel: Sequence[int]) -> None:
-    """Resolve a menu entry's ``padding`` ("same" or "valid") into ``pads`` for this kernel size."""
-    attrs["pads"] = same_pads(kernel) if attrs.pop("padding") == "same" else (0, 0, 0, 0)
+    """Resolve a menu entry's ``padding`` ("same", "valid" or explicit pads) into ``pads`` for this kernel
+    size."""
+    padding = attrs.pop("padding")
+    attrs["pads"] = same_pads(kernel) if padding == "same" else (0, 0, 0, 0) if padding == "valid" else padding
 
 
 def window_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
@@ -325,7 +327,10 @@ CONV = OpDef(
     doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv",
     roles=("image", "kernel", "bias"), facts=conv_facts, family="convolution",
     menu=Menu(tuple({"strides": (s, s), "padding": p, "act": a, "group": g}
-                    for s in (1, 2) for p in ("same", "valid") for a in ("none", "relu") for g in ("1", "depthwise")),
+                    for s in (1, 2) for p in ("same", "valid") for a in ("none", "relu") for g in ("1", "depthwise"))
+              # the paddings exports make explicit before strided convs (a Pad node to fold into the conv)
+              + tuple({"strides": (2, 2), "padding": p, "act": "none", "group": g}
+                      for p in ((0, 0, 1, 1), (1, 1, 2, 2)) for g in ("1", "depthwise")),
               arity=2, resolve=_menu_conv),
     flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * int(np.prod(ins[1][1:], dtype=np.int64)))
 

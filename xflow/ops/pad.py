@@ -4,13 +4,23 @@ constant inputs from 11 on. Reflect/edge modes, negative pads and an axes input 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import attr_or_input, decoded, typed_constant
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, static_shape
+from xflow.ops.base import (
+    AttrSpec,
+    DecodeContext,
+    EncodeContext,
+    Menu,
+    OpDef,
+    ShapeError,
+    onnx_attrs,
+    static_shape,
+)
 
 
 def pad_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -55,10 +65,23 @@ def encode_pad(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
     return [onnx.helper.make_node("Pad", inputs, list(node.outputs), name=name)]
 
 
+def _menu_pad(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any] | None:
+    """A pad menu entry: ``spatial`` (top, left, bottom, right) zeros around an NCHW image."""
+    if len(shapes[0]) != 4:
+        return None
+    top, left, bottom, right = params["spatial"]
+    return {"pads": (0, 0, top, left, 0, 0, bottom, right), "value": 0.0}
+
+
+#: The paddings exports write as Pad nodes (TF-style "SAME" made explicit): none (1x1 convs), symmetric (3x3 at
+#: stride 1), one at the end (3x3 at stride 2 on even sizes), one and two (5x5 at stride 2).
+MENU_PADDINGS: tuple[tuple[int, int, int, int], ...] = ((0, 0, 0, 0), (1, 1, 1, 1), (0, 0, 1, 1), (1, 1, 2, 2))
+
 PAD = OpDef(
     name="pad", onnx_types=("Pad",), min_inputs=1, max_inputs=1,
     attrs=(AttrSpec("pads", z3="code"), AttrSpec("value", 0.0, z3="float")),
     shape=pad_shape, kernel=_pad, decode=decode_pad, encode=encode_pad,
-    doc="pad every axis with a constant", z3_symbol="pad", family="layout")
+    doc="pad every axis with a constant", z3_symbol="pad", family="layout",
+    menu=Menu(tuple({"spatial": p} for p in MENU_PADDINGS), resolve=_menu_pad, activations_only=True))
 
 OPS = (PAD,)

@@ -8,7 +8,7 @@ import onnx
 
 from xflow.ir import Node
 from xflow.ops._forms import decoded, stand_in, with_constant_inputs
-from xflow.ops.base import AttrSpec, DecodeContext, OpDef, one_of, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, Menu, OpDef, one_of, static_shape
 from xflow.ops.elementwise import same_shape
 from xflow.ops.norm import canonical_float
 
@@ -41,6 +41,8 @@ POW = OpDef(
     attrs=(AttrSpec("exponent", z3="float", sample=one_of(2.0, 3.0, 0.5)),), shape=same_shape,
     kernel=_pow, int_kernel=_pow_int, decode=decode_pow,
     encode=with_constant_inputs("Pow", lambda n: [(n.attrs["exponent"], n.inputs[0])]),
-    doc="x to a constant power", elementwise=True, z3_symbol="pow", family="elementwise")
+    doc="x to a constant power", elementwise=True, z3_symbol="pow", family="elementwise",
+    # the square of RMS norms (the one exponent the axioms relate to other ops)
+    menu=Menu(({"exponent": 2.0},), activations_only=True))
 
 OPS = (POW,)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from xflow.ops._forms import stand_in, unary
+from xflow.ops.base import Menu
 
 SQRT = unary("sqrt", "Sqrt", lambda xp, a, attrs: [xp.sqrt(a[0])], "square root", family="elementwise",
-             int_kernel=stand_in(29, 31))
+             int_kernel=stand_in(29, 31), menu=Menu(activations_only=True))
 
 OPS = (SQRT,)

@@ -76,6 +76,14 @@ def _type_from_value_info(vi: onnx.ValueInfoProto) -> TensorType | None:
     return TensorType(vi.type.tensor_type.elem_type, dims_of(vi))  # dynamic dims as symbols (xflow.ir.dims)
 
 
+def check_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], path: str) -> None:
+    """XflowError naming ``path`` when ``--input-shape`` names no input, or gives one another rank or another
+    size where a dim is fixed; ``model`` is not modified."""
+    scratch = onnx.ModelProto()
+    scratch.graph.input.extend(model.graph.input)
+    _fix_input_shapes(scratch, shapes, path)
+
+
 def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], path: str) -> None:
     inputs = {vi.name: vi for vi in model.graph.input}
     for name, dims in shapes.items():
@@ -217,9 +225,9 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
     if proto.domain not in DEFAULT_DOMAINS or proto.op_type not in DECODERS or not proto.input:
         return None
     names = [n for n in (*proto.input, *proto.output) if n]
-    for name in names:
+    for name in names:  # every dim known: an int, or an expression over the inputs' symbols
         t = ctx.types.get(name)
-        if t is None or not t.is_static:
+        if t is None or t.shape is None or any(d is None for d in t.shape):
             return None
     # the algebra computes on float tensors (and the bool masks comparisons make for Where); integer
     # computations (shapes, indices) stay opaque unless they fold to constants first
@@ -233,16 +241,16 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
         produced: dict[str, TensorType] = {}
         for n in nodes:
             entry = OPS[n.op]
-            shapes = [(produced.get(i) or ctx.types[i]).static_shape for i in n.inputs if i]
+            shapes = [(produced.get(i) or ctx.types[i]).shape for i in n.inputs if i]
             out_shapes = entry.infer(shapes, n.attrs)
             in_dtypes = [(produced.get(i) or ctx.types[i]).dtype for i in n.inputs if i]
             dtype = entry.output_dtype(in_dtypes, n.attrs) if in_dtypes else proto_dtype(proto, ctx)
             for name, shape in zip(n.outputs, out_shapes, strict=True):
                 produced[name] = TensorType(dtype, shape)
         for name in proto.output:
-            if name and produced.get(name) != ctx.types[name]:
+            if name and not ctx.types[name].same_as(produced.get(name)):
                 raise ShapeError(f"decoded type {produced.get(name)} differs from ONNX's {ctx.types[name]}")
-    except (ShapeError, KeyError, ValueError, IndexError):
+    except (ShapeError, KeyError, ValueError, IndexError, TypeError):  # TypeError: a dim a decoder needs as a number
         for name in ctx.added[mark:]:
             ctx.types.pop(name, None)
             ctx.constants.pop(name, None)

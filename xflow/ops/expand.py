@@ -9,7 +9,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import decoded, with_constant_inputs
-from xflow.ops.base import AttrSpec, DecodeContext, OpDef, ShapeError, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, OpDef, ShapeError, symbolic_shape
 
 
 def expand_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -28,7 +28,7 @@ def _expand(xp, a, attrs):
 def decode_expand(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Expand whose target shape is a constant."""
     shape = ctx.constant_value(proto.input[1]) if len(proto.input) == 2 else None
-    if static_shape(ctx, proto.input[0]) is None or shape is None or shape.ndim != 1:
+    if symbolic_shape(ctx, proto.input[0]) is None or shape is None or shape.ndim != 1:
         return None
     return decoded(proto, EXPAND, proto.input[:1], {"shape": tuple(int(d) for d in shape)})
 

@@ -10,7 +10,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import attr_or_input, decoded, typed_constant
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, symbolic_shape
 
 
 def pad_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -30,7 +30,7 @@ def _pad(xp, a, attrs):
 
 def decode_pad(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Pad in constant mode with constant pads and value, over all axes."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     attrs = onnx_attrs(proto)
     if shape is None or attrs.get("mode", b"constant") not in (b"constant", "constant") or len(proto.input) > 3:
         return None

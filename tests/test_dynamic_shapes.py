@@ -314,3 +314,50 @@ def test_a_rule_that_holds_at_batch_1_only_does_not_match_a_dynamic_batch_graph(
     assert list(find_matches(dynamic, rule)) == []
     source = load_source(_transpose_model(("batch", 4, 8)), OptimizeOptions())  # the profile's batch is 1
     assert list(find_matches(source.graph, rule)) == []
+
+
+def _attention_heads(positions: bool) -> onnx.ModelProto:
+    """x [batch, seq, 8] @ W, reshaped to 2 heads of 4 by a target computed from Shape(x) (Shape -> Gather ->
+    Unsqueeze -> Concat, as a dynamic export writes it), then transposed to [batch, 2, seq, 4]. With
+    ``positions``, a learned position table sliced to seq is added first (symbolic inference without merging
+    cannot tell that slice's length is seq, and stops there)."""
+    def const(name, value, dtype=np.int64):
+        return onnx.numpy_helper.from_array(np.array(value, dtype), name)
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0), helper.make_node("Gather", ["s", "i1"], ["q"]),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["b1"]), helper.make_node("Unsqueeze", ["q", "zero"], ["q1"]),
+             helper.make_node("Concat", ["b1", "q1", "heads"], ["target"], axis=0)]
+    if positions:
+        nodes += [helper.make_node("Slice", ["P", "zero", "q1", "one"], ["p"]),
+                  helper.make_node("Add", ["m", "p"], ["h"])]
+    nodes += [helper.make_node("Reshape", ["h" if positions else "m", "target"], ["r"]),
+              helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])]
+    inits = [const("W", rng.standard_normal((8, 8)), np.float32), const("i0", 0), const("i1", 1), const("zero", [0]),
+             const("one", [1]), const("heads", [2, 4]), const("P", rng.standard_normal((1, 16, 8)), np.float32)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "seq", 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("positions", [False, True])
+def test_head_reshapes_with_computed_targets_are_in_the_algebra(tmp_path, positions):
+    """The reshape whose target a Shape chain computes, and the transpose after it, are op-table nodes with dims
+    over the symbols; re-encoded, the reshape's target is a constant with 0 for the copied dims, and the model
+    gives the original's outputs at other batches and lengths."""
+    from xflow.onnx_io import graph_from_model, to_model_proto
+
+    model = _attention_heads(positions)
+    graph = graph_from_model(model)
+    ops = {n.outputs[0]: n.op for n in graph.nodes}
+    assert ops["r"] == "reshape" and ops["y"] == "transpose" and ops["m"] == "matmul"
+    assert graph.types["y"].shape == (batch, 2, seq, 4)
+    (reshape,) = [n for n in graph.nodes if n.op == "reshape"]
+    assert reshape.inputs == ("h" if positions else "m",) and reshape.attrs["shape"] == (batch, seq, 2, 4)
+    written = to_model_proto(graph, reuse_protos=False)
+    onnx.checker.check_model(written)
+    a, b = make_session(model), make_session(written)
+    for shape in ((1, 5, 8), (3, 7, 8)):
+        feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+        np.testing.assert_allclose(a.run(None, feeds)[0], b.run(None, feeds)[0], rtol=1e-6, atol=1e-6)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
+from xflow.ir.dims import NotBroadcastable, broadcast
 from xflow.ops._forms import decoded, with_constant_inputs
 from xflow.ops.base import AttrSpec, DecodeContext, OpDef, ShapeError, symbolic_shape
 
@@ -15,8 +15,8 @@ from xflow.ops.base import AttrSpec, DecodeContext, OpDef, ShapeError, symbolic_
 def expand_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Bidirectional broadcasting of the input's shape with ``shape`` (as ONNX Expand does)."""
     try:
-        return [tuple(np.broadcast_shapes(tuple(shapes[0]), tuple(attrs["shape"])))]
-    except ValueError as exc:
+        return [broadcast(tuple(shapes[0]), tuple(attrs["shape"]))]
+    except NotBroadcastable as exc:  # for some value of the input's symbols, or for all
         raise ShapeError(f"expand: {tuple(shapes[0])} does not broadcast with {attrs['shape']}") from exc
 
 

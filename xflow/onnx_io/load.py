@@ -241,6 +241,9 @@ class _Decoder:
         self.constants = constants
         self.const_nodes = const_nodes
         self.base_dir = base_dir
+        # the graph inputs' symbols: a dim over any other (a size only a run can tell, named by inference) has
+        # no value at the profile's points, so a node with one could not be costed: it stays opaque
+        self.symbols = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
         self.taken = {vi.name for vi in model.graph.input} | set(types) | set(constants)
         for n in model.graph.node:
             self.taken.update(n.output)
@@ -281,6 +284,8 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
     for name in names:  # every dim known: an int, or an expression over the inputs' symbols
         t = ctx.types.get(name)
         if t is None or t.shape is None or any(d is None for d in t.shape):
+            return None
+        if not t.is_static and not set(free_symbols(t.shape)) <= ctx.symbols:
             return None
     # the algebra computes on float tensors (and the bool masks comparisons make for Where); integer
     # computations (shapes, indices) stay opaque unless they fold to constants first

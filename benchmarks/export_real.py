@@ -9,7 +9,11 @@ Not a test and not a project dependency: it needs torch and transformers in a se
 
 Models are built from their default configs with random weights (``from_config``; nothing is
 downloaded): BERT-base and GPT-2 (batch 1, sequence 128), ViT-base, ConvNeXt-tiny, MobileNetV2, EfficientNet-B0
-and Swin-tiny (batch 1, 224x224), exported with the TorchScript exporter at opset 17 with every dim fixed.
+and Swin-tiny (batch 1, 224x224), exported with the TorchScript exporter at opset 17 with every dim fixed, or
+with ``--dynamic`` with a dynamic batch (``dim_param`` ``batch``) and, for token inputs, a dynamic sequence
+length (``seq``) on the inputs and the output (``dynamic_axes``; the traced sizes stay the export's example)::
+
+    /tmp/exp/bin/python benchmarks/export_real.py --dynamic --out build/real-dyn --only bert_base gpt2
 """
 
 from __future__ import annotations
@@ -53,10 +57,24 @@ def _models() -> dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], list
     }
 
 
+#: the dynamic axes of ``--dynamic``: batch everywhere, and the sequence where the input is tokens
+_TOKEN_AXES = {0: "batch", 1: "seq"}
+_IMAGE_AXES = {0: "batch"}
+
+
+def dynamic_axes(input_names: list[str]) -> dict[str, dict[int, str]]:
+    """The ``dynamic_axes`` of a model with these inputs (its one output follows its inputs' kind)."""
+    tokens = "pixel_values" not in input_names
+    axes = {name: dict(_TOKEN_AXES if tokens else _IMAGE_AXES) for name in input_names}
+    axes["output"] = dict(_TOKEN_AXES if tokens else _IMAGE_AXES)
+    return axes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="build/real", help="folder for the .onnx files")
     parser.add_argument("--only", nargs="*", help="export only these models")
+    parser.add_argument("--dynamic", action="store_true", help="dynamic batch (and sequence) axes")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for name, (model, inputs, input_names) in _models().items():
@@ -66,7 +84,8 @@ def main() -> int:
         start = time.perf_counter()
         with torch.no_grad():
             torch.onnx.export(_FirstOutput(model.eval()), inputs, path, input_names=input_names,
-                              output_names=["output"], opset_version=17, dynamo=False)
+                              output_names=["output"], opset_version=17, dynamo=False,
+                              dynamic_axes=dynamic_axes(input_names) if args.dynamic else None)
         print(f"{path}: {os.path.getsize(path) / 2**20:.0f} MiB in {time.perf_counter() - start:.1f} s")
     return 0
 

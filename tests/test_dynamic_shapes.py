@@ -172,6 +172,8 @@ def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
     ("concat", [(batch, seq, 8), (batch, 2 * seq, 8)], {"axis": 1}, (batch, 3 * seq, 8)),
     ("transpose", [(batch, seq, 8)], {"perm": (1, 0, 2)}, (seq, batch, 8)),
     ("reshape", [(batch, seq, 8)], {"shape": (batch * seq, 2, 4)}, (batch * seq, 2, 4)),
+    ("reshape", [(batch, seq, 8)], {"shape": (batch, seq, 2, 4)}, (batch, seq, 2, 4)),
+    ("expand", [(batch, 1, 8)], {"shape": (1, 4, 8)}, (batch, 4, 8)),
 ])
 def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     from xflow.ops import OPS
@@ -186,6 +188,9 @@ def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     ("concat", [(batch, seq, 8), (batch, 4, 8)], {"axis": 2}),
     ("split", [(batch, seq, 8)], {"axis": 1, "split": (4, 4)}),  # seq = 8 only
     ("reshape", [(batch, seq, 8)], {"shape": (batch, 16)}),
+    ("reshape", [(batch * seq, 8)], {"shape": (batch, seq, 8)}),  # no one constant ONNX target writes it
+    ("expand", [(batch, 1, 8)], {"shape": (3, 4, 8)}),  # batch 3 or 1 only
+    ("split", [(batch, 8)], {"axis": 0, "split": (batch - 1, 1)}),  # a size of a symbol is no constant attribute
 ])
 def test_shape_conditions_that_hold_for_some_sizes_only_are_no_match(op, shapes, attrs):
     from xflow.ops import OPS, ShapeError
@@ -205,16 +210,28 @@ def test_the_ir_carries_dynamic_dims_as_symbols():
 
 
 def test_costs_are_keyed_by_the_profiles_concrete_shapes():
-    """The cost cache key of a node names the sizes it was measured at: another profile point is another entry."""
+    """The graph keeps its symbols; the cost cache key of a node names the sizes it was measured at: another
+    profile point is another entry."""
     from xflow.cost.measured import MeasuredCost
+    from xflow.search.profile_cost import GraphAtPoint
 
+    graph = load_source(dynamic_relu(), OptimizeOptions(shape_profile={"batch": (1, 8), "seq": (4,)})).graph
+    (relu,) = graph.nodes
+    assert graph.types["y"].shape == (batch, seq, 8)
     coster = MeasuredCost()
-    keys = {}
-    for size in (1, 8):
-        graph = load_source(dynamic_relu(), OptimizeOptions(shape_profile={"batch": (size,), "seq": (4,)})).graph
-        (relu,) = graph.nodes
-        keys[size] = coster.cache_key(graph, relu)
+    keys = {size: coster.cache_key(GraphAtPoint(graph, {"batch": size, "seq": 4}, {}), relu) for size in (1, 8)}
     assert keys[1] != keys[8]
+
+
+def test_the_cost_of_a_dynamic_graph_is_its_mean_cost_at_the_profile_points():
+    from xflow.cost import AnalyticCost, GraphCoster
+    from xflow.onnx_io import graph_from_model
+    from xflow.pipeline import profile_cost
+
+    source = load_source(dynamic_relu(), OptimizeOptions(shape_profile={"batch": (1, 8), "seq": (4,)}))
+    dynamic = GraphCoster(profile_cost(AnalyticCost(), source.shapes)).cost(source.graph)
+    at = [GraphCoster(AnalyticCost()).cost(graph_from_model(dynamic_relu((b, 4, 8)))) for b in (1, 8)]
+    assert dynamic == pytest.approx(sum(at) / 2) and at[0] < at[1]
 
 
 def test_derived_dims_through_a_shape_subgraph_come_from_symbolic_inference():
@@ -270,3 +287,82 @@ def test_symbolic_inference_writes_nothing(tmp_path, monkeypatch):
     ir = graph_from_model(model)
     assert ir.types["y"].shape == (batch, 8)
     assert list(tmp_path.iterdir()) == []
+
+
+def _transpose_model(dims) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0, 2])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[1], dims[0], dims[2]])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("condition", ["dim(x, 0) == 1", "dim(x, 0) < 2", "not dim(x, 0) != 1",
+                                       "shape(x)[0] in (1, 2)", "dim(x, 0) * dim(x, 1) == dim(x, 1)"])
+def test_a_rule_that_holds_at_batch_1_only_does_not_match_a_dynamic_batch_graph(condition):
+    """Swapping a dim of size 1 with another is a reshape; with a symbolic batch the condition is decided for
+    every batch (false: no match), never at the first profile point, whatever form it is written in."""
+    from xflow.onnx_io import graph_from_model
+    from xflow.rewrite import find_matches
+    from xflow.rules import rules_from_json
+
+    (rule,) = rules_from_json([{
+        "name": "transpose_of_a_unit_dim", "doc": "transpose(x) -> reshape(x) where the moved dim is 1",
+        "inputs": {"x": "any"},
+        "src": [{"op": "transpose", "in": ["x"], "out": ["y"], "attrs": {"perm": [1, 0, 2]}}],
+        "dst": [{"op": "reshape", "in": ["x"], "out": ["z"],
+                 "attrs": {"shape": "=(dim(x, 1), dim(x, 0), dim(x, 2))"}}],
+        "outputs": {"y": "z"}, "where": [condition]}])
+    static = graph_from_model(_transpose_model((1, 4, 8)))
+    assert len(list(find_matches(static, rule))) == 1
+    dynamic = graph_from_model(_transpose_model(("batch", 4, 8)))
+    assert dynamic.nodes[0].op == "transpose" and dynamic.types["y"].shape == (4, batch, 8)
+    assert list(find_matches(dynamic, rule)) == []
+    source = load_source(_transpose_model(("batch", 4, 8)), OptimizeOptions())  # the profile's batch is 1
+    assert list(find_matches(source.graph, rule)) == []
+
+
+def _attention_heads(positions: bool) -> onnx.ModelProto:
+    """x [batch, seq, 8] @ W, reshaped to 2 heads of 4 by a target computed from Shape(x) (Shape -> Gather ->
+    Unsqueeze -> Concat, as a dynamic export writes it), then transposed to [batch, 2, seq, 4]. With
+    ``positions``, a learned position table sliced to seq is added first (symbolic inference without merging
+    cannot tell that slice's length is seq, and stops there)."""
+    def const(name, value, dtype=np.int64):
+        return onnx.numpy_helper.from_array(np.array(value, dtype), name)
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0), helper.make_node("Gather", ["s", "i1"], ["q"]),
+             helper.make_node("Unsqueeze", ["b", "zero"], ["b1"]), helper.make_node("Unsqueeze", ["q", "zero"], ["q1"]),
+             helper.make_node("Concat", ["b1", "q1", "heads"], ["target"], axis=0)]
+    if positions:
+        nodes += [helper.make_node("Slice", ["P", "zero", "q1", "one"], ["p"]),
+                  helper.make_node("Add", ["m", "p"], ["h"])]
+    nodes += [helper.make_node("Reshape", ["h" if positions else "m", "target"], ["r"]),
+              helper.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 1, 3])]
+    inits = [const("W", rng.standard_normal((8, 8)), np.float32), const("i0", 0), const("i1", 1), const("zero", [0]),
+             const("one", [1]), const("heads", [2, 4]), const("P", rng.standard_normal((1, 16, 8)), np.float32)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "seq", 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("positions", [False, True])
+def test_head_reshapes_with_computed_targets_are_in_the_algebra(tmp_path, positions):
+    """The reshape whose target a Shape chain computes, and the transpose after it, are op-table nodes with dims
+    over the symbols; re-encoded, the reshape's target is a constant with 0 for the copied dims, and the model
+    gives the original's outputs at other batches and lengths."""
+    from xflow.onnx_io import graph_from_model, to_model_proto
+
+    model = _attention_heads(positions)
+    graph = graph_from_model(model)
+    ops = {n.outputs[0]: n.op for n in graph.nodes}
+    assert ops["r"] == "reshape" and ops["y"] == "transpose" and ops["m"] == "matmul"
+    assert graph.types["y"].shape == (batch, 2, seq, 4)
+    (reshape,) = [n for n in graph.nodes if n.op == "reshape"]
+    assert reshape.inputs == ("h" if positions else "m",) and reshape.attrs["shape"] == (batch, seq, 2, 4)
+    written = to_model_proto(graph, reuse_protos=False)
+    onnx.checker.check_model(written)
+    a, b = make_session(model), make_session(written)
+    for shape in ((1, 5, 8), (3, 7, 8)):
+        feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+        np.testing.assert_allclose(a.run(None, feeds)[0], b.run(None, feeds)[0], rtol=1e-6, atol=1e-6)

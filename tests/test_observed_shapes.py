@@ -38,6 +38,7 @@ def test_symbolic_dims_are_filled_from_a_run_of_the_static_model():
 
 def test_a_shape_set_by_input_values_stays_unknown():
     graph = graph_from_model(_model(shape_from_input=True))
-    assert [n.op for n in graph.nodes].count("opaque") == 3  # reshape, relu, matmul: their shapes vary
+    # their dims are sizes only a run can tell (no input has them): reshape, relu and matmul stay opaque
+    assert [n.op for n in graph.nodes].count("opaque") == 3
     r = graph.type_of("r")  # its dtype is known; its three dims are not, and no run may pin them
     assert r is not None and not r.is_static and len(r.shape) == 3 and not any(is_static(d) for d in r.shape), r

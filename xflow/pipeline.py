@@ -34,7 +34,7 @@ from xflow.files import check_output_file, copy_atomically, run_folder, write_js
 from xflow.ir import Graph
 from xflow.ir.dims import is_static
 from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, would_overwrite
-from xflow.onnx_io.load import check_proto
+from xflow.onnx_io.load import check_input_shapes, check_proto
 from xflow.onnx_io.profile import ShapePlan, shape_plan
 from xflow.onnx_io.save import EXTERNAL_THRESHOLD
 from xflow.rewrite import fold_constants
@@ -42,6 +42,7 @@ from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
 from xflow.runtime import decide_ab, make_session, measure_interleaved, median_latency, random_feeds
 from xflow.search import Alternative, SearchLimits, SearchReport, Step, StopReason, backtracking_search, complete_sweeps
+from xflow.search.profile_cost import ProfileCost, graph_at
 
 
 @dataclass
@@ -204,8 +205,9 @@ class Source:
 
 
 def load_source(model: onnx.ModelProto | str, options: OptimizeOptions) -> Source:
-    """The load stage: parse and check the model, resolve its shape profile, build its graph at the
-    profile's first point (the measuring shapes; the graph keeps the model's own interface)."""
+    """The load stage: parse and check the model, resolve its shape profile, build its graph with the
+    model's own dims (dynamic ones as symbols: the search decides rule conditions for every size and costs
+    graphs at the profile's points); ``measuring`` are the input shapes at the profile's first point."""
     if isinstance(model, onnx.ModelProto):
         check_proto(model, "<ModelProto>")
         label, path, proto, base_dir = "<ModelProto>", None, model, ""
@@ -218,7 +220,10 @@ def load_source(model: onnx.ModelProto | str, options: OptimizeOptions) -> Sourc
         given = _npz_shapes(plan, read_inputs(options.inputs_npz))  # measured at the user's inputs' shapes
         plan = shape_plan(proto, {}, given, label)
     measuring = {**plan.shapes_at(plan.points()[0]), **given}
-    graph = graph_from_model(proto, base_dir, path or "", measuring)
+    check_input_shapes(proto, given, label)
+    # an input of unknown rank has no symbols to size: --input-shape gives it its shape
+    unranked = {name: shape for name, shape in given.items() if plan.input_dims.get(name) is None}
+    graph = graph_from_model(proto, base_dir, path or "", unranked)
     return Source(graph, label, path, model if path is None else None, len(proto.graph.node), plan, measuring)
 
 
@@ -610,7 +615,15 @@ def make_cost_model(options: OptimizeOptions, graph: Graph | None = None) -> Cos
     return MeasuredCost(options.provider, options.threads, CostCache(options.cost_db), batch_bytes=batch_bytes)
 
 
+def profile_cost(model: CostModel, plan: ShapePlan | None) -> CostModel:
+    """The cost model the search uses: ``model`` itself for a static model; for a dynamic one, the mean of
+    ``model``'s costs at the shape profile's points (``xflow.search.profile_cost``)."""
+    return ProfileCost(model, plan.points()) if plan is not None and plan.is_dynamic else model
+
+
 def _cost_figures(model: CostModel) -> dict[str, Any]:
+    if isinstance(model, ProfileCost):
+        model = model.model
     if not isinstance(model, MeasuredCost):
         return {}
     stats = model.stats
@@ -672,7 +685,7 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
     graph = source.graph
     rules_file = options.rules_path or str(default_rules_path())
     rules: list[Rule] = load_rules(options.rules_path)
-    coster = GraphCoster(cost_model or make_cost_model(options, graph))
+    coster = GraphCoster(profile_cost(cost_model or make_cost_model(options, graph), source.shapes))
     result = search(graph, rules, coster, options, progress)
     finalists = finalize(result, options, coster, rules)
     original: OriginalRun | OriginalNotRunnable | None = None
@@ -703,7 +716,9 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
         **_select_figures(finalists, picked), **asdict(verdict.figures), **_cost_figures(coster.model))
     placement = None
     if place_request is not None:
-        placement = place(written, place_request, coster.model, os.path.basename(output_label))
+        plan = source.shapes
+        placed = graph_at(written, plan.points()[0]) if plan is not None and plan.is_dynamic else written
+        placement = place(placed, place_request, coster.model, os.path.basename(output_label))
         report.plan_output = place_request.plan_path
         report.placement_chosen, report.placement_seconds = placement.plan.chosen, placement.plan.seconds
     return _Run(verdict.graph, report, placement)

@@ -164,3 +164,151 @@ def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
             raise NotBroadcastable(f"shapes {[tuple(s) for s in shapes]} do not broadcast at axis {axis}")
         out.append(as_dim(kept[0]))
     return tuple(out)
+
+
+class Undecided(TypeError):
+    """A condition on dims that holds for some values of the symbols and not for others (or that cannot be
+    shown either way). A TypeError, as sympy's own refusal of ``bool(batch < 4)`` is: whoever asked treats
+    it as no match."""
+
+
+def never_equal(a: Dim, b: Dim) -> bool:
+    """True when ``a != b`` for every value of the symbols (their difference is a nonzero constant, or of
+    one sign for all positive values)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a != b
+    difference = sympy.simplify(sympy.sympify(a) - sympy.sympify(b))
+    if difference.is_Integer:
+        return difference != 0
+    return bool(difference.is_positive or difference.is_negative)
+
+
+def decide_equal(a: Dim, b: Dim) -> bool:
+    """``a == b`` when it is the same answer for every value of the symbols; Undecided otherwise."""
+    if equal(a, b):
+        return True
+    if never_equal(a, b):
+        return False
+    raise Undecided(f"{a} == {b} holds for some sizes only")
+
+
+def decide_less(a: Dim, b: Dim, strict: bool = True) -> bool:
+    """``a < b`` (``a <= b`` when not ``strict``) when it is the same answer for every value of the symbols;
+    Undecided otherwise."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b if strict else a <= b
+    difference = sympy.simplify(sympy.sympify(b) - sympy.sympify(a))
+    holds = difference.is_positive if strict else difference.is_nonnegative
+    fails = difference.is_nonpositive if strict else difference.is_negative
+    if holds:
+        return True
+    if fails:
+        return False
+    raise Undecided(f"{a} {'<' if strict else '<='} {b} holds for some sizes only")
+
+
+def has_symbols(value: object) -> bool:
+    """True when ``value`` (a dim, or a tuple of them, nested) depends on a symbol."""
+    if isinstance(value, sympy.Basic):
+        return bool(value.free_symbols)
+    if isinstance(value, tuple | list):
+        return any(has_symbols(v) for v in value)
+    return False
+
+
+class SymbolicDim:
+    """A dim as rule conditions see it (``dim(t, i)``, ``shape(t)``): arithmetic gives dims, and every
+    comparison is decided for all values of the symbols or raises Undecided, so ``batch != 3`` or
+    ``not batch == 3`` can never pass as true (sympy's own ``!=`` compares expressions, not values)."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr: Dim) -> None:
+        self.expr = expr
+
+    @staticmethod
+    def wrap(dim: Dim) -> Dim | SymbolicDim:
+        """An int stays an int; a dim over symbols becomes a SymbolicDim."""
+        return int(dim) if is_static(dim) else SymbolicDim(dim)
+
+    @staticmethod
+    def unwrap(value: object) -> object:
+        """The dims inside ``value`` (nested tuples too) as ints and sympy expressions again."""
+        if isinstance(value, SymbolicDim):
+            return value.expr
+        if isinstance(value, tuple | list):
+            return tuple(SymbolicDim.unwrap(v) for v in value)
+        return value
+
+    def _of(self, other: object) -> Dim:
+        if isinstance(other, SymbolicDim):
+            return other.expr
+        if isinstance(other, bool) or not isinstance(other, int | sympy.Expr):
+            raise Undecided(f"cannot compare the dim {self.expr} with {other!r}")
+        return other
+
+    def _make(self, value: object) -> Dim | SymbolicDim:
+        return SymbolicDim.wrap(as_dim(value))
+
+    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+        if isinstance(other, tuple | list | str | None):
+            return False
+        return decide_equal(self.expr, self._of(other))
+
+    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+        return not self.__eq__(other)
+
+    def __lt__(self, other: object) -> bool:
+        return decide_less(self.expr, self._of(other))
+
+    def __le__(self, other: object) -> bool:
+        return decide_less(self.expr, self._of(other), strict=False)
+
+    def __gt__(self, other: object) -> bool:
+        return decide_less(self._of(other), self.expr)
+
+    def __ge__(self, other: object) -> bool:
+        return decide_less(self._of(other), self.expr, strict=False)
+
+    def __hash__(self) -> int:
+        return hash(self.expr)
+
+    def __bool__(self) -> bool:
+        return not decide_equal(self.expr, 0)
+
+    def __add__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(self.expr + self._of(other))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(self.expr - self._of(other))
+
+    def __rsub__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(self._of(other) - self.expr)
+
+    def __mul__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(self.expr * self._of(other))
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(sympy.floor(sympy.sympify(self.expr) / self._of(other)))
+
+    def __rfloordiv__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(sympy.floor(sympy.sympify(self._of(other)) / self.expr))
+
+    def __mod__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(sympy.Mod(self.expr, self._of(other)))
+
+    def __rmod__(self, other: object) -> Dim | SymbolicDim:
+        return self._make(sympy.Mod(self._of(other), self.expr))
+
+    def __neg__(self) -> Dim | SymbolicDim:
+        return self._make(-self.expr)
+
+    def __abs__(self) -> Dim | SymbolicDim:
+        return self._make(sympy.Abs(self.expr))
+
+    def __repr__(self) -> str:
+        return f"SymbolicDim({self.expr})"

@@ -49,6 +49,18 @@ class TensorType:
         """Number of elements (static shapes only)."""
         return int(np.prod(self.static_shape, dtype=np.int64))
 
+    def same_as(self, other: TensorType | None) -> bool:
+        """Equal types, dims compared for every value of their symbols (``b*(s+1)`` is ``b*s + b``)."""
+        if other is None or self == other:
+            return self == other
+        if self.dtype != other.dtype or self.shape is None or other.shape is None or \
+                len(self.shape) != len(other.shape):
+            return False
+        from xflow.ir.dims import equal
+
+        return all(a is not None and b is not None and equal(a, b)
+                   for a, b in zip(self.shape, other.shape, strict=True))
+
     def __str__(self) -> str:
         name = onnx.TensorProto.DataType.Name(self.dtype).lower()
         if self.shape is None:

@@ -14,7 +14,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
-from xflow.ir.dims import dims_of, free_symbols, is_static
+from xflow.ir.dims import concrete, dims_of, free_symbols, is_static
 from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
@@ -75,6 +75,14 @@ def _type_from_value_info(vi: onnx.ValueInfoProto) -> TensorType | None:
     return TensorType(vi.type.tensor_type.elem_type, dims_of(vi))  # dynamic dims as symbols (xflow.ir.dims)
 
 
+def check_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], path: str) -> None:
+    """XflowError naming ``path`` when ``--input-shape`` names no input, or gives one another rank or another
+    size where a dim is fixed; ``model`` is not modified."""
+    scratch = onnx.ModelProto()
+    scratch.graph.input.extend(model.graph.input)
+    _fix_input_shapes(scratch, shapes, path)
+
+
 def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], path: str) -> None:
     inputs = {vi.name: vi for vi in model.graph.input}
     for name, dims in shapes.items():
@@ -100,20 +108,73 @@ def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
 def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     """Value types from ONNX Runtime's symbolic shape inference, which follows Shape -> Gather -> Concat ->
     Reshape chains and writes derived dims as expressions (``2*batch*seq``): those of the values it could
-    infer, {} when it fails."""
+    infer, {} when it fails.
+
+    Without merging, its inference stops at the first op that needs two symbols equal (a transformers
+    export's embeddings: ``batch`` against the batch of an Expand it cannot follow), and nothing after it is
+    known. With ``auto_merge`` it assumes such symbols equal, which may be wrong (a dim that is 1 at run time
+    merged with ``batch``): those types are kept only where two runs of the model, at two sets of sizes where
+    the inputs' symbols differ from each other and from 1, give exactly the dims they say."""
+    plain = _symbolic_inference(model, auto_merge=False)
+    named = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
+    if all(set(free_symbols(t.shape)) <= named for t in plain.values()) and \
+            len(plain) >= sum(1 for n in model.graph.node for o in n.output if o):
+        return plain  # complete without assuming anything
+    merged = _symbolic_inference(model, auto_merge=True)
+    checked = _checked_by_runs(model, merged, sorted(named))
+    return {**checked, **{k: t for k, t in plain.items() if k not in checked}}
+
+
+#: the sizes of the inputs' symbols (in name order) at the two runs that check merged types: distinct, > 1
+_CHECK_SIZES = ((2, 3, 5, 7, 11, 13), (3, 5, 7, 11, 13, 17))
+
+
+def _checked_by_runs(model: onnx.ModelProto, types: dict[str, TensorType], symbols: list[str]
+                     ) -> dict[str, TensorType]:
+    """The types whose dims, over ``symbols`` only, are what two runs of the model give (``observed_types``,
+    with each symbol at its ``_CHECK_SIZES``); {} when a run cannot be made."""
+    if not symbols or len(symbols) > len(_CHECK_SIZES[0]):
+        return {}
+    kept = {name: t for name, t in types.items() if set(free_symbols(t.shape)) <= set(symbols)}
+    initializers = {t.name for t in model.graph.initializer}
+    for sizes in _CHECK_SIZES:
+        point = dict(zip(symbols, sizes, strict=False))
+        inputs: dict[str, TensorType] = {}
+        for vi in model.graph.input:
+            dims = dims_of(vi)
+            if vi.name in initializers or dims is None:
+                continue
+            try:
+                inputs[vi.name] = TensorType(vi.type.tensor_type.elem_type, tuple(concrete(d, point) for d in dims))
+            except KeyError:
+                return {}  # an unnamed dim: no size to run it at
+        observed = observed_types(model, inputs)
+        if not observed:
+            return {}
+        kept = {name: t for name, t in kept.items() if name in observed and _dims_at(t, point) == observed[name].shape}
+    return kept
+
+
+def _dims_at(t: TensorType, point: Mapping[str, int]) -> tuple[int, ...] | None:
+    try:
+        return tuple(concrete(d, point) for d in t.shape)  # type: ignore[union-attr]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> dict[str, TensorType]:
+    """The types ORT's symbolic shape inference gives (see ``symbolic_types``); {} when it fails."""
     try:
         from onnxruntime.tools import symbolic_shape_infer
 
-        # No auto_merge: it would assume two different symbols equal where an op needs them so (a guess);
-        # without it such a model fails here and keeps ONNX's types. Its logger would print to stderr.
-        quiet = logging.getLogger(symbolic_shape_infer.__name__)
+        quiet = logging.getLogger(symbolic_shape_infer.__name__)  # its logger would print to stderr
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)
         try:
             # Driven step by step as its own infer_shapes does, which on a model it cannot complete saves
             # the partial result as sym_shape_infer_temp.onnx in the working directory (and raises): the
             # partial result is what is wanted here, and nothing may be written.
-            inference = symbolic_shape_infer.SymbolicShapeInference(2**31 - 1, False, False, 0)
+            inference = symbolic_shape_infer.SymbolicShapeInference(2**31 - 1, auto_merge, False, 0)
             inference._preprocess(_inference_model(model))
             while inference.run_:
                 inference._infer_impl()
@@ -179,6 +240,9 @@ class _Decoder:
         self.constants = constants
         self.const_nodes = const_nodes
         self.base_dir = base_dir
+        # the graph inputs' symbols: a dim over any other (a size only a run can tell, named by inference) has
+        # no value at the profile's points, so a node with one could not be costed: it stays opaque
+        self.symbols = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
         self.taken = {vi.name for vi in model.graph.input} | set(types) | set(constants)
         for n in model.graph.node:
             self.taken.update(n.output)
@@ -217,9 +281,11 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
     if decode is None or not proto.input:
         return None
     names = [n for n in (*proto.input, *proto.output) if n]
-    for name in names:
+    for name in names:  # every dim known: an int, or an expression over the inputs' symbols
         t = ctx.types.get(name)
-        if t is None or not t.is_static:
+        if t is None or t.shape is None or any(d is None for d in t.shape):
+            return None
+        if not t.is_static and not set(free_symbols(t.shape)) <= ctx.symbols:
             return None
     # the algebra computes on float tensors (and the bool masks comparisons make for Where); integer
     # computations (shapes, indices) stay opaque unless they fold to constants first
@@ -233,16 +299,16 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
         produced: dict[str, TensorType] = {}
         for n in nodes:
             entry = OPS[n.op]
-            shapes = [(produced.get(i) or ctx.types[i]).static_shape for i in n.inputs if i]
+            shapes = [(produced.get(i) or ctx.types[i]).shape for i in n.inputs if i]
             out_shapes = entry.infer(shapes, n.attrs)
             in_dtypes = [(produced.get(i) or ctx.types[i]).dtype for i in n.inputs if i]
             dtype = entry.output_dtype(in_dtypes, n.attrs) if in_dtypes else proto_dtype(proto, ctx)
             for name, shape in zip(n.outputs, out_shapes, strict=True):
                 produced[name] = TensorType(dtype, shape)
         for name in proto.output:
-            if name and produced.get(name) != ctx.types[name]:
+            if name and not ctx.types[name].same_as(produced.get(name)):
                 raise ShapeError(f"decoded type {produced.get(name)} differs from ONNX's {ctx.types[name]}")
-    except (ShapeError, KeyError, ValueError, IndexError):
+    except (ShapeError, KeyError, ValueError, IndexError, TypeError):  # TypeError: a dim a decoder needs as a number
         for name in ctx.added[mark:]:
             ctx.types.pop(name, None)
             ctx.constants.pop(name, None)

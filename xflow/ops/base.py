@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape, TensorType
-from xflow.ir.dims import as_dim
+from xflow.ir.dims import as_dim, has_symbols
 
 
 class ShapeError(ValueError):
@@ -38,9 +38,12 @@ class DecodeContext(Protocol):
 
 
 class EncodeContext(Protocol):
-    """What an encoder may ask of the model being written."""
+    """What an encoder may ask of the model being written (``type_of``: a value's type, for a node whose
+    attributes hold dims over symbols, written against its input's dims)."""
 
     opset: int
+
+    def type_of(self, name: str) -> TensorType | None: ...
 
     def add_constant(self, array: np.ndarray, hint: str) -> str: ...
 
@@ -87,6 +90,9 @@ class AttrSpec:
     z3: Z3Kind = 1
     sample: Sampler | None = None
     generalize: Generalize | None = None
+    # True when a value may hold dims over symbols (a reshape's target: its encoder writes them against the
+    # input's dims); any other attribute is a constant of the model, so a symbol there is no match
+    symbolic: bool = False
 
 
 def pick(rng: np.random.Generator, seq: Sequence[Any]) -> Any:
@@ -211,6 +217,8 @@ class OpDef:
                 raise ShapeError(f"{self.name}: attribute {spec.name!r} is required")
             if spec.choices is not None and value not in spec.choices:
                 raise ShapeError(f"{self.name}: {spec.name}={value!r} not in {spec.choices}")
+            if type(value) is not int and not spec.symbolic and has_symbols(value):
+                raise ShapeError(f"{self.name}: {spec.name}={value!r} depends on a dynamic dim")
             out[spec.name] = value
         return Attrs(out)
 
@@ -263,6 +271,16 @@ def static_shape(ctx: DecodeContext, name: str) -> Shape | None:
     """The static shape of a value, or None when unknown or symbolic."""
     t = ctx.type_of(name)
     return t.static_shape if t is not None and t.is_static else None
+
+
+def symbolic_shape(ctx: DecodeContext, name: str) -> Shape | None:
+    """The shape of a value, a dynamic dim as a symbol or an expression over symbols (``xflow.ir.dims``); None
+    when the rank or a dim is unknown. A decoder that only needs the rank, or dims it compares through the op
+    table's shape rules, takes this one (a symbolic value in an attribute is refused by ``normalize_attrs``)."""
+    t = ctx.type_of(name)
+    if t is None or t.shape is None or any(d is None for d in t.shape):
+        return None
+    return t.shape
 
 
 def normalize_axis(axis: int, rank: int) -> int:

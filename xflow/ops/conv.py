@@ -26,7 +26,7 @@ from xflow.ops.base import (
     one_of,
     onnx_attrs,
     pick,
-    static_shape,
+    symbolic_shape,
 )
 from xflow.ops.elementwise import _relu_int
 
@@ -93,7 +93,7 @@ def decode_geometry(attrs: Mapping[str, Any], spatial: Shape, kernel: Shape) -> 
 
 def accepts(op: OpDef, node: Node, ctx: DecodeContext) -> bool:
     """True when every input of a decoded node of ``op`` has a static shape that its shape rule accepts."""
-    shapes = [static_shape(ctx, name) for name in node.inputs]
+    shapes = [symbolic_shape(ctx, name) for name in node.inputs]
     if any(s is None for s in shapes):
         return False
     try:
@@ -209,7 +209,7 @@ def conv_form(proto: onnx.NodeProto, ctx: DecodeContext, extra: frozenset[str] =
     attrs = onnx_attrs(proto)
     if set(attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"} - extra:
         return None
-    x, w = static_shape(ctx, inputs[0]), static_shape(ctx, inputs[1])
+    x, w = symbolic_shape(ctx, inputs[0]), symbolic_shape(ctx, inputs[1])
     if x is None or w is None or len(x) != 4 or len(w) != 4:
         return None
     if tuple(attrs.get("kernel_shape", w[2:])) != w[2:]:

@@ -9,7 +9,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ir.dims import NotBroadcastable, broadcast
-from xflow.ops.base import DecodeContext, EncodeContext, Menu, OpDef, ShapeError, make_node, static_shape
+from xflow.ops.base import DecodeContext, EncodeContext, Menu, OpDef, ShapeError, make_node, symbolic_shape
 
 
 def broadcast_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -59,7 +59,7 @@ def decode_mul(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Mul by a one-element operand of rank <= 1 is a scalar mul; otherwise an element-wise mul."""
     if len(proto.input) != 2 or len(proto.output) != 1:
         return None
-    shapes = [static_shape(ctx, name) for name in proto.input]
+    shapes = [symbolic_shape(ctx, name) for name in proto.input]
     if shapes[0] is None or shapes[1] is None:
         return None
     for big, small in ((0, 1), (1, 0)):

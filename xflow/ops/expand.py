@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
+from xflow.ir.dims import NotBroadcastable, broadcast
 from xflow.ops._forms import decoded, with_constant_inputs
-from xflow.ops.base import AttrSpec, DecodeContext, OpDef, ShapeError, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, OpDef, ShapeError, symbolic_shape
 
 
 def expand_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Bidirectional broadcasting of the input's shape with ``shape`` (as ONNX Expand does)."""
     try:
-        return [tuple(np.broadcast_shapes(tuple(shapes[0]), tuple(attrs["shape"])))]
-    except ValueError as exc:
+        return [broadcast(tuple(shapes[0]), tuple(attrs["shape"]))]
+    except NotBroadcastable as exc:  # for some value of the input's symbols, or for all
         raise ShapeError(f"expand: {tuple(shapes[0])} does not broadcast with {attrs['shape']}") from exc
 
 
@@ -28,7 +28,7 @@ def _expand(xp, a, attrs):
 def decode_expand(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Expand whose target shape is a constant."""
     shape = ctx.constant_value(proto.input[1]) if len(proto.input) == 2 else None
-    if static_shape(ctx, proto.input[0]) is None or shape is None or shape.ndim != 1:
+    if symbolic_shape(ctx, proto.input[0]) is None or shape is None or shape.ndim != 1:
         return None
     return decoded(proto, EXPAND, proto.input[:1], {"shape": tuple(int(d) for d in shape)})
 

@@ -8,7 +8,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import decoded, prod
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, symbolic_shape
 
 
 def flatten_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -22,7 +22,7 @@ def flatten_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
 
 def decode_flatten(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Flatten with its axis made non-negative."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if shape is None:
         return None
     axis = int(onnx_attrs(proto).get("axis", 1))

@@ -9,7 +9,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import decoded
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, symbolic_shape
 
 INDEX_DTYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
@@ -29,7 +29,7 @@ def _gather(xp, a, attrs):
 
 def decode_gather(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Gather of a static tensor by int32/int64 indices, its axis made non-negative."""
-    shape, indices = static_shape(ctx, proto.input[0]), ctx.type_of(proto.input[1])
+    shape, indices = symbolic_shape(ctx, proto.input[0]), ctx.type_of(proto.input[1])
     if shape is None or not shape or indices is None or indices.dtype not in INDEX_DTYPES:
         return None
     axis = int(onnx_attrs(proto).get("axis", 0))

@@ -20,7 +20,7 @@ from xflow.ops.base import (
     ShapeFacts,
     one_of,
     onnx_attrs,
-    static_shape,
+    symbolic_shape,
 )
 from xflow.ops.norm import canonical_float
 
@@ -71,7 +71,7 @@ def decode_layernorm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | 
     """LayerNormalization with only its Y output used and float32 statistics."""
     attrs = onnx_attrs(proto)
     inputs = present_inputs(proto)
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if inputs is None or shape is None or any(proto.output[1:]) or int(attrs.get("stash_type", 1)) != 1:
         return None
     axis = int(attrs.get("axis", -1))

@@ -20,7 +20,7 @@ from xflow.ops.base import (
     ShapeFacts,
     make_node,
     onnx_attrs,
-    static_shape,
+    symbolic_shape,
 )
 from xflow.ops.elementwise import ADD, SMUL, simple_decoder, simple_encoder
 
@@ -45,7 +45,7 @@ def _matmul(xp, a, attrs):
 
 def decode_matmul(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """MatMul with rank >= 2 operands (1-D MatMul stays opaque)."""
-    shapes = [static_shape(ctx, n) for n in proto.input]
+    shapes = [symbolic_shape(ctx, n) for n in proto.input]
     if len(shapes) != 2 or any(s is None or len(s) < 2 for s in shapes):
         return None
     return simple_decoder(lambda: MATMUL, 2)(proto, ctx)
@@ -79,7 +79,7 @@ def _sample_perm(rng: np.random.Generator, shapes: Sequence[Shape], chosen: Mapp
 
 def decode_transpose(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Transpose, with the default (reversed) perm made explicit."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if shape is None:
         return None
     perm = onnx_attrs(proto).get("perm", list(reversed(range(len(shape)))))
@@ -95,7 +95,7 @@ def encode_transpose(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
 def decode_gemm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Gemm(A, B, C) = alpha * op(A) @ op(B) + beta * C, as transpose / matmul / smul / add nodes."""
     attrs = onnx_attrs(proto)
-    shapes = [static_shape(ctx, n) if n else None for n in proto.input]
+    shapes = [symbolic_shape(ctx, n) if n else None for n in proto.input]
     if len(proto.input) < 2 or shapes[0] is None or shapes[1] is None:
         return None
     alpha, beta = float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0))

@@ -19,7 +19,7 @@ from xflow.ops.base import (
     OpDef,
     ShapeError,
     onnx_attrs,
-    static_shape,
+    symbolic_shape,
 )
 
 
@@ -40,7 +40,7 @@ def _pad(xp, a, attrs):
 
 def decode_pad(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Pad in constant mode with constant pads and value, over all axes."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     attrs = onnx_attrs(proto)
     if shape is None or attrs.get("mode", b"constant") not in (b"constant", "constant") or len(proto.input) > 3:
         return None

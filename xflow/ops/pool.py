@@ -21,7 +21,7 @@ from xflow.ops.base import (
     make_node,
     one_of,
     onnx_attrs,
-    static_shape,
+    symbolic_shape,
 )
 from xflow.ops.conv import (
     PADS,
@@ -96,7 +96,7 @@ def _decode_pool(proto: onnx.NodeProto, ctx: DecodeContext, op: OpDef,
     if not proto.output or not proto.output[0] or any(proto.output[1:]) or len(proto.input) != 1:
         return None
     attrs = onnx_attrs(proto)
-    x = static_shape(ctx, proto.input[0])
+    x = symbolic_shape(ctx, proto.input[0])
     kernel = tuple(int(k) for k in attrs.get("kernel_shape", ()))
     if set(attrs) - allowed or x is None or len(x) != 4 or len(kernel) != 2:
         return None
@@ -131,7 +131,7 @@ def _global_decoder(op: OpDef):
     """A decoder for GlobalAveragePool / GlobalMaxPool: a pool whose kernel is the whole plane."""
 
     def decode(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
-        x = static_shape(ctx, proto.input[0]) if len(proto.input) == 1 else None
+        x = symbolic_shape(ctx, proto.input[0]) if len(proto.input) == 1 else None
         if x is None or len(x) != 4 or min(x[2:]) < 1 or len(proto.output) != 1 or proto.attribute:
             return None
         return [make_node(proto, op, proto.input, proto.output, {"kernel": x[2:]})]

@@ -8,7 +8,7 @@ import onnx
 
 from xflow.ir import Node
 from xflow.ops._forms import decoded, stand_in, with_constant_inputs
-from xflow.ops.base import AttrSpec, DecodeContext, Menu, OpDef, one_of, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, Menu, OpDef, one_of, symbolic_shape
 from xflow.ops.elementwise import same_shape
 from xflow.ops.norm import canonical_float
 
@@ -29,7 +29,7 @@ def decode_pow(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Pow whose exponent is a constant with one element and no more dims than the base."""
     if len(proto.input) != 2 or len(proto.output) != 1:
         return None
-    base, exponent = static_shape(ctx, proto.input[0]), ctx.constant_value(proto.input[1])
+    base, exponent = symbolic_shape(ctx, proto.input[0]), ctx.constant_value(proto.input[1])
     if base is None or exponent is None or exponent.size != 1 or exponent.ndim > len(base):
         return None
     if exponent.dtype.kind != "f":  # an integer exponent tensor: its type is part of the ONNX node

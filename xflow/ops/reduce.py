@@ -9,7 +9,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import attr_or_input, axes_attr, decoded
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, Kernel, OpDef, ShapeError, onnx_attrs, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, Kernel, OpDef, ShapeError, onnx_attrs, symbolic_shape
 
 #: the first opset where the axes are an input rather than an attribute
 AXES_INPUT_SINCE = {"ReduceMean": 18, "ReduceSum": 13, "ReduceMax": 18}
@@ -31,7 +31,7 @@ def reduce_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
 def _decoder(op: list[OpDef]):
     def decode(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
         """Axes from the attribute or the constant input; no axes means all of them (unless that is a no-op)."""
-        shape = static_shape(ctx, proto.input[0])
+        shape = symbolic_shape(ctx, proto.input[0])
         attrs = onnx_attrs(proto)
         if shape is None or not shape or len(proto.output) != 1:
             return None

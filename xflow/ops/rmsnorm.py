@@ -10,7 +10,7 @@ import numpy as np
 
 from xflow.ir import Attrs, Shape
 from xflow.ops._contrib import contrib_decoder, contrib_encoder, float_attr
-from xflow.ops.base import AttrSpec, OpDef, ShapeError, one_of, static_shape
+from xflow.ops.base import AttrSpec, OpDef, ShapeError, one_of, symbolic_shape
 from xflow.ops.layernorm import layernorm_facts
 
 
@@ -41,7 +41,7 @@ def _rmsnorm_int(xp, a, attrs):
 
 
 def _read(attrs, proto, ctx):
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     axis = int(attrs.get("axis", -1))
     if shape is None or int(attrs.get("stash_type", 1)) != 1 or not -len(shape) <= axis < len(shape):
         return None

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
-from xflow.ir.dims import equal, product
+from xflow.ir.dims import equal, is_static, product
 from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
@@ -22,7 +22,7 @@ from xflow.ops.base import (
     make_node,
     normalize_axis,
     onnx_attrs,
-    static_shape,
+    symbolic_shape,
 )
 
 
@@ -59,7 +59,7 @@ def _sample_axis(rng: np.random.Generator, shapes: Sequence[Shape], chosen: Mapp
 
 def decode_concat(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Concat with a normalized (non-negative) axis."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if shape is None:
         return None
     axis = normalize_axis(int(onnx_attrs(proto)["axis"]), len(shape))
@@ -139,7 +139,7 @@ def _split(xp, a, attrs):
 
 def decode_split(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Split with sizes from the attribute (opset < 13), the constant input, or num_outputs."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if shape is None or any(not o for o in proto.output):
         return None
     attrs = onnx_attrs(proto)
@@ -173,30 +173,68 @@ def encode_split(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
 
 
 def reshape_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
-    """Reshape to the explicit ``shape`` (no 0 or -1: decoding resolves them)."""
+    """Reshape to the explicit ``shape`` (no 0 or -1: decoding resolves them). A target with dims over
+    symbols must be writable as one constant ONNX target (see ``onnx_reshape_target``)."""
     (x,) = shapes
     target = tuple(attrs["shape"])
-    if any(d < 0 for d in target) or not equal(product(target), product(x)):
+    if any(is_static(d) and d < 0 for d in target) or not equal(product(target), product(x)):
         raise ShapeError(f"reshape: cannot reshape {x} to {target}")
+    if onnx_reshape_target(x, target) is None:
+        raise ShapeError(f"reshape: target {target} of {x} needs dims computed at run time")
     return [target]
 
 
+def onnx_reshape_target(x: Shape, target: Shape) -> tuple[int, ...] | None:
+    """The constant ONNX Reshape target (``allowzero`` 0) that reshapes a value of dims ``x`` to ``target``
+    for every value of the symbols: a static dim as it is, a symbolic dim equal to the input's at the same
+    axis as 0 (copy it), one other dim as -1 (the rest of the elements, which the element count of
+    ``target`` fixes); None when that does not cover it (two symbolic dims that are not copied, or a static 0
+    beside symbols, which 0 would copy instead)."""
+    if all(is_static(d) for d in target):
+        return tuple(int(d) for d in target)
+    written: list[int] = []
+    for axis, d in enumerate(target):
+        if is_static(d):
+            if int(d) == 0:
+                return None
+            written.append(int(d))
+        elif axis < len(x) and equal(d, x[axis]):
+            written.append(0)
+        elif -1 in written:
+            return None
+        else:
+            written.append(-1)
+    return tuple(written)
+
+
 def decode_reshape(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
-    """Reshape whose target shape is a constant; 0 and -1 are resolved against the static input."""
-    shape = static_shape(ctx, proto.input[0])
+    """Reshape whose target shape is a constant, or computed from the input's dims (a Shape -> Gather ->
+    Concat chain of a dynamic export) where the output's dims are known over the symbols; 0 and -1 are
+    resolved against the input. The chain stays as it is; the reshape reads only its data."""
+    shape = symbolic_shape(ctx, proto.input[0])
     target = ctx.constant_value(proto.input[1]) if len(proto.input) > 1 else None
-    out = static_shape(ctx, proto.output[0])
-    if shape is None or target is None or out is None:
+    out = symbolic_shape(ctx, proto.output[0])
+    if shape is None or out is None or len(proto.input) < 2:
         return None
-    if int(onnx_attrs(proto).get("allowzero", 0)) and 0 in target.tolist():
+    if target is None and all(is_static(d) for d in out):
+        return None  # a computed target with a static result: its value may still depend on the input's
+    allowzero = int(onnx_attrs(proto).get("allowzero", 0))
+    if allowzero and (target is None or 0 in target.tolist()):
         return None
     return [make_node(proto, RESHAPE, proto.input[:1], proto.output, {"shape": tuple(out)})]
 
 
 def encode_reshape(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
-    """ONNX Reshape with the target shape as a constant input."""
+    """ONNX Reshape with the target shape as a constant input (0 and -1 where it has symbolic dims)."""
     name = node.name or ctx.fresh_name("Reshape")
-    shape_name = ctx.add_constant(np.array(node.attrs["shape"], dtype=np.int64), f"{name}_shape")
+    target = tuple(node.attrs["shape"])
+    if not all(is_static(d) for d in target):
+        source = ctx.type_of(node.inputs[0])
+        written = onnx_reshape_target(source.shape, target) if source is not None and source.shape else None
+        if written is None:
+            raise ValueError(f"reshape {node.name}: no constant target for {target}")
+        target = written
+    shape_name = ctx.add_constant(np.array(target, dtype=np.int64), f"{name}_shape")
     return [onnx.helper.make_node("Reshape", [node.inputs[0], shape_name], list(node.outputs), name=name)]
 
 
@@ -219,7 +257,8 @@ SPLIT = OpDef(
     family="layout")
 
 RESHAPE = OpDef(
-    name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1, attrs=(AttrSpec("shape", z3="code"),),
+    name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1,
+    attrs=(AttrSpec("shape", z3="code", symbolic=True),),
     shape=reshape_shape, kernel=lambda xp, a, attrs: [xp.reshape(a[0], attrs["shape"])],
     decode=decode_reshape, encode=encode_reshape, doc="reshape to a constant shape", z3_symbol="reshape",
     family="layout")

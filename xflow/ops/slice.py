@@ -13,7 +13,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import attr_or_input, decoded
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, symbolic_shape
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
 
@@ -44,7 +44,7 @@ def _slice(xp, a, attrs):
 
 def decode_slice(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Slice whose starts, ends, axes and steps are all known constants."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if shape is None or len(proto.output) != 1:
         return None
     starts, ends = attr_or_input(proto, ctx, "starts", 1), attr_or_input(proto, ctx, "ends", 2)

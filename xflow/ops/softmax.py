@@ -8,7 +8,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import decoded, known_shape, stand_in
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, onnx_attrs, symbolic_shape
 
 _EXP_STAND_IN = stand_in(61, 67)
 
@@ -36,7 +36,7 @@ def _softmax_int(xp, a, attrs):
 def decode_softmax(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Softmax with its axis made non-negative. Before opset 13 it normalized the input flattened to 2-D at
     ``axis`` (default 1): the same function only when that axis is the last one."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if shape is None or not shape:
         return None
     default = -1 if ctx.opset >= 13 else 1

@@ -10,7 +10,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import attr_or_input, axes_attr, decoded
-from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, static_shape
+from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, symbolic_shape
 
 
 def squeeze_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -42,7 +42,7 @@ def _unsqueeze(xp, a, attrs):
 
 def decode_squeeze(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Squeeze; without axes, every unit axis of the static input."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     if shape is None:
         return None
     values = attr_or_input(proto, ctx, "axes", 1)
@@ -59,7 +59,7 @@ def decode_squeeze(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | No
 
 def decode_unsqueeze(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Unsqueeze with constant axes (negative ones count from the output's end)."""
-    shape = static_shape(ctx, proto.input[0])
+    shape = symbolic_shape(ctx, proto.input[0])
     values = attr_or_input(proto, ctx, "axes", 1)
     if shape is None or values is None:
         return None

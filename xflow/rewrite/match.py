@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from xflow.ir import Graph, Node, TensorType
+from xflow.ir.dims import Dim, SymbolicDim
 from xflow.ops import OPS, ShapeError
 from xflow.rules.expr import Expr, ExprError, ShapeEnv
 from xflow.rules.model import AttrTemplate, PatternNode, Rule, Var
@@ -469,34 +470,44 @@ def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str,
                 continue
             if out in graph.output_set or any(id(u) not in matched for u, _ in graph.users.get(out, [])):
                 return fail(f"internal tensor {p_out} ({out}) is used outside the match")
-    shapes: dict[str, tuple[int, ...]] = {}
+    shapes: dict[str, tuple[Dim, ...]] = {}
     for p_name, g_name in values.items():
         t = graph.type_of(g_name)
-        if t is None or not t.is_static:
-            return fail(f"tensor {p_name} ({g_name}) has no static shape")
-        shapes[p_name] = t.static_shape
-    shape_env = ShapeEnv(env, shapes)
+        if t is None or t.shape is None or any(d is None for d in t.shape):
+            return fail(f"tensor {p_name} ({g_name}) has no known shape")
+        shapes[p_name] = t.shape
+    shape_env = ShapeEnv(env, _condition_shapes(shapes))
     try:
         for cond in rule.where:
             if not cond.evaluate(shape_env):
                 return fail(f"condition {cond.source!r} is false")
         dst_attrs, dst_types = instantiate_target(graph, rule, values, shape_env)
     except (ShapeError, ExprError, IndexError, TypeError, ZeroDivisionError) as exc:
+        # TypeError includes Undecided: a condition that holds for some values of the symbols only
         return fail(f"target does not instantiate: {exc}")
     for s, d in rule.outputs.items():
         src_type = graph.type_of(values[s])
         dst_type = dst_types.get(d) or graph.type_of(values.get(d, ""))
-        if src_type != dst_type:
+        if src_type is None or not src_type.same_as(dst_type):
             return fail(f"output {s} would change type from {src_type} to {dst_type}")
+        if d in dst_types:
+            dst_types[d] = src_type  # the same dims, written as the graph has them
     return Match(rule, nodes, values, env, dst_attrs, dst_types)
 
 
+def _condition_shapes(shapes: dict[str, tuple[Dim, ...]]) -> dict[str, tuple[Any, ...]]:
+    """Shapes as conditions read them: a dim over symbols is a SymbolicDim, whose comparisons are decided for
+    every value of the symbols or raise Undecided (all-int shapes are passed as they are)."""
+    return {name: shape if all(type(d) is int for d in shape) else tuple(SymbolicDim.wrap(d) for d in shape)
+            for name, shape in shapes.items()}
+
+
 def evaluate_template(template: AttrTemplate, env: ShapeEnv) -> Any:
-    """The concrete attribute value of a target template."""
+    """The attribute value of a target template (dims over symbols as sympy expressions)."""
     if isinstance(template, Var):
         return env.variables[template.name]
     if isinstance(template, Expr):
-        return template.evaluate(env)
+        return SymbolicDim.unwrap(template.evaluate(env))
     if isinstance(template, tuple):
         return tuple(evaluate_template(t, env) for t in template)
     return template
@@ -505,16 +516,17 @@ def evaluate_template(template: AttrTemplate, env: ShapeEnv) -> Any:
 def instantiate_target(graph: Graph, rule: Rule, values: dict[str, str], env: ShapeEnv
                        ) -> tuple[tuple[dict[str, Any], ...], dict[str, TensorType]]:
     """Evaluate the target's attributes and infer its tensor types with the op table's shape rules
-    (this is the shape precondition: a ShapeError means the rule does not apply here)."""
+    (this is the shape precondition: a ShapeError means the rule does not apply here). An attribute that
+    would depend on a symbol where the op table allows none (a split of ``batch``) is a ShapeError."""
     types: dict[str, TensorType] = {}
     all_attrs: list[dict[str, Any]] = []
-    shapes = dict(env.shapes)
+    readable = dict(env.shapes)
     for p in rule.dst:
         entry = OPS[p.op]
-        local = ShapeEnv(env.variables, shapes)
+        local = ShapeEnv(env.variables, readable)
         attrs = entry.normalize_attrs({k: evaluate_template(t, local) for k, t in p.attrs.items()})
         in_types = [types.get(i) or graph.type_of(values[i]) for i in p.inputs]
-        out_shapes = entry.infer([t.static_shape for t in in_types], attrs)  # type: ignore[union-attr]
+        out_shapes = entry.infer([t.shape for t in in_types], attrs)  # type: ignore[union-attr]
         if len(out_shapes) != len(p.outputs):
             raise ShapeError(f"{p.op} gives {len(out_shapes)} outputs, pattern names {len(p.outputs)}")
         if in_types and entry.same_dtype_inputs and \
@@ -523,6 +535,6 @@ def instantiate_target(graph: Graph, rule: Rule, values: dict[str, str], env: Sh
         dtype = entry.output_dtype([t.dtype for t in in_types if t is not None], attrs)
         for name, shape in zip(p.outputs, out_shapes, strict=True):
             types[name] = TensorType(dtype, shape)
-            shapes[name] = shape
+            readable.update(_condition_shapes({name: shape}))
         all_attrs.append(dict(attrs))
     return tuple(all_attrs), types

@@ -874,6 +874,8 @@ def _build() -> list[Axiom]:
         L("neg_involution", _un("neg", _un("neg", "x")), "x", ("x",), (), _same("x")),
         L("ewsub_def_neg", _sub("x", "y"), _add("x", _un("neg", "y")), ("x", "y"), (), _same("x y")),
         L("neg_ewmul", _mul(_un("neg", "x"), "y"), _un("neg", _mul("x", "y")), ("x", "y"), (), _same("x y")),
+        L("neg_matmul_left", _mm(_un("neg", "x"), "y"), _un("neg", _mm("x", "y")), ("x", "y"), (), _batched_mm_gen),
+        L("neg_matmul_right", _mm("x", _un("neg", "y")), _un("neg", _mm("x", "y")), ("x", "y"), (), _batched_mm_gen),
         L("pow2_ewmul", ("pow", {"exponent": 2.0}, "x"), _mul("x", "x"), ("x",), (), _same("x")),
         L("exp_ewadd", _un("exp", _add("x", "y")), _mul(_un("exp", "x"), _un("exp", "y")), ("x", "y"), (),
           _same("x y")),
@@ -895,6 +897,9 @@ def _build() -> list[Axiom]:
         *(L(f"conv_pad_{'_'.join(map(str, spatial))}", _cv(_pad("x", spatial), "w", pads=(0, 0, 0, 0)),
             _cv("x", "w", pads=spatial), ("x", "w"), ("sh", "sw", "g", "act"),
             _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}))
+          for spatial in PAD_INTO_CONV),
+        *(L(f"conv_bias_pad_{'_'.join(map(str, spatial))}", _cvb(_pad("x", spatial), "w", "b", pads=(0, 0, 0, 0)),
+            _cvb("x", "w", "b", pads=spatial), ("x", "w", "b"), ("sh", "sw", "g", "act"), _biased_gen())
           for spatial in PAD_INTO_CONV),
         *(L(f"transpose_{op}", _t(_un(op, "x")), _un(op, _t("x")), ("x",), (), _positive(_mat_gen("x:ab")))
           for op in UNARY),

@@ -64,6 +64,12 @@ def matmul_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -
     return [f.rank(args[0]) >= 2, f.rank(args[1]) >= 2, f.dim(args[0], -1) == f.dim(args[1], -2)]
 
 
+def transpose_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """A transpose's input has as many dims as its permutation has entries."""
+    perm = attrs["perm"]
+    return [] if f.symbolic(perm) else [f.rank(args[0]) == len(perm)]
+
+
 def transpose_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Permute dims by ``perm``."""
     (x,) = shapes
@@ -146,7 +152,7 @@ TRANSPOSE = OpDef(
     attrs=(AttrSpec("perm", z3="code", sample=_sample_perm),),
     shape=transpose_shape, kernel=lambda xp, a, attrs: [xp.transpose(a[0], attrs["perm"])],
     decode=decode_transpose, encode=encode_transpose, doc="permute dimensions", z3_symbol="transpose",
-    roles=("matrix",), menu=Menu(({"perm": (1, 0)},)), family="layout")
+    roles=("matrix",), facts=transpose_facts, menu=Menu(({"perm": (1, 0)},)), family="layout")
 
 OPS = (MATMUL, TRANSPOSE)
 DECODERS = {"Gemm": decode_gemm}

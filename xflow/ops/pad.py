@@ -3,7 +3,7 @@ constant inputs from 11 on. Reflect/edge modes, negative pads and an axes input 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from xflow.ops.base import (
     Menu,
     OpDef,
     ShapeError,
+    ShapeFacts,
     onnx_attrs,
     symbolic_shape,
 )
@@ -77,11 +78,17 @@ def _menu_pad(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any]
 #: stride 1), one at the end (3x3 at stride 2 on even sizes), one and two (5x5 at stride 2).
 MENU_PADDINGS: tuple[tuple[int, int, int, int], ...] = ((0, 0, 0, 0), (1, 1, 1, 1), (0, 0, 1, 1), (1, 1, 2, 2))
 
+def pad_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
+    """A pad's input has half as many dims as its pads have entries."""
+    pads = attrs["pads"]
+    return [] if f.symbolic(pads) else [f.rank(args[0]) == len(pads) // 2]
+
+
 PAD = OpDef(
     name="pad", onnx_types=("Pad",), min_inputs=1, max_inputs=1,
     attrs=(AttrSpec("pads", z3="code"), AttrSpec("value", 0.0, z3="float")),
     shape=pad_shape, kernel=_pad, decode=decode_pad, encode=encode_pad,
-    doc="pad every axis with a constant", z3_symbol="pad", family="layout",
+    doc="pad every axis with a constant", z3_symbol="pad", family="layout", facts=pad_facts,
     menu=Menu(tuple({"spatial": p} for p in MENU_PADDINGS), resolve=_menu_pad, activations_only=True))
 
 OPS = (PAD,)

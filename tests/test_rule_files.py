@@ -57,11 +57,11 @@ def test_verify_rules_proves_every_shipped_rule(tmp_path):
     assert f"{len(rules) - len(OVER_BUDGET)} of {len(rules)} rules proved and checked" in result.output
 
 
-# Shipped rules the default budget does not prove. The three of the algebra issue prove again (z3 gets each
-# rule's relevant axioms). These five, matmul(concat(a, a), concat(b, c)) -> matmul(a, add(b, c)) and its
-# mirrors, were most likely proved before through an unguarded identity-conv axiom that gave every tensor rank 4
-# (any rule about rank-2 tensors held vacuously); a real proof needs b and c of one shape, which only the
-# target's well-formedness says (the verifier assumes the source's): a hypothesis to add, not a budget question.
+# Shipped rules the default budget does not prove. These five, matmul(concat(a, a), concat(b, c)) ->
+# matmul(a, add(b, c)) and its mirrors, were most likely proved before through an unguarded identity-conv axiom
+# that gave every tensor rank 4 (any rule about rank-2 tensors held vacuously). They hold where b and c have one
+# shape; the target's well-formedness is now a hypothesis, but it says only that add(b, c) broadcasts to
+# the rows a needs, and no axiom gives the dims of a broadcast: an axiom to add, not a budget question.
 # Six more of the kind were compositions of smaller rules and are no longer shipped.
 OVER_BUDGET = {"g3_0a9d59f7d5", "g3_2b4305efe6", "g3_496ce5e05d", "g3_515ea7d7c8", "g3_f118161b27"}
 

@@ -174,3 +174,37 @@ def test_unsupported_is_never_proved():
     with pytest.raises(Unsupported):
         encode_rule(rule)
     assert prove_rule(rule).status == "unsupported"
+
+
+#: fused_matmul[transA] -> transpose ; matmul: true only where x has rank 4, which only the target's transpose says
+UNFUSE_TRANS_A = {"name": "unfuse_trans_a", "inputs": {"x": "any", "y": "any"},
+                  "src": [{"op": "fused_matmul", "in": ["x", "y"], "out": ["f"],
+                           "attrs": {"alpha": 1.0, "transA": 1, "transB": 0}}],
+                  "dst": [{"op": "transpose", "in": ["x"], "out": ["t"], "attrs": {"perm": [0, 1, 3, 2]}},
+                          {"op": "matmul", "in": ["t", "y"], "out": ["m"]}], "outputs": {"f": "m"}}
+
+
+def _fused_matmul_graph(rank: int):
+    from onnx import TensorProto, helper
+
+    from xflow.onnx_io import graph_from_model
+
+    lead = (2, 3, 4, 5)[: rank - 2]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [*lead, 6, 7])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [*lead, 6, 8])
+    out = helper.make_tensor_value_info("z", TensorProto.FLOAT, [*lead, 7, 8])
+    node = helper.make_node("FusedMatMul", ["x", "y"], ["z"], domain="com.microsoft", transA=1, alpha=1.0)
+    model = helper.make_model(helper.make_graph([node], "g", [x, y], [out]), ir_version=8,
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return graph_from_model(model)
+
+
+def test_a_rule_true_where_its_target_is_well_formed_is_proved_and_applies_only_there():
+    """The target's shape facts are hypotheses because the matcher refuses a match whose target does not
+    type-check: the unfusing rule is proved, fires on a rank-4 FusedMatMul and not on a rank-3 one."""
+    from xflow.rewrite.match import find_matches
+
+    rule = parse_rule(UNFUSE_TRANS_A)
+    assert prove_rule(rule).status == "proved"
+    assert len(list(find_matches(_fused_matmul_graph(4), rule))) == 1
+    assert list(find_matches(_fused_matmul_graph(3), rule)) == []

@@ -370,7 +370,10 @@ def encode_rule(rule: Rule) -> EncodedRule:
             if not isinstance(value, z3.BoolRef):
                 raise Unsupported(f"condition {cond.source!r} is not boolean")
             hyps.append(value)
-    dst_terms = _encode_nodes(rule.dst, variables, dict(src_terms), source=False)
+    # The target's facts are hypotheses too: the matcher infers the target's shapes with the op table's shape
+    # rules and refuses a match where one raises (``rewrite.match.instantiate_target``), so a rule is only
+    # ever applied where its target is well-formed (a rule true only there is still a rule).
+    dst_terms = _encode_nodes(rule.dst, variables, dict(src_terms), source=False, facts=hyps)
     goals = [(s, d, src_terms[s], dst_terms[d]) for s, d in rule.outputs.items()]
     i = z3.Int("out_dim_index")
     for _, _, a, b in goals:  # the matcher rejects a rewrite that changes an output's type

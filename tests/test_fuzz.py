@@ -42,7 +42,7 @@ BENCH_RULES = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rules.
 MIN_REWRITTEN_SHARE = {"dense": {"engine_rules.json": 0.08, "default.json": 0.12, "bench_rules.json": 0.08},
                        "conv": {"engine_rules.json": 0.12, "default.json": 0.15, "bench_rules.json": 0.02}}
 # Distinct shipped rules applied over the examples (5 dense, 7 conv): what the fuzz checks of
-# rules/default.json. Few of its 1,447 fire here, so a broken shipped rule is caught by verify-rules
+# rules/default.json. Few of its 1,442 fire here, so a broken shipped rule is caught by verify-rules
 # (tests/test_rule_files.py), not necessarily by the fuzz.
 MIN_SHIPPED_RULES_FIRED = {"dense": 3, "conv": 4}
 # Runs where simplify_splits changed the written graph, over the three rule files (dense: 20; conv: 2,

@@ -57,13 +57,10 @@ def test_verify_rules_proves_every_shipped_rule(tmp_path):
     assert f"{len(rules) - len(OVER_BUDGET)} of {len(rules)} rules proved and checked" in result.output
 
 
-# Shipped rules the default budget does not prove. These five, matmul(concat(a, a), concat(b, c)) ->
-# matmul(a, add(b, c)) and its mirrors, were most likely proved before through an unguarded identity-conv axiom
-# that gave every tensor rank 4 (any rule about rank-2 tensors held vacuously). They hold where b and c have one
-# shape; the target's well-formedness is now a hypothesis, but it says only that add(b, c) broadcasts to
-# the rows a needs, and no axiom gives the dims of a broadcast: an axiom to add, not a budget question.
-# Six more of the kind were compositions of smaller rules and are no longer shipped.
-OVER_BUDGET = {"g3_0a9d59f7d5", "g3_2b4305efe6", "g3_496ce5e05d", "g3_515ea7d7c8", "g3_f118161b27"}
+# Shipped rules the default budget does not prove: none. The last five (matmul(concat(a, a), concat(b, c)) ->
+# matmul(a, add(b, c)) and mirrors, which hold only where b and c have one shape and no axiom gives a broadcast's
+# dims) were removed from the file, like six more of the kind that were compositions of smaller rules.
+OVER_BUDGET: set[str] = set()
 
 
 def test_rules_merge_keeps_each_rule_once_most_general_with_provenance(tmp_path):

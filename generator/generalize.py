@@ -64,12 +64,13 @@ def _dims(a: str, b: str, offset: int) -> str:
 
 
 def _size_choices(pieces: list[tuple[str, str, int]], tensors: list[Tensor], rank: int, offset: int,
-                  src_vars: list[str]) -> list[str]:
-    """Candidate expressions for the sizes of a 2-way split along ``offset`` (negative) of a rank-``rank``
-    tensor: a source split variable, the pieces of a concat, or two inputs' dims."""
+                  src_vars: list[str], split: str) -> list[str]:
+    """Candidate expressions for the sizes of a 2-way split along ``offset`` (negative) of the rank-``rank``
+    tensor ``split``: a source split variable, the pieces of a concat, or two inputs' dims. A piece never has
+    the split tensor's own size (the other piece would be empty), so no choice names ``split``."""
     choices = list(src_vars)
-    choices += [_dims(a, b, off) for a, b, off in pieces]
-    same_rank = [t.name for t in tensors if t.rank == rank]
+    choices += [_dims(a, b, off) for a, b, off in pieces if split not in (a, b)]
+    same_rank = [t.name for t in tensors if t.rank == rank and t.name != split]
     choices += [_dims(a, b, offset) for a, b in itertools.permutations(same_rank, 2)]
     choices += [_dims(a, a, offset) for a in same_rank]
     return list(dict.fromkeys(choices))
@@ -110,7 +111,7 @@ def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: di
                         where.append(f"rank({a}) == rank({b})")
             elif general and OPS[op].attr(key).z3 == "sizes" and len(value) == 2:
                 offset = attrs["axis"] - rank
-                choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars)
+                choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars, first)
                 if source:
                     name = f"sz{index}"
                     rendered[key] = f"?{name}"

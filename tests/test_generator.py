@@ -216,3 +216,15 @@ def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
                     multi_output_tensors=set(several[several != 0].tolist()))
     assert sorted(v.code for v in narrowed) == sorted(v.code for v in pruned)
     assert narrow_stats["applications"] < stats["applications"]
+
+
+def test_split_sizes_never_name_the_split_tensor_itself():
+    """A 2-way split's pieces are each smaller than the tensor split, so a size expression over the split
+    tensor's own dim (``(dim(x1, -1), dim(x1, -1))`` for a split of x1) can never be instantiated: it is not
+    offered, while the other inputs' dims and a concat's pieces still are."""
+    from generator.generalize import Tensor, _size_choices
+
+    inputs = [Tensor("x1", 2), Tensor("x2", 2), Tensor("x3", 2)]
+    choices = _size_choices([("x1", "x2", -1), ("x2", "x3", -1)], inputs, 2, -1, [], "x1")
+    assert choices and not any("x1" in c for c in choices)
+    assert "(dim(x2, -1), dim(x3, -1))" in choices and "(dim(x2, -1), dim(x2, -1))" in choices

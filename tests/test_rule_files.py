@@ -86,3 +86,33 @@ def test_rules_merge_keeps_each_rule_once_most_general_with_provenance(tmp_path)
     assert f"wrote {out}: 7 rules from 10 in 2 files" in result.output
     assert [s["file"] for s in json.loads(out.read_text())["merged_from"]] == ["a.json", "b.json"]
     assert len(load_rules(str(out))) == 7
+
+
+#: 2 x (i1 * i1) -> (i1 + i1) * i1: shipped once, now made by smaller shipped rules in two steps
+SQUARE_TWICE = {"name": "g2_e827434e8c", "doc": "add[](mul[](i1,i1),mul[](i1,i1)) -> mul[](add[](i1,i1),i1)",
+                "inputs": {"i1": "any"},
+                "src": [{"op": "mul", "in": ["i1", "i1"], "out": ["s0"]},
+                        {"op": "add", "in": ["s0", "s0"], "out": ["s1"]}],
+                "dst": [{"op": "add", "in": ["i1", "i1"], "out": ["d0"]},
+                        {"op": "mul", "in": ["i1", "d0"], "out": ["d1"]}],
+                "outputs": {"s1": "d1"}}
+
+
+def test_rules_merge_leaves_out_a_composition_of_smaller_rules(tmp_path):
+    """Merging the shipped file with a rule its smaller rules already make in two steps writes the shipped rules
+    only and lists the composition with its path; --keep-compositions keeps it."""
+    shipped = Path(default_rules_path())
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps({"format": "xflow.rules/1", "rules": [SQUARE_TWICE]}))
+    out = tmp_path / "merged.json"
+    result = CliRunner().invoke(main, ["rules", "merge", str(shipped), str(extra), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert len(written["rules"]) == len(_rules_in(shipped))
+    assert [r["name"] for r in written["left_out_compositions"]] == ["g2_e827434e8c"]
+    assert written["left_out_compositions"][0]["composed_by"]
+    assert "1 compositions of smaller rules left out" in result.output
+    result = CliRunner().invoke(main, ["rules", "merge", str(shipped), str(extra), "--out", str(out),
+                                       "--keep-compositions"])
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(out.read_text())["rules"]) == len(_rules_in(shipped)) + 1

@@ -166,13 +166,19 @@ def rules_stats(models: tuple[str, ...], rules_path: str | None, small: bool, to
               help="Also write rules that batch unconnected elementwise ops (relu(a) ; relu(b) -> "
                    "split(relu(concat(a, b)))); left out by default: they match every pair of such ops and "
                    "flood the search, and concat + split only add copies on a CPU.")
+@click.option("--keep-compositions", is_flag=True,
+              help="Also write rules that smaller rules of the result make in two steps (TASO's redundancy "
+                   "pruning leaves them out by default, listed under left_out_compositions).")
 @user_errors
-def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batching: bool) -> None:
+def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batching: bool,
+                keep_compositions: bool) -> None:
     """Join rule files into one: a rule found in several (same canonical text, whatever its name) is kept
-    once, the most general; every rule keeps its provenance."""
+    once, the most general; every rule keeps its provenance. As in generate-rules, a rule that smaller rules
+    of the result compose is left out unless ``--keep-compositions``."""
     import json
 
     from generator.generalize import canonical_key, dedupe
+    from generator.redundancy import find_compositions
     from generator.rule_file import split_batching
     from xflow.rules import load_rules, rules_from_json
     from xflow.rules.io import dump_rules
@@ -187,12 +193,19 @@ def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batchin
             sources.append({"file": os.path.basename(path), "rules": len(rules),
                             "generated_by": json.load(f).get("generated_by", "")})
     kept, left_out = split_batching(dedupe(merged, key=canonical_key), keep_independent_batching)
+    composed = {} if keep_compositions else find_compositions(kept).dropped
     meta: dict[str, Any] = {"merged_from": sources}
     if left_out:
         meta["left_out_independent_batching"] = [{"name": r["name"], "doc": r["doc"]} for r in left_out]
+    if composed:
+        meta["left_out_compositions"] = [{"name": r["name"], "doc": r["doc"], "composed_by": composed[r["name"]]}
+                                         for r in kept if r["name"] in composed]
+        kept = [r for r in kept if r["name"] not in composed]
     dump_rules(rules_from_json(kept), out_path, meta=meta)
+    notes = [f"{len(left_out)} independent-batching rules"] if left_out else []
+    notes += [f"{len(composed)} compositions of smaller rules"] if composed else []
     click.echo(f"wrote {out_path}: {len(kept)} rules from {len(merged)} in {len(inputs)} files"
-               + (f" ({len(left_out)} independent-batching rules left out)" if left_out else ""))
+               + (f" ({' and '.join(notes)} left out)" if notes else ""))
 
 
 COMMANDS: list[click.Command] = [generate_rules, rules_group]

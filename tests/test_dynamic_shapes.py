@@ -173,7 +173,11 @@ def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
     ("transpose", [(batch, seq, 8)], {"perm": (1, 0, 2)}, (seq, batch, 8)),
     ("reshape", [(batch, seq, 8)], {"shape": (batch * seq, 2, 4)}, (batch * seq, 2, 4)),
     ("reshape", [(batch, seq, 8)], {"shape": (batch, seq, 2, 4)}, (batch, seq, 2, 4)),
+    # two symbolic dims not copied from the input: written with a target computed at run time
+    ("reshape", [(batch * seq, 8)], {"shape": (batch, seq, 2, 4)}, (batch, seq, 2, 4)),
+    ("reshape", [(batch * (seq + 1), 8)], {"shape": (batch, seq + 1, 8)}, (batch, seq + 1, 8)),
     ("expand", [(batch, 1, 8)], {"shape": (1, 4, 8)}, (batch, 4, 8)),
+    ("expand", [(1,)], {"shape": (seq, seq)}, (seq, seq)),
 ])
 def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     from xflow.ops import OPS
@@ -188,7 +192,9 @@ def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     ("concat", [(batch, seq, 8), (batch, 4, 8)], {"axis": 2}),
     ("split", [(batch, seq, 8)], {"axis": 1, "split": (4, 4)}),  # seq = 8 only
     ("reshape", [(batch, seq, 8)], {"shape": (batch, 16)}),
-    ("reshape", [(batch * seq, 8)], {"shape": (batch, seq, 8)}),  # no one constant ONNX target writes it
+    ("reshape", [(batch * seq, 4)], {"shape": (batch / 2, seq, 8)}),  # batch/2: no run-time target computes it
+    ("reshape", [(batch * seq, 0)], {"shape": (batch, seq, 0)}),  # a computed 0 would copy a dim
+    ("expand", [(1,)], {"shape": (seq / 2, 4)}),
     ("expand", [(batch, 1, 8)], {"shape": (3, 4, 8)}),  # batch 3 or 1 only
     ("split", [(batch, 8)], {"axis": 0, "split": (batch - 1, 1)}),  # a size of a symbol is no constant attribute
 ])

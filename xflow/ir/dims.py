@@ -9,7 +9,8 @@ be shown it answers False (no match, never a guess).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -111,6 +112,59 @@ def divides(a: Dim, b: Dim) -> bool:
     if not quotient.is_polynomial(*symbols):
         return False
     return all(c.is_Integer for c in sympy.Poly(quotient, *symbols).coeffs())
+
+
+#: a polynomial's terms: (integer coefficient, ((symbol name, power), ...)); () for the constant term
+Terms = list[tuple[int, tuple[tuple[str, int], ...]]]
+
+
+def integer_terms(dim: Dim) -> Terms | None:
+    """The dim as a polynomial with integer coefficients in its symbols (``batch*seq``, ``2*seq + 1``), term
+    by term, or None when it is not one (``seq/2``, ``floor(seq/2)``): what a run can compute from the
+    symbols' values with integer Mul and Add."""
+    expr = sympy.sympify(dim)
+    if expr.is_Integer:
+        return [(int(expr), ())] if int(expr) else []
+    symbols = sorted(expr.free_symbols, key=lambda s: s.name)
+    if not symbols or not expr.is_polynomial(*symbols):
+        return None
+    poly = sympy.Poly(sympy.expand(expr), *symbols)
+    if not all(c.is_Integer for c in poly.coeffs()):
+        return None
+    return [(int(c), tuple((s.name, k) for s, k in zip(symbols, monom, strict=True) if k))
+            for monom, c in poly.terms()]
+
+
+@dataclass(frozen=True)
+class SymbolSource:
+    """Where a run of the model reads a symbol's value: dim ``axis`` of graph input ``input`` is
+    ``scale * symbol + offset`` (so the symbol is ``(dim - offset) / scale``, an exact division)."""
+
+    input: str
+    axis: int
+    scale: int = 1
+    offset: int = 0
+
+
+def symbol_sources(inputs: Iterable[tuple[str, Sequence[Dim] | None]]) -> dict[str, SymbolSource]:
+    """For every symbol a run can read from the graph inputs (``(name, dims)`` pairs), where: a dim that is
+    the symbol itself (preferred) or ``scale * symbol + offset`` in it alone. A symbol only found in dims over
+    several symbols (``batch*seq``) has none."""
+    found: dict[str, SymbolSource] = {}
+    for name, dims in inputs:
+        for axis, d in enumerate(dims or ()):
+            if is_static(d) or len(d.free_symbols) != 1:
+                continue
+            (s,) = d.free_symbols
+            terms = integer_terms(d)
+            if terms is None or any(powers not in ((), ((s.name, 1),)) for _, powers in terms):
+                continue
+            scale = sum(c for c, powers in terms if powers)
+            offset = sum(c for c, powers in terms if not powers)
+            source = SymbolSource(name, axis, scale, offset)
+            if s.name not in found or (scale, offset) == (1, 0) != (found[s.name].scale, found[s.name].offset):
+                found[s.name] = source
+    return found
 
 
 def concrete(dim: Dim, values: Mapping[str, int]) -> int:

@@ -14,7 +14,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
-from xflow.ir.dims import concrete, dims_of, free_symbols, is_static
+from xflow.ir.dims import concrete, dims_of, free_symbols, is_static, symbol_sources
 from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
@@ -240,9 +240,11 @@ class _Decoder:
         self.constants = constants
         self.const_nodes = const_nodes
         self.base_dir = base_dir
-        # the graph inputs' symbols: a dim over any other (a size only a run can tell, named by inference) has
-        # no value at the profile's points, so a node with one could not be costed: it stays opaque
-        self.symbols = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
+        # the symbols a run reads from a graph input's dim: a dim over any other (a size only a run can tell,
+        # named by inference) has no value at the profile's points, so a node with one could not be costed, and
+        # a reshape target over it could not be written: it stays opaque
+        self.symbols = set(symbol_sources((vi.name, dims_of(vi)) for vi in model.graph.input
+                                          if vi.name not in constants))
         self.taken = {vi.name for vi in model.graph.input} | set(types) | set(constants)
         for n in model.graph.node:
             self.taken.update(n.output)

@@ -15,6 +15,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError
 from xflow.ir import Constant, Graph, Node, TensorType
+from xflow.ir.dims import SymbolSource, dims_of, symbol_sources
 from xflow.ops import DEFAULT_DOMAINS, DOMAIN_VERSIONS, OPS
 
 EXTERNAL_THRESHOLD = 1 << 30  # bytes of inline weights above which we write external data anyway
@@ -37,6 +38,7 @@ class _Encoder:
         self.taken.update(name for n in graph.nodes for name in (*n.inputs, *n.implicit))
         self.counter = itertools.count()
         self.new_constants: dict[str, np.ndarray] = {}
+        self._sources: dict[str, SymbolSource] | None = None
 
     def fresh_name(self, hint: str) -> str:
         while True:
@@ -53,6 +55,14 @@ class _Encoder:
     def type_of(self, name: str) -> TensorType | None:
         """The type of a value of the graph (encoders whose ONNX form ties a constant's type to it ask)."""
         return self.graph.types.get(name)
+
+    def symbol_source(self, name: str) -> SymbolSource | None:
+        """Where a run of the written model reads symbol ``name``: a dim of one of the interface's inputs."""
+        if self._sources is None:
+            template = self.graph.context.template.graph if self.graph.context else None
+            inputs = [vi for vi in template.input if vi.name in self.graph.inputs] if template else []
+            self._sources = symbol_sources((vi.name, dims_of(vi)) for vi in inputs)
+        return self._sources.get(name)
 
 
 def _opaque_proto(node: Node) -> onnx.NodeProto:

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape, TensorType
-from xflow.ir.dims import as_dim, has_symbols
+from xflow.ir.dims import SymbolSource, as_dim, has_symbols
 
 
 class ShapeError(ValueError):
@@ -39,11 +39,14 @@ class DecodeContext(Protocol):
 
 class EncodeContext(Protocol):
     """What an encoder may ask of the model being written (``type_of``: a value's type, for a node whose
-    attributes hold dims over symbols, written against its input's dims)."""
+    attributes hold dims over symbols, written against its input's dims; ``symbol_source``: which graph
+    input's dim a run reads a symbol from, for a reshape target computed at run time)."""
 
     opset: int
 
     def type_of(self, name: str) -> TensorType | None: ...
+
+    def symbol_source(self, name: str) -> SymbolSource | None: ...
 
     def add_constant(self, array: np.ndarray, hint: str) -> str: ...
 

@@ -1,4 +1,4 @@
-"""Data movement: concat, split, reshape (constant target shape)."""
+"""Data movement: concat, split, reshape (to a shape whose dims may be expressions over the symbols)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
-from xflow.ir.dims import equal, is_static, product
+from xflow.ir.dims import equal, free_symbols, is_static, product
+from xflow.ops._runtime_dims import runtime_shape, writable
 from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
@@ -174,14 +175,28 @@ def encode_split(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
 
 def reshape_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Reshape to the explicit ``shape`` (no 0 or -1: decoding resolves them). A target with dims over
-    symbols must be writable as one constant ONNX target (see ``onnx_reshape_target``)."""
+    symbols must be one the encoder can write (``writable_reshape_target``)."""
     (x,) = shapes
     target = tuple(attrs["shape"])
     if any(is_static(d) and d < 0 for d in target) or not equal(product(target), product(x)):
         raise ShapeError(f"reshape: cannot reshape {x} to {target}")
-    if onnx_reshape_target(x, target) is None:
-        raise ShapeError(f"reshape: target {target} of {x} needs dims computed at run time")
+    if not writable_reshape_target(x, target):
+        raise ShapeError(f"reshape: target {target} of {x} cannot be written (a dim not an integer polynomial "
+                         "in the input's symbols, or a 0 beside symbols)")
     return [target]
+
+
+def writable_reshape_target(x: Shape, target: Shape) -> bool:
+    """Whether ``encode_reshape`` can write a Reshape of a value of dims ``x`` to ``target`` for every value of
+    the symbols: as one constant ONNX target (``onnx_reshape_target``), or with a target computed at run
+    time, which needs every symbolic dim an integer polynomial over symbols of ``x`` (each of them read from a
+    graph input's dim, as every symbol in the IR is: ``xflow.ops._runtime_dims``) and no static 0 beside them
+    (a computed 0 would copy the input's dim)."""
+    if onnx_reshape_target(x, target) is not None:
+        return True
+    if any(is_static(d) and int(d) == 0 for d in target):
+        return False
+    return set(free_symbols(target)) <= set(free_symbols(x)) and all(writable(d) for d in target)
 
 
 def onnx_reshape_target(x: Shape, target: Shape) -> tuple[int, ...] | None:
@@ -225,17 +240,45 @@ def decode_reshape(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | No
 
 
 def encode_reshape(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
-    """ONNX Reshape with the target shape as a constant input (0 and -1 where it has symbolic dims)."""
+    """ONNX Reshape with the target shape as a constant input (0 and -1 where it has symbolic dims), or, when
+    one constant cannot say it (``[batch*seq, 768]`` back to ``[batch, seq, 768]``), computed at run time
+    from the graph inputs' dims (``computed_reshape_target``)."""
     name = node.name or ctx.fresh_name("Reshape")
     target = tuple(node.attrs["shape"])
-    if not all(is_static(d) for d in target):
+    protos: list[onnx.NodeProto] = []
+    if all(is_static(d) for d in target):
+        shape_name = ctx.add_constant(np.array(target, dtype=np.int64), f"{name}_shape")
+    else:
         source = ctx.type_of(node.inputs[0])
-        written = onnx_reshape_target(source.shape, target) if source is not None and source.shape else None
-        if written is None:
-            raise ValueError(f"reshape {node.name}: no constant target for {target}")
-        target = written
-    shape_name = ctx.add_constant(np.array(target, dtype=np.int64), f"{name}_shape")
-    return [onnx.helper.make_node("Reshape", [node.inputs[0], shape_name], list(node.outputs), name=name)]
+        if source is None or source.shape is None:
+            raise ValueError(f"reshape {node.name}: the input's dims are unknown, no target for {target}")
+        written = onnx_reshape_target(source.shape, target)
+        if written is not None:
+            shape_name = ctx.add_constant(np.array(written, dtype=np.int64), f"{name}_shape")
+        else:
+            protos, shape_name = computed_reshape_target(source.shape, target, name, ctx)
+    return [*protos, onnx.helper.make_node("Reshape", [node.inputs[0], shape_name], list(node.outputs), name=name)]
+
+
+def computed_reshape_target(x: Shape, target: Shape, name: str, ctx: EncodeContext
+                            ) -> tuple[list[onnx.NodeProto], str]:
+    """ONNX nodes computing the Reshape target ``target`` for an input of dims ``x`` at run time, and the
+    name of their result: dims copied from the input as 0, the first other symbolic dim as -1, the rest
+    computed (``_runtime_dims.runtime_shape``). ValueError on a static 0 beside symbols (a computed target's
+    0 would copy the input's dim; ``writable_reshape_target`` rules it out)."""
+    pieces: list[Any] = []
+    for axis, d in enumerate(target):
+        if is_static(d):
+            if int(d) == 0:
+                raise ValueError(f"reshape {name}: a static 0 beside symbolic dims in {target}")
+            pieces.append(int(d))
+        elif axis < len(x) and equal(d, x[axis]):
+            pieces.append(0)
+        elif -1 not in pieces:
+            pieces.append(-1)
+        else:
+            pieces.append(d)
+    return runtime_shape(pieces, f"{name}_shape", ctx)
 
 
 #: concat's and split's axis: one variable when the generator generalizes it, so the two stay equal
@@ -260,7 +303,7 @@ RESHAPE = OpDef(
     name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1,
     attrs=(AttrSpec("shape", z3="code", symbolic=True),),
     shape=reshape_shape, kernel=lambda xp, a, attrs: [xp.reshape(a[0], attrs["shape"])],
-    decode=decode_reshape, encode=encode_reshape, doc="reshape to a constant shape", z3_symbol="reshape",
-    family="layout")
+    decode=decode_reshape, encode=encode_reshape, doc="reshape to a shape (symbolic dims computed at run time)",
+    z3_symbol="reshape", family="layout")
 
 OPS = (CONCAT, SPLIT, RESHAPE)

@@ -69,10 +69,10 @@ def run_exports(name: str, static_dir: str, dynamic_dir: str, rules: str | None,
                      "opaque": report.nodes_opaque, "ir_nodes": report.ir_nodes_before,
                      "seconds": round(report.search_seconds, 1), "matches": _matches(src, rules)}
         if kind == "dynamic":
-            row["interface_kept"] = list(onnx.load(out, load_external_data=False).graph.input) == \
-                list(onnx.load(src, load_external_data=False).graph.input) and \
-                list(onnx.load(out, load_external_data=False).graph.output) == \
-                list(onnx.load(src, load_external_data=False).graph.output)
+            written, source = onnx.load(out, load_external_data=False), onnx.load(src, load_external_data=False)
+            row["interface_kept"] = all(  # byte for byte
+                [vi.SerializeToString() for vi in getattr(written.graph, field)] ==
+                [vi.SerializeToString() for vi in getattr(source.graph, field)] for field in ("input", "output"))
             original, optimized = make_session(src), make_session(out)
             checked = []
             for inp_sizes in _check_sizes(original):

@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError
 from xflow.ir import Constant, Graph, Node, TensorType
-from xflow.ir.dims import SymbolSource, dims_of, symbol_sources
+from xflow.ir.dims import SymbolSource, symbol_sources
 from xflow.ops import DEFAULT_DOMAINS, DOMAIN_VERSIONS, OPS
 
 EXTERNAL_THRESHOLD = 1 << 30  # bytes of inline weights above which we write external data anyway
@@ -57,11 +57,11 @@ class _Encoder:
         return self.graph.types.get(name)
 
     def symbol_source(self, name: str) -> SymbolSource | None:
-        """Where a run of the written model reads symbol ``name``: a dim of one of the interface's inputs."""
+        """Where a run of the written model reads symbol ``name``: a dim of one of the graph's inputs (the
+        model's interface, whose dims load took from it; or a placement segment's inputs)."""
         if self._sources is None:
-            template = self.graph.context.template.graph if self.graph.context else None
-            inputs = [vi for vi in template.input if vi.name in self.graph.inputs] if template else []
-            self._sources = symbol_sources((vi.name, dims_of(vi)) for vi in inputs)
+            types = self.graph.types
+            self._sources = symbol_sources((i, types[i].shape) for i in self.graph.inputs if i in types)
         return self._sources.get(name)
 
 

@@ -128,6 +128,10 @@ def main() -> None:
     parser.add_argument("models", nargs="*")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--also", action="append", default=[], metavar="LABEL=PATH",
+                        help="time: another model timed in the same rounds (e.g. xflow's rewrite of MODEL)")
+    parser.add_argument("--only", nargs="*", default=None, metavar="OPTIMIZER",
+                        help="time: disable only these optimizers (default: each one that fires)")
     args = parser.parse_args()
     if args.what == "forms":
         for label, (model, disabled) in forms().items():
@@ -138,14 +142,15 @@ def main() -> None:
         interleaved({first: variants.pop(first), **variants}, args.rounds, args.threads)
         return
     for path in args.models:
-        fired = firing(path, args.threads)
+        fired = firing(path, args.threads) if args.only is None else dict.fromkeys(args.only)
         print(f"## {os.path.basename(path)}")
         if args.what == "fires":
             for name, diff in fired.items():
                 print(f"- {name}: {diff}")
             continue
         print("| variant | median ms | speedup | faster in | max abs diff |\n|---|---:|---:|---:|---:|")
-        interleaved({"all enabled": (path, []), **{f"{name} disabled": (path, [name]) for name in fired}},
+        others = {label: (other, []) for label, _, other in (a.partition("=") for a in args.also)}
+        interleaved({"all enabled": (path, []), **{f"{name} disabled": (path, [name]) for name in fired}, **others},
                     args.rounds, args.threads)
 
 

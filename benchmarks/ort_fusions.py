@@ -89,7 +89,7 @@ def interleaved(variants: dict[str, tuple[str | bytes, list[str]]], rounds: int,
     for label in labels:
         diff = max(float(np.abs(a - b).max()) for a, b in zip(outs[label], outs[labels[0]], strict=True))
         wins = sum(a < b for a, b in zip(times[label], times[labels[0]], strict=True))
-        print(f"| {label} | {statistics.median(times[label]) * 1e3:.2f} | {base / statistics.median(times[label]):.3f}x"
+        print(f"| {label} | {statistics.median(times[label]) * 1e3:.3f} | {base / statistics.median(times[label]):.3f}x"
               f" | {wins}/{rounds} | {diff:.1e} |", flush=True)
 
 

@@ -120,18 +120,34 @@ def _fused_convs() -> Iterator[Fusion]:
                              [node("conv", inputs, "y", act="relu", **geometry)], fused, found)
 
 
+def _unfusable_forms() -> Iterator[dict[str, Any]]:
+    """A residual sum before a layer normalization written as ONNX Sum instead of Add: ONNX Runtime's
+    SkipLayerNormFusion matches only the Add form (and its fused kernel is the slower one on some CPUs), so
+    the two forms run different kernels; the measured cost model chooses between them. One direction only:
+    exports write Add, which ORT fuses where fusing pays, and the reverse rule would let a completion
+    sweep (``complete_sweeps``) undo every rewrite right after making it."""
+    for params in (["g", "b"], ["g"]):
+        inputs = {"x": "any", "s": "any", **{p: "const" for p in params}}
+        found = {"x": [2, 3, 8], "s": [2, 3, 8], **{p: [8] for p in params}}
+        src = [node("add", ["x", "s"], "t"), node("layernorm", ["t", *params], "y", axis="?ax", epsilon="?eps")]
+        dst = [node("sum", ["x", "s"], "u"), node("layernorm", ["u", *params], "z", axis="?ax", epsilon="?eps")]
+        yield _rule(f"add_to_sum_layernorm_{2 + len(params)}", inputs, src, dst, found, [])
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
-    return [c for f in fusions for c in candidates(f)]
+    return [c for f in fusions for c in candidates(f)] + list(_unfusable_forms())
 
 
 def main() -> None:
     """Write the candidate file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="candidate file to write (for generate-rules --candidates)")
+    parser.add_argument("--only-unfusable", action="store_true",
+                        help="only the forms ORT's fusions do not match (Add -> Sum before a layer normalization)")
     args = parser.parse_args()
-    found = all_candidates()
+    found = list(_unfusable_forms()) if args.only_unfusable else all_candidates()
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"format": CANDIDATES_FORMAT, "max_ops": MAX_OPS, "seed": 0, "candidates": found}, f, indent=1)
     print(f"wrote {args.out}: {len(found)} candidates")

@@ -89,7 +89,7 @@ UNARY_SHAPES = [(5,), (2, 3, 4), (2, 3, 4, 5)]
 BINARY_SHAPES = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((1, 3, 1), (2, 1, 5))]
 
 CASES = [
-    *(case(op, *shapes) for op in ("add", "mul", "sub") for shapes in BINARY_SHAPES),
+    *(case(op, *shapes) for op in ("add", "mul", "sub", "sum") for shapes in BINARY_SHAPES),
     case("smul", (2, 3), ()), case("smul", (4, 5, 6), (1,)), case("smul", (7,), ()),
     *(case(op, shape) for op in ("relu", "sigmoid", "tanh", "identity") for shape in UNARY_SHAPES),
     case("matmul", (3, 4), (4, 5)), case("matmul", (2, 3, 4), (4, 5)),
@@ -177,7 +177,8 @@ CASES = [
 ]
 
 INVALID = [
-    *(case(op, *shapes) for op in ("add", "mul", "sub") for shapes in (((2, 3), (4,)), ((2, 3), (3, 2)), ((2,),))),
+    *(case(op, *shapes) for op in ("add", "mul", "sub", "sum")
+      for shapes in (((2, 3), (4,)), ((2, 3), (3, 2)), ((2,),))),
     case("smul", (2, 3), (2,)), case("smul", (2, 3), (1, 1)), case("smul", (2, 3)),
     *(case(op, *shapes) for op in ("relu", "sigmoid", "tanh", "identity") for shapes in (((2,), (2,)), ())),
     case("matmul", (3, 4), (5, 6)), case("matmul", (4,), (4, 5)), case("matmul", (2, 3, 4), (3, 4, 5)),

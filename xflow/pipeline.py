@@ -315,6 +315,7 @@ def search(graph: Graph, rules: list[Rule], coster: GraphCoster, options: Optimi
 
 #: Alternatives estimated dearer than this times the best graph are not timed.
 FINALIST_SPREAD = 1.5
+ROOT_SWEEP_FINALISTS = 3  # the cheapest first sweeps from the input graph, each also timed as it is
 
 
 @dataclass
@@ -346,6 +347,15 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
         seen.add(alt.graph.hash_sum)
         sources.append(alt)
     found = [_finalist(source) for source in sources]
+    # each first sweep from the input alone (one rule at every match): a rule whose measured gain is real
+    # end to end stays separable from one whose estimated gain is not (BERT: Add -> Sum before each
+    # LayerNormalization against the Q/K/V matmul merges, see docs/lab-notes/2026-11-25-ort-fusions.md)
+    for sweep in sorted(result.root_sweeps, key=lambda alt: alt.cost)[:ROOT_SWEEP_FINALISTS]:
+        if (sweep.graph.hash_sum in seen or sweep.cost >= result.initial_cost
+                or sweep.cost > FINALIST_SPREAD * result.best_cost):
+            continue
+        seen.add(sweep.graph.hash_sum)
+        found.append(_finalist(sweep))
     by_name = {rule.name: rule for rule in rules}
     for source in sources:
         path_rules = [by_name[name] for name in dict.fromkeys(s.rule for s in source.steps) if name in by_name]

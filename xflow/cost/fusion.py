@@ -26,12 +26,20 @@ from xflow.ops import OPS
 _ACTIVATIONS = frozenset({"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid"})
 #: head ONNX type -> the epilogue ONNX types ORT's CPU optimizer folds or fuses into it
 #: (ConvBNFusion, ConvAddFusion, ConvMulFusion, ConvActivationFusion and the NCHWc Conv+Sum+Relu;
-#: MatMulAddFusion, MatMulScaleFusion; GemmActivationFusion)
+#: MatMulAddFusion, MatMulScaleFusion; GemmActivationFusion; SkipLayerNormFusion). SkipLayerNormFusion
+#: fuses an Add (a residual sum, with a bias Add before it) and the LayerNormalization reading it into one
+#: SkipLayerNormalization kernel: a LayerNormalization joins a chain only right after an Add
+#: (``AFTER_ADD``), and an Add that no other chain absorbs heads one of its own, so the two are measured in
+#: one session as ORT runs them. Add is then both a head and an epilogue kind: it heads a chain only where
+#: it is no other head's epilogue.
 FUSES: dict[str, frozenset[str]] = {
     "Conv": frozenset({"BatchNormalization", "Add", "Mul"}) | _ACTIVATIONS,
-    "MatMul": frozenset({"Add", "Mul", "Div"}),
+    "MatMul": frozenset({"Add", "Mul", "Div", "LayerNormalization"}),
     "Gemm": _ACTIVATIONS,
+    "Add": frozenset({"LayerNormalization"}),
 }
+#: epilogue ONNX type -> the ONNX type the chain's previous node must have for it to join
+AFTER_ADD: dict[str, str] = {"LayerNormalization": "Add"}
 MAX_EPILOGUES = 3
 _EPILOGUES = frozenset().union(*FUSES.values())
 _KINDS = _EPILOGUES | frozenset(FUSES)
@@ -114,6 +122,8 @@ def _chain(graph: GraphView, head: Node, memo: FusionMemo) -> tuple[Node, ...]:
     value = _single_output(head)
     if takes is None or value is None or head.implicit or is_folded(graph, head):
         return (head,)
+    if ort_type(head) in _EPILOGUES and head_of(graph, head, memo) is not None:
+        return (head,)  # an epilogue of another head (only Add is both kinds)
     nodes = [head]
     while len(nodes) <= MAX_EPILOGUES:
         sole = _sole_reader(graph, value, memo)
@@ -121,8 +131,9 @@ def _chain(graph: GraphView, head: Node, memo: FusionMemo) -> tuple[Node, ...]:
             break
         reader, pos = sole
         out = _single_output(reader)
-        if (out is None or reader.implicit or ort_type(reader) not in takes or _link(graph, reader, memo) != pos
-                or is_folded(graph, reader)):
+        kind = ort_type(reader)
+        if (out is None or reader.implicit or kind not in takes or _link(graph, reader, memo) != pos
+                or is_folded(graph, reader) or AFTER_ADD.get(kind, ort_type(nodes[-1])) != ort_type(nodes[-1])):
             break
         nodes.append(reader)
         value = out
@@ -151,9 +162,12 @@ def _head_of(graph: GraphView, node: Node, memo: FusionMemo) -> Node | None:
             return None
         producer = graph.producer_of(current.inputs[pos])
         assert producer is not None
-        if ort_type(producer) in FUSES:  # heads and epilogues are disjoint kinds
-            return producer if any(n is node for n in chain(graph, producer, memo)) else None
-        current = producer
+        if ort_type(producer) in FUSES:
+            if any(n is node for n in chain(graph, producer, memo)):
+                return producer
+            if ort_type(producer) not in _EPILOGUES:
+                return None
+        current = producer  # an epilogue kind (an Add heading no chain with ``node``): go on up
     return None
 
 

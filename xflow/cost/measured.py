@@ -39,6 +39,13 @@ from xflow.ops import OPS
 from xflow.runtime import PROVIDERS, session_options
 
 _EVENT = re.compile(r"^xf(\d+)[nov]")
+_VALUE = re.compile(r"^xf(\d+)[ov]")
+#: ONNX types in a group that ORT may fuse into a node it names afresh (SkipLayerNormFusion names its node
+#: "SkipLayerNormalization..."): a batch holding one is saved as ORT optimized it, to find which subgraph
+#: such a node belongs to by the values it writes (see ``_renamed_nodes``)
+RENAMED_BY_ORT = frozenset({"LayerNormalization"})
+#: the fused kernels ORT makes that the op table knows (com.microsoft ops): the only renamed nodes counted
+_FUSED_TYPES = frozenset(t for entry in OPS.values() if entry.domain for t in entry.onnx_types)
 MAX_BATCH_NODES = 300
 MAX_BATCH_BYTES = 512 << 20  # initializer + input bytes per measuring model (protobuf stays far below 2 GB)
 IN_CACHE_RUNS_FACTOR = 3  # timed runs per session when measuring in the cache, times ``runs``
@@ -366,13 +373,34 @@ class MeasuredCost:
             opts.enable_profiling = True
             opts.profile_file_prefix = os.path.join(folder, "profile")
             providers = [PROVIDERS[self.provider]] + (["CPUExecutionProvider"] if self.provider != "cpu" else [])
+            optimized = os.path.join(folder, "optimized.onnx")
+            if any(n.op_type in RENAMED_BY_ORT for n in batch.model.graph.node):
+                opts.optimized_model_filepath = optimized
+                opts.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                              "optimized.data")
+                opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                              "1024")
             session = ort.InferenceSession(batch.model.SerializeToString(), sess_options=opts, providers=providers)
             self.stats.sessions += 1
+            renamed = _renamed_nodes(optimized) if os.path.exists(optimized) else {}
             for _ in range(self.warmup + self.runs):
                 session.run(None, batch.feeds)
             with open(session.end_profiling(), encoding="utf-8") as f:
                 events = json.load(f)
-        return _median_kernel_times(events, self.warmup, count)
+        return _median_kernel_times(events, self.warmup, count, renamed)
+
+
+def _renamed_nodes(path: str) -> dict[str, int]:
+    """Node name -> subgraph index for the fused nodes (``_FUSED_TYPES``) ORT made under a name of its own
+    in the optimized batch model at ``path``, by the subgraph whose values the node writes."""
+    found: dict[str, int] = {}
+    for node in onnx.load(path, load_external_data=False).graph.node:
+        if node.op_type not in _FUSED_TYPES or _EVENT.match(node.name):
+            continue
+        owners = {int(m.group(1)) for m in (_VALUE.match(o) for o in node.output if o) if m}
+        if len(owners) == 1:
+            found[node.name] = owners.pop()
+    return found
 
 
 def last_level_cache_bytes() -> int | None:
@@ -422,8 +450,10 @@ def _input_bytes(graph: Graph, group: tuple[Node, ...]) -> int:
     return total
 
 
-def _median_kernel_times(events: list[dict], warmup: int, count: int) -> dict[int, float]:
-    """Per subgraph index: median over the runs after ``warmup`` of its summed kernel times (seconds)."""
+def _median_kernel_times(events: list[dict], warmup: int, count: int,
+                         renamed: dict[str, int] | None = None) -> dict[int, float]:
+    """Per subgraph index: median over the runs after ``warmup`` of its summed kernel times (seconds);
+    ``renamed``: fused nodes ORT named afresh -> their subgraph index (see ``_renamed_nodes``)."""
     runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session"
                   and e.get("name") == "model_run")
     starts = [r[0] for r in runs]
@@ -432,12 +462,13 @@ def _median_kernel_times(events: list[dict], warmup: int, count: int) -> dict[in
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
             continue
         m = _EVENT.match(e["name"])
-        if m is None or int(m.group(1)) >= count:
+        idx = int(m.group(1)) if m is not None else (renamed or {}).get(e["name"][: -len("_kernel_time")])
+        if idx is None or idx >= count:
             continue  # layout reorders and copies ORT inserted around a node: not the node's own work
         run = bisect.bisect_right(starts, e["ts"]) - 1
         if run < warmup:
             continue
-        slot = per_run.setdefault(int(m.group(1)), {})
+        slot = per_run.setdefault(idx, {})
         slot[run] = slot.get(run, 0.0) + e["dur"] * 1e-6
     return {idx: statistics.median(by_run.values()) for idx, by_run in per_run.items()}
 

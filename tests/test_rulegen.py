@@ -165,7 +165,9 @@ def test_shipped_rules_are_proved_and_fire_on_the_zoo():
     for rule in rules:
         assert rule.provenance["z3"]["status"] == "proved", rule.name
         assert rule.provenance["numeric"]["trials"] >= 3, rule.name
-        assert "fingerprint" in rule.provenance, rule.name
+        # a generated rule names the fingerprint it was paired on; one proved from a candidate script
+        # (benchmarks/fusion_candidates.py) names that script instead
+        assert "fingerprint" in rule.provenance or rule.provenance.get("generator", {}).get("script"), rule.name
     result = CliRunner().invoke(main, ["rules", "stats", "bert", "--small"])
     assert result.exit_code == 0, result.output
     assert " 0 matches" not in result.output

@@ -64,6 +64,10 @@ class NumEnv:
     max = staticmethod(max)
     div = staticmethod(lambda a, b: a // b)
 
+    def same_shape(self, a: Any, b: Any) -> bool:
+        """Whether terms ``a`` and ``b`` have one shape (rank and every dim)."""
+        return np.shape(_eval_num(a, self)) == np.shape(_eval_num(b, self))
+
 
 class Z3Env:
     """Evaluation environment for guards and ``F`` values in z3."""
@@ -85,6 +89,13 @@ class Z3Env:
     If = staticmethod(z3.If)
     max = staticmethod(z3_max)
     div = staticmethod(lambda a, b: a / b)
+
+    def same_shape(self, a: Any, b: Any) -> Any:
+        """Terms ``a`` and ``b`` have one shape: equal ranks and equal dims at every index (a quantified
+        index, so the fact holds for tensors of any rank)."""
+        ta, tb = _eval_z3(a, self), _eval_z3(b, self)
+        i = z3.Int("same_shape_index")
+        return z3.And(RANK(ta) == RANK(tb), z3.ForAll([i], DIM(ta, i) == DIM(tb, i)))
 
 
 def _attr(value: Any, env: Any) -> Any:
@@ -195,6 +206,9 @@ class Axiom:
     doc: str = ""
     pattern: Any = None  # trigger term; default: lhs (and rhs) when usable
     shape: bool = field(default=False)  # an equation between Ints (rank/dim facts)
+    #: Both sides together form one multi-pattern (the axiom relates two terms neither of which binds every
+    #: variable alone); otherwise each pattern term is a trigger of its own.
+    multi: bool = False
     #: The op-table names the axiom's two sides apply (derived from them).
     ops: frozenset[str] = field(init=False)
     #: Per trigger pattern of the formula, the ops a term must hold for E-matching to instantiate the axiom;
@@ -203,13 +217,18 @@ class Axiom:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", _ops(self.lhs) | _ops(self.rhs))
-        patterns = tuple(_ops(term) for term in self._pattern_terms())
+        terms = self._pattern_terms()
+        patterns = (frozenset().union(*(_ops(t) for t in terms)),) if self.multi and terms else tuple(
+            _ops(term) for term in terms)
         object.__setattr__(self, "triggers", patterns or tuple(frozenset({op}) for op in sorted(self.ops)))
 
     def _pattern_terms(self) -> list[Any]:
         """The terms of the formula's trigger patterns: plain terms that bind every variable."""
         everything = set(self.tensors) | set(self.params)
         candidates = [self.pattern] if self.pattern is not None else [self.lhs, self.rhs]
+        if self.multi:
+            plain = all(not isinstance(t, str | F) and _plain(t) for t in candidates)
+            return candidates if plain and set().union(*(_names(t, set()) for t in candidates)) >= everything else []
         return [term for term in candidates
                 if not isinstance(term, str | F) and _plain(term) and _names(term, set()) >= everything]
 
@@ -226,6 +245,8 @@ class Axiom:
                 body = z3.Implies(g, body)
         bound = [values[n] for n in (*self.tensors, *self.params)]
         pats = [_eval_z3(term, env) for term in self._pattern_terms()]
+        if self.multi and pats:
+            pats = [z3.MultiPattern(*pats)]
         return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
 
     def check(self, rng: np.random.Generator) -> float:
@@ -643,6 +664,11 @@ def _build() -> list[Axiom]:
           ("a", "b", "c", "d"), ("ax",),
           lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
               _concat_gen("a c")(rng))),
+        # x - x is the zero tensor of x's shape: any two such differences of one shape are equal (with the
+        # distributive axioms above this makes 0 * y, 0 @ y, conv(0, w), ... zeros too). One multi-pattern
+        # over both differences; the guard compares their shapes at every index.
+        A("ewsub_self_zero", _sub("a", "a"), _sub("b", "b"), ("a", "b"), (), _same("a b"),
+          guard=lambda e: e.same_shape(_sub("a", "a"), _sub("b", "b")), multi=True),
         A("identity_elim", ("identity", {}, "x"), "x", ("x",), (), _same("x")),
         A("relu_idempotent", _relu(_relu("x")), _relu("x"), ("x",), (), _same("x")),
         A("transpose_relu", _t(_relu("x")), _relu(_t("x")), ("x",), (), _same("x", (2,))),

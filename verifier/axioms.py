@@ -326,6 +326,21 @@ def _ker(rng, d, m=None, c=None):
     return _arr(rng, d["m"] if m is None else m, (d["cin"] // d["g"]) if c is None else c, d["kh"], d["kw"])
 
 
+def _end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A conv instance and other end pads ``qb``, ``qr`` that give the output the same size (stride 2 mostly:
+    there an end pad of one more or less often leaves the size alone)."""
+    d = _conv_shapes(rng)
+    d.update(sh=_pick(rng, [2, 2, 1]), sw=_pick(rng, [2, 2, 1]))
+    d.update(x=_img(rng, d), w=_ker(rng, d))
+
+    def other(size: int, start: int, end: int, k: int, s: int) -> int:
+        out = (size + start + end - k) // s
+        return _pick(rng, [q for q in range(3) if size + start + q >= k and (size + start + q - k) // s == out])
+
+    d.update(qb=other(d["h"], d["pt"], d["pb"], d["kh"], d["sh"]), qr=other(d["w_"], d["pl"], d["pr"], d["kw"], d["sw"]))
+    return d
+
+
 def _mat_gen(spec: str) -> Callable[[np.random.Generator], dict[str, Any]]:
     """Matrices from a spec like 'x:ab y:bc z:cd' with random sizes per letter (and s: scalars)."""
     def gen(rng):
@@ -703,6 +718,13 @@ def _build() -> list[Axiom]:
         A("conv_smul_weight", _cv("x", _smul("w", "s"), act="none"), _smul(_cv("x", "w", act="none"), "s"),
           ("x", "w", "s"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "s": _scalar(rng)})),
+        # the end pads of a conv beyond what its last window reads: two convs differing only there, with outputs
+        # of one size, read the same windows (stride-2 convs of an odd and an even end pad)
+        A("conv_end_pads_unread", _cv("x", "w"), _cv("x", "w", pads=(P("pt"), P("pl"), P("qb"), P("qr"))),
+          ("x", "w"), (*CONV_PARAMS, "act", "qb", "qr"), _end_pads_gen,
+          guard=lambda e: e.And(e.p("qb") >= 0, e.p("qr") >= 0,
+                                e.same_shape(_cv("x", "w"), _cv("x", "w", pads=(P("pt"), P("pl"), P("qb"), P("qr"))))),
+          multi=True),
         A("conv_relu", _cv("x", "w", act="relu"), _relu(_cv("x", "w", act="none")), ("x", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
         A("conv_cpool_avgpool",
@@ -899,6 +921,7 @@ def _build() -> list[Axiom]:
         L("reciprocal_involution", _un("reciprocal", _un("reciprocal", "x")), "x", ("x",), (), _same("x")),
         L("neg_involution", _un("neg", _un("neg", "x")), "x", ("x",), (), _same("x")),
         L("ewsub_def_neg", _sub("x", "y"), _add("x", _un("neg", "y")), ("x", "y"), (), _same("x y")),
+        L("neg_ewsub", _un("neg", _sub("x", "y")), _sub("y", "x"), ("x", "y"), (), _same("x y")),
         L("neg_ewmul", _mul(_un("neg", "x"), "y"), _un("neg", _mul("x", "y")), ("x", "y"), (), _same("x y")),
         L("neg_matmul_left", _mm(_un("neg", "x"), "y"), _un("neg", _mm("x", "y")), ("x", "y"), (), _batched_mm_gen),
         L("neg_matmul_right", _mm("x", _un("neg", "y")), _un("neg", _mm("x", "y")), ("x", "y"), (), _batched_mm_gen),

@@ -341,6 +341,29 @@ def _end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
     return d
 
 
+def _pads_gen(names: str) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Images of one shape and a pad's pads (its height and width only, 0 to 2 at each end)."""
+    def gen(rng):
+        d = _same(names, (4,))(rng)
+        t, left, b, r = (int(v) for v in rng.integers(0, 3, size=4))
+        return {**d, "pp": (0, 0, t, left, 0, 0, b, r)}
+    return gen
+
+
+def _pool_end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A pooling instance and other end pads ``qb``, ``qr`` (below the kernel) that give the output the same size."""
+    d = _pool_gen(rng)
+    d.update(sh=_pick(rng, [2, 2, 1]), sw=_pick(rng, [2, 2, 1]))
+    h, w = d["x"].shape[2], d["x"].shape[3]
+
+    def other(size: int, start: int, end: int, k: int, s: int) -> int:
+        out = (size + start + end - k) // s
+        return _pick(rng, [q for q in range(k) if size + start + q >= k and (size + start + q - k) // s == out])
+
+    d.update(qb=other(h, d["pt"], d["pb"], d["kh"], d["sh"]), qr=other(w, d["pl"], d["pr"], d["kw"], d["sw"]))
+    return d
+
+
 def _mat_gen(spec: str) -> Callable[[np.random.Generator], dict[str, Any]]:
     """Matrices from a spec like 'x:ab y:bc z:cd' with random sizes per letter (and s: scalars)."""
     def gen(rng):
@@ -890,6 +913,37 @@ def _build() -> list[Axiom]:
         A("maxpool_relu", ("maxpool", POOL, _relu("x")), _relu(("maxpool", POOL, "x")), ("x",), POOL_PARAMS, _pool_gen),
         A("avgpool_ewadd", ("avgpool", AVG, _add("x", "y")), _add(("avgpool", AVG, "x"), ("avgpool", AVG, "y")),
           ("x", "y"), (*POOL_PARAMS, "cip"), _pool_gen),
+        # -- zero padding is linear, and the zero tensor (x - x) stays zero under ops that map 0 to 0
+        *(L(f"pad_{op}", ("pad", {"pads": P("pp"), "value": 0.0}, (op, {}, "x", "y")),
+            (op, {}, ("pad", {"pads": P("pp"), "value": 0.0}, "x"), ("pad", {"pads": P("pp"), "value": 0.0}, "y")),
+            ("x", "y"), ("pp",), _pads_gen("x y"), guard=lambda e: e.same_shape("x", "y"))
+          for op in ("add", "sub", "mul")),
+        L("pad_neg", ("pad", {"pads": P("pp"), "value": 0.0}, _un("neg", "x")),
+          _un("neg", ("pad", {"pads": P("pp"), "value": 0.0}, "x")), ("x",), ("pp",), _pads_gen("x")),
+        L("avgpool_ewsub", ("avgpool", AVG, _sub("x", "y")), _sub(("avgpool", AVG, "x"), ("avgpool", AVG, "y")),
+          ("x", "y"), (*POOL_PARAMS, "cip"), _pool_gen, guard=lambda e: e.same_shape("x", "y")),
+        L("maxpool_zero", ("maxpool", POOL, _sub("x", "x")), _sub(("maxpool", POOL, "x"), ("maxpool", POOL, "x")),
+          ("x",), POOL_PARAMS, _pool_gen),
+        L("relu_zero", _relu(_sub("x", "x")), _sub(_relu("x"), _relu("x")), ("x",), (), _same("x")),
+        L("enlarge_ewsub", _enlarged(_sub("w", "v")), _sub(_enlarged("w"), _enlarged("v")), ("w", "v"), ("eh", "ew"),
+          _conv_gen(lambda rng, d: {"w": _ker(rng, d), "v": _ker(rng, d), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])})),
+        L("conv_ewsub_weight", _cv("x", _sub("w", "v"), act="none"),
+          _sub(_cv("x", "w", act="none"), _cv("x", "v", act="none")), ("x", "w", "v"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)})),
+        L("ewadd_zero", _add("x", _sub("y", "y")), "x", ("x", "y"), (), _same("x y"),
+          guard=lambda e: e.same_shape("x", _sub("y", "y"))),
+        *(L(f"smul_scalar_{op}", _smul("x", (op, {}, "s", "t")), (op, {}, _smul("x", "s"), _smul("x", "t")),
+            ("x", "s", "t"), (), lambda rng: (lambda s: {**_same("x")(rng), "s": s, "t": _arr(rng, *s.shape)})(
+                _scalar(rng)), guard=lambda e: e.same_shape("s", "t")) for op in ("add", "sub")),
+        # pooling's end pads beyond its last window, as for conv above
+        *(A(f"{op}_end_pads_unread", (op, attrs, "x"),
+            (op, {**attrs, "pads": (P("pt"), P("pl"), P("qb"), P("qr"))}, "x"), ("x",), (*params, "qb", "qr"),
+            _pool_end_pads_gen,
+            guard=lambda e, op=op, attrs=attrs: e.And(e.p("qb") >= 0, e.p("qr") >= 0, e.same_shape(
+                (op, attrs, "x"), (op, {**attrs, "pads": (P("pt"), P("pl"), P("qb"), P("qr"))}, "x"))),
+            multi=True)
+          for op, attrs, params in (("maxpool", POOL, POOL_PARAMS), ("avgpool", AVG, (*POOL_PARAMS, "cip")))),
         # -- shape facts
         A("rank_matmul", ("rank", None, _mm("x", "y")), F(lambda e: e.max(e.rank("x"), e.rank("y"))), ("x", "y"), (),
           _batched_mm_gen, shape=True, pattern=_mm("x", "y")),

@@ -932,7 +932,9 @@ def _build() -> list[Axiom]:
           _sub(_cv("x", "w", act="none"), _cv("x", "v", act="none")), ("x", "w", "v"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)})),
         L("ewadd_zero", _add("x", _sub("y", "y")), "x", ("x", "y"), (), _same("x y"),
-          guard=lambda e: e.same_shape("x", _sub("y", "y"))),
+          guard=lambda e: e.same_shape("x", "y")),
+        L("neg_ewadd", _un("neg", _add("x", "y")), _add(_un("neg", "x"), _un("neg", "y")), ("x", "y"), (),
+          _same("x y")),
         *(L(f"smul_scalar_{op}", _smul("x", (op, {}, "s", "t")), (op, {}, _smul("x", "s"), _smul("x", "t")),
             ("x", "s", "t"), (), lambda rng: (lambda s: {**_same("x")(rng), "s": s, "t": _arr(rng, *s.shape)})(
                 _scalar(rng)), guard=lambda e: e.same_shape("s", "t")) for op in ("add", "sub")),

@@ -26,7 +26,7 @@ class RuleFileOptions:
     max_ops: int = 3
     jobs: int = 1
     seed: int = 0
-    rlimit: int = 10_000_000  # z3 resource units per rule (verifier.prove.DEFAULT_RLIMIT)
+    rlimit: int = 300_000  # z3 resource units per candidate (verifier.prove.GENERATION_RLIMIT)
     guard_s: float = 1200.0  # last-resort wall-clock limit of one proof (reported as "timeout")
     trials: int = 3  # random shape instantiations per rule
     limit: int | None = None  # verify only the first N candidates in priority order

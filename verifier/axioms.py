@@ -332,13 +332,19 @@ def _end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
     d = _conv_shapes(rng)
     d.update(sh=_pick(rng, [2, 2, 1]), sw=_pick(rng, [2, 2, 1]))
     d.update(x=_img(rng, d), w=_ker(rng, d))
+    return _other_end_pads(rng, d, d["h"], d["w_"], (3, 3))
 
-    def other(size: int, start: int, end: int, k: int, s: int) -> int:
+
+def _other_end_pads(rng: np.random.Generator, d: dict[str, Any], h: int, w: int,
+                    below: tuple[int, int]) -> dict[str, Any]:
+    """``d`` with end pads ``qb``, ``qr`` (below ``below``, per axis) that give a window of ``kh`` x ``kw`` at strides
+    ``sh``, ``sw`` over an ``h`` x ``w`` image as many positions as ``pb``, ``pr`` do."""
+    def other(size: int, start: int, end: int, k: int, s: int, limit: int) -> int:
         out = (size + start + end - k) // s
-        return _pick(rng, [q for q in range(3) if size + start + q >= k and (size + start + q - k) // s == out])
+        return _pick(rng, [q for q in range(limit) if size + start + q >= k and (size + start + q - k) // s == out])
 
-    d.update(qb=other(d["h"], d["pt"], d["pb"], d["kh"], d["sh"]), qr=other(d["w_"], d["pl"], d["pr"], d["kw"], d["sw"]))
-    return d
+    return {**d, "qb": other(h, d["pt"], d["pb"], d["kh"], d["sh"], below[0]),
+            "qr": other(w, d["pl"], d["pr"], d["kw"], d["sw"], below[1])}
 
 
 def _pads_gen(names: str) -> Callable[[np.random.Generator], dict[str, Any]]:
@@ -354,14 +360,8 @@ def _pool_end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
     """A pooling instance and other end pads ``qb``, ``qr`` (below the kernel) that give the output the same size."""
     d = _pool_gen(rng)
     d.update(sh=_pick(rng, [2, 2, 1]), sw=_pick(rng, [2, 2, 1]))
-    h, w = d["x"].shape[2], d["x"].shape[3]
-
-    def other(size: int, start: int, end: int, k: int, s: int) -> int:
-        out = (size + start + end - k) // s
-        return _pick(rng, [q for q in range(k) if size + start + q >= k and (size + start + q - k) // s == out])
-
-    d.update(qb=other(h, d["pt"], d["pb"], d["kh"], d["sh"]), qr=other(w, d["pl"], d["pr"], d["kw"], d["sw"]))
-    return d
+    # pooling pads stay below the kernel (ONNX)
+    return _other_end_pads(rng, d, d["x"].shape[2], d["x"].shape[3], (d["kh"], d["kw"]))
 
 
 def _mat_gen(spec: str) -> Callable[[np.random.Generator], dict[str, Any]]:

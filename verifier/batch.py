@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.numeric import XP, numeric_check
-from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, prove_rule
+from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, prepare, prove_rule
 from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
@@ -41,64 +41,69 @@ def _backend_name() -> str:
     return "cupy" if XP.__name__ == "cupy" else "numpy"
 
 
-#: The budgets every numerically checked variant of a candidate is tried on in turn before the last round, as
-#: fractions of the candidate's whole budget: each variant gets a cheap attempt before any gets an expensive
-#: one, so a pinned variant z3 settles at once is not kept waiting behind a general one it cannot settle, and
-#: most candidates are settled in the first round (the median shipped rule needs about 1% of the default).
-ESCALATION = (0.01, 0.1)
+#: The budgets (z3 resource units) every numerically checked variant of a candidate is tried on in turn before
+#: the last round: each variant gets a cheap attempt before any gets an expensive one, so a pinned variant z3
+#: settles at once is not kept waiting behind a general one it cannot settle. Absolute, not fractions of the
+#: candidate's budget: at the shipped file's budget (10M) they are its 1% and 10% as always, and at the smaller
+#: generation budget the first round is still large enough for most proofs (98% of the <= 2-op candidates'
+#: proofs need under 100k), so a proved variant is encoded and solved once, not once per round. A round as
+#: large as the whole budget is skipped (the last round spends what is left).
+ESCALATION = (DEFAULT_RLIMIT // 100, DEFAULT_RLIMIT // 10)
 
 
 def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, trials: int = 3,
                      seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
 
-    Every variant is checked numerically first (a counterexample settles it for nothing). The checked ones
-    are then proved in rounds of growing z3 budgets (``ESCALATION``, then what is left), in variant order
-    within a round; the first proved wins. ``rlimit`` is the z3 resource budget of the whole candidate,
-    shared by its variants and rounds: in the last round each variant but the last gets half of what is
-    left. ``guard_s`` is the last-resort wall-clock guard of each proof. The same candidate and budget give
-    the same outcome on any machine."""
+    A variant is checked numerically before z3 first sees it (a counterexample settles it for nothing), and only
+    then: a candidate whose most general variant is proved in the first round costs one numeric check, not one
+    per variant. The checked ones are proved in rounds of growing z3 budgets (``ESCALATION``, then what is left),
+    in variant order within a round; the first proved wins. ``rlimit`` is the z3 resource budget of the whole
+    candidate, shared by its variants and rounds: in the last round (every variant checked by then) each
+    variant but the last gets half of what is left. ``guard_s`` is the last-resort wall-clock guard of each
+    proof. The same candidate and budget give the same outcome on any machine."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
-    checked: list[tuple[int, dict[str, Any], Any, Any]] = []
+    parsed: list[tuple[int, dict[str, Any], Any]] = []
     for index, raw in enumerate(variants):
         raw = {k: v for k, v in raw.items() if k != "variants"}
         try:
-            rule = parse_rule(raw)
+            parsed.append((index, raw, parse_rule(raw)))
         except RuleError as exc:
             outcome.statuses.append(f"malformed: {exc}")
-            continue
-        outcome.variants_tried += 1
-        try:
-            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS,
-                                    found_on=raw.get("provenance", {}).get("found_on"))
-        except MemoryError:
-            outcome.statuses.append("unknown: out of memory in the numeric check")
-            continue
-        if not numeric.ok or numeric.trials_run < trials:
-            status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
-            outcome.statuses.append(f"{status}: {numeric.reason}")
-            continue
-        checked.append((index, raw, rule, numeric))
+    numerics: dict[int, Any] = {}  # variant -> its numeric result when it passed, None when it did not
+
+    def passes(index: int, raw: dict[str, Any], rule: Any) -> bool:
+        if index not in numerics:
+            numerics[index] = _checked(rule, raw, trials, seed, outcome)
+        return numerics[index] is not None
+
     settled: set[int] = set()
-    for fraction in (*ESCALATION, None):
-        open_ = [c for c in checked if c[0] not in settled]
-        for position, (index, raw, rule, numeric) in enumerate(open_):
+    encoded: dict[int, Any] = {}  # each variant encoded once, whatever the number of rounds it takes part in
+    for step in (*(s for s in ESCALATION if s < rlimit), None):
+        if step is None:  # the last round splits what is left among the checked variants: check them all
+            open_ = [p for p in parsed if p[0] not in settled and passes(*p)]
+        else:
+            open_ = [p for p in parsed if p[0] not in settled]
+        for position, (index, raw, rule) in enumerate(open_):
+            if not passes(index, raw, rule):
+                continue
             left = rlimit - outcome.rlimit_used
             if left <= 0:
                 outcome.statuses.append("unknown: z3 budget spent on earlier variants")
                 break
-            if fraction is not None:
-                budget = min(left, max(1, int(rlimit * fraction)))
+            if step is not None:
+                budget = min(left, step)
             else:  # half of what is left while others remain: a general variant must not starve the pinned one
                 budget = left if position == len(open_) - 1 else max(1, left // 2)
-            proof = prove_rule(rule, budget, guard_s=guard_s)
+            proof = prove_rule(rule, budget, guard_s=guard_s, prepared=encoded.setdefault(index, prepare(rule)))
             outcome.z3_seconds += proof.seconds
             outcome.rlimit_used += proof.rlimit_used
             outcome.statuses.append(f"{proof.status}: {proof.reason}")
             if proof.status in ("refuted", "unsupported"):
                 settled.add(index)
             if proof.proved:
+                numeric = numerics[index]
                 provenance = dict(raw.get("provenance", {}))
                 # resource units, not seconds: the provenance must not depend on the machine that proved it
                 provenance["z3"] = {"status": "proved", "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
@@ -115,6 +120,22 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     outcome.status = _worst(outcome.statuses)
     outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
     return outcome
+
+
+def _checked(rule: Any, raw: dict[str, Any], trials: int, seed: int, outcome: Outcome) -> Any:
+    """``rule``'s numeric check when it passed on ``trials`` shapes, else None (the reason in ``outcome``)."""
+    outcome.variants_tried += 1
+    try:
+        numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS,
+                                found_on=raw.get("provenance", {}).get("found_on"))
+    except MemoryError:
+        outcome.statuses.append("unknown: out of memory in the numeric check")
+        return None
+    if not numeric.ok or numeric.trials_run < trials:
+        status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
+        outcome.statuses.append(f"{status}: {numeric.reason}")
+        return None
+    return numeric
 
 
 def _worst(statuses: list[str]) -> str:

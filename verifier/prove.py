@@ -98,8 +98,28 @@ def rlimit_count(solver: z3.Solver) -> int:
     return int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else 0
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A rule's z3 encoding and relevant axioms (in the global context), or why it cannot be encoded: computed
+    once and reused by every proof attempt of the rule (the attempts themselves run in fresh contexts)."""
+
+    enc: Any
+    relevant: tuple[Axiom, ...] | None
+    unsupported: str = ""
+
+
+def prepare(rule: Rule, axioms: tuple[Axiom, ...] = AXIOMS) -> Prepared:
+    """What ``prove_rule`` needs of ``rule`` before it calls z3, for reuse across attempts."""
+    try:
+        enc = encode_rule(rule)
+    except Unsupported as exc:
+        return Prepared(None, None, str(exc))
+    return Prepared(enc, axioms_for(rule, axioms))
+
+
 def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ...] = AXIOMS,
-               guard_s: float | None = DEFAULT_GUARD_S, relevant_only: bool = True) -> ProofResult:
+               guard_s: float | None = DEFAULT_GUARD_S, relevant_only: bool = True,
+               prepared: Prepared | None = None) -> ProofResult:
     """Prove every mapped output of ``rule`` equal under the axioms and the rule's where conditions.
 
     With ``relevant_only`` z3 gets the axioms relevant to the rule (``verifier.relevance``) first, and all of
@@ -107,14 +127,16 @@ def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ..
     be unsat within
     ``rlimit`` z3 resource units (shared by all outputs). ``sat`` gives "refuted" (a model of the axioms where
     the rule fails: usually only a sign that an axiom is missing); a spent budget gives "unknown"; the
-    wall-clock ``guard_s`` gives "timeout". ``rlimit_used`` counts every attempt.
+    wall-clock ``guard_s`` gives "timeout". ``rlimit_used`` counts every attempt. ``prepared`` (from
+    ``prepare(rule, axioms)``) skips the encoding; the answer is the same.
     """
     start = time.monotonic()
-    try:
-        enc = encode_rule(rule)
-    except Unsupported as exc:
-        return ProofResult("unsupported", time.monotonic() - start, str(exc))
-    relevant = axioms_for(rule, axioms) if relevant_only else axioms
+    if prepared is None:
+        prepared = prepare(rule, axioms)
+    if prepared.relevant is None:
+        return ProofResult("unsupported", time.monotonic() - start, prepared.unsupported)
+    enc = prepared.enc
+    relevant = prepared.relevant if relevant_only else axioms
     first = _prove_with(enc, rlimit, relevant, guard_s, start)
     if first.status != "refuted" or len(relevant) == len(axioms):
         return first

@@ -364,6 +364,14 @@ def _pool_end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
     return _other_end_pads(rng, d, d["x"].shape[2], d["x"].shape[3], (d["kh"], d["kw"]))
 
 
+def _unit_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A matrix (or batch of them) ``x`` with the shape of a tensor of ones over it and its identity sizes."""
+    x = _arr(rng, *(int(d) for d in rng.integers(1, 4, size=_pick(rng, [2, 2, 3]))))
+    n, m = x.shape[-2], x.shape[-1]
+    ones = _pick(rng, [x.shape, x.shape[1:], (1,) * x.ndim, (m,)])
+    return {"x": x, "shp": tuple(int(d) for d in ones), "n": n, "m": m, "dt": DOUBLE}
+
+
 def _mat_gen(spec: str) -> Callable[[np.random.Generator], dict[str, Any]]:
     """Matrices from a spec like 'x:ab y:bc z:cd' with random sizes per letter (and s: scalars)."""
     def gen(rng):
@@ -554,6 +562,15 @@ def _positive(gen: Callable[[np.random.Generator], dict[str, Any]]) -> Callable[
     def positive(rng):
         return {k: np.abs(v) + 0.1 if isinstance(v, np.ndarray) else v for k, v in gen(rng).items()}
     return positive
+
+
+#: A tensor of ones of the shape coded in parameter ``shp``.
+ONES = ("const_ones", {"shape": P("shp"), "dtype": P("dt")})
+
+
+def _eye(size: str) -> Any:
+    """The identity matrix of parameter ``size``'s size."""
+    return ("const_imatmul", {"shape": (P(size), P(size)), "dtype": P("dt")})
 
 
 def _cv(x: Any, w: Any, **kw: Any) -> Any:
@@ -946,6 +963,14 @@ def _build() -> list[Axiom]:
                 (op, attrs, "x"), (op, {**attrs, "pads": (P("pt"), P("pl"), P("qb"), P("qr"))}, "x"))),
             multi=True)
           for op, attrs, params in (("maxpool", POOL, POOL_PARAMS), ("avgpool", AVG, (*POOL_PARAMS, "cip")))),
+        # -- units: ones times x and the identity matrix on either side of a matmul give x back, wherever the
+        # product has x's shape (the ones may broadcast)
+        L("ewmul_ones", _mul(ONES, "x"), "x", ("x",), ("shp", "dt"), _unit_gen,
+          guard=lambda e: e.same_shape(_mul(ONES, "x"), "x")),
+        L("matmul_identity_right", _mm("x", _eye("m")), "x", ("x",), ("m", "dt"), _unit_gen,
+          guard=lambda e: e.same_shape(_mm("x", _eye("m")), "x")),
+        L("matmul_identity_left", _mm(_eye("n"), "x"), "x", ("x",), ("n", "dt"), _unit_gen,
+          guard=lambda e: e.same_shape(_mm(_eye("n"), "x"), "x")),
         # -- shape facts
         A("rank_matmul", ("rank", None, _mm("x", "y")), F(lambda e: e.max(e.rank("x"), e.rank("y"))), ("x", "y"), (),
           _batched_mm_gen, shape=True, pattern=_mm("x", "y")),

@@ -564,6 +564,8 @@ def _positive(gen: Callable[[np.random.Generator], dict[str, Any]]) -> Callable[
     return positive
 
 
+#: The depthwise averaging kernel (c, 1, kh, kw).
+CPOOL = ("const_pool", {"shape": (P("c"), 1, P("kh"), P("kw")), "dtype": P("dt")})
 #: A tensor of ones of the shape coded in parameter ``shp``.
 ONES = ("const_ones", {"shape": P("shp"), "dtype": P("dt")})
 
@@ -768,8 +770,7 @@ def _build() -> list[Axiom]:
         A("conv_relu", _cv("x", "w", act="relu"), _relu(_cv("x", "w", act="none")), ("x", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
         A("conv_cpool_avgpool",
-          _cv("x", ("const_pool", {"shape": (P("c"), 1, P("kh"), P("kw")), "dtype": P("dt")}), act="none",
-              group=P("c")),
+          _cv("x", CPOOL, act="none", group=P("c")),
           ("avgpool", {**POOL, "count_include_pad": 1}, "x"),
           ("x",), ("sh", "sw", "pt", "pl", "pb", "pr", "c", "kh", "kw", "dt"),
           lambda rng: (lambda d: {**d, "c": d["x"].shape[1], "dt": DOUBLE})(_pool_gen(rng)),
@@ -988,6 +989,9 @@ def _build() -> list[Axiom]:
           (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
         A("dim_conv_bias_channels", ("dim", 1, _cvb("x", "w", "b")), ("dim", 0, "w"), ("x", "w", "b"),
           (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
+        *(A(f"dim_const_pool_{i}", ("dim", i, CPOOL), F(value), (), ("c", "kh", "kw", "dt"),
+            lambda rng: {"c": _pick(rng, [1, 2, 4]), "kh": _pick(rng, [1, 3]), "kw": _pick(rng, [1, 3]), "dt": DOUBLE},
+            shape=True) for i, value in ((0, lambda e: e.p("c")), (1, lambda e: 1))),
         *(A(f"dim_const_iconv_{i}", ("dim", i, _iconv_kernel()), F(lambda e: e.p("c")), (), ("c", "kh", "kw", "dt"),
             _iconv_gen, shape=True) for i in (0, 1)),
         A("rank_batchnorm", ("rank", None, _bn("a", *BN_PARAMS)), ("rank", None, "a"), ("a", *BN_PARAMS),

@@ -89,3 +89,40 @@ def test_generate_rules_defaults_to_the_generation_budget_and_verify_rules_to_th
 
     assert default("generate-rules") == GENERATION_RLIMIT
     assert default("verify-rules") == DEFAULT_RLIMIT
+
+
+class _Shapes:
+    """The op table's ``ShapeFacts`` on concrete shapes (tuples)."""
+
+    rank = staticmethod(len)
+    dim = staticmethod(lambda t, i: t[i])
+    symbolic = staticmethod(lambda v: False)
+    int = staticmethod(int)
+    both = staticmethod(lambda *facts: all(facts))
+
+
+def test_conv_facts_hold_exactly_where_its_shape_rule_accepts():
+    """The channel fact the cpool/avgpool candidates need (input channels = group x kernel input channels) is
+    the shape rule's: on random shapes, the facts hold wherever conv's shape rule accepts, and a channel count
+    that breaks the fact is rejected by it."""
+    import numpy as np
+
+    from xflow.ops import OPS, ShapeError
+
+    conv, rng = OPS["conv"], np.random.default_rng(0)
+    accepted = rejected = 0
+    for _ in range(400):
+        group = int(rng.choice([1, 2, 4]))
+        image = (1, int(rng.choice([1, 2, 4, 8])), 5, 5)
+        kernel = (int(rng.choice([4, 8])), int(rng.choice([1, 2, 4])), 3, 3)
+        attrs = conv.normalize_attrs({"group": group, "pads": (1, 1, 1, 1), "strides": (1, 1)})
+        facts = conv.facts(_Shapes, attrs, [image, kernel])
+        try:
+            conv.infer([image, kernel], attrs)
+        except ShapeError:
+            rejected += 1
+            continue
+        accepted += 1
+        assert all(facts), (image, kernel, group)
+    assert accepted > 50 and rejected > 50
+    assert not all(conv.facts(_Shapes, conv.normalize_attrs({"group": 2}), [(1, 4, 5, 5), (4, 1, 3, 3)]))

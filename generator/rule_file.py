@@ -119,8 +119,9 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     proved = dedupe([o.rule for o in outcomes if o.rule is not None])
     proved, left_out = split_batching(proved, options.keep_independent_batching)
     table.append(("proved, left out: independent batching", len(left_out), 0.0))
+    t = time.perf_counter()
     proved, composed = split_compositions(proved, options.keep_compositions)
-    table.append(("proved, left out: compositions of smaller rules", len(composed), 0.0))
+    table.append(("proved, left out: compositions of smaller rules", len(composed), round(time.perf_counter() - t, 3)))
     shipped = [{**r, "name": final_name(r, options.max_ops)} for r in proved]
     table.append(("rules shipped", len(shipped), 0.0))
     result.z3_seconds = sum(o.z3_seconds for o in outcomes)

@@ -26,7 +26,7 @@ class RuleFileOptions:
     max_ops: int = 3
     jobs: int = 1
     seed: int = 0
-    rlimit: int = 300_000  # z3 resource units per candidate (verifier.prove.GENERATION_RLIMIT)
+    rlimit: int = 150_000  # z3 resource units per candidate (verifier.prove.GENERATION_RLIMIT)
     guard_s: float = 1200.0  # last-resort wall-clock limit of one proof (reported as "timeout")
     trials: int = 3  # random shape instantiations per rule
     limit: int | None = None  # verify only the first N candidates in priority order
@@ -64,7 +64,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     from generator.lift import lift_candidates
     from generator.run import generate
     from generator.usefulness import match_counts, zoo_graphs
-    from verifier.batch import WORKER_DIED, verify_candidates
+    from verifier.batch import GENERATION_ROUNDS, WORKER_DIED, verify_candidates
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -102,7 +102,8 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
             show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
 
         outcomes = verify_candidates(batch, rlimit=options.rlimit, trials=options.trials, seed=options.seed,
-                                     progress=on_outcome, guard_s=options.guard_s, executor=executor)
+                                     progress=on_outcome, guard_s=options.guard_s, executor=executor,
+                                     rounds=GENERATION_ROUNDS, replay=True)
         seconds = round(time.perf_counter() - t, 3)
         result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
         for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):

@@ -126,3 +126,15 @@ def test_conv_facts_hold_exactly_where_its_shape_rule_accepts():
         assert all(facts), (image, kernel, group)
     assert accepted > 50 and rejected > 50
     assert not all(conv.facts(_Shapes, conv.normalize_attrs({"group": 2}), [(1, 4, 5, 5), (4, 1, 3, 3)]))
+
+
+def test_a_proof_verify_rules_would_not_repeat_is_checked_on_its_schedule():
+    """With ``replay`` (generate-rules), a variant proved by a call larger than verify-rules' first round is
+    proved again as verify-rules would: still proved here, and those units are counted; without it they are not."""
+    plain = verify_candidate(END_PADS, rlimit=300_000, rounds=(1_000,))
+    replayed = verify_candidate(END_PADS, rlimit=300_000, rounds=(1_000,), replay=True)
+    assert plain.status == replayed.status == "proved"
+    again = verify_candidate(END_PADS)  # verify-rules' budget and rounds
+    assert replayed.rlimit_used == plain.rlimit_used + again.rlimit_used
+    cheap = verify_candidate(END_PADS, rlimit=300_000, replay=True)  # proved in the first round: nothing to replay
+    assert cheap.rlimit_used == verify_candidate(END_PADS, rlimit=300_000).rlimit_used

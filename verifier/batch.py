@@ -49,19 +49,29 @@ def _backend_name() -> str:
 #: proofs need under 100k), so a proved variant is encoded and solved once, not once per round. A round as
 #: large as the whole budget is skipped (the last round spends what is left).
 ESCALATION = (DEFAULT_RLIMIT // 100, DEFAULT_RLIMIT // 10)
+#: The rounds of ``generate-rules`` (budget ``GENERATION_RLIMIT``): 98% of the <= 2-op candidates' proofs need
+#: under 40k units and all but two are of the most general variant, so every variant first gets 20k (a pinned
+#: variant z3 settles at once is found there), then 100k.
+GENERATION_ROUNDS = (20_000, 100_000)
 
 
 def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, trials: int = 3,
-                     seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S) -> Outcome:
+                     seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S,
+                     rounds: tuple[int, ...] = ESCALATION, replay: bool = False) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
 
     A variant is checked numerically before z3 first sees it (a counterexample settles it for nothing), and only
     then: a candidate whose most general variant is proved in the first round costs one numeric check, not one
-    per variant. The checked ones are proved in rounds of growing z3 budgets (``ESCALATION``, then what is left),
+    per variant. The checked ones are proved in rounds of growing z3 budgets (``rounds``, then what is left),
     in variant order within a round; the first proved wins. ``rlimit`` is the z3 resource budget of the whole
     candidate, shared by its variants and rounds: in the last round (every variant checked by then) each
     variant but the last gets half of what is left. ``guard_s`` is the last-resort wall-clock guard of each
-    proof. The same candidate and budget give the same outcome on any machine."""
+    proof. The same candidate and budget give the same outcome on any machine.
+
+    With ``replay`` (``generate-rules``: a small budget and other ``rounds``) a variant proved by a call larger
+    than verify-rules' first round (z3's model-based instantiation then ran at a limit verify-rules' schedule
+    never uses, and z3's search is not monotone in it) is proved again as ``verify-rules`` would, and is the
+    candidate's rule only when that proves it too: a generated file re-verifies."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
     parsed: list[tuple[int, dict[str, Any], Any]] = []
@@ -80,7 +90,7 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
 
     settled: set[int] = set()
     encoded: dict[int, Any] = {}  # each variant encoded once, whatever the number of rounds it takes part in
-    for step in (*(s for s in ESCALATION if s < rlimit), None):
+    for step in (*(s for s in rounds if s < rlimit), None):
         if step is None:  # the last round splits what is left among the checked variants: check them all
             open_ = [p for p in parsed if p[0] not in settled and passes(*p)]
         else:
@@ -102,6 +112,9 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
             outcome.statuses.append(f"{proof.status}: {proof.reason}")
             if proof.status in ("refuted", "unsupported"):
                 settled.add(index)
+            if proof.proved and replay and budget > ESCALATION[0] and not _replays(raw, trials, seed, guard_s, outcome):
+                settled.add(index)  # proved on a schedule verify-rules does not repeat: not written
+                continue
             if proof.proved:
                 numeric = numerics[index]
                 provenance = dict(raw.get("provenance", {}))
@@ -120,6 +133,17 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     outcome.status = _worst(outcome.statuses)
     outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
     return outcome
+
+
+def _replays(raw: dict[str, Any], trials: int, seed: int, guard_s: float | None, outcome: Outcome) -> bool:
+    """Whether ``verify-rules`` (the default budget and rounds) proves the variant ``raw``; its units and
+    status are added to ``outcome``."""
+    again = verify_candidate(raw, DEFAULT_RLIMIT, trials, seed, guard_s)
+    outcome.z3_seconds += again.z3_seconds
+    outcome.rlimit_used += again.rlimit_used
+    if again.status != "proved":
+        outcome.statuses.append(f"unknown: proved, but not again on verify-rules' schedule ({again.reason})")
+    return again.status == "proved"
 
 
 def _checked(rule: Any, raw: dict[str, Any], trials: int, seed: int, outcome: Outcome) -> Any:
@@ -146,7 +170,7 @@ def _worst(statuses: list[str]) -> str:
     return "unchecked"
 
 
-def _work(args: tuple[dict[str, Any], int, int, int, float | None]) -> Outcome:
+def _work(args: tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool]) -> Outcome:
     return verify_candidate(*args)
 
 
@@ -206,19 +230,21 @@ def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int
             run_guarded(fn, work, [i], 1, True, on_result)
 
 
-def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None]]) -> tuple[int, Outcome]:
+def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool]]
+             ) -> tuple[int, Outcome]:
     return args[0], _work(args[1])
 
 
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimit: int = DEFAULT_RLIMIT,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None,
-                      guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None) -> list[Outcome]:
+                      guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None,
+                      rounds: tuple[int, ...] = ESCALATION, replay: bool = False) -> list[Outcome]:
     """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in local worker processes, each
     limited to ``WORKER_MEMORY_BYTES``; on a cluster ``executor`` each proof is a task declaring that much
     memory, rerun by the cluster when its worker is lost. A candidate whose worker dies (for good) is "unknown"
     (reason ``WORKER_DIED``)."""
-    work = [(c, rlimit, trials, seed, guard_s) for c in candidates]
+    work = [(c, rlimit, trials, seed, guard_s, rounds, replay) for c in candidates]
     outcomes: dict[int, Outcome] = {}
 
     def record(i: int, outcome: Outcome | None) -> None:

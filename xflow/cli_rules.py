@@ -49,7 +49,7 @@ def proof_budget_options(func: Any, generation: bool = False) -> Any:
                              "as 'timeout' (a load-dependent answer), never as proved.")(func)
     if generation:
         return click.option("--rlimit", type=click.IntRange(min=1), default=_generation_rlimit,
-                            show_default="300000",
+                            show_default="150000",
                             help="z3 resource units per candidate (z3's own step count, so the answer is the same on "
                                  "any machine at any load); a spent budget = unknown = not written. Smaller than "
                                  "verify-rules' default: a candidate the axioms cannot prove spends all of it.")(func)

@@ -4,7 +4,8 @@
 
 Prints, per outcome (proved / refuted / unknown / ...), the number of candidates, their CPU seconds (each worker's
 ``time.process_time``) and z3 resource units, and the units the proofs needed (median, 90th and 98th percentile,
-max). ``--generation`` uses generate-rules' rounds (``GENERATION_ROUNDS``) instead of verify-rules'. Candidate files
+max). ``--generation`` verifies as generate-rules does (its rounds, replay and wider numeric check) instead of as
+verify-rules does. Candidate files
 come from ``xflow generate-rules --save-candidates``.
 """
 
@@ -19,11 +20,15 @@ from typing import Any
 
 
 def _one(args: tuple[dict[str, Any], int, bool]) -> tuple[str, int, float]:
-    from verifier.batch import ESCALATION, GENERATION_ROUNDS, verify_candidate
+    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidate
 
     candidate, rlimit, generation = args
     start = time.process_time()
-    outcome = verify_candidate(candidate, rlimit=rlimit, rounds=GENERATION_ROUNDS if generation else ESCALATION)
+    if generation:
+        outcome = verify_candidate(candidate, rlimit=rlimit, rounds=GENERATION_ROUNDS, replay=True,
+                                   wide_trials=WIDE_TRIALS)
+    else:
+        outcome = verify_candidate(candidate, rlimit=rlimit)
     return outcome.status, outcome.rlimit_used, time.process_time() - start
 
 

@@ -64,7 +64,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     from generator.lift import lift_candidates
     from generator.run import generate
     from generator.usefulness import match_counts, zoo_graphs
-    from verifier.batch import GENERATION_ROUNDS, WORKER_DIED, verify_candidates
+    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, WORKER_DIED, verify_candidates
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -103,7 +103,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
 
         outcomes = verify_candidates(batch, rlimit=options.rlimit, trials=options.trials, seed=options.seed,
                                      progress=on_outcome, guard_s=options.guard_s, executor=executor,
-                                     rounds=GENERATION_ROUNDS, replay=True)
+                                     rounds=GENERATION_ROUNDS, replay=True, wide_trials=WIDE_TRIALS)
         seconds = round(time.perf_counter() - t, 3)
         result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
         for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):

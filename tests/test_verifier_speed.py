@@ -138,3 +138,31 @@ def test_a_proof_verify_rules_would_not_repeat_is_checked_on_its_schedule():
     assert replayed.rlimit_used == plain.rlimit_used + again.rlimit_used
     cheap = verify_candidate(END_PADS, rlimit=300_000, replay=True)  # proved in the first round: nothing to replay
     assert cheap.rlimit_used == verify_candidate(END_PADS, rlimit=300_000).rlimit_used
+
+
+def _conv(src: str, kernel: str, out: str, stride: int) -> dict:
+    return {"op": "conv", "in": [src, kernel], "out": [out],
+            "attrs": {"act": "none", "group": 1, "pads": [0, 0, 0, 0], "strides": [stride, stride]}}
+
+
+#: A stride moved from a conv to the 1x1 conv after it: true for 1x1 kernels only, which the rule does not say,
+#: and the sizes it was found on keep the second kernel 1x1 in most draws of the first numeric check.
+STRIDE_TO_1X1 = {"name": "t", "inputs": {"i1": "any", "k31": "const", "k11": "const"},
+                 "src": [_conv("i1", "k31", "s0", 2), _conv("s0", "k11", "s1", 1)],
+                 "dst": [_conv("i1", "k31", "d0", 1), _conv("d0", "k11", "d1", 2)], "outputs": {"s1": "d1"},
+                 "provenance": {"found_on": {"i1": [1, 4, 7, 7], "k31": [4, 4, 3, 1], "k11": [4, 4, 1, 1]}}}
+
+
+def test_a_candidate_z3_leaves_unknown_is_checked_on_more_shapes():
+    """The first check (6 instances) does not refute STRIDE_TO_1X1 and z3 spends its budget; the wider check
+    (``WIDE_TRIALS`` more instances) finds a second kernel of 2x2 where the two sides differ."""
+    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS
+
+    plain = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
+    assert plain.status == "unknown", plain
+    wide = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
+                            wide_trials=WIDE_TRIALS)
+    assert wide.status == "refuted" and "wider numeric check" in wide.reason, wide
+    assert wide.rlimit_used == plain.rlimit_used
+    # a true candidate z3 cannot settle stays unknown
+    assert verify_candidate(ZERO_PRODUCT, rlimit=GENERATION_RLIMIT, wide_trials=WIDE_TRIALS).status == "unknown"

@@ -19,6 +19,10 @@ from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
 ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid ones
+#: Instances drawn per variant by the wider check of a candidate z3 could not settle (``wide_trials`` valid ones).
+WIDE_ATTEMPTS = 2000
+#: ``generate-rules``' wider check: valid instances per variant of a candidate z3 left unknown.
+WIDE_TRIALS = 30
 
 
 @dataclass
@@ -57,7 +61,7 @@ GENERATION_ROUNDS = (20_000, 100_000)
 
 def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, trials: int = 3,
                      seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S,
-                     rounds: tuple[int, ...] = ESCALATION, replay: bool = False) -> Outcome:
+                     rounds: tuple[int, ...] = ESCALATION, replay: bool = False, wide_trials: int = 0) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
 
     A variant is checked numerically before z3 first sees it (a counterexample settles it for nothing), and only
@@ -71,7 +75,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     With ``replay`` (``generate-rules``: a small budget and other ``rounds``) a variant proved by a call larger
     than verify-rules' first round (z3's model-based instantiation then ran at a limit verify-rules' schedule
     never uses, and z3's search is not monotone in it) is proved again as ``verify-rules`` would, and is the
-    candidate's rule only when that proves it too: a generated file re-verifies."""
+    candidate's rule only when that proves it too: a generated file re-verifies. With ``wide_trials`` a candidate
+    z3 leaves unknown is checked on that many more shapes per variant before it is reported (``_refute_wider``)."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
     parsed: list[tuple[int, dict[str, Any], Any]] = []
@@ -132,7 +137,27 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
         break
     outcome.status = _worst(outcome.statuses)
     outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
+    if outcome.status == "unknown" and wide_trials:
+        _refute_wider(outcome, [(rule, raw) for index, raw, rule in parsed if numerics.get(index) is not None
+                                and index not in settled], wide_trials, seed)
     return outcome
+
+
+def _refute_wider(outcome: Outcome, variants: list[tuple[Any, dict[str, Any]]], trials: int, seed: int) -> None:
+    """A candidate z3 could not settle, checked numerically on ``trials`` more shapes per variant: when every
+    variant z3 tried has a counterexample, the candidate is refuted (a rule holding only on the few sizes the
+    first check drew, such as a conv pair that commutes for 1x1 kernels only)."""
+    reasons = []
+    for rule, raw in variants:
+        wider = numeric_check(rule, trials=trials, seed=seed + 1, attempts=WIDE_ATTEMPTS,
+                              found_on=raw.get("provenance", {}).get("found_on"))
+        if wider.ok or not wider.trials_run:
+            return
+        reasons.append(wider.reason)
+    if reasons:
+        outcome.status = "refuted"
+        outcome.reason = f"refuted: {reasons[0]} (wider numeric check after z3 spent its budget)"
+        outcome.statuses.append(outcome.reason)
 
 
 def _replays(raw: dict[str, Any], trials: int, seed: int, guard_s: float | None, outcome: Outcome) -> bool:
@@ -170,7 +195,7 @@ def _worst(statuses: list[str]) -> str:
     return "unchecked"
 
 
-def _work(args: tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool]) -> Outcome:
+def _work(args: tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool, int]) -> Outcome:
     return verify_candidate(*args)
 
 
@@ -230,7 +255,7 @@ def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int
             run_guarded(fn, work, [i], 1, True, on_result)
 
 
-def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool]]
+def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool, int]]
              ) -> tuple[int, Outcome]:
     return args[0], _work(args[1])
 
@@ -239,12 +264,13 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimi
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None,
                       guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None,
-                      rounds: tuple[int, ...] = ESCALATION, replay: bool = False) -> list[Outcome]:
+                      rounds: tuple[int, ...] = ESCALATION, replay: bool = False,
+                      wide_trials: int = 0) -> list[Outcome]:
     """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in local worker processes, each
     limited to ``WORKER_MEMORY_BYTES``; on a cluster ``executor`` each proof is a task declaring that much
     memory, rerun by the cluster when its worker is lost. A candidate whose worker dies (for good) is "unknown"
     (reason ``WORKER_DIED``)."""
-    work = [(c, rlimit, trials, seed, guard_s, rounds, replay) for c in candidates]
+    work = [(c, rlimit, trials, seed, guard_s, rounds, replay, wide_trials) for c in candidates]
     outcomes: dict[int, Outcome] = {}
 
     def record(i: int, outcome: Outcome | None) -> None:

@@ -121,7 +121,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     proved, left_out = split_batching(proved, options.keep_independent_batching)
     table.append(("proved, left out: independent batching", len(left_out), 0.0))
     t = time.perf_counter()
-    proved, composed = split_compositions(proved, options.keep_compositions)
+    proved, composed = split_compositions(proved, options.keep_compositions, executor)
     table.append(("proved, left out: compositions of smaller rules", len(composed), round(time.perf_counter() - t, 3)))
     shipped = [{**r, "name": final_name(r, options.max_ops)} for r in proved]
     table.append(("rules shipped", len(shipped), 0.0))
@@ -180,12 +180,13 @@ def split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[s
             [r for r, b in zip(rules, batching, strict=True) if b])
 
 
-def split_compositions(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_compositions(rules: list[dict[str, Any]], keep: bool, executor: Any = None
+                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rules to write, rules left out as compositions of smaller ones: TASO's redundancy pruning, see
-    ``generator.redundancy``); none left out with ``keep``."""
+    ``generator.redundancy``, on ``executor``'s workers); none left out with ``keep``."""
     from generator.redundancy import drop_compositions
 
     if keep:
         return rules, []
-    kept, composed = drop_compositions(rules)
+    kept, composed = drop_compositions(rules, executor=executor)
     return list(kept), list(composed)

@@ -302,6 +302,8 @@ def _conv_shapes(rng, group_choices=(1, 2)) -> dict[str, Any]:
 
 
 STRIDES = (P("sh"), P("sw"))
+#: A conv's or pool's pads with other end pads ``qb``, ``qr`` (bottom, right).
+END_PADS = (P("pt"), P("pl"), P("qb"), P("qr"))
 PADS = (P("pt"), P("pl"), P("pb"), P("pr"))
 CONV_PARAMS = ("sh", "sw", "pt", "pl", "pb", "pr", "g")
 
@@ -333,6 +335,12 @@ def _end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
     d.update(sh=_pick(rng, [2, 2, 1]), sw=_pick(rng, [2, 2, 1]))
     d.update(x=_img(rng, d), w=_ker(rng, d))
     return _other_end_pads(rng, d, d["h"], d["w_"], (3, 3))
+
+
+def _biased_end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """``_end_pads_gen`` with a bias ``b`` for the kernel."""
+    d = _end_pads_gen(rng)
+    return {**d, "b": _vec(rng, d["w"].shape[0])}
 
 
 def _other_end_pads(rng: np.random.Generator, d: dict[str, Any], h: int, w: int,
@@ -575,8 +583,8 @@ def _eye(size: str) -> Any:
     return ("const_imatmul", {"shape": (P(size), P(size)), "dtype": P("dt")})
 
 
-def _cv(x: Any, w: Any, **kw: Any) -> Any:
-    return ("conv", _conv(**kw), x, w)
+def _cv(x: Any, w: Any, *bias: Any, **kw: Any) -> Any:
+    return ("conv", _conv(**kw), x, w, *bias)
 
 
 def _cvb(x: Any, w: Any, b: Any, **kw: Any) -> Any:
@@ -762,11 +770,12 @@ def _build() -> list[Axiom]:
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "s": _scalar(rng)})),
         # the end pads of a conv beyond what its last window reads: two convs differing only there, with outputs
         # of one size, read the same windows (stride-2 convs of an odd and an even end pad)
-        A("conv_end_pads_unread", _cv("x", "w"), _cv("x", "w", pads=(P("pt"), P("pl"), P("qb"), P("qr"))),
-          ("x", "w"), (*CONV_PARAMS, "act", "qb", "qr"), _end_pads_gen,
-          guard=lambda e: e.And(e.p("qb") >= 0, e.p("qr") >= 0,
-                                e.same_shape(_cv("x", "w"), _cv("x", "w", pads=(P("pt"), P("pl"), P("qb"), P("qr"))))),
-          multi=True),
+        *(A(f"conv{suffix}_end_pads_unread", _cv("x", "w", *bias), _cv("x", "w", *bias, pads=END_PADS),
+            ("x", "w", *bias), (*CONV_PARAMS, "act", "qb", "qr"), gen,
+            guard=lambda e, bias=bias: e.And(e.p("qb") >= 0, e.p("qr") >= 0, e.same_shape(
+                _cv("x", "w", *bias), _cv("x", "w", *bias, pads=END_PADS))),
+            multi=True)
+          for suffix, bias, gen in (("", (), _end_pads_gen), ("_bias", ("b",), _biased_end_pads_gen))),
         A("conv_relu", _cv("x", "w", act="relu"), _relu(_cv("x", "w", act="none")), ("x", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
         A("conv_cpool_avgpool",
@@ -958,10 +967,10 @@ def _build() -> list[Axiom]:
                 _scalar(rng)), guard=lambda e: e.same_shape("s", "t")) for op in ("add", "sub")),
         # pooling's end pads beyond its last window, as for conv above
         *(A(f"{op}_end_pads_unread", (op, attrs, "x"),
-            (op, {**attrs, "pads": (P("pt"), P("pl"), P("qb"), P("qr"))}, "x"), ("x",), (*params, "qb", "qr"),
+            (op, {**attrs, "pads": END_PADS}, "x"), ("x",), (*params, "qb", "qr"),
             _pool_end_pads_gen,
             guard=lambda e, op=op, attrs=attrs: e.And(e.p("qb") >= 0, e.p("qr") >= 0, e.same_shape(
-                (op, attrs, "x"), (op, {**attrs, "pads": (P("pt"), P("pl"), P("qb"), P("qr"))}, "x"))),
+                (op, attrs, "x"), (op, {**attrs, "pads": END_PADS}, "x"))),
             multi=True)
           for op, attrs, params in (("maxpool", POOL, POOL_PARAMS), ("avgpool", AVG, (*POOL_PARAMS, "cip")))),
         # -- units: ones times x and the identity matrix on either side of a matmul give x back, wherever the

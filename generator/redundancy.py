@@ -384,11 +384,32 @@ class RedundancyReport:
     untested: list[str]
 
 
-def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH) -> RedundancyReport:
-    """Which of ``rules`` (rule-file JSON dicts) are compositions of earlier ones (see the module doc)."""
+def _paths(args: tuple[list[TermRule], list[int], int]) -> list[list[str] | None]:
+    """The composing path (states as text) of each of ``usable[i]`` for i in ``part``, or None."""
+    usable, part, depth = args
+    index = RuleIndex(usable)
+    out: list[list[str] | None] = []
+    for i in part:
+        path = composition(usable[i], index, depth)
+        out.append(None if path is None else [_side_text(s) for s in path])
+    return out
+
+
+def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH,
+                      executor: Any = None) -> RedundancyReport:
+    """Which of ``rules`` (rule-file JSON dicts) are compositions of earlier ones (see the module doc). With an
+    ``executor`` (``xflow.executor``) of several jobs the rules are tested in that many parts at once (each test
+    depends only on the rule and the index, so the report is the same)."""
     as_terms = {r["name"]: term_rule(r) for r in rules}
     usable = [t for t in as_terms.values() if t is not None]
-    index = RuleIndex(usable)
+    jobs = getattr(executor, "jobs", 1) if executor is not None else 1
+    parts = [list(range(k, len(usable), jobs)) for k in range(jobs)] if usable else []
+    paths: dict[int, list[str] | None] = {}
+    results = (executor.imap(_paths, [(usable, p, depth) for p in parts]) if jobs > 1
+               else map(_paths, [(usable, p, depth) for p in parts]))
+    for part, found in zip(parts, results, strict=True):
+        paths.update(zip(part, found, strict=True))
+    position = {id(t): i for i, t in enumerate(usable)}
     kept, dropped, untested = [], {}, []
     for r in rules:
         t = as_terms[r["name"]]
@@ -396,17 +417,18 @@ def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_D
             untested.append(r["name"])
             kept.append(r["name"])
             continue
-        path = composition(t, index, depth)
+        path = paths[position[id(t)]]
         if path is None:
             kept.append(r["name"])
         else:
-            dropped[r["name"]] = [_side_text(s) for s in path]
+            dropped[r["name"]] = path
     return RedundancyReport(kept, dropped, untested)
 
 
-def drop_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH
+def drop_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH, executor: Any = None
                       ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """(rules kept, rules dropped as compositions of earlier ones), each in the input order."""
-    report = find_compositions(rules, depth)
+    """(rules kept, rules dropped as compositions of earlier ones), each in the input order; ``executor`` as for
+    ``find_compositions``."""
+    report = find_compositions(rules, depth, executor)
     return ([r for r in rules if r["name"] not in report.dropped],
             [r for r in rules if r["name"] in report.dropped])

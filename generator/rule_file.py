@@ -26,7 +26,7 @@ class RuleFileOptions:
     max_ops: int = 3
     jobs: int = 1
     seed: int = 0
-    rlimit: int = 10_000_000  # z3 resource units per rule (verifier.prove.DEFAULT_RLIMIT)
+    rlimit: int = 150_000  # z3 resource units per candidate (verifier.prove.GENERATION_RLIMIT)
     guard_s: float = 1200.0  # last-resort wall-clock limit of one proof (reported as "timeout")
     trials: int = 3  # random shape instantiations per rule
     limit: int | None = None  # verify only the first N candidates in priority order
@@ -64,7 +64,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     from generator.lift import lift_candidates
     from generator.run import generate
     from generator.usefulness import match_counts, zoo_graphs
-    from verifier.batch import WORKER_DIED, verify_candidates
+    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, WORKER_DIED, verify_candidates
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -93,7 +93,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     result = RuleFileResult(0, table)
     counts: Counter[str] = Counter()
 
-    def verify(batch: list[dict[str, Any]], label: str) -> list[Any]:
+    def verify(batch: list[dict[str, Any]], label: str, wide_trials: int) -> list[Any]:
         t = time.perf_counter()
         counts.clear()
 
@@ -102,25 +102,29 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
             show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
 
         outcomes = verify_candidates(batch, rlimit=options.rlimit, trials=options.trials, seed=options.seed,
-                                     progress=on_outcome, guard_s=options.guard_s, executor=executor)
+                                     progress=on_outcome, guard_s=options.guard_s, executor=executor,
+                                     rounds=GENERATION_ROUNDS, replay=True, wide_trials=wide_trials)
         seconds = round(time.perf_counter() - t, 3)
         result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
         for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):
             table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
         return outcomes
 
-    outcomes = verify(candidates, "")
+    outcomes = verify(candidates, "", WIDE_TRIALS)
     # Lifts of the proved conv rules to the forms models have (biased convs, conv + BatchNormalization),
     # each verified in turn: a lift of a rule that is not proved is seldom true, so only these are tried.
     t = time.perf_counter()
     lifted = lift_candidates([o.rule for o in outcomes if o.rule is not None])
     table.append(("lifts of proved rules (bias, batchnorm)", len(lifted), round(time.perf_counter() - t, 3)))
-    outcomes += verify(lifted, "lifts: ")
+    # no wider numeric check for lifts: on 150 lifts of the <= 2-op rules it refuted none and cost half as much
+    # again as their proofs
+    outcomes += verify(lifted, "lifts: ", 0)
     proved = dedupe([o.rule for o in outcomes if o.rule is not None])
     proved, left_out = split_batching(proved, options.keep_independent_batching)
     table.append(("proved, left out: independent batching", len(left_out), 0.0))
-    proved, composed = split_compositions(proved, options.keep_compositions)
-    table.append(("proved, left out: compositions of smaller rules", len(composed), 0.0))
+    t = time.perf_counter()
+    proved, composed = split_compositions(proved, options.keep_compositions, executor)
+    table.append(("proved, left out: compositions of smaller rules", len(composed), round(time.perf_counter() - t, 3)))
     shipped = [{**r, "name": final_name(r, options.max_ops)} for r in proved]
     table.append(("rules shipped", len(shipped), 0.0))
     result.z3_seconds = sum(o.z3_seconds for o in outcomes)
@@ -178,12 +182,13 @@ def split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[s
             [r for r, b in zip(rules, batching, strict=True) if b])
 
 
-def split_compositions(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_compositions(rules: list[dict[str, Any]], keep: bool, executor: Any = None
+                       ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rules to write, rules left out as compositions of smaller ones: TASO's redundancy pruning, see
-    ``generator.redundancy``); none left out with ``keep``."""
+    ``generator.redundancy``, on ``executor``'s workers); none left out with ``keep``."""
     from generator.redundancy import drop_compositions
 
     if keep:
         return rules, []
-    kept, composed = drop_compositions(rules)
+    kept, composed = drop_compositions(rules, executor=executor)
     return list(kept), list(composed)

@@ -71,3 +71,17 @@ def test_the_rule_file_step_leaves_compositions_out_unless_kept():
     kept, composed = split_compositions(rules, keep=False)
     assert [r["name"] for r in composed] == ["c_composed"] and len(kept) == 3
     assert split_compositions(rules, keep=True) == (rules, [])
+
+
+def test_parts_on_workers_give_the_same_report():
+    """With an executor of two jobs the rules are tested in two parts on its workers: the same report."""
+    from xflow.executor import make_executor
+
+    rules = [TRANSPOSE_MATMUL, DOUBLE_TRANSPOSE, COMPOSED, NEW, rule("e_lift", "bias-lifted: relu[](i1) -> i1")]
+    executor = make_executor("local", 2)
+    try:
+        assert find_compositions(rules, executor=executor) == find_compositions(rules)
+        assert find_compositions(rules, executor=executor).dropped == {"c_composed": [
+            f"{T}({T}(matmul[](x2,x1)))", "matmul[](x2,x1)"]}
+    finally:
+        executor.close()

@@ -64,6 +64,10 @@ class NumEnv:
     max = staticmethod(max)
     div = staticmethod(lambda a, b: a // b)
 
+    def same_shape(self, a: Any, b: Any) -> bool:
+        """Whether terms ``a`` and ``b`` have one shape (rank and every dim)."""
+        return np.shape(_eval_num(a, self)) == np.shape(_eval_num(b, self))
+
 
 class Z3Env:
     """Evaluation environment for guards and ``F`` values in z3."""
@@ -85,6 +89,13 @@ class Z3Env:
     If = staticmethod(z3.If)
     max = staticmethod(z3_max)
     div = staticmethod(lambda a, b: a / b)
+
+    def same_shape(self, a: Any, b: Any) -> Any:
+        """Terms ``a`` and ``b`` have one shape: equal ranks and equal dims at every index (a quantified
+        index, so the fact holds for tensors of any rank)."""
+        ta, tb = _eval_z3(a, self), _eval_z3(b, self)
+        i = z3.Int("same_shape_index")
+        return z3.And(RANK(ta) == RANK(tb), z3.ForAll([i], DIM(ta, i) == DIM(tb, i)))
 
 
 def _attr(value: Any, env: Any) -> Any:
@@ -195,6 +206,9 @@ class Axiom:
     doc: str = ""
     pattern: Any = None  # trigger term; default: lhs (and rhs) when usable
     shape: bool = field(default=False)  # an equation between Ints (rank/dim facts)
+    #: Both sides together form one multi-pattern (the axiom relates two terms neither of which binds every
+    #: variable alone); otherwise each pattern term is a trigger of its own.
+    multi: bool = False
     #: The op-table names the axiom's two sides apply (derived from them).
     ops: frozenset[str] = field(init=False)
     #: Per trigger pattern of the formula, the ops a term must hold for E-matching to instantiate the axiom;
@@ -203,13 +217,18 @@ class Axiom:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", _ops(self.lhs) | _ops(self.rhs))
-        patterns = tuple(_ops(term) for term in self._pattern_terms())
+        terms = self._pattern_terms()
+        patterns = (frozenset().union(*(_ops(t) for t in terms)),) if self.multi and terms else tuple(
+            _ops(term) for term in terms)
         object.__setattr__(self, "triggers", patterns or tuple(frozenset({op}) for op in sorted(self.ops)))
 
     def _pattern_terms(self) -> list[Any]:
         """The terms of the formula's trigger patterns: plain terms that bind every variable."""
         everything = set(self.tensors) | set(self.params)
         candidates = [self.pattern] if self.pattern is not None else [self.lhs, self.rhs]
+        if self.multi:
+            plain = all(not isinstance(t, str | F) and _plain(t) for t in candidates)
+            return candidates if plain and set().union(*(_names(t, set()) for t in candidates)) >= everything else []
         return [term for term in candidates
                 if not isinstance(term, str | F) and _plain(term) and _names(term, set()) >= everything]
 
@@ -226,6 +245,8 @@ class Axiom:
                 body = z3.Implies(g, body)
         bound = [values[n] for n in (*self.tensors, *self.params)]
         pats = [_eval_z3(term, env) for term in self._pattern_terms()]
+        if self.multi and pats:
+            pats = [z3.MultiPattern(*pats)]
         return z3.ForAll(bound, body, patterns=pats) if pats else z3.ForAll(bound, body)
 
     def check(self, rng: np.random.Generator) -> float:
@@ -281,6 +302,8 @@ def _conv_shapes(rng, group_choices=(1, 2)) -> dict[str, Any]:
 
 
 STRIDES = (P("sh"), P("sw"))
+#: A conv's or pool's pads with other end pads ``qb``, ``qr`` (bottom, right).
+END_PADS = (P("pt"), P("pl"), P("qb"), P("qr"))
 PADS = (P("pt"), P("pl"), P("pb"), P("pr"))
 CONV_PARAMS = ("sh", "sw", "pt", "pl", "pb", "pr", "g")
 
@@ -303,6 +326,58 @@ def _img(rng, d, c=None):
 
 def _ker(rng, d, m=None, c=None):
     return _arr(rng, d["m"] if m is None else m, (d["cin"] // d["g"]) if c is None else c, d["kh"], d["kw"])
+
+
+def _end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A conv instance and other end pads ``qb``, ``qr`` that give the output the same size (stride 2 mostly:
+    there an end pad of one more or less often leaves the size alone)."""
+    d = _conv_shapes(rng)
+    d.update(sh=_pick(rng, [2, 2, 1]), sw=_pick(rng, [2, 2, 1]))
+    d.update(x=_img(rng, d), w=_ker(rng, d))
+    return _other_end_pads(rng, d, d["h"], d["w_"], (3, 3))
+
+
+def _biased_end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """``_end_pads_gen`` with a bias ``b`` for the kernel."""
+    d = _end_pads_gen(rng)
+    return {**d, "b": _vec(rng, d["w"].shape[0])}
+
+
+def _other_end_pads(rng: np.random.Generator, d: dict[str, Any], h: int, w: int,
+                    below: tuple[int, int]) -> dict[str, Any]:
+    """``d`` with end pads ``qb``, ``qr`` (below ``below``, per axis) that give a window of ``kh`` x ``kw`` at strides
+    ``sh``, ``sw`` over an ``h`` x ``w`` image as many positions as ``pb``, ``pr`` do."""
+    def other(size: int, start: int, end: int, k: int, s: int, limit: int) -> int:
+        out = (size + start + end - k) // s
+        return _pick(rng, [q for q in range(limit) if size + start + q >= k and (size + start + q - k) // s == out])
+
+    return {**d, "qb": other(h, d["pt"], d["pb"], d["kh"], d["sh"], below[0]),
+            "qr": other(w, d["pl"], d["pr"], d["kw"], d["sw"], below[1])}
+
+
+def _pads_gen(names: str) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """Images of one shape and a pad's pads (its height and width only, 0 to 2 at each end)."""
+    def gen(rng):
+        d = _same(names, (4,))(rng)
+        t, left, b, r = (int(v) for v in rng.integers(0, 3, size=4))
+        return {**d, "pp": (0, 0, t, left, 0, 0, b, r)}
+    return gen
+
+
+def _pool_end_pads_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A pooling instance and other end pads ``qb``, ``qr`` (below the kernel) that give the output the same size."""
+    d = _pool_gen(rng)
+    d.update(sh=_pick(rng, [2, 2, 1]), sw=_pick(rng, [2, 2, 1]))
+    # pooling pads stay below the kernel (ONNX)
+    return _other_end_pads(rng, d, d["x"].shape[2], d["x"].shape[3], (d["kh"], d["kw"]))
+
+
+def _unit_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A matrix (or batch of them) ``x`` with the shape of a tensor of ones over it and its identity sizes."""
+    x = _arr(rng, *(int(d) for d in rng.integers(1, 4, size=_pick(rng, [2, 2, 3]))))
+    n, m = x.shape[-2], x.shape[-1]
+    ones = _pick(rng, [x.shape, x.shape[1:], (1,) * x.ndim, (m,)])
+    return {"x": x, "shp": tuple(int(d) for d in ones), "n": n, "m": m, "dt": DOUBLE}
 
 
 def _mat_gen(spec: str) -> Callable[[np.random.Generator], dict[str, Any]]:
@@ -497,8 +572,19 @@ def _positive(gen: Callable[[np.random.Generator], dict[str, Any]]) -> Callable[
     return positive
 
 
-def _cv(x: Any, w: Any, **kw: Any) -> Any:
-    return ("conv", _conv(**kw), x, w)
+#: The depthwise averaging kernel (c, 1, kh, kw).
+CPOOL = ("const_pool", {"shape": (P("c"), 1, P("kh"), P("kw")), "dtype": P("dt")})
+#: A tensor of ones of the shape coded in parameter ``shp``.
+ONES = ("const_ones", {"shape": P("shp"), "dtype": P("dt")})
+
+
+def _eye(size: str) -> Any:
+    """The identity matrix of parameter ``size``'s size."""
+    return ("const_imatmul", {"shape": (P(size), P(size)), "dtype": P("dt")})
+
+
+def _cv(x: Any, w: Any, *bias: Any, **kw: Any) -> Any:
+    return ("conv", _conv(**kw), x, w, *bias)
 
 
 def _cvb(x: Any, w: Any, b: Any, **kw: Any) -> Any:
@@ -643,6 +729,11 @@ def _build() -> list[Axiom]:
           ("a", "b", "c", "d"), ("ax",),
           lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
               _concat_gen("a c")(rng))),
+        # x - x is the zero tensor of x's shape: any two such differences of one shape are equal (with the
+        # distributive axioms above this makes 0 * y, 0 @ y, conv(0, w), ... zeros too). One multi-pattern
+        # over both differences; the guard compares their shapes at every index.
+        A("ewsub_self_zero", _sub("a", "a"), _sub("b", "b"), ("a", "b"), (), _same("a b"),
+          guard=lambda e: e.same_shape(_sub("a", "a"), _sub("b", "b")), multi=True),
         A("identity_elim", ("identity", {}, "x"), "x", ("x",), (), _same("x")),
         A("relu_idempotent", _relu(_relu("x")), _relu("x"), ("x",), (), _same("x")),
         A("transpose_relu", _t(_relu("x")), _relu(_t("x")), ("x",), (), _same("x", (2,))),
@@ -677,11 +768,18 @@ def _build() -> list[Axiom]:
         A("conv_smul_weight", _cv("x", _smul("w", "s"), act="none"), _smul(_cv("x", "w", act="none"), "s"),
           ("x", "w", "s"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "s": _scalar(rng)})),
+        # the end pads of a conv beyond what its last window reads: two convs differing only there, with outputs
+        # of one size, read the same windows (stride-2 convs of an odd and an even end pad)
+        *(A(f"conv{suffix}_end_pads_unread", _cv("x", "w", *bias), _cv("x", "w", *bias, pads=END_PADS),
+            ("x", "w", *bias), (*CONV_PARAMS, "act", "qb", "qr"), gen,
+            guard=lambda e, bias=bias: e.And(e.p("qb") >= 0, e.p("qr") >= 0, e.same_shape(
+                _cv("x", "w", *bias), _cv("x", "w", *bias, pads=END_PADS))),
+            multi=True)
+          for suffix, bias, gen in (("", (), _end_pads_gen), ("_bias", ("b",), _biased_end_pads_gen))),
         A("conv_relu", _cv("x", "w", act="relu"), _relu(_cv("x", "w", act="none")), ("x", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
         A("conv_cpool_avgpool",
-          _cv("x", ("const_pool", {"shape": (P("c"), 1, P("kh"), P("kw")), "dtype": P("dt")}), act="none",
-              group=P("c")),
+          _cv("x", CPOOL, act="none", group=P("c")),
           ("avgpool", {**POOL, "count_include_pad": 1}, "x"),
           ("x",), ("sh", "sw", "pt", "pl", "pb", "pr", "c", "kh", "kw", "dt"),
           lambda rng: (lambda d: {**d, "c": d["x"].shape[1], "dt": DOUBLE})(_pool_gen(rng)),
@@ -842,6 +940,47 @@ def _build() -> list[Axiom]:
         A("maxpool_relu", ("maxpool", POOL, _relu("x")), _relu(("maxpool", POOL, "x")), ("x",), POOL_PARAMS, _pool_gen),
         A("avgpool_ewadd", ("avgpool", AVG, _add("x", "y")), _add(("avgpool", AVG, "x"), ("avgpool", AVG, "y")),
           ("x", "y"), (*POOL_PARAMS, "cip"), _pool_gen),
+        # -- zero padding is linear, and the zero tensor (x - x) stays zero under ops that map 0 to 0
+        *(L(f"pad_{op}", ("pad", {"pads": P("pp"), "value": 0.0}, (op, {}, "x", "y")),
+            (op, {}, ("pad", {"pads": P("pp"), "value": 0.0}, "x"), ("pad", {"pads": P("pp"), "value": 0.0}, "y")),
+            ("x", "y"), ("pp",), _pads_gen("x y"), guard=lambda e: e.same_shape("x", "y"))
+          for op in ("add", "sub", "mul")),
+        L("pad_neg", ("pad", {"pads": P("pp"), "value": 0.0}, _un("neg", "x")),
+          _un("neg", ("pad", {"pads": P("pp"), "value": 0.0}, "x")), ("x",), ("pp",), _pads_gen("x")),
+        L("avgpool_ewsub", ("avgpool", AVG, _sub("x", "y")), _sub(("avgpool", AVG, "x"), ("avgpool", AVG, "y")),
+          ("x", "y"), (*POOL_PARAMS, "cip"), _pool_gen, guard=lambda e: e.same_shape("x", "y")),
+        L("maxpool_zero", ("maxpool", POOL, _sub("x", "x")), _sub(("maxpool", POOL, "x"), ("maxpool", POOL, "x")),
+          ("x",), POOL_PARAMS, _pool_gen),
+        L("relu_zero", _relu(_sub("x", "x")), _sub(_relu("x"), _relu("x")), ("x",), (), _same("x")),
+        L("enlarge_ewsub", _enlarged(_sub("w", "v")), _sub(_enlarged("w"), _enlarged("v")), ("w", "v"), ("eh", "ew"),
+          _conv_gen(lambda rng, d: {"w": _ker(rng, d), "v": _ker(rng, d), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])})),
+        L("conv_ewsub_weight", _cv("x", _sub("w", "v"), act="none"),
+          _sub(_cv("x", "w", act="none"), _cv("x", "v", act="none")), ("x", "w", "v"), CONV_PARAMS,
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)})),
+        L("ewadd_zero", _add("x", _sub("y", "y")), "x", ("x", "y"), (), _same("x y"),
+          guard=lambda e: e.same_shape("x", "y")),
+        L("neg_ewadd", _un("neg", _add("x", "y")), _add(_un("neg", "x"), _un("neg", "y")), ("x", "y"), (),
+          _same("x y")),
+        *(L(f"smul_scalar_{op}", _smul("x", (op, {}, "s", "t")), (op, {}, _smul("x", "s"), _smul("x", "t")),
+            ("x", "s", "t"), (), lambda rng: (lambda s: {**_same("x")(rng), "s": s, "t": _arr(rng, *s.shape)})(
+                _scalar(rng)), guard=lambda e: e.same_shape("s", "t")) for op in ("add", "sub")),
+        # pooling's end pads beyond its last window, as for conv above
+        *(A(f"{op}_end_pads_unread", (op, attrs, "x"),
+            (op, {**attrs, "pads": END_PADS}, "x"), ("x",), (*params, "qb", "qr"),
+            _pool_end_pads_gen,
+            guard=lambda e, op=op, attrs=attrs: e.And(e.p("qb") >= 0, e.p("qr") >= 0, e.same_shape(
+                (op, attrs, "x"), (op, {**attrs, "pads": END_PADS}, "x"))),
+            multi=True)
+          for op, attrs, params in (("maxpool", POOL, POOL_PARAMS), ("avgpool", AVG, (*POOL_PARAMS, "cip")))),
+        # -- units: ones times x and the identity matrix on either side of a matmul give x back, wherever the
+        # product has x's shape (the ones may broadcast)
+        L("ewmul_ones", _mul(ONES, "x"), "x", ("x",), ("shp", "dt"), _unit_gen,
+          guard=lambda e: e.same_shape(_mul(ONES, "x"), "x")),
+        L("matmul_identity_right", _mm("x", _eye("m")), "x", ("x",), ("m", "dt"), _unit_gen,
+          guard=lambda e: e.same_shape(_mm("x", _eye("m")), "x")),
+        L("matmul_identity_left", _mm(_eye("n"), "x"), "x", ("x",), ("n", "dt"), _unit_gen,
+          guard=lambda e: e.same_shape(_mm(_eye("n"), "x"), "x")),
         # -- shape facts
         A("rank_matmul", ("rank", None, _mm("x", "y")), F(lambda e: e.max(e.rank("x"), e.rank("y"))), ("x", "y"), (),
           _batched_mm_gen, shape=True, pattern=_mm("x", "y")),
@@ -859,6 +998,9 @@ def _build() -> list[Axiom]:
           (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
         A("dim_conv_bias_channels", ("dim", 1, _cvb("x", "w", "b")), ("dim", 0, "w"), ("x", "w", "b"),
           (*CONV_PARAMS, "act"), _biased_gen(), shape=True, pattern=_cvb("x", "w", "b")),
+        *(A(f"dim_const_pool_{i}", ("dim", i, CPOOL), F(value), (), ("c", "kh", "kw", "dt"),
+            lambda rng: {"c": _pick(rng, [1, 2, 4]), "kh": _pick(rng, [1, 3]), "kw": _pick(rng, [1, 3]), "dt": DOUBLE},
+            shape=True) for i, value in ((0, lambda e: e.p("c")), (1, lambda e: 1))),
         *(A(f"dim_const_iconv_{i}", ("dim", i, _iconv_kernel()), F(lambda e: e.p("c")), (), ("c", "kh", "kw", "dt"),
             _iconv_gen, shape=True) for i in (0, 1)),
         A("rank_batchnorm", ("rank", None, _bn("a", *BN_PARAMS)), ("rank", None, "a"), ("a", *BN_PARAMS),
@@ -873,6 +1015,7 @@ def _build() -> list[Axiom]:
         L("reciprocal_involution", _un("reciprocal", _un("reciprocal", "x")), "x", ("x",), (), _same("x")),
         L("neg_involution", _un("neg", _un("neg", "x")), "x", ("x",), (), _same("x")),
         L("ewsub_def_neg", _sub("x", "y"), _add("x", _un("neg", "y")), ("x", "y"), (), _same("x y")),
+        L("neg_ewsub", _un("neg", _sub("x", "y")), _sub("y", "x"), ("x", "y"), (), _same("x y")),
         L("neg_ewmul", _mul(_un("neg", "x"), "y"), _un("neg", _mul("x", "y")), ("x", "y"), (), _same("x y")),
         L("neg_matmul_left", _mm(_un("neg", "x"), "y"), _un("neg", _mm("x", "y")), ("x", "y"), (), _batched_mm_gen),
         L("neg_matmul_right", _mm("x", _un("neg", "y")), _un("neg", _mm("x", "y")), ("x", "y"), (), _batched_mm_gen),

@@ -14,11 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.numeric import XP, numeric_check
-from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, prove_rule
+from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, prepare, prove_rule
 from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
 ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid ones
+#: Instances drawn per variant by the wider check of a candidate z3 could not settle (``wide_trials`` valid ones).
+WIDE_ATTEMPTS = 2000
+#: ``generate-rules``' wider check: valid instances per variant of a candidate z3 left unknown.
+WIDE_TRIALS = 30
 
 
 @dataclass
@@ -41,64 +45,83 @@ def _backend_name() -> str:
     return "cupy" if XP.__name__ == "cupy" else "numpy"
 
 
-#: The budgets every numerically checked variant of a candidate is tried on in turn before the last round, as
-#: fractions of the candidate's whole budget: each variant gets a cheap attempt before any gets an expensive
-#: one, so a pinned variant z3 settles at once is not kept waiting behind a general one it cannot settle, and
-#: most candidates are settled in the first round (the median shipped rule needs about 1% of the default).
-ESCALATION = (0.01, 0.1)
+#: The budgets (z3 resource units) every numerically checked variant of a candidate is tried on in turn before
+#: the last round: each variant gets a cheap attempt before any gets an expensive one, so a pinned variant z3
+#: settles at once is not kept waiting behind a general one it cannot settle. Absolute, not fractions of the
+#: candidate's budget: at the shipped file's budget (10M) they are its 1% and 10% as always, and at the smaller
+#: generation budget the first round is still large enough for most proofs (98% of the <= 2-op candidates'
+#: proofs need under 100k), so a proved variant is encoded and solved once, not once per round. A round as
+#: large as the whole budget is skipped (the last round spends what is left).
+ESCALATION = (DEFAULT_RLIMIT // 100, DEFAULT_RLIMIT // 10)
+#: The rounds of ``generate-rules`` (budget ``GENERATION_RLIMIT``): 98% of the <= 2-op candidates' proofs need
+#: under 40k units and all but two are of the most general variant, so every variant first gets 20k (a pinned
+#: variant z3 settles at once is found there), then 100k.
+GENERATION_ROUNDS = (20_000, 100_000)
 
 
 def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, trials: int = 3,
-                     seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S) -> Outcome:
+                     seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S,
+                     rounds: tuple[int, ...] = ESCALATION, replay: bool = False, wide_trials: int = 0) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
 
-    Every variant is checked numerically first (a counterexample settles it for nothing). The checked ones
-    are then proved in rounds of growing z3 budgets (``ESCALATION``, then what is left), in variant order
-    within a round; the first proved wins. ``rlimit`` is the z3 resource budget of the whole candidate,
-    shared by its variants and rounds: in the last round each variant but the last gets half of what is
-    left. ``guard_s`` is the last-resort wall-clock guard of each proof. The same candidate and budget give
-    the same outcome on any machine."""
+    A variant is checked numerically before z3 first sees it (a counterexample settles it for nothing), and only
+    then: a candidate whose most general variant is proved in the first round costs one numeric check, not one
+    per variant. The checked ones are proved in rounds of growing z3 budgets (``rounds``, then what is left),
+    in variant order within a round; the first proved wins. ``rlimit`` is the z3 resource budget of the whole
+    candidate, shared by its variants and rounds: in the last round (every variant checked by then) each
+    variant but the last gets half of what is left. ``guard_s`` is the last-resort wall-clock guard of each
+    proof. The same candidate and budget give the same outcome on any machine.
+
+    With ``replay`` (``generate-rules``: a small budget and other ``rounds``) a variant proved by a call larger
+    than verify-rules' first round (z3's model-based instantiation then ran at a limit verify-rules' schedule
+    never uses, and z3's search is not monotone in it) is proved again as ``verify-rules`` would, and is the
+    candidate's rule only when that proves it too: a generated file re-verifies. With ``wide_trials`` a candidate
+    z3 leaves unknown is checked on that many more shapes per variant before it is reported (``_refute_wider``)."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
-    checked: list[tuple[int, dict[str, Any], Any, Any]] = []
+    parsed: list[tuple[int, dict[str, Any], Any]] = []
     for index, raw in enumerate(variants):
         raw = {k: v for k, v in raw.items() if k != "variants"}
         try:
-            rule = parse_rule(raw)
+            parsed.append((index, raw, parse_rule(raw)))
         except RuleError as exc:
             outcome.statuses.append(f"malformed: {exc}")
-            continue
-        outcome.variants_tried += 1
-        try:
-            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS,
-                                    found_on=raw.get("provenance", {}).get("found_on"))
-        except MemoryError:
-            outcome.statuses.append("unknown: out of memory in the numeric check")
-            continue
-        if not numeric.ok or numeric.trials_run < trials:
-            status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
-            outcome.statuses.append(f"{status}: {numeric.reason}")
-            continue
-        checked.append((index, raw, rule, numeric))
+    numerics: dict[int, Any] = {}  # variant -> its numeric result when it passed, None when it did not
+
+    def passes(index: int, raw: dict[str, Any], rule: Any) -> bool:
+        if index not in numerics:
+            numerics[index] = _checked(rule, raw, trials, seed, outcome)
+        return numerics[index] is not None
+
     settled: set[int] = set()
-    for fraction in (*ESCALATION, None):
-        open_ = [c for c in checked if c[0] not in settled]
-        for position, (index, raw, rule, numeric) in enumerate(open_):
+    encoded: dict[int, Any] = {}  # each variant encoded once, whatever the number of rounds it takes part in
+    for step in (*(s for s in rounds if s < rlimit), None):
+        if step is None:  # the last round splits what is left among the checked variants: check them all
+            open_ = [p for p in parsed if p[0] not in settled and passes(*p)]
+        else:
+            open_ = [p for p in parsed if p[0] not in settled]
+        for position, (index, raw, rule) in enumerate(open_):
+            if not passes(index, raw, rule):
+                continue
             left = rlimit - outcome.rlimit_used
             if left <= 0:
                 outcome.statuses.append("unknown: z3 budget spent on earlier variants")
                 break
-            if fraction is not None:
-                budget = min(left, max(1, int(rlimit * fraction)))
+            if step is not None:
+                budget = min(left, step)
             else:  # half of what is left while others remain: a general variant must not starve the pinned one
                 budget = left if position == len(open_) - 1 else max(1, left // 2)
-            proof = prove_rule(rule, budget, guard_s=guard_s)
+            proof = prove_rule(rule, budget, guard_s=guard_s, prepared=encoded.setdefault(index, prepare(rule)))
             outcome.z3_seconds += proof.seconds
             outcome.rlimit_used += proof.rlimit_used
             outcome.statuses.append(f"{proof.status}: {proof.reason}")
             if proof.status in ("refuted", "unsupported"):
                 settled.add(index)
+            if proof.proved and replay and budget > ESCALATION[0] and not _replays(raw, trials, seed, guard_s, outcome):
+                settled.add(index)  # proved on a schedule verify-rules does not repeat: not written
+                continue
             if proof.proved:
+                numeric = numerics[index]
                 provenance = dict(raw.get("provenance", {}))
                 # resource units, not seconds: the provenance must not depend on the machine that proved it
                 provenance["z3"] = {"status": "proved", "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
@@ -114,7 +137,54 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
         break
     outcome.status = _worst(outcome.statuses)
     outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
+    if outcome.status == "unknown" and wide_trials:
+        _refute_wider(outcome, [(rule, raw) for index, raw, rule in parsed if numerics.get(index) is not None
+                                and index not in settled], wide_trials, seed)
     return outcome
+
+
+def _refute_wider(outcome: Outcome, variants: list[tuple[Any, dict[str, Any]]], trials: int, seed: int) -> None:
+    """A candidate z3 could not settle, checked numerically on ``trials`` more shapes per variant: when every
+    variant z3 tried has a counterexample, the candidate is refuted (a rule holding only on the few sizes the
+    first check drew, such as a conv pair that commutes for 1x1 kernels only)."""
+    reasons = []
+    for rule, raw in variants:
+        wider = numeric_check(rule, trials=trials, seed=seed + 1, attempts=WIDE_ATTEMPTS,
+                              found_on=raw.get("provenance", {}).get("found_on"))
+        if wider.ok or not wider.trials_run:
+            return
+        reasons.append(wider.reason)
+    if reasons:
+        outcome.status = "refuted"
+        outcome.reason = f"refuted: {reasons[0]} (wider numeric check after z3 spent its budget)"
+        outcome.statuses.append(outcome.reason)
+
+
+def _replays(raw: dict[str, Any], trials: int, seed: int, guard_s: float | None, outcome: Outcome) -> bool:
+    """Whether ``verify-rules`` (the default budget and rounds) proves the variant ``raw``; its units and
+    status are added to ``outcome``."""
+    again = verify_candidate(raw, DEFAULT_RLIMIT, trials, seed, guard_s)
+    outcome.z3_seconds += again.z3_seconds
+    outcome.rlimit_used += again.rlimit_used
+    if again.status != "proved":
+        outcome.statuses.append(f"unknown: proved, but not again on verify-rules' schedule ({again.reason})")
+    return again.status == "proved"
+
+
+def _checked(rule: Any, raw: dict[str, Any], trials: int, seed: int, outcome: Outcome) -> Any:
+    """``rule``'s numeric check when it passed on ``trials`` shapes, else None (the reason in ``outcome``)."""
+    outcome.variants_tried += 1
+    try:
+        numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS,
+                                found_on=raw.get("provenance", {}).get("found_on"))
+    except MemoryError:
+        outcome.statuses.append("unknown: out of memory in the numeric check")
+        return None
+    if not numeric.ok or numeric.trials_run < trials:
+        status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
+        outcome.statuses.append(f"{status}: {numeric.reason}")
+        return None
+    return numeric
 
 
 def _worst(statuses: list[str]) -> str:
@@ -125,7 +195,7 @@ def _worst(statuses: list[str]) -> str:
     return "unchecked"
 
 
-def _work(args: tuple[dict[str, Any], int, int, int, float | None]) -> Outcome:
+def _work(args: tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool, int]) -> Outcome:
     return verify_candidate(*args)
 
 
@@ -185,19 +255,22 @@ def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int
             run_guarded(fn, work, [i], 1, True, on_result)
 
 
-def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None]]) -> tuple[int, Outcome]:
+def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool, int]]
+             ) -> tuple[int, Outcome]:
     return args[0], _work(args[1])
 
 
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimit: int = DEFAULT_RLIMIT,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None,
-                      guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None) -> list[Outcome]:
+                      guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None,
+                      rounds: tuple[int, ...] = ESCALATION, replay: bool = False,
+                      wide_trials: int = 0) -> list[Outcome]:
     """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in local worker processes, each
     limited to ``WORKER_MEMORY_BYTES``; on a cluster ``executor`` each proof is a task declaring that much
     memory, rerun by the cluster when its worker is lost. A candidate whose worker dies (for good) is "unknown"
     (reason ``WORKER_DIED``)."""
-    work = [(c, rlimit, trials, seed, guard_s) for c in candidates]
+    work = [(c, rlimit, trials, seed, guard_s, rounds, replay, wide_trials) for c in candidates]
     outcomes: dict[int, Outcome] = {}
 
     def record(i: int, outcome: Outcome | None) -> None:

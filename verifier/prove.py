@@ -25,13 +25,18 @@ from xflow.rules.model import Rule
 #: proves within 6.6 million (98% within 1 million); one spent budget is a few seconds to minutes of z3 (z3
 #: slows down as a context's history grows, so units are not seconds).
 DEFAULT_RLIMIT = 10_000_000
+#: z3 resource units for one candidate in ``xflow generate-rules``: what the proofs of the <= 2-op candidates need
+#: (in a sample of 667, 98% under 100 thousand and the median 7 thousand; one of 493 needs more). A candidate
+#: the axioms cannot prove spends its whole budget, and at the shipped-file budget those candidates took the run's
+#: whole time; a rule file is re-verified (``verify-rules``) at ``DEFAULT_RLIMIT``.
+GENERATION_RLIMIT = 150_000
 #: Resource units of the first E-matching and model-based attempts; each round doubles them.
 FIRST_ATTEMPT_RLIMIT = 100_000
 #: The last-resort wall-clock guard of one rule, in seconds (None: no guard).
 DEFAULT_GUARD_S = 1200.0
 
-__all__ = ["DEFAULT_GUARD_S", "DEFAULT_RLIMIT", "NumericResult", "ProofResult", "VerifyResult", "numeric_check",
-           "prove_rule", "verify_rule"]
+__all__ = ["DEFAULT_GUARD_S", "DEFAULT_RLIMIT", "GENERATION_RLIMIT", "NumericResult", "ProofResult", "VerifyResult",
+           "numeric_check", "prove_rule", "verify_rule"]
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,28 @@ def rlimit_count(solver: z3.Solver) -> int:
     return int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else 0
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A rule's z3 encoding and relevant axioms (in the global context), or why it cannot be encoded: computed
+    once and reused by every proof attempt of the rule (the attempts themselves run in fresh contexts)."""
+
+    enc: Any
+    relevant: tuple[Axiom, ...] | None
+    unsupported: str = ""
+
+
+def prepare(rule: Rule, axioms: tuple[Axiom, ...] = AXIOMS) -> Prepared:
+    """What ``prove_rule`` needs of ``rule`` before it calls z3, for reuse across attempts."""
+    try:
+        enc = encode_rule(rule)
+    except Unsupported as exc:
+        return Prepared(None, None, str(exc))
+    return Prepared(enc, axioms_for(rule, axioms))
+
+
 def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ...] = AXIOMS,
-               guard_s: float | None = DEFAULT_GUARD_S, relevant_only: bool = True) -> ProofResult:
+               guard_s: float | None = DEFAULT_GUARD_S, relevant_only: bool = True,
+               prepared: Prepared | None = None) -> ProofResult:
     """Prove every mapped output of ``rule`` equal under the axioms and the rule's where conditions.
 
     With ``relevant_only`` z3 gets the axioms relevant to the rule (``verifier.relevance``) first, and all of
@@ -102,14 +127,16 @@ def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ..
     be unsat within
     ``rlimit`` z3 resource units (shared by all outputs). ``sat`` gives "refuted" (a model of the axioms where
     the rule fails: usually only a sign that an axiom is missing); a spent budget gives "unknown"; the
-    wall-clock ``guard_s`` gives "timeout". ``rlimit_used`` counts every attempt.
+    wall-clock ``guard_s`` gives "timeout". ``rlimit_used`` counts every attempt. ``prepared`` (from
+    ``prepare(rule, axioms)``) skips the encoding; the answer is the same.
     """
     start = time.monotonic()
-    try:
-        enc = encode_rule(rule)
-    except Unsupported as exc:
-        return ProofResult("unsupported", time.monotonic() - start, str(exc))
-    relevant = axioms_for(rule, axioms) if relevant_only else axioms
+    if prepared is None:
+        prepared = prepare(rule, axioms)
+    if prepared.relevant is None:
+        return ProofResult("unsupported", time.monotonic() - start, prepared.unsupported)
+    enc = prepared.enc
+    relevant = prepared.relevant if relevant_only else axioms
     first = _prove_with(enc, rlimit, relevant, guard_s, start)
     if first.status != "refuted" or len(relevant) == len(axioms):
         return first

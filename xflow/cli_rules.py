@@ -27,19 +27,32 @@ def _default_rlimit() -> int:
     return DEFAULT_RLIMIT
 
 
+def _generation_rlimit() -> int:
+    from verifier.prove import GENERATION_RLIMIT
+
+    return GENERATION_RLIMIT
+
+
 def _default_guard() -> float:
     from verifier.prove import DEFAULT_GUARD_S
 
     return DEFAULT_GUARD_S
 
 
-def proof_budget_options(func: Any) -> Any:
+def proof_budget_options(func: Any, generation: bool = False) -> Any:
     """``--rlimit`` and ``--guard``: the z3 budget of a rule, shared by ``generate-rules`` and ``verify-rules``.
-    The defaults are the verifier's, read when a command runs (importing z3 is not ``xflow``'s to pay)."""
+    The defaults are the verifier's, read when a command runs (importing z3 is not ``xflow``'s to pay);
+    ``generation`` takes the smaller budget of candidates (``GENERATION_RLIMIT``)."""
     func = click.option("--guard", "guard_s", type=click.FloatRange(min=0, min_open=True), default=_default_guard,
                         show_default="1200",
                         help="Last-resort wall-clock limit of one proof in seconds; a proof it stops is reported "
                              "as 'timeout' (a load-dependent answer), never as proved.")(func)
+    if generation:
+        return click.option("--rlimit", type=click.IntRange(min=1), default=_generation_rlimit,
+                            show_default="150000",
+                            help="z3 resource units per candidate (z3's own step count, so the answer is the same on "
+                                 "any machine at any load); a spent budget = unknown = not written. Smaller than "
+                                 "verify-rules' default: a candidate the axioms cannot prove spends all of it.")(func)
     return click.option("--rlimit", type=click.IntRange(min=1), default=_default_rlimit, show_default="10000000",
                         help="z3 resource units per rule (z3's own step count, so the answer is the same on any "
                              "machine at any load); a spent budget = unknown = not proved.")(func)
@@ -65,7 +78,7 @@ def executor_options(func: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same rule file.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="rules/default.json", show_default=True,
               help="Rule file to write.")
-@proof_budget_options
+@lambda func: proof_budget_options(func, generation=True)
 @click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
 @click.option("--limit", type=int, default=None,
               help="Verify only the first N candidates in priority order (those matching a zoo model first, then "

@@ -178,8 +178,13 @@ def _conv_int(xp, a, attrs):
 
 
 def conv_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
-    """Input and kernel are 4-D; a bias is a vector of the kernel's output channels."""
+    """Input and kernel are 4-D, the input's channels are the groups times the kernel's input channels (stated
+    for a literal group only: a product of two unknowns would make the facts non-linear); a bias is a vector of
+    the kernel's output channels."""
     facts = [f.rank(args[0]) == 4, f.rank(args[1]) == 4]
+    group = attrs.get("group", 1)
+    if isinstance(group, int) and not isinstance(group, bool):
+        facts.append(f.dim(args[0], 1) == group * f.dim(args[1], 1))
     if len(args) == 3:
         facts += [f.rank(args[2]) == 1, f.dim(args[2], 0) == f.dim(args[1], 0)]
     return facts

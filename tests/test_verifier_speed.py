@@ -1,0 +1,168 @@
+"""What settles the <= 2-op candidates cheaply: the zero tensor, linear padding and unread end pads as axioms,
+and a generation budget smaller than the shipped file's, with the same answers every run."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from verifier import prove_rule
+from verifier.batch import verify_candidate
+from verifier.prove import DEFAULT_RLIMIT, GENERATION_RLIMIT
+from xflow.rules import parse_rule
+
+
+def _rule(src: list, dst: list, inputs: dict, outputs: dict, where: tuple = ()) -> dict:
+    return {"name": "t", "inputs": inputs, "src": src, "dst": dst, "outputs": outputs, "where": list(where)}
+
+
+#: Two zero tensors of one shape: (x^2 - x^2) and (relu(x) - relu(x)).
+ZEROS = _rule([{"op": "pow", "in": ["i1"], "out": ["s0"], "attrs": {"exponent": 2.0}},
+               {"op": "sub", "in": ["s0", "s0"], "out": ["s1"]}],
+              [{"op": "relu", "in": ["i1"], "out": ["d0"]}, {"op": "sub", "in": ["d0", "d0"], "out": ["d1"]}],
+              {"i1": "any"}, {"s1": "d1"})
+#: A zero times anything is zero (distributivity then the zero axiom): x * (x - x) -> (x - x) @ (x - x).
+ZERO_PRODUCT = _rule([{"op": "sub", "in": ["i1", "i1"], "out": ["s0"]},
+                      {"op": "mul", "in": ["i1", "s0"], "out": ["s1"]}],
+                     [{"op": "sub", "in": ["i1", "i1"], "out": ["d0"]},
+                      {"op": "matmul", "in": ["d0", "d0"], "out": ["d1"]}],
+                     {"i1": "any"}, {"s1": "d1"})
+#: A stride-2 conv whose extra bottom/right pad row is never read where the output keeps its size.
+END_PADS = _rule([{"op": "conv", "in": ["i1", "kd"], "out": ["s0"],
+                   "attrs": {"act": "none", "group": "?cg", "pads": [1, 1, 1, 1], "strides": [2, 2]}}],
+                 [{"op": "conv", "in": ["i1", "kd"], "out": ["d0"],
+                   "attrs": {"act": "none", "group": "?cg", "pads": [1, 1, 2, 2], "strides": [2, 2]}}],
+                 {"i1": "any", "kd": "const"}, {"s0": "d0"})
+#: Zero padding commutes with a product of equal shapes: pad(x * x) -> pad(x) * pad(x).
+PAD_PRODUCT = _rule([{"op": "mul", "in": ["i1", "i1"], "out": ["s0"]},
+                     {"op": "pad", "in": ["s0"], "out": ["s1"], "attrs": {"pads": [0, 0, 1, 1, 0, 0, 2, 2]}}],
+                    [{"op": "pad", "in": ["i1"], "out": ["d0"], "attrs": {"pads": [0, 0, 1, 1, 0, 0, 2, 2]}},
+                     {"op": "mul", "in": ["d0", "d0"], "out": ["d1"]}],
+                    {"i1": "any"}, {"s1": "d1"}, ("rank(i1) == 4",))
+
+
+@pytest.mark.parametrize("raw", [ZEROS, END_PADS, PAD_PRODUCT], ids=["zeros", "end_pads", "pad_product"])
+def test_the_new_axioms_prove_true_candidates_within_the_generation_budget(raw):
+    result = prove_rule(parse_rule(raw), GENERATION_RLIMIT)
+    assert result.status == "proved", result
+    assert result.rlimit_used < GENERATION_RLIMIT // 3
+
+
+def test_a_zero_is_not_every_tensor():
+    """x * (x - x) -> x is false: with the zero axiom it stays unproved, and the numeric check refutes it before
+    z3 is asked."""
+    false = {**ZERO_PRODUCT, "dst": [], "outputs": {"s1": "i1"}}
+    assert prove_rule(parse_rule(false), 1_000_000).status != "proved"
+    outcome = verify_candidate(false, rlimit=1_000_000)
+    assert outcome.status == "refuted" and outcome.rlimit_used == 0, outcome
+
+
+def test_pads_that_move_the_windows_are_refuted():
+    """Moving a conv's pad from its start to its end keeps the output's size and moves every window: no axiom
+    proves it, and the numeric check refutes it before z3 is asked."""
+    wrong = {**END_PADS, "dst": [{"op": "conv", "in": ["i1", "kd"], "out": ["d0"],
+                                  "attrs": {"act": "none", "group": "?cg", "pads": [0, 0, 2, 2], "strides": [2, 2]}}]}
+    assert prove_rule(parse_rule(wrong), GENERATION_RLIMIT).status != "proved"
+    outcome = verify_candidate(wrong, rlimit=GENERATION_RLIMIT)
+    assert outcome.status == "refuted" and outcome.rlimit_used == 0, outcome
+
+
+def test_a_larger_budget_proves_what_the_generation_budget_leaves_unknown():
+    """x * (x - x) -> (x - x) @ (x - x) needs about a million units: unknown at generate-rules' default, proved at
+    verify-rules' (``--rlimit`` raises the first), the same count both times."""
+    small = verify_candidate(ZERO_PRODUCT, rlimit=GENERATION_RLIMIT)
+    assert small.status == "unknown" and small.rlimit_used >= GENERATION_RLIMIT, small
+    large = [verify_candidate(ZERO_PRODUCT, rlimit=DEFAULT_RLIMIT) for _ in range(2)]
+    assert [o.status for o in large] == ["proved", "proved"]
+    assert large[0].rlimit_used == large[1].rlimit_used
+    assert GENERATION_RLIMIT < large[0].rlimit_used < DEFAULT_RLIMIT
+
+
+def test_generate_rules_defaults_to_the_generation_budget_and_verify_rules_to_the_full_one():
+    from xflow.cli import main
+
+    def default(name: str) -> int:
+        command = main.commands[name]
+        option = next(p for p in command.params if p.name == "rlimit")
+        with click.Context(command):
+            return option.get_default(click.get_current_context(), call=True)
+
+    assert default("generate-rules") == GENERATION_RLIMIT
+    assert default("verify-rules") == DEFAULT_RLIMIT
+
+
+class _Shapes:
+    """The op table's ``ShapeFacts`` on concrete shapes (tuples)."""
+
+    rank = staticmethod(len)
+    dim = staticmethod(lambda t, i: t[i])
+    symbolic = staticmethod(lambda v: False)
+    int = staticmethod(int)
+    both = staticmethod(lambda *facts: all(facts))
+
+
+def test_conv_facts_hold_exactly_where_its_shape_rule_accepts():
+    """The channel fact the cpool/avgpool candidates need (input channels = group x kernel input channels) is
+    the shape rule's: on random shapes, the facts hold wherever conv's shape rule accepts, and a channel count
+    that breaks the fact is rejected by it."""
+    import numpy as np
+
+    from xflow.ops import OPS, ShapeError
+
+    conv, rng = OPS["conv"], np.random.default_rng(0)
+    accepted = rejected = 0
+    for _ in range(400):
+        group = int(rng.choice([1, 2, 4]))
+        image = (1, int(rng.choice([1, 2, 4, 8])), 5, 5)
+        kernel = (int(rng.choice([4, 8])), int(rng.choice([1, 2, 4])), 3, 3)
+        attrs = conv.normalize_attrs({"group": group, "pads": (1, 1, 1, 1), "strides": (1, 1)})
+        facts = conv.facts(_Shapes, attrs, [image, kernel])
+        try:
+            conv.infer([image, kernel], attrs)
+        except ShapeError:
+            rejected += 1
+            continue
+        accepted += 1
+        assert all(facts), (image, kernel, group)
+    assert accepted > 50 and rejected > 50
+    assert not all(conv.facts(_Shapes, conv.normalize_attrs({"group": 2}), [(1, 4, 5, 5), (4, 1, 3, 3)]))
+
+
+def test_a_proof_verify_rules_would_not_repeat_is_checked_on_its_schedule():
+    """With ``replay`` (generate-rules), a variant proved by a call larger than verify-rules' first round is
+    proved again as verify-rules would: still proved here, and those units are counted; without it they are not."""
+    plain = verify_candidate(END_PADS, rlimit=300_000, rounds=(1_000,))
+    replayed = verify_candidate(END_PADS, rlimit=300_000, rounds=(1_000,), replay=True)
+    assert plain.status == replayed.status == "proved"
+    again = verify_candidate(END_PADS)  # verify-rules' budget and rounds
+    assert replayed.rlimit_used == plain.rlimit_used + again.rlimit_used
+    cheap = verify_candidate(END_PADS, rlimit=300_000, replay=True)  # proved in the first round: nothing to replay
+    assert cheap.rlimit_used == verify_candidate(END_PADS, rlimit=300_000).rlimit_used
+
+
+def _conv(src: str, kernel: str, out: str, stride: int) -> dict:
+    return {"op": "conv", "in": [src, kernel], "out": [out],
+            "attrs": {"act": "none", "group": 1, "pads": [0, 0, 0, 0], "strides": [stride, stride]}}
+
+
+#: A stride moved from a conv to the 1x1 conv after it: true for 1x1 kernels only, which the rule does not say,
+#: and the sizes it was found on keep the second kernel 1x1 in most draws of the first numeric check.
+STRIDE_TO_1X1 = {"name": "t", "inputs": {"i1": "any", "k31": "const", "k11": "const"},
+                 "src": [_conv("i1", "k31", "s0", 2), _conv("s0", "k11", "s1", 1)],
+                 "dst": [_conv("i1", "k31", "d0", 1), _conv("d0", "k11", "d1", 2)], "outputs": {"s1": "d1"},
+                 "provenance": {"found_on": {"i1": [1, 4, 7, 7], "k31": [4, 4, 3, 1], "k11": [4, 4, 1, 1]}}}
+
+
+def test_a_candidate_z3_leaves_unknown_is_checked_on_more_shapes():
+    """The first check (6 instances) does not refute STRIDE_TO_1X1 and z3 spends its budget; the wider check
+    (``WIDE_TRIALS`` more instances) finds a second kernel of 2x2 where the two sides differ."""
+    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS
+
+    plain = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
+    assert plain.status == "unknown", plain
+    wide = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
+                            wide_trials=WIDE_TRIALS)
+    assert wide.status == "refuted" and "wider numeric check" in wide.reason, wide
+    assert wide.rlimit_used == plain.rlimit_used
+    # a true candidate z3 cannot settle stays unknown
+    assert verify_candidate(ZERO_PRODUCT, rlimit=GENERATION_RLIMIT, wide_trials=WIDE_TRIALS).status == "unknown"

@@ -348,8 +348,8 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
         sources.append(alt)
     found = [_finalist(source) for source in sources]
     # each first sweep from the input alone (one rule at every match): a rule whose measured gain is real
-    # end to end stays separable from one whose estimated gain is not (BERT: Add -> Sum before each
-    # LayerNormalization against the Q/K/V matmul merges, see docs/lab-notes/2026-11-25-ort-fusions.md)
+    # end to end stays separable from one whose estimated gain is not, when the search's best graph mixes
+    # the two (an Add -> Sum that escapes a slow ORT fusion beside matmul merges the estimate flatters)
     for sweep in sorted(result.root_sweeps, key=lambda alt: alt.cost)[:ROOT_SWEEP_FINALISTS]:
         if (sweep.graph.hash_sum in seen or sweep.cost >= result.initial_cost
                 or sweep.cost > FINALIST_SPREAD * result.best_cost):

@@ -402,7 +402,7 @@ def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_D
     depends only on the rule and the index, so the report is the same)."""
     as_terms = {r["name"]: term_rule(r) for r in rules}
     usable = [t for t in as_terms.values() if t is not None]
-    jobs = getattr(executor, "jobs", 1) if executor is not None else 1
+    jobs = getattr(executor, "jobs", 1)
     parts = [list(range(k, len(usable), jobs)) for k in range(jobs)] if usable else []
     paths: dict[int, list[str] | None] = {}
     results = (executor.imap(_paths, [(usable, p, depth) for p in parts]) if jobs > 1

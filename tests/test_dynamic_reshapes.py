@@ -9,6 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.test_ops import DecodeCtx
 from xflow.ir.dims import SymbolSource, integer_terms, symbol, symbol_sources
 from xflow.onnx_io import graph_from_model, save, to_model_proto
 from xflow.ops._runtime_dims import runtime_shape
@@ -181,30 +182,15 @@ def test_a_target_over_a_symbol_no_graph_input_has_stays_opaque():
     assert to_model_proto(loaded).graph.SerializeToString() == model.graph.SerializeToString()
 
 
-class _Ctx:
+class _Ctx(DecodeCtx):
     """An EncodeContext whose graph inputs give ``sources``."""
 
-    opset = 17
-
     def __init__(self, sources: dict[str, SymbolSource]) -> None:
+        super().__init__({}, opset=17)
         self.sources = sources
-        self.constants: dict[str, np.ndarray] = {}
-        self.count = 0
-
-    def type_of(self, name: str):  # noqa: ANN201
-        return None
 
     def symbol_source(self, name: str) -> SymbolSource | None:
         return self.sources.get(name)
-
-    def fresh_name(self, hint: str) -> str:
-        self.count += 1
-        return f"{hint}_{self.count}"
-
-    def add_constant(self, array: np.ndarray, hint: str) -> str:
-        name = self.fresh_name(hint)
-        self.constants[name] = array
-        return name
 
 
 def _evaluate(pieces, sources, inputs: dict[str, tuple[int, ...]]) -> list[int]:

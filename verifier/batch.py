@@ -111,7 +111,9 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
                 budget = min(left, step)
             else:  # half of what is left while others remain: a general variant must not starve the pinned one
                 budget = left if position == len(open_) - 1 else max(1, left // 2)
-            proof = prove_rule(rule, budget, guard_s=guard_s, prepared=encoded.setdefault(index, prepare(rule)))
+            if index not in encoded:
+                encoded[index] = prepare(rule)
+            proof = prove_rule(rule, budget, guard_s=guard_s, prepared=encoded[index])
             outcome.z3_seconds += proof.seconds
             outcome.rlimit_used += proof.rlimit_used
             outcome.statuses.append(f"{proof.status}: {proof.reason}")

@@ -47,15 +47,21 @@ def proof_budget_options(func: Any, generation: bool = False) -> Any:
                         show_default="1200",
                         help="Last-resort wall-clock limit of one proof in seconds; a proof it stops is reported "
                              "as 'timeout' (a load-dependent answer), never as proved.")(func)
+    same = "(z3's own step count, so the answer is the same on any machine at any load)"
     if generation:
-        return click.option("--rlimit", type=click.IntRange(min=1), default=_generation_rlimit,
-                            show_default="150000",
-                            help="z3 resource units per candidate (z3's own step count, so the answer is the same on "
-                                 "any machine at any load); a spent budget = unknown = not written. Smaller than "
-                                 "verify-rules' default: a candidate the axioms cannot prove spends all of it.")(func)
-    return click.option("--rlimit", type=click.IntRange(min=1), default=_default_rlimit, show_default="10000000",
-                        help="z3 resource units per rule (z3's own step count, so the answer is the same on any "
-                             "machine at any load); a spent budget = unknown = not proved.")(func)
+        default, shown = _generation_rlimit, "150000"
+        help_ = (f"z3 resource units per candidate {same}; a spent budget = unknown = not written. Smaller than "
+                 "verify-rules' default: a candidate the axioms cannot prove spends all of it.")
+    else:
+        default, shown = _default_rlimit, "10000000"
+        help_ = f"z3 resource units per rule {same}; a spent budget = unknown = not proved."
+    return click.option("--rlimit", type=click.IntRange(min=1), default=default, show_default=shown,
+                        help=help_)(func)
+
+
+def generation_budget_options(func: Any) -> Any:
+    """``proof_budget_options`` with the candidates' budget (``generate-rules``)."""
+    return proof_budget_options(func, generation=True)
 
 
 def executor_options(func: Any) -> Any:
@@ -78,7 +84,7 @@ def executor_options(func: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same rule file.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default="rules/default.json", show_default=True,
               help="Rule file to write.")
-@lambda func: proof_budget_options(func, generation=True)
+@generation_budget_options
 @click.option("--trials", type=int, default=3, show_default=True, help="Random shape instantiations per rule.")
 @click.option("--limit", type=int, default=None,
               help="Verify only the first N candidates in priority order (those matching a zoo model first, then "

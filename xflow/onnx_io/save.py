@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import secrets
@@ -38,7 +39,6 @@ class _Encoder:
         self.taken.update(name for n in graph.nodes for name in (*n.inputs, *n.implicit))
         self.counter = itertools.count()
         self.new_constants: dict[str, np.ndarray] = {}
-        self._sources: dict[str, SymbolSource] | None = None
 
     def fresh_name(self, hint: str) -> str:
         while True:
@@ -56,13 +56,16 @@ class _Encoder:
         """The type of a value of the graph (encoders whose ONNX form ties a constant's type to it ask)."""
         return self.graph.types.get(name)
 
+    @functools.cached_property
+    def symbol_sources(self) -> dict[str, SymbolSource]:
+        """Where a run of the written model reads each symbol: a dim of one of the graph's inputs (the model's
+        interface, whose dims load took from it; or a placement segment's inputs)."""
+        types = self.graph.types
+        return symbol_sources((i, types[i].shape) for i in self.graph.inputs if i in types)
+
     def symbol_source(self, name: str) -> SymbolSource | None:
-        """Where a run of the written model reads symbol ``name``: a dim of one of the graph's inputs (the
-        model's interface, whose dims load took from it; or a placement segment's inputs)."""
-        if self._sources is None:
-            types = self.graph.types
-            self._sources = symbol_sources((i, types[i].shape) for i in self.graph.inputs if i in types)
-        return self._sources.get(name)
+        """Where a run of the written model reads symbol ``name`` (``symbol_sources``)."""
+        return self.symbol_sources.get(name)
 
 
 def _opaque_proto(node: Node) -> onnx.NodeProto:

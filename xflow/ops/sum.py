@@ -3,8 +3,8 @@ ewadd, written as another ONNX node.
 
 It exists because ONNX Runtime's graph optimizer treats the two nodes differently: its
 SkipLayerNormFusion matches an ``Add`` feeding a LayerNormalization and never a ``Sum``, so a residual
-sum written as ``Sum`` keeps the unfused Add/LayerNormalization kernels (see
-``docs/lab-notes/2026-11-25-ort-fusions.md``). Which form runs faster is left to the measured cost model.
+sum written as ``Sum`` keeps the unfused Add/LayerNormalization kernels. Which form runs faster is left to
+the measured cost model.
 A ``Sum`` of one or of three or more inputs stays opaque.
 """
 

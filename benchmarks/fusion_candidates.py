@@ -1,7 +1,7 @@
 """Rule candidates between ONNX Runtime's fused kernels and their decompositions, in both directions.
 
     .venv/bin/python benchmarks/fusion_candidates.py --out /tmp/fusion_candidates.json
-    .venv/bin/xflow generate-rules --candidates /tmp/fusion_candidates.json --max-ops 2 --jobs 2 \\
+    .venv/bin/xflow generate-rules --candidates /tmp/fusion_candidates.json --max-ops 3 --jobs 2 \\
         --out rules/new-fusion.json
 
 Each fused op of the op table (``xflow/ops/_contrib.py`` and the files using it) means its decomposition;
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CANDIDATES_FORMAT = "xflow.candidates/1"  # generator/rule_file.py reads this format
-MAX_OPS = 2  # the largest side of every candidate below
+MAX_OPS = 3  # the largest side of every candidate below
 
 
 def node(op: str, inputs: list[str], out: str, **attrs: Any) -> dict[str, Any]:
@@ -121,17 +121,26 @@ def _fused_convs() -> Iterator[Fusion]:
 
 
 def _unfusable_forms() -> Iterator[dict[str, Any]]:
-    """A residual sum before a layer normalization written as ONNX Sum instead of Add: ONNX Runtime's
-    SkipLayerNormFusion matches only the Add form (and its fused kernel is the slower one on some CPUs), so
-    the two forms run different kernels; the measured cost model chooses between them. One direction only:
-    exports write Add, which ORT fuses where fusing pays, and the reverse rule would let a completion
-    sweep (``complete_sweeps``) undo every rewrite right after making it."""
+    """Forms of a graph that ONNX Runtime's fusions do not match, where their fused kernels are the slower
+    ones on some CPUs: a residual sum before a layer normalization written as ONNX Sum instead of Add
+    (SkipLayerNormFusion matches only the Add), a matmul's bias given a leading unit axis. The two forms run
+    different kernels; the measured cost model and the end-to-end timing choose between them. One direction
+    only: exports write the fusable form, which ORT fuses where fusing pays, and the reverse rule would let a
+    completion sweep (``complete_sweeps``) undo every rewrite right after making it."""
     for params in (["g", "b"], ["g"]):
         inputs = {"x": "any", "s": "any", **{p: "const" for p in params}}
         found = {"x": [2, 3, 8], "s": [2, 3, 8], **{p: [8] for p in params}}
         src = [node("add", ["x", "s"], "t"), node("layernorm", ["t", *params], "y", axis="?ax", epsilon="?eps")]
         dst = [node("sum", ["x", "s"], "u"), node("layernorm", ["u", *params], "z", axis="?ax", epsilon="?eps")]
         yield _rule(f"add_to_sum_layernorm_{2 + len(params)}", inputs, src, dst, found, [])
+    # A Linear layer's bias given a leading unit axis: ORT's MatMulAddFusion turns a batched MatMul + Add into
+    # Reshape, Gemm, Reshape (a copy of the product), the slower form on some CPUs, and takes the bias only
+    # when it has rank 1; the Add kernel runs as fast with either shape. (Written as Sum instead, the bias
+    # escapes the fusion too, but ORT's Sum kernel broadcasts more slowly than its Add.)
+    src = [node("matmul", ["x", "w"], "m"), node("add", ["m", "b"], "y")]
+    dst = [node("matmul", ["x", "w"], "u"), node("unsqueeze", ["b"], "c", axes=[0]), node("add", ["u", "c"], "z")]
+    yield _rule("bias_add_leading_axis", {"x": "any", "w": "const", "b": "const"}, src, dst,
+                {"x": [2, 3, 8], "w": [8, 5], "b": [5]}, ["rank(b) == 1", "rank(x) >= 3"])
 
 
 def all_candidates() -> list[dict[str, Any]]:
@@ -145,7 +154,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="candidate file to write (for generate-rules --candidates)")
     parser.add_argument("--only-unfusable", action="store_true",
-                        help="only the forms ORT's fusions do not match (Add -> Sum before a layer normalization)")
+                        help="only the forms ORT's fusions do not match (Add -> Sum before a layer normalization "
+                             "and after a matmul)")
     args = parser.parse_args()
     found = list(_unfusable_forms()) if args.only_unfusable else all_candidates()
     with open(args.out, "w", encoding="utf-8") as f:

@@ -1,6 +1,6 @@
-"""Add -> Sum before a LayerNormalization (rules/ort-unfusable.json, also in rules/default.json): the same
-function, which ONNX Runtime's SkipLayerNormFusion does not match; the cost model measures the Add and the
-LayerNormalization as one group, as ORT fuses them."""
+"""Forms ONNX Runtime's fusions do not match (rules/ort-unfusable.json, also in rules/default.json): Add -> Sum
+before a LayerNormalization (SkipLayerNormFusion), a batched matmul's bias given a leading unit axis
+(MatMulAddFusion). The cost model measures what ORT fuses as one group, with what the fusion inserts."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from xflow.cost.cache import CostCache
 from xflow.cost.fusion import chain, head_of
 from xflow.cost.measured import MeasuredCost, _median_kernel_times
 from xflow.onnx_io import graph_from_model, to_model_proto
-from xflow.rewrite import apply_match, find_matches
+from xflow.rewrite import apply_match, find_matches, fold_constants
 from xflow.rules import load_rules
 from xflow.runtime import session_options
 
@@ -78,7 +78,7 @@ def _ort_ops(model: onnx.ModelProto, tmp_path) -> tuple[collections.Counter, np.
 
 def test_the_rules_are_proved() -> None:
     rules = load_rules(RULES)
-    assert len(rules) == 2
+    assert len(rules) == 3
     for rule in rules:
         assert verify_rule(rule).status == "proved", rule.name
 
@@ -91,10 +91,19 @@ def test_a_wrong_target_is_refuted() -> None:
     assert verify_rule(wrong).status != "proved"
 
 
+def _layernorm_rules() -> list:
+    return [r for r in load_rules(RULES) if any(n.op == "sum" for n in r.dst)]
+
+
+def _bias_rule():  # noqa: ANN202 - a parsed Rule
+    (rule,) = [r for r in load_rules(RULES) if any(n.op == "unsqueeze" for n in r.dst)]
+    return rule
+
+
 def test_the_rule_rewrites_an_add_layernorm_block_that_ort_then_leaves_unfused(tmp_path) -> None:
     model = _residual_block()
     graph = graph_from_model(model)
-    rewritten, applied = _rewrite_all(graph, load_rules(RULES))
+    rewritten, applied = _rewrite_all(graph, _layernorm_rules())
     assert len(applied) == 1
     assert sorted(n.op for n in rewritten.nodes if n.op in ("add", "sum")) == ["add", "sum"]
     written = to_model_proto(rewritten)
@@ -108,7 +117,7 @@ def test_the_rule_rewrites_an_add_layernorm_block_that_ort_then_leaves_unfused(t
 def test_a_wrong_rewrite_would_change_the_outputs(tmp_path) -> None:
     """The check above sees a wrong rewrite: the Sum written as Sub gives other outputs."""
     model = _residual_block()
-    rewritten, _ = _rewrite_all(graph_from_model(model), load_rules(RULES))
+    rewritten, _ = _rewrite_all(graph_from_model(model), _layernorm_rules())
     written = to_model_proto(rewritten)
     for node in written.graph.node:
         if node.op_type == "Sum":
@@ -130,7 +139,7 @@ def test_an_add_and_its_layernorm_are_one_group() -> None:
     assert _groups(graph_from_model(_residual_block(matmul=False))) == [("add", "layernorm")]
     # after the rewrite the Sum and the norm stand alone, and the MatMul keeps its bias Add
     for matmul, want in ((True, [("layernorm",), ("matmul", "add"), ("sum",)]), (False, [("layernorm",), ("sum",)])):
-        rewritten, _ = _rewrite_all(graph_from_model(_residual_block(matmul)), load_rules(RULES))
+        rewritten, _ = _rewrite_all(graph_from_model(_residual_block(matmul)), _layernorm_rules())
         assert _groups(rewritten) == want
 
 
@@ -169,3 +178,82 @@ def test_sum_decodes_and_round_trips() -> None:
     ops = {n.outputs[0]: n.op for n in ir.nodes}
     assert ops == {"s": "sum", "t": "opaque"}  # two inputs: the op; three: opaque
     assert [n.op_type for n in to_model_proto(ir).graph.node] == ["Sum", "Sum"]
+
+
+# ---- a batched matmul's bias given a leading unit axis (MatMulAddFusion) -----------------------------------
+
+
+def _linear(rank: int = 3, identity_bias: bool = False) -> onnx.ModelProto:
+    """A Linear layer as exported: MatMul of an activation of ``rank`` by a weight, then Add of the bias (first,
+    as torch writes it; passed on by an Identity, as exports of tied weights do, with ``identity_bias``)."""
+    rng = np.random.default_rng(1)
+    hidden = SEQ[-1]
+    shape = SEQ if rank == 3 else SEQ[1:]
+    inits = [numpy_helper.from_array((rng.standard_normal((hidden, 2 * hidden)) * 0.1).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(2 * hidden).astype(np.float32), "bias")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+             helper.make_node("Add", ["bias_in" if identity_bias else "bias", "mm"], ["y"])]
+    if identity_bias:
+        nodes.insert(0, helper.make_node("Identity", ["bias"], ["bias_in"]))
+    graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", FLOAT, (*shape[:-1], 2 * hidden))], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _ort_ops_of(model: onnx.ModelProto, tmp_path, x: np.ndarray) -> tuple[collections.Counter, np.ndarray]:  # noqa: ANN001
+    options = session_options(1)
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    out = session.run(None, {"x": x})[0]
+    return collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node), out
+
+
+def test_a_batched_linear_bias_rewritten_escapes_ort_gemm_fusion(tmp_path) -> None:
+    """The bias written with shape (1, n): the same outputs, and ORT runs MatMul + Add, not Reshape, Gemm,
+    Reshape."""
+    model = _linear(identity_bias=True)
+    rewritten, applied = _rewrite_all(graph_from_model(model), [_bias_rule()])
+    assert len(applied) == 1
+    written = to_model_proto(fold_constants(rewritten))  # as xflow optimize writes its finalists
+    x = np.random.default_rng(4).standard_normal(SEQ).astype(np.float32)
+    before, want = _ort_ops_of(model, tmp_path, x)
+    after, got = _ort_ops_of(written, tmp_path, x)
+    assert before["Gemm"] == 1 and before["MatMul"] == 0
+    assert after["Gemm"] == 0 and after["MatMul"] == 1 and after["Add"] == 1
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_bias_rule_leaves_a_two_dimensional_linear_alone() -> None:
+    """ORT fuses a 2-D MatMul + Add into one Gemm with either bias shape, without copies: nothing to escape."""
+    assert next(find_matches(graph_from_model(_linear(rank=2)), _bias_rule()), None) is None
+    assert next(find_matches(graph_from_model(_linear(rank=3)), _bias_rule()), None) is not None
+
+
+def test_a_bias_unsqueezed_on_the_wrong_axis_is_refuted() -> None:
+    """(n) -> (n, 1) broadcasts along the other axis: the verifier must not prove that."""
+    rule = _bias_rule()
+    wrong = dataclasses.replace(rule, dst=tuple(
+        dataclasses.replace(n, attrs={**n.attrs, "axes": (1,)}) if n.op == "unsqueeze" else n for n in rule.dst))
+    assert verify_rule(wrong).status != "proved"
+
+
+def test_a_bias_passed_on_by_an_identity_joins_its_matmul_group() -> None:
+    """The chain's link skips constant inputs, whichever node passes them on: the Add is the MatMul's
+    epilogue (ORT's Gemm), not a group of its own."""
+    assert _groups(graph_from_model(_linear(identity_bias=True))) == [("identity",), ("matmul", "add")]
+    assert _groups(graph_from_model(_linear(identity_bias=False))) == [("matmul", "add")]
+
+
+def test_the_reshapes_ort_puts_around_a_fused_gemm_are_charged_to_its_group(tmp_path) -> None:
+    """MatMulAddFusion's output Reshape copies the product: the measured group pays for it."""
+    from xflow.cost.measured import _renamed_nodes
+
+    optimized = helper.make_model(helper.make_graph([
+        helper.make_node("Reshape", ["xf3v_in0", "s"], ["r_arg"], name="gemm_input_reshape"),
+        helper.make_node("Gemm", ["r_arg", "w", "b"], ["g_arg"], name="xf3n0/MatMulAddFusion"),
+        helper.make_node("Reshape", ["g_arg", "s2"], ["xf3o0"], name="gemm_output_reshape_token_5"),
+        helper.make_node("ReorderOutput", ["xf1o0"], ["z"], name="ReorderOutput"),
+    ], "g", [], []))
+    onnx.save(optimized, tmp_path / "optimized.onnx")
+    assert _renamed_nodes(str(tmp_path / "optimized.onnx")) == {"gemm_input_reshape": 3,
+                                                                "gemm_output_reshape_token_5": 3}

@@ -475,6 +475,14 @@ def _broadcast_gen(rng: np.random.Generator) -> dict[str, Any]:
     return {"x": x, "y": y} if rng.random() < 0.5 else {"x": y, "y": x}
 
 
+def _lead_broadcast_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """``x`` of rank 2 to 4 and ``y`` of lower rank that broadcasts with it: a proper suffix of x's shape
+    with some dims 1."""
+    shape = [int(d) for d in rng.integers(1, 4, size=_pick(rng, (2, 3, 4)))]
+    suffix = [1 if rng.random() < 0.3 else d for d in shape[int(rng.integers(1, len(shape))):]]
+    return {"x": _arr(rng, *shape), "y": _arr(rng, *suffix)}
+
+
 def _pool_gen(rng, cip=None):
     kh, kw = _pick(rng, [1, 2, 3]), _pick(rng, [1, 2, 3])
     d = {"kh": kh, "kw": kw, "sh": _pick(rng, [1, 2]), "sw": _pick(rng, [1, 2]),
@@ -1100,6 +1108,10 @@ def _build() -> list[Axiom]:
           for act in ("Relu", "Sigmoid", "Tanh") for args in (("x", "w"), ("x", "w", "b"))),
         # -- ONNX Sum of two tensors (xflow/ops/sum.py) is ewadd written as another node; triggered by sum only
         L("ewsum_def", ("sum", {}, "x", "y"), _add("x", "y"), ("x", "y"), (), _same("x y")),
+        # -- a leading unit axis on the lower-rank operand of a broadcasting add changes nothing: broadcasting
+        # prepends it anyway (a bias of shape (n) written as (1, n); ORT's MatMulAddFusion takes only the first)
+        L("ewadd_unsqueeze_lead", _add("x", ("unsqueeze", {"axes": (0,)}, "y")), _add("x", "y"), ("x", "y"), (),
+          _lead_broadcast_gen, guard=lambda e: e.rank("x") > e.rank("y")),
     ]
     names = [a.name for a in ax]
     assert len(names) == len(set(names)), "duplicate axiom names"

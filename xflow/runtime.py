@@ -156,6 +156,13 @@ def measure_interleaved(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndar
                         seconds: float, warmup: int = 3) -> tuple[dict[str, float], int]:
     """Median seconds per session over interleaved rounds (each round runs every session once, the
     order rotating), after warm-up; at least ``min_runs`` rounds and about ``seconds`` in all."""
+    times, rounds = interleaved_times(sessions, feeds, min_runs, seconds, warmup)
+    return {name: statistics.median(values) for name, values in times.items()}, rounds
+
+
+def interleaved_times(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndarray], min_runs: int,
+                      seconds: float, warmup: int = 3) -> tuple[dict[Any, list[float]], int]:
+    """``measure_interleaved``'s timed runs themselves: seconds per run, per session."""
     names = list(sessions)
     for _ in range(warmup):
         for name in names:
@@ -170,7 +177,7 @@ def measure_interleaved(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndar
             sessions[name].run(None, dict(feeds))
             times[name].append(time.perf_counter() - t0)
         rounds += 1
-    return {name: statistics.median(values) for name, values in times.items()}, rounds
+    return times, rounds
 
 
 def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, warmup: int = 3) -> float:  # noqa: ANN001

@@ -11,7 +11,7 @@ kernels. The chain rules only decide which nodes are measured together.
 
 A chain continues from a value to its reader when the value has that one reader (and is not a graph
 output), the reader is an epilogue the head's kind takes, reads the value once and at its *link*
-input: the lowest input whose producer has the reader as its sole reader. So every epilogue belongs
+input: the lowest input computed at run time whose producer has the reader as its sole reader. So every epilogue belongs
 to at most one chain, and which one depends only on the nodes around it.
 """
 
@@ -99,7 +99,7 @@ def _link(graph: GraphView, node: Node, memo: FusionMemo) -> int | None:
         if not name:
             continue
         producer = graph.producer_of(name)
-        if producer is None:
+        if producer is None or graph.is_constant_value(name):  # a weight, even one an Identity passes on
             continue
         sole = _sole_reader(graph, name, memo)
         if sole is not None and sole[0] is node:

@@ -41,11 +41,19 @@ from xflow.runtime import PROVIDERS, session_options
 _EVENT = re.compile(r"^xf(\d+)[nov]")
 _VALUE = re.compile(r"^xf(\d+)[ov]")
 #: ONNX types in a group that ORT may fuse into a node it names afresh (SkipLayerNormFusion names its node
-#: "SkipLayerNormalization..."): a batch holding one is saved as ORT optimized it, to find which subgraph
-#: such a node belongs to by the values it writes (see ``_renamed_nodes``)
-RENAMED_BY_ORT = frozenset({"LayerNormalization"})
-#: the fused kernels ORT makes that the op table knows (com.microsoft ops): the only renamed nodes counted
+#: "SkipLayerNormalization..."), or around which its fusion inserts nodes (MatMulAddFusion puts a Reshape
+#: before and after the Gemm it makes of a batched MatMul + Add): a batch holding one is saved as ORT
+#: optimized it, to find which subgraph such a node belongs to by the values it reads and writes (see
+#: ``_renamed_nodes``)
+RENAMED_BY_ORT = frozenset({"LayerNormalization", "MatMul"})
+#: the fused kernels ORT makes that the op table knows (com.microsoft ops): renamed nodes counted
 _FUSED_TYPES = frozenset(t for entry in OPS.values() if entry.domain for t in entry.onnx_types)
+#: the nodes MatMulAddFusion inserts around its Gemm (``graph.GenerateNodeName("gemm_input_reshape")``):
+#: the output one copies the whole product in the real model too, a cost of the fusion
+_FUSION_RESHAPES = re.compile(r"^gemm_(input|output)_reshape")
+#: how measured costs are attributed; part of every cache key, so costs measured before a change are not mixed
+#: with costs measured after it
+ATTRIBUTION = 2
 MAX_BATCH_NODES = 300
 MAX_BATCH_BYTES = 512 << 20  # initializer + input bytes per measuring model (protobuf stays far below 2 GB)
 IN_CACHE_RUNS_FACTOR = 3  # timed runs per session when measuring in the cache, times ``runs``
@@ -133,7 +141,8 @@ class MeasuredCost:
         self.stats = MeasureStats()
         # (key, graph, group, cost) of groups whose cost is known on the scale of the first session
         self.references: list[tuple[str, Graph, tuple[Node, ...], float]] = []
-        self.env = f"{provider}|{device_name(provider)}|ort {ort.__version__}|{self.threads} threads"
+        self.env = (f"{provider}|{device_name(provider)}|ort {ort.__version__}|{self.threads} threads"
+                    f"|attribution {ATTRIBUTION}")
         # With ``batch_bytes`` (in-cache measuring, see ``in_cache_batch_bytes``) every measuring model,
         # references included, reads at most that many bytes, so each run finds its weights in the cache
         # again, as the runs of a model that fits in the cache do. Costs so measured are cached apart.
@@ -392,14 +401,18 @@ class MeasuredCost:
 
 def _renamed_nodes(path: str) -> dict[str, int]:
     """Node name -> subgraph index for the fused nodes (``_FUSED_TYPES``) ORT made under a name of its own
-    in the optimized batch model at ``path``, by the subgraph whose values the node writes."""
+    in the optimized batch model at ``path``, and the Reshapes its MatMulAddFusion put around a Gemm: by the
+    subgraph whose values the node writes, or else reads."""
     found: dict[str, int] = {}
     for node in onnx.load(path, load_external_data=False).graph.node:
-        if node.op_type not in _FUSED_TYPES or _EVENT.match(node.name):
+        if _EVENT.match(node.name) or not (node.op_type in _FUSED_TYPES or _FUSION_RESHAPES.match(node.name)):
             continue
-        owners = {int(m.group(1)) for m in (_VALUE.match(o) for o in node.output if o) if m}
-        if len(owners) == 1:
-            found[node.name] = owners.pop()
+        for values in (node.output, node.input):
+            owners = {int(m.group(1)) for m in (_VALUE.match(v) for v in values if v) if m}
+            if owners:
+                if len(owners) == 1:
+                    found[node.name] = owners.pop()
+                break
     return found
 
 

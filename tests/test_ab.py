@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from xflow.runtime import ABResult, make_session, measure_ab, random_feeds, sign_test
+from xflow.runtime import ABResult, decide_ab, make_session, measure_ab, random_feeds, sign_test
 
 
 def test_sign_test_is_the_binomial_tail():
@@ -45,6 +45,27 @@ def test_measure_ab_finds_the_model_with_a_tenth_of_the_work_faster_and_not_the_
     slower = measure_ab(small, large, feeds, min_runs=10, target_seconds=1.0)
     assert faster.b_is_faster() and faster.b_wins >= 9
     assert not slower.b_is_faster() and slower.runs >= 10
+
+
+def test_faster_is_decided_by_most_of_three_session_pairs():
+    """A model 10x lighter is faster in the first two pairs: decided after two; a heavier one is turned away
+    after two pairs as well (the third cannot change a settled majority)."""
+    small, large = _matmul_chain(2), _matmul_chain(20)
+    made: list[int] = []
+
+    def fresh(a: onnx.ModelProto, b: onnx.ModelProto):  # noqa: ANN202 - two ORT sessions
+        made.append(1)
+        return make_session(a, threads=1), make_session(b, threads=1)
+
+    feeds = random_feeds(make_session(small, threads=1), 0)
+    timing = {"min_runs": 10, "target_seconds": 0.5}
+    faster = decide_ab(*fresh(large, small), feeds, lambda: fresh(large, small), **timing)
+    assert faster.b_is_faster() and faster.pairs == 2 and len(made) == 2
+    made.clear()
+    slower = decide_ab(*fresh(small, large), feeds, lambda: fresh(small, large), **timing)
+    assert not slower.b_is_faster() and slower.pairs == 2 and len(made) == 2
+    with pytest.raises(ValueError, match="odd"):
+        decide_ab(*fresh(small, large), feeds, lambda: fresh(small, large), pairs=2, **timing)
 
 
 def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):

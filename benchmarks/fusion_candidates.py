@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CANDIDATES_FORMAT = "xflow.candidates/1"  # generator/rule_file.py reads this format
-MAX_OPS = 3  # the largest side of every candidate below
 
 
 def node(op: str, inputs: list[str], out: str, **attrs: Any) -> dict[str, Any]:
@@ -143,6 +142,22 @@ def _unfusable_forms() -> Iterator[dict[str, Any]]:
                 {"x": [2, 3, 8], "w": [8, 5], "b": [5]}, ["rank(b) == 1", "rank(x) >= 3"])
 
 
+def _folded_scales() -> Iterator[dict[str, Any]]:
+    """A per-column scale after a Linear layer (ConvNeXt's layer scale gamma) folded into its weight and bias:
+    both products are of constants, which fold when the model is written, so the Mul kernel goes."""
+    found = {"x": [2, 3, 8], "w": [8, 5], "b": [5], "g": [5]}
+    where = ["rank(w) == 2", "rank(g) == 1", "rank(b) == 1"]
+    src = [node("matmul", ["x", "w"], "m"), node("add", ["m", "b"], "a"), node("mul", ["a", "g"], "y")]
+    dst = [node("mul", ["w", "g"], "wg"), node("mul", ["b", "g"], "bg"), node("matmul", ["x", "wg"], "u"),
+           node("add", ["u", "bg"], "z")]
+    yield _rule("fold_column_scale_biased", {"x": "any", "w": "const", "b": "const", "g": "const"}, src, dst,
+                found, where)
+    src = [node("matmul", ["x", "w"], "m"), node("mul", ["m", "g"], "y")]
+    dst = [node("mul", ["w", "g"], "wg"), node("matmul", ["x", "wg"], "z")]
+    yield _rule("fold_column_scale", {"x": "any", "w": "const", "g": "const"}, src, dst,
+                {k: v for k, v in found.items() if k != "b"}, where[:2])
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
@@ -156,10 +171,15 @@ def main() -> None:
     parser.add_argument("--only-unfusable", action="store_true",
                         help="only the forms ORT's fusions do not match (Add -> Sum before a layer normalization "
                              "and after a matmul)")
+    parser.add_argument("--folded-scales", action="store_true",
+                        help="only a per-column scale after a matmul folded into its weight (and bias)")
     args = parser.parse_args()
     found = list(_unfusable_forms()) if args.only_unfusable else all_candidates()
+    if args.folded_scales:
+        found = list(_folded_scales())
     with open(args.out, "w", encoding="utf-8") as f:
-        json.dump({"format": CANDIDATES_FORMAT, "max_ops": MAX_OPS, "seed": 0, "candidates": found}, f, indent=1)
+        max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)
+        json.dump({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": 0, "candidates": found}, f, indent=1)
     print(f"wrote {args.out}: {len(found)} candidates")
 
 

@@ -475,6 +475,15 @@ def _broadcast_gen(rng: np.random.Generator) -> dict[str, Any]:
     return {"x": x, "y": y} if rng.random() < 0.5 else {"x": y, "y": x}
 
 
+def _column_scale_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """``x`` of rank 2 or 3 (n, k), a weight ``w`` (k, m) and a per-column scale ``g`` (m, or 1 to broadcast;
+    with m = 1 a longer g broadcasts the product instead, which the identity covers too)."""
+    n, k, m = (int(v) for v in rng.integers(1, 4, size=3))
+    batch = [2] * (_pick(rng, (2, 3)) - 2)
+    g = _pick(rng, (m, 1)) if m > 1 else int(rng.integers(1, 4))
+    return {"x": _arr(rng, *batch, n, k), "w": _arr(rng, k, m), "g": _arr(rng, g)}
+
+
 def _lead_broadcast_gen(rng: np.random.Generator) -> dict[str, Any]:
     """``x`` of rank 2 to 4 and ``y`` of lower rank that broadcasts with it: a proper suffix of x's shape
     with some dims 1."""
@@ -1110,6 +1119,10 @@ def _build() -> list[Axiom]:
         L("ewsum_def", ("sum", {}, "x", "y"), _add("x", "y"), ("x", "y"), (), _same("x y")),
         # -- a leading unit axis on the lower-rank operand of a broadcasting add changes nothing: broadcasting
         # prepends it anyway (a bias of shape (n) written as (1, n); ORT's MatMulAddFusion takes only the first)
+        # -- a per-column scale after a matmul is the matmul by the scaled weight (a layer scale folded into the
+        # Linear before it, as ConvNeXt's gamma)
+        L("ewmul_matmul_columns", _mul(_mm("x", "w"), "g"), _mm("x", _mul("w", "g")), ("x", "w", "g"), (),
+          _column_scale_gen, guard=lambda e: e.And(e.rank("w") == 2, e.rank("g") == 1)),
         L("ewadd_unsqueeze_lead", _add("x", ("unsqueeze", {"axes": (0,)}, "y")), _add("x", "y"), ("x", "y"), (),
           _lead_broadcast_gen, guard=lambda e: e.rank("x") > e.rank("y")),
     ]

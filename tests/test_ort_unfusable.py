@@ -215,6 +215,9 @@ def test_a_batched_linear_bias_rewritten_escapes_ort_gemm_fusion(tmp_path) -> No
     rewritten, applied = _rewrite_all(graph_from_model(model), [_bias_rule()])
     assert len(applied) == 1
     written = to_model_proto(fold_constants(rewritten))  # as xflow optimize writes its finalists
+    # the unsqueeze of the bias the Identity passes on is folded into a new (1, n) initializer
+    assert "Unsqueeze" not in [n.op_type for n in written.graph.node]
+    assert [1, 2 * SEQ[-1]] in [list(i.dims) for i in written.graph.initializer]
     x = np.random.default_rng(4).standard_normal(SEQ).astype(np.float32)
     before, want = _ort_ops_of(model, tmp_path, x)
     after, got = _ort_ops_of(written, tmp_path, x)

@@ -37,3 +37,16 @@ def test_reordered_ops_and_summaries_by_name():
     assert swap.readable_name == "reorder-relu-transpose"
     assert by_readable_name({"g3_a": 2, "g3_b": 1, "hand": 4}, {"g3_a": "merge-x", "g3_b": "merge-x"}) == \
         {"merge-x": 3, "hand": 4}
+
+
+def test_an_op_moved_onto_the_weights_is_a_fold():
+    """The layer scale folded into a matmul's weight: the Mul read a run-time value, now only constants."""
+    fold = parse_rule({
+        "name": "g3_f", "inputs": {"x": "any", "w": "const", "g": "const"},
+        "src": [{"op": "matmul", "in": ["x", "w"], "out": ["m"]}, {"op": "mul", "in": ["m", "g"], "out": ["y"]}],
+        "dst": [{"op": "mul", "in": ["w", "g"], "out": ["wg"]}, {"op": "matmul", "in": ["x", "wg"], "out": ["z"]}],
+        "outputs": {"y": "z"}, "where": ["rank(w) == 2", "rank(g) == 1"]})
+    assert fold.readable_name == "fold-mul-into-matmul"
+    # with a run-time scale the Mul still reads a run-time value: not a fold
+    unfolded = parse_rule({**fold.to_json(), "inputs": {"x": "any", "w": "const", "g": "any"}})
+    assert unfolded.readable_name != "fold-mul-into-matmul"

@@ -165,6 +165,9 @@ class OpDef:
     elementwise: bool = False
     linear: bool = False  # op(a + b, ...) = op(a, ...) + op(b, ...) over its non-scalar inputs together
     weights_only: bool = False  # applied only to constants (enlarge, TASO's constant tensors)
+    # its output is its first input, unchanged (Identity): a source node of this op over a constant passes the
+    # constant on, so new nodes reading it fold as if they read the constant (``fold_constants``)
+    forwards_input: bool = False
     # inputs that are per-channel vectors along axis 1 of input 0 (batchnorm's scale, bias, mean, var): on a
     # piece of a split along the channels they are that piece's slice, so the op on the pieces is the op on
     # the whole with those inputs concatenated

@@ -140,6 +140,7 @@ TANH = OpDef(
 IDENTITY = OpDef(
     name="identity", onnx_types=("Identity",), min_inputs=1, max_inputs=1, attrs=(), shape=same_shape,
     kernel=lambda xp, a, attrs: [a[0]], decode=simple_decoder(lambda: IDENTITY, 1),
-    encode=simple_encoder("Identity"), doc="identity", elementwise=True, linear=True, z3_symbol="identity")
+    encode=simple_encoder("Identity"), doc="identity", elementwise=True, linear=True, z3_symbol="identity",
+    forwards_input=True)
 
 OPS = (ADD, MUL, SMUL, RELU, SIGMOID, TANH, IDENTITY)

@@ -15,20 +15,30 @@ from xflow.ops import OPS
 def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
     """Evaluate every new op-table node whose inputs are all constants with the reference kernel
     (numpy) and replace it by initializers. Nodes from the source model are left alone: folding the
-    user's own constant subgraphs is not ours to do."""
+    user's own constant subgraphs is not ours to do; but where such a node passes a constant on (an
+    Identity of a tied weight, as exports write every bias), its value is known, and a new node reading
+    it folds as if it read the constant."""
     constants: dict[str, Constant] = {}
     values: dict[str, np.ndarray] = {}
+    forwarded: dict[str, str] = {}  # a source node's output that is its input, unchanged -> that constant
     kept: list[Node] = []
     for node in graph.nodes:
-        foldable = (not node.is_opaque and node.origin is None
-                    and all(i in constants or graph.is_constant(i) for i in node.inputs if i)
+        if node.origin is not None:
+            if (not node.is_opaque and OPS[node.op].forwards_input and node.inputs
+                    and (graph.is_constant(node.inputs[0]) or node.inputs[0] in forwarded)):
+                forwarded[node.outputs[0]] = forwarded.get(node.inputs[0], node.inputs[0])
+            kept.append(node)
+            continue
+        foldable = (not node.is_opaque
+                    and all(i in constants or i in forwarded or graph.is_constant(i) for i in node.inputs if i)
                     and all(o not in graph.output_set for o in node.outputs))
         # sizes only of foldable nodes: an opaque node's outputs may have dims no one could infer
         if not foldable or sum(graph.types[o].size * graph.types[o].np_dtype.itemsize
                                for o in node.outputs) > max_bytes:
             kept.append(node)
             continue
-        arrays = [values[i] if i in values else graph.constants[i].value() for i in node.inputs if i]
+        arrays = [values[i] if i in values else graph.constants[forwarded.get(i, i)].value()
+                  for i in node.inputs if i]
         results = OPS[node.op].evaluate(np, arrays, node.attrs)
         for name, array in zip(node.outputs, results, strict=True):
             array = np.asarray(array, dtype=graph.types[name].np_dtype)

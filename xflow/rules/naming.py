@@ -7,6 +7,8 @@ share one (the id tells them apart):
 - ``cancel-A-B``: the target is empty (the outputs are inputs of the rule);
 - ``merge-X-shared-P``: two or more X nodes of the source read one tensor at position P (``lhs``/``rhs``,
   or the input's role: ``input``, ``kernel``) and the target has fewer X; ``merge-X`` when they share none;
+- ``fold-X-into-Y``: the source's X nodes compute at run time, the target's read only constants (so they fold
+  into a new weight), and Y reads what they make (a layer scale folded into a matmul's weight);
 - ``unmerge-X``: the target has more X nodes than the source (the reverse of a merge);
 - ``fuse-Y-into-X``: the source's Y nodes are gone and the target has fewer nodes;
 - ``reorder-A-B``: both sides apply the same ops, in another order;
@@ -56,6 +58,9 @@ def readable_name(rule: Rule) -> str:
         if src[op] >= 2 and 1 <= dst[op] < src[op]:
             shared = _shared_position(op, rule.src)
             return f"merge-{op}-shared-{shared}" if shared else f"merge-{op}"
+    folded = _folded_into(rule)
+    if folded is not None:
+        return folded
     for op in _ops(rule.dst):
         if dst[op] >= 2 and 1 <= src[op] < dst[op]:
             return f"unmerge-{op}"
@@ -66,6 +71,29 @@ def readable_name(rule: Rule) -> str:
     if src == dst:
         return "reorder-" + "-".join(_ops(rule.src))
     return f"rewrite-{'-'.join(_ops(rule.src))}-to-{'-'.join(_ops(rule.dst))}"
+
+
+def _folded_into(rule: Rule) -> str | None:
+    """``fold-X-into-Y`` when every X node of the source reads a run-time value and every X node of the target
+    reads constants only (rule inputs of kind ``const``, or what other such nodes make); None otherwise."""
+    constant = {name for name, kind in rule.inputs.items() if kind == "const"}
+    on_constants = []
+    for node in rule.dst:
+        if all(i in constant for i in node.inputs):
+            constant.update(node.outputs)
+            on_constants.append(node)
+    for op in _ops(rule.src):
+        runtime = [n for n in rule.src if n.op == op]
+        folded = [n for n in on_constants if n.op == op]
+        if not folded or any(all(i in rule.inputs and rule.inputs[i] == "const" for i in n.inputs) for n in runtime):
+            continue
+        if any(n.op == op and n not in folded for n in rule.dst):
+            continue
+        made = {o for n in folded for o in n.outputs}
+        readers = [n.op for n in rule.dst if n not in folded and made & set(n.inputs)]
+        if readers:
+            return f"fold-{op}-into-{readers[0]}"
+    return None
 
 
 def by_readable_name(counts: dict[str, int], names: dict[str, str]) -> dict[str, int]:

@@ -335,6 +335,28 @@ def test_optimize_times_the_completion_of_the_best_graph_as_a_finalist():
     assert completion.steps[:len(result.steps)] == result.steps and len(completion.steps) == 7
 
 
+def test_a_first_sweep_the_best_graph_did_not_take_is_timed_alone_and_on_the_best_graph():
+    """The search's best graph merges the matmuls; the conv-relu folds' first sweep is a finalist as it is,
+    and the best graph with the folds applied too (the two gains add up end to end when both are real)."""
+    from xflow.pipeline import OptimizeOptions, finalize
+
+    graph = graph_from_model(two_part_model())
+    rules = rules_from_json([MATMUL_MERGE, CONV_RELU_FOLD])
+    coster = GraphCoster(KernelCount())
+    result = backtracking_search(graph, rules, coster, SearchLimits(budget=1))  # one expansion: one sweep kept
+    assert {s.rule for s in result.steps} == {MATMUL_MERGE["name"]}
+    assert {s.steps[0].rule for s in result.root_sweeps} == {MATMUL_MERGE["name"], CONV_RELU_FOLD["name"]}
+
+    def shape(finalist) -> tuple[int, int]:  # noqa: ANN001 - (matmuls, relus) of a finalist
+        counts = finalist.simplified.graph.op_counts()
+        return counts.get("matmul", 0), counts.get("relu", 0)
+
+    found = [shape(f) for f in finalize(result, OptimizeOptions(cost="analytic"), coster, rules)]
+    assert found[0] == (1, 2)  # the best graph
+    assert (4, 0) in found  # the folds' sweep alone, on the input
+    assert (1, 0) in found  # and on the best graph
+
+
 def test_folding_keeps_one_copy_of_equal_new_constants():
     """Two rewrites that concatenated the same weights in the same order under different names: the
     folded model holds that weight once, read by both matmuls."""

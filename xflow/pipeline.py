@@ -316,11 +316,11 @@ def search(graph: Graph, rules: list[Rule], coster: GraphCoster, options: Optimi
 
 #: Alternatives estimated dearer than this times the best graph are not timed.
 FINALIST_SPREAD = 1.5
-ROOT_SWEEP_FINALISTS = 4  # the cheapest first sweeps from the input graph, each also timed as it is
-#: A first sweep estimated up to this much dearer than the input is still timed: the measured cost model sums
-#: kernels measured apart, and misses by about as much what a rewrite changes in the whole model's run (a
-#: Linear layer's bias given a leading unit axis estimates 1% dearer on BERT-base and runs 2.5% faster).
-ROOT_SWEEP_TOLERANCE = 1.02
+#: The cheapest first sweeps from the input graph (each cheaper than the input by the estimate), each timed as it
+#: is and applied to the best graph: the measured cost model sums kernels measured apart and misses by about as
+#: much what a rewrite changes in the whole run (on BERT-base, a Linear bias given a leading unit axis looks a
+#: wash at the matches the search takes and runs 2.5% faster at all of them).
+ROOT_SWEEP_FINALISTS = 4
 
 
 @dataclass
@@ -336,8 +336,8 @@ class Finalist:
 def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster,
              rules: list[Rule]) -> list[Finalist]:
     """The finalize stage: the best graph, then the other branches' best graphs within ``FINALIST_SPREAD``
-    of its cost (different graphs only), the cheapest first sweeps from the input (within
-    ``ROOT_SWEEP_TOLERANCE`` of its cost) alone and applied to the best graph, then each branch's graph
+    of its cost (different graphs only), the cheapest first sweeps from the input alone and applied to the
+    best graph (``ROOT_SWEEP_FINALISTS``), then each branch's graph
     with the rules of its path applied at every match left (``complete_sweeps``), where that makes another
     graph; each folded and simplified. None when the search found no rewrite."""
     if not result.steps:
@@ -358,7 +358,7 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
     # the two (an Add -> Sum that escapes a slow ORT fusion beside matmul merges the estimate flatters)
     by_name = {rule.name: rule for rule in rules}
     taken = [sweep for sweep in sorted(result.root_sweeps, key=lambda alt: alt.cost)
-             if sweep.graph.hash_sum not in seen and sweep.cost <= ROOT_SWEEP_TOLERANCE * result.initial_cost
+             if sweep.graph.hash_sum not in seen and sweep.cost < result.initial_cost
              and sweep.cost <= FINALIST_SPREAD * result.best_cost][:ROOT_SWEEP_FINALISTS]
     for sweep in taken:
         seen.add(sweep.graph.hash_sum)

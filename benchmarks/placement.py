@@ -124,7 +124,7 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     start, improvement pass from every candidate) for the time limit, against the transferred policy
     fine-tuned on the model with the same pipeline for a quarter of that time."""
     train_names = args.train_on.split(",")
-    held_out = [m for m in zoo.MODELS if m not in train_names]
+    held_out = [m for m in (args.held_out.split(",") if args.held_out else zoo.MODELS) if m not in train_names]
     topo = load_topology(args.transfer_topology)
     costs = cost_model(args.cost, args.cost_db)
     graphs = {n: graph_from_model(zoo.build(n, small=args.small)) for n in train_names}
@@ -293,6 +293,9 @@ def main() -> None:
     parser.add_argument("--starts", default="fresh,warm",
                         help="RL from a fresh policy, warm-started from the fastest baseline (imitation), or both")
     parser.add_argument("--train-on", default="resnet50,squeezenet,bert,nasrnn")
+    parser.add_argument("--held-out", default="",
+                        help="transfer: the held-out models to place (comma-separated; default every zoo model "
+                             "not in --train-on)")
     parser.add_argument("--transfer-topology", default="4xgpu-pcie")
     parser.add_argument("--transfer-steps", type=int, default=PlaceOptions.transfer_steps,
                         help="training steps of the transfer policy (no time limit)")

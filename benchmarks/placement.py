@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -45,6 +46,12 @@ def cost_model(kind: str, cost_db: str | None = None):  # noqa: ANN201
     from xflow.cost.measured import MeasuredCost
 
     return MeasuredCost("cpu", cache=CostCache(cost_db))
+
+
+def clock_of(args) -> Callable[[], float]:  # noqa: ANN001
+    """What planning time limits are read on: wall time (what a user gets), or this process's CPU time, so
+    that on a shared machine a run paused or starved by other work still gets its full budget of computing."""
+    return time.process_time if args.clock == "cpu" else time.perf_counter
 
 
 def ms(seconds: float) -> str:
@@ -73,7 +80,7 @@ def run_sim(graphs: dict, topologies: list[str], args, out: str) -> list[dict]: 
             row: dict = {"model": name, "topology": topo_name}
             for start in args.starts.split(","):
                 options = PlaceOptions(time_limit=args.time_limit, warm_start=start == "warm",
-                                       train=TrainOptions(seed=args.seed))
+                                       train=TrainOptions(seed=args.seed, clock=clock_of(args)))
                 outcome = place(graph, costs, topo, options, name)
                 plan = outcome.plan
                 row.update(nodes=plan.extra["nodes"], groups=plan.rl["groups"], baselines=plan.baselines,
@@ -132,17 +139,18 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     rows = []
     for seed in range(args.seeds):
         policy, train_seconds = transfer_policy(graphs, topo, seed, args, costs)
+        settings = TrainOptions(seed=seed, clock=clock_of(args))
         for name, graph in tests.items():
             zero = place(graph, costs, topo, PlaceOptions(policy=policy, improve_sweeps=0, time_limit=0,
                                                           zero_shot_samples=args.zero_shot_samples,
                                                           zero_shot_temperature=args.zero_shot_temperature), name)
             own = place(graph, costs, topo, PlaceOptions(improve_sweeps=0, time_limit=args.time_limit, warm_start=False,
-                                                         train=TrainOptions(seed=seed)), name)
+                                                         train=settings), name)
             per_graph = place(graph, costs, topo, PlaceOptions(time_limit=args.time_limit,
-                                                               train=TrainOptions(seed=seed)), name)
+                                                               train=settings), name)
             tuned = place(graph, costs, topo, PlaceOptions(policy=policy, fine_tune=True,
                                                            time_limit=args.time_limit / 4,
-                                                           train=TrainOptions(seed=seed)), name)
+                                                           train=settings), name)
             per_model, zero_s = own.plan.rl["seconds"], zero.plan.rl["seconds"]
             row = {"model": name, "seed": seed, "topology": topo.name, "zero_shot": zero_s,
                    "zero_shot_seconds": zero.seconds, "per_model": per_model, "per_model_seconds": own.seconds,
@@ -189,8 +197,9 @@ def run_real(args, out: str) -> dict:  # noqa: ANN001
               f"(log RMSE {report['log_rmse_validation']:.3f}); measurements' split-half tau "
               f"{report['tau_measurement_split_half']:.3f}", flush=True)
         params = SimParams(**report["params"])
-        outcome = place(graph, costs, topo, PlaceOptions(sim_params=params, time_limit=args.time_limit,
-                                                         train=TrainOptions(seed=args.seed)), name)
+        options = PlaceOptions(sim_params=params, time_limit=args.time_limit,
+                               train=TrainOptions(seed=args.seed, clock=clock_of(args)))
+        outcome = place(graph, costs, topo, options, name)
         plan = outcome.plan
         problem = build_problem(graph, costs, name)
         plans = all_baselines(make_groups(problem, topo), Simulator(problem, topo, params))
@@ -290,6 +299,9 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small zoo variants (quick check)")
     parser.add_argument("--time-limit", type=float, default=PlaceOptions.time_limit,
                         help="planning time limit per model and topology (s)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="read --time-limit on wall time (a user's) or on this process's CPU time (a shared "
+                             "machine: time paused or waiting for a core is not counted)")
     parser.add_argument("--starts", default="fresh,warm",
                         help="RL from a fresh policy, warm-started from the fastest baseline (imitation), or both")
     parser.add_argument("--train-on", default="resnet50,squeezenet,bert,nasrnn")

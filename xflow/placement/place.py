@@ -66,11 +66,14 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     then the improvement pass from every candidate (RL's best and each baseline's). The plan holds the
     fastest of them all, so it is never slower than a baseline the report prints. With
     ``options.time_limit`` > 0 the whole planning fits in it: training stops at ``1 - improve_share`` of
-    it and the improvement pass gets the rest. Measuring node costs comes first and is not counted."""
+    it and the improvement pass gets the rest, read on ``options.train.clock`` (wall time by default).
+    Measuring node costs comes first and is not counted."""
     opts = options or PlaceOptions()
+    clock = opts.train.clock
     cost_started = time.perf_counter()
     problem = build_problem(graph, cost_model, name)
-    started = time.perf_counter()
+    cost_seconds = time.perf_counter() - cost_started
+    started = clock()
     budget = opts.time_limit if opts.time_limit > 0 else float("inf")
     deadline = started + budget
     grouping = make_groups(problem, topology, opts.max_groups)
@@ -82,7 +85,7 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     train_until = started + budget * (1 - opts.improve_share if opts.improve_sweeps > 0 else 1.0)
     train_opts = opts.train
     if opts.time_limit > 0:
-        left = max(train_until - time.perf_counter(), 1e-3)
+        left = max(train_until - clock(), 1e-3)
         train_opts = replace(train_opts, time_limit=min(train_opts.time_limit or left, left))
     report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress else None
     if opts.policy is not None and opts.fine_tune:
@@ -120,7 +123,7 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         plans["rl"] = rl_plan
     if opts.improve_sweeps > 0:
         starts = [Start(k, candidates[k], grouping.project(plans[k])) for k in candidates]
-        improved = improve_all(task, starts, opts.improve_sweeps, deadline, opts.train.seed, progress)
+        improved = improve_all(task, starts, opts.improve_sweeps, deadline, opts.train.seed, progress, clock)
         rl["improved_from"] = {r.start: float(r.seconds) for r in improved}
         for r in improved:
             candidates[f"{r.start}+improve"] = float(r.seconds)
@@ -128,15 +131,15 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         if "rl+improve" in candidates:
             rl["improved_seconds"] = candidates["rl+improve"]
     chosen = min(candidates, key=lambda k: candidates[k])
-    seconds = time.perf_counter() - started
+    seconds = clock() - started
     rl["planning_seconds"] = round(seconds, 3)
     plan = make_plan(name, problem, topology, opts.env, plans[chosen], candidates[chosen], chosen,
                      baselines=baselines, rl=rl,
                      extra={"feasible": bool(candidates[chosen] < INFEASIBLE_SECONDS),
                             "simulator": vars(opts.sim_params) if opts.env == "sim" else None,
                             "nodes": problem.size, "cost_model": getattr(cost_model, "name", "analytic"),
-                            "cost_seconds": round(started - cost_started, 3)})
-    return PlacementResult(plan, policy, curve, seconds, started - cost_started)
+                            "cost_seconds": round(cost_seconds, 3)})
+    return PlacementResult(plan, policy, curve, seconds, cost_seconds)
 
 
 def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOptions | None = None,

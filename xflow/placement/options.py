@@ -42,6 +42,7 @@ class PlaceOptions:
     runs: int = 10
     warm_start: bool = True
     fine_tune: bool = False
+    transfer_hint: str = ""
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:

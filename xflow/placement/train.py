@@ -78,6 +78,7 @@ class TrainTask:
     best_groups: np.ndarray | None = None
     cache: dict[bytes, float] = field(default_factory=dict)
     imitate: np.ndarray | None = None  # a placement (device per group) to learn before REINFORCE
+    hint: np.ndarray | None = None  # a placement (device per group) the policy reads as features (Policy.hint)
 
 
 @dataclass
@@ -122,7 +123,8 @@ class Adam:
 def graph_input(task: TrainTask, devices: int) -> GraphInput:
     """The policy's view of a task's graph."""
     pred, succ = adjacency(task.grouping)
-    return GraphInput(group_features(task.problem, task.grouping, devices), pred, succ, task.grouping.allowed)
+    features = group_features(task.problem, task.grouping, devices, task.hint)
+    return GraphInput(features, pred, succ, task.grouping.allowed)
 
 
 def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None = None,
@@ -134,11 +136,12 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
     for task in tasks:
         task.inp = task.inp or graph_input(task, devices)
     restarts = 0
+    hint = policy.hint if policy is not None else ""
 
     def fresh(given: Policy | None) -> tuple[Policy, Adam]:
         """A new policy (or ``given``), zero group logits, reset baselines, and its optimizer."""
         new = given or Policy.create(BASE_FEATURES + devices, devices, opt.hidden, opt.rounds, opt.seed + restarts,
-                                     opt.logit_clip)
+                                     opt.logit_clip, hint)
         trained = dict(new.params)
         for t_index, task in enumerate(tasks):
             task.baseline = None
@@ -197,7 +200,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
             policy, adam = fresh(None)
             since_best = 0
     plans = [t.grouping.expand(t.best_groups) if t.best_groups is not None else [] for t in tasks]
-    best_policy = Policy(best_params, policy.rounds, policy.clip)
+    best_policy = Policy(best_params, policy.rounds, policy.clip, policy.hint)
     return TrainResult(best_policy, [t.best for t in tasks], plans, curve, step, evaluations,
                        opt.clock() - started, restarts, imitation_steps)
 

@@ -141,7 +141,7 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     graphs = {n: graph_from_model(zoo.build(n, small=args.small)) for n in train_names}
     tests = {n: graph_from_model(zoo.build(n, small=args.small)) for n in held_out}
     rows = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         policy, train_seconds = transfer_policy(graphs, topo, seed, args, costs)
         settings = TrainOptions(seed=seed, clock=clock_of(args))
         for name, graph in tests.items():
@@ -339,6 +339,7 @@ def main() -> None:
     parser.add_argument("--transfer-hint", default=PlaceOptions.transfer_hint,
                         help="transfer: what the policy reads besides the graph ('' nothing, 'fastest-baseline')")
     parser.add_argument("--seeds", type=int, default=3, help="transfer: seeds (one policy each)")
+    parser.add_argument("--first-seed", type=int, default=0, help="transfer: the first of --seeds seeds")
     parser.add_argument("--policy-dir", default="",
                         help="transfer: read the trained policies from here when trained with the same settings, "
                              "else write them here")

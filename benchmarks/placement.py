@@ -21,6 +21,8 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -45,6 +47,12 @@ def cost_model(kind: str, cost_db: str | None = None):  # noqa: ANN201
     from xflow.cost.measured import MeasuredCost
 
     return MeasuredCost("cpu", cache=CostCache(cost_db))
+
+
+def clock_of(args) -> Callable[[], float]:  # noqa: ANN001
+    """What planning time limits are read on: wall time (what a user gets), or this process's CPU time, so
+    that on a shared machine a run paused or starved by other work still gets its full budget of computing."""
+    return time.process_time if args.clock == "cpu" else time.perf_counter
 
 
 def ms(seconds: float) -> str:
@@ -73,7 +81,7 @@ def run_sim(graphs: dict, topologies: list[str], args, out: str) -> list[dict]: 
             row: dict = {"model": name, "topology": topo_name}
             for start in args.starts.split(","):
                 options = PlaceOptions(time_limit=args.time_limit, warm_start=start == "warm",
-                                       train=TrainOptions(seed=args.seed))
+                                       train=TrainOptions(seed=args.seed, clock=clock_of(args)))
                 outcome = place(graph, costs, topo, options, name)
                 plan = outcome.plan
                 row.update(nodes=plan.extra["nodes"], groups=plan.rl["groups"], baselines=plan.baselines,
@@ -103,14 +111,17 @@ def transfer_policy(graphs: dict, topo, seed: int, args, costs):  # noqa: ANN001
 
     meta = {"seed": seed, "steps": args.transfer_steps, "train_on": list(graphs), "topology": topo.name,
             "cost": args.cost}
+    if args.transfer_hint:  # policies written before hints existed have no key, and read nothing
+        meta["hint"] = args.transfer_hint
     path = os.path.join(args.policy_dir, f"transfer_{topo.name}_seed{seed}.npz") if args.policy_dir else ""
     if path and os.path.exists(path):
         policy, saved = Policy.load(path)
         if saved == meta:
             return policy, 0.0
     started = time.perf_counter()
-    policy, _ = train_across(graphs, topo, PlaceOptions(train=TrainOptions(seed=seed),
-                                                        transfer_steps=args.transfer_steps), costs)
+    options = PlaceOptions(train=TrainOptions(seed=seed), transfer_steps=args.transfer_steps,
+                           transfer_hint=args.transfer_hint)
+    policy, _ = train_across(graphs, topo, options, costs)
     if path:
         os.makedirs(args.policy_dir, exist_ok=True)
         policy.save(path, meta)
@@ -124,25 +135,31 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
     start, improvement pass from every candidate) for the time limit, against the transferred policy
     fine-tuned on the model with the same pipeline for a quarter of that time."""
     train_names = args.train_on.split(",")
-    held_out = [m for m in zoo.MODELS if m not in train_names]
+    held_out = [m for m in (args.held_out.split(",") if args.held_out else zoo.MODELS) if m not in train_names]
     topo = load_topology(args.transfer_topology)
     costs = cost_model(args.cost, args.cost_db)
     graphs = {n: graph_from_model(zoo.build(n, small=args.small)) for n in train_names}
     tests = {n: graph_from_model(zoo.build(n, small=args.small)) for n in held_out}
     rows = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         policy, train_seconds = transfer_policy(graphs, topo, seed, args, costs)
+        settings = TrainOptions(seed=seed, clock=clock_of(args))
         for name, graph in tests.items():
-            zero = place(graph, costs, topo, PlaceOptions(policy=policy, improve_sweeps=0, time_limit=0,
-                                                          zero_shot_samples=args.zero_shot_samples,
-                                                          zero_shot_temperature=args.zero_shot_temperature), name)
-            own = place(graph, costs, topo, PlaceOptions(improve_sweeps=0, time_limit=args.time_limit, warm_start=False,
-                                                         train=TrainOptions(seed=seed)), name)
-            per_graph = place(graph, costs, topo, PlaceOptions(time_limit=args.time_limit,
-                                                               train=TrainOptions(seed=seed)), name)
-            tuned = place(graph, costs, topo, PlaceOptions(policy=policy, fine_tune=True,
-                                                           time_limit=args.time_limit / 4,
-                                                           train=TrainOptions(seed=seed)), name)
+            cpu: dict[str, float] = {}  # CPU seconds of each run: far below its wall time = the process waited
+            with cpu_clock(cpu, "zero_shot"):
+                zero = place(graph, costs, topo, PlaceOptions(policy=policy, improve_sweeps=0, time_limit=0,
+                                                              zero_shot_samples=args.zero_shot_samples,
+                                                              zero_shot_temperature=args.zero_shot_temperature), name)
+            with cpu_clock(cpu, "per_model"):
+                own = place(graph, costs, topo, PlaceOptions(improve_sweeps=0, time_limit=args.time_limit,
+                                                             warm_start=False, train=settings), name)
+            with cpu_clock(cpu, "per_graph"):
+                per_graph = place(graph, costs, topo, PlaceOptions(time_limit=args.time_limit,
+                                                                   train=settings), name)
+            with cpu_clock(cpu, "fine_tune"):
+                tuned = place(graph, costs, topo, PlaceOptions(policy=policy, fine_tune=True,
+                                                               time_limit=args.time_limit / 4,
+                                                               train=settings), name)
             per_model, zero_s = own.plan.rl["seconds"], zero.plan.rl["seconds"]
             row = {"model": name, "seed": seed, "topology": topo.name, "zero_shot": zero_s,
                    "zero_shot_seconds": zero.seconds, "per_model": per_model, "per_model_seconds": own.seconds,
@@ -155,14 +172,30 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
                    "fine_tune_gap": tuned.plan.seconds / per_graph.plan.seconds - 1,
                    "best_heuristic": min(own.plan.baselines[k] for k in HEURISTICS), "trained_on": train_names,
                    "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": args.zero_shot_temperature,
-                   "transfer_steps": args.transfer_steps, "train_seconds": train_seconds}
+                   "transfer_steps": args.transfer_steps, "train_seconds": train_seconds,
+                   "transfer_hint": args.transfer_hint, "fine_tune_evaluations": tuned.plan.rl["evaluations"],
+                   "per_graph_steps": per_graph.plan.rl["steps"],
+                   "per_graph_evaluations": per_graph.plan.rl["evaluations"],
+                   **{f"{k}_cpu_seconds": v for k, v in cpu.items()}}
             rows.append(row)
             print(f"seed {seed} {name:13s} zero-shot {ms(zero_s)} ms vs per-model RL {ms(per_model)} ms: gap "
                   f"{row['gap'] * 100:+.1f}%; plan: per-graph {ms(per_graph.plan.seconds)} ms "
                   f"({per_graph.plan.chosen}, {per_graph.seconds:.0f} s), fine-tuned {ms(tuned.plan.seconds)} ms "
-                  f"({tuned.plan.chosen}, {tuned.seconds:.0f} s): {row['fine_tune_gap'] * 100:+.1f}%", flush=True)
+                  f"({tuned.plan.chosen}, {tuned.seconds:.0f} s): {row['fine_tune_gap'] * 100:+.1f}%; CPU s "
+                  f"{', '.join(f'{k} {v:.0f}' for k, v in cpu.items())}", flush=True)
             _dump(out, f"transfer_{args.cost}.json", rows)
     return rows
+
+
+@contextmanager
+def cpu_clock(into: dict[str, float], key: str) -> Iterator[None]:
+    """Store the CPU seconds this process spends inside the block under ``into[key]``: on a shared machine
+    a time-limited run whose CPU time is far below its wall time was paused or starved, not slow."""
+    started = time.process_time()
+    try:
+        yield
+    finally:
+        into[key] = round(time.process_time() - started, 3)
 
 
 def run_real(args, out: str) -> dict:  # noqa: ANN001
@@ -189,8 +222,9 @@ def run_real(args, out: str) -> dict:  # noqa: ANN001
               f"(log RMSE {report['log_rmse_validation']:.3f}); measurements' split-half tau "
               f"{report['tau_measurement_split_half']:.3f}", flush=True)
         params = SimParams(**report["params"])
-        outcome = place(graph, costs, topo, PlaceOptions(sim_params=params, time_limit=args.time_limit,
-                                                         train=TrainOptions(seed=args.seed)), name)
+        options = PlaceOptions(sim_params=params, time_limit=args.time_limit,
+                               train=TrainOptions(seed=args.seed, clock=clock_of(args)))
+        outcome = place(graph, costs, topo, options, name)
         plan = outcome.plan
         problem = build_problem(graph, costs, name)
         plans = all_baselines(make_groups(problem, topo), Simulator(problem, topo, params))
@@ -290,13 +324,22 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small zoo variants (quick check)")
     parser.add_argument("--time-limit", type=float, default=PlaceOptions.time_limit,
                         help="planning time limit per model and topology (s)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="read --time-limit on wall time (a user's) or on this process's CPU time (a shared "
+                             "machine: time paused or waiting for a core is not counted)")
     parser.add_argument("--starts", default="fresh,warm",
                         help="RL from a fresh policy, warm-started from the fastest baseline (imitation), or both")
     parser.add_argument("--train-on", default="resnet50,squeezenet,bert,nasrnn")
+    parser.add_argument("--held-out", default="",
+                        help="transfer: the held-out models to place (comma-separated; default every zoo model "
+                             "not in --train-on)")
     parser.add_argument("--transfer-topology", default="4xgpu-pcie")
     parser.add_argument("--transfer-steps", type=int, default=PlaceOptions.transfer_steps,
                         help="training steps of the transfer policy (no time limit)")
+    parser.add_argument("--transfer-hint", default=PlaceOptions.transfer_hint,
+                        help="transfer: what the policy reads besides the graph ('' nothing, 'fastest-baseline')")
     parser.add_argument("--seeds", type=int, default=3, help="transfer: seeds (one policy each)")
+    parser.add_argument("--first-seed", type=int, default=0, help="transfer: the first of --seeds seeds")
     parser.add_argument("--policy-dir", default="",
                         help="transfer: read the trained policies from here when trained with the same settings, "
                              "else write them here")

@@ -479,3 +479,17 @@ def test_plan_json_round_trip_and_onnx_metadata(tmp_path, branchy):
     (tmp_path / "bad.json").write_text('{"format": "nope"}')
     with pytest.raises(XflowError, match="malformed plan"):
         read_plan(str(tmp_path / "bad.json"))
+
+
+def test_time_limits_are_read_on_the_given_clock(branchy):
+    # a clock that advances one "second" per reading: the limit counts readings, not wall time, as a CPU-time
+    # clock on a shared machine counts only the time the process computed
+    _, problem = branchy
+    topo = topology_from_json(two_gpu(bandwidth=1e12, latency=0.0))
+    ticks = iter(range(10**6))
+    options = TrainOptions(steps=1000, samples=2, time_limit=5.0, restart_patience=0, clock=lambda: float(next(ticks)))
+    result = train([TrainTask(problem, make_groups(problem, topo), Simulator(problem, topo))], 2, options)
+    assert result.steps == 6 and result.seconds == 7.0  # read once at the start, once per step, once at the end
+    wall = train([TrainTask(problem, make_groups(problem, topo), Simulator(problem, topo))], 2,
+                 TrainOptions(steps=100, samples=2, time_limit=5.0, restart_patience=0))
+    assert wall.steps == 100  # the same budget on the wall clock: far more steps than six (0.1 s here)

@@ -13,7 +13,7 @@ from xflow.placement.train import TrainTask
 
 
 def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 16, time_limit: float = 30.0,
-            kicks: int = 64, seed: int = 0) -> tuple[float, np.ndarray]:
+            kicks: int = 64, seed: int = 0, clock: Callable[[], float] = time.perf_counter) -> tuple[float, np.ndarray]:
     """Iterative improvement (Placeto order): visit groups in topological order and move each to the device
     that makes the step fastest given all other groups' devices. When a whole pass moves nothing, try pair
     moves over neighbouring groups (joined by an edge or adjacent in topological order): both to one
@@ -21,10 +21,10 @@ def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 16, time_lim
     needs another group to leave the device first, nor move a branch together with its join; a pair
     can. Each descent makes at most ``sweeps`` passes. Then iterated local search: ``kicks`` times, move
     a few random groups (seeded) of the best placement to random devices and descend again, keeping the
-    result when it is faster. Stops after ``time_limit`` seconds."""
+    result when it is faster. Stops after ``time_limit`` seconds on ``clock``."""
     grouping = task.grouping
     allowed = grouping.allowed
-    deadline = time.perf_counter() + time_limit
+    deadline = clock() + time_limit
     pairs = sorted({(a, b) for a, b, _ in grouping.edges} | {(g, g + 1) for g in range(grouping.count - 1)})
 
     def moves_of(kind: str, current: np.ndarray) -> Iterator[tuple[list[int], list[int]]]:
@@ -52,7 +52,7 @@ def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 16, time_lim
                     seconds = task.env.runtime(grouping.expand(trial))
                     if seconds < best:
                         best, current, changed = seconds, trial, True
-                    if time.perf_counter() > deadline:
+                    if clock() > deadline:
                         return best, current
                 if changed:
                     break  # back to single moves
@@ -65,7 +65,7 @@ def improve(task: TrainTask, plan_groups: np.ndarray, sweeps: int = 16, time_lim
     rng = np.random.default_rng(seed)
     size = max(2, grouping.count // 16)
     for _ in range(kicks):
-        if time.perf_counter() > deadline:
+        if clock() > deadline:
             break
         kicked = current.copy()
         for g in rng.choice(grouping.count, size=min(size, grouping.count), replace=False):
@@ -96,12 +96,14 @@ class Improved:
 
 
 def improve_all(task: TrainTask, starts: list[Start], sweeps: int = 16, deadline: float = float("inf"),
-                seed: int = 0, progress: Callable[[str], None] | None = None) -> list[Improved]:
+                seed: int = 0, progress: Callable[[str], None] | None = None,
+                clock: Callable[[], float] = time.perf_counter) -> list[Improved]:
     """Run ``improve`` from every distinct start, fastest first, so that the plan can keep the best whatever
     it started from (a learned placement or a heuristic's). Infeasible starts are skipped when a feasible
     one exists (a descent over constant infeasible times has no slope); single-device starts with the same
     step time are taken once (on identical devices they are one placement relabelled). Each start gets an equal
-    share of the time left before ``deadline``; a start that converges early leaves its rest to the next."""
+    share of the time left before ``deadline`` (on ``clock``); a start that converges early leaves its rest to
+    the next."""
     feasible = [s for s in starts if s.seconds < INFEASIBLE_SECONDS]
     chosen: list[Start] = []
     seen_times: set[float] = set()
@@ -117,13 +119,13 @@ def improve_all(task: TrainTask, starts: list[Start], sweeps: int = 16, deadline
         chosen.append(s)
     results: list[Improved] = []
     for i, s in enumerate(chosen):
-        left = deadline - time.perf_counter()
+        left = deadline - clock()
         if left <= 0:
             break
         if progress:
             best = min([s.seconds, *(r.seconds for r in results)])
             progress(f"improving from {s.name} ({i + 1}/{len(chosen)}), best {best * 1e3:.3f} ms")
-        seconds, groups = improve(task, s.groups, sweeps, left / (len(chosen) - i), seed=seed)
+        seconds, groups = improve(task, s.groups, sweeps, left / (len(chosen) - i), seed=seed, clock=clock)
         results.append(Improved(s.name, s.seconds, min(seconds, s.seconds), groups if seconds <= s.seconds
                                 else s.groups))
     return results

@@ -26,7 +26,9 @@ class PlaceOptions:
     imitates the fastest baseline's placement, then trains by REINFORCE: it searches from where the
     heuristics end rather than from uniform random placements. With ``fine_tune`` a given ``policy`` is
     trained further on the graph within the time limit (``fine_tune_options``) instead of placing
-    zero-shot: it starts from the fastest of its own most likely placement and the baselines'."""
+    zero-shot: it starts from the fastest of its own most likely placement and the baselines'.
+    ``transfer_hint``: what a policy trained by ``train_across`` reads besides the graph ("" nothing,
+    ``HINT_FASTEST_BASELINE`` the fastest baseline's placement; see ``Policy.hint``)."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -42,6 +44,7 @@ class PlaceOptions:
     runs: int = 10
     warm_start: bool = True
     fine_tune: bool = False
+    transfer_hint: str = ""
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:

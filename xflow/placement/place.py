@@ -11,11 +11,12 @@ import numpy as np
 from xflow.cost import CostModel
 from xflow.ir import Graph
 from xflow.placement.baselines import all_baselines
-from xflow.placement.groups import make_groups
+from xflow.placement.features import BASE_FEATURES
+from xflow.placement.groups import Grouping, make_groups
 from xflow.placement.improve import Start, improve_all
 from xflow.placement.options import PlaceOptions
 from xflow.placement.plan import Plan, make_plan
-from xflow.placement.policy import Policy
+from xflow.placement.policy import HINT_FASTEST_BASELINE, Policy
 from xflow.placement.problem import Problem, build_problem
 from xflow.placement.simulator import INFEASIBLE_SECONDS, Simulator
 from xflow.placement.topology import Topology
@@ -66,11 +67,14 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     then the improvement pass from every candidate (RL's best and each baseline's). The plan holds the
     fastest of them all, so it is never slower than a baseline the report prints. With
     ``options.time_limit`` > 0 the whole planning fits in it: training stops at ``1 - improve_share`` of
-    it and the improvement pass gets the rest. Measuring node costs comes first and is not counted."""
+    it and the improvement pass gets the rest, read on ``options.train.clock`` (wall time by default).
+    Measuring node costs comes first and is not counted."""
     opts = options or PlaceOptions()
+    clock = opts.train.clock
     cost_started = time.perf_counter()
     problem = build_problem(graph, cost_model, name)
-    started = time.perf_counter()
+    cost_seconds = time.perf_counter() - cost_started
+    started = clock()
     budget = opts.time_limit if opts.time_limit > 0 else float("inf")
     deadline = started + budget
     grouping = make_groups(problem, topology, opts.max_groups)
@@ -78,11 +82,13 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     plans = all_baselines(grouping, sim)
     baselines = {k: float(env.runtime(v)) for k, v in plans.items()}
     task = TrainTask(problem, grouping, env)
+    if opts.policy is not None and opts.policy.hint:
+        task.hint = hint_of(opts.policy.hint, grouping, plans, baselines)
     rl: dict = {"groups": grouping.count}
     train_until = started + budget * (1 - opts.improve_share if opts.improve_sweeps > 0 else 1.0)
     train_opts = opts.train
     if opts.time_limit > 0:
-        left = max(train_until - time.perf_counter(), 1e-3)
+        left = max(train_until - clock(), 1e-3)
         train_opts = replace(train_opts, time_limit=min(train_opts.time_limit or left, left))
     report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress else None
     if opts.policy is not None and opts.fine_tune:
@@ -120,7 +126,7 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         plans["rl"] = rl_plan
     if opts.improve_sweeps > 0:
         starts = [Start(k, candidates[k], grouping.project(plans[k])) for k in candidates]
-        improved = improve_all(task, starts, opts.improve_sweeps, deadline, opts.train.seed, progress)
+        improved = improve_all(task, starts, opts.improve_sweeps, deadline, opts.train.seed, progress, clock)
         rl["improved_from"] = {r.start: float(r.seconds) for r in improved}
         for r in improved:
             candidates[f"{r.start}+improve"] = float(r.seconds)
@@ -128,15 +134,15 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         if "rl+improve" in candidates:
             rl["improved_seconds"] = candidates["rl+improve"]
     chosen = min(candidates, key=lambda k: candidates[k])
-    seconds = time.perf_counter() - started
+    seconds = clock() - started
     rl["planning_seconds"] = round(seconds, 3)
     plan = make_plan(name, problem, topology, opts.env, plans[chosen], candidates[chosen], chosen,
                      baselines=baselines, rl=rl,
                      extra={"feasible": bool(candidates[chosen] < INFEASIBLE_SECONDS),
                             "simulator": vars(opts.sim_params) if opts.env == "sim" else None,
                             "nodes": problem.size, "cost_model": getattr(cost_model, "name", "analytic"),
-                            "cost_seconds": round(started - cost_started, 3)})
-    return PlacementResult(plan, policy, curve, seconds, started - cost_started)
+                            "cost_seconds": round(cost_seconds, 3)})
+    return PlacementResult(plan, policy, curve, seconds, cost_seconds)
 
 
 def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOptions | None = None,
@@ -150,13 +156,28 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
     for name, graph in graphs.items():
         problem = build_problem(graph, cost_model, name)
         grouping = make_groups(problem, topology, opts.max_groups)
-        env, _ = make_env(problem, topology, opts)
-        tasks.append(TrainTask(problem, grouping, env))
-    steps_only = replace(opts.train, steps=opts.transfer_steps, time_limit=0.0)
+        env, sim = make_env(problem, topology, opts)
+        task = TrainTask(problem, grouping, env)
+        if opts.transfer_hint:
+            plans = all_baselines(grouping, sim)
+            task.hint = hint_of(opts.transfer_hint, grouping, plans, {k: env.runtime(v) for k, v in plans.items()})
+        tasks.append(task)
+    steps_only = transfer_options(replace(opts.train, steps=opts.transfer_steps, time_limit=0.0))
+    devices = len(topology.devices)
+    policy = Policy.create(BASE_FEATURES + devices, devices, steps_only.hidden, steps_only.rounds, steps_only.seed,
+                           steps_only.logit_clip, opts.transfer_hint)
     report = (lambda step, best: progress(f"training across {len(tasks)} graphs: step {step}/{steps_only.steps}, "
                                           f"best on the first {best * 1e3:.3f} ms")) if progress else None
-    result = train(tasks, len(topology.devices), transfer_options(steps_only), progress=report)
+    result = train(tasks, devices, steps_only, policy=policy, progress=report)
     return result.policy, dict(zip(graphs, result.best_seconds, strict=True))
+
+
+def hint_of(kind: str, grouping: Grouping, plans: dict[str, list[int]], seconds: dict[str, float]) -> np.ndarray:
+    """The placement (device per group) a policy with ``Policy.hint`` == ``kind`` reads as features: for
+    ``HINT_FASTEST_BASELINE``, the fastest of the baselines ``plans`` (their step times in ``seconds``)."""
+    if kind != HINT_FASTEST_BASELINE:
+        raise ValueError(f"unknown policy hint {kind!r}")
+    return grouping.project(plans[min(seconds, key=lambda k: seconds[k])])
 
 
 def transfer_options(base: TrainOptions) -> TrainOptions:

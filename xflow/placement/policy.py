@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MASKED = -1e9
+HINT_FASTEST_BASELINE = "fastest-baseline"
 
 
 @dataclass
@@ -25,15 +26,19 @@ class GraphInput:
 class Policy:
     """h0 = relu(x W0 + b0); h(k+1) = h(k) + relu(h(k) Ws + P h(k) Wp + S h(k) Wn + b) for each round;
     logits = C tanh((h Wd + mean(h) Wg + bd) / C), masked to allowed devices. The tanh clipping (Bello et
-    al., as in ColocRL) keeps every device's probability above exp(-2C)-ish, so training never freezes."""
+    al., as in ColocRL) keeps every device's probability above exp(-2C)-ish, so training never freezes.
+    ``hint`` says what the policy reads in the features' current-device columns: "" nothing (zeros),
+    ``HINT_FASTEST_BASELINE`` the fastest baseline's placement of the graph (a policy reads what it was
+    trained with, so the hint travels with it)."""
 
     params: dict[str, np.ndarray] = field(default_factory=dict)
     rounds: int = 2
     clip: float = 3.0
+    hint: str = ""
 
     @classmethod
     def create(cls, features: int, devices: int, hidden: int = 32, rounds: int = 2, seed: int = 0,
-               clip: float = 3.0) -> Policy:
+               clip: float = 3.0, hint: str = "") -> Policy:
         """A freshly initialised policy (He-style scale, zero readout so the first placements are uniform)."""
         rng = np.random.default_rng(seed)
         p = {"W0": rng.normal(0, np.sqrt(2 / features), (features, hidden)), "b0": np.zeros(hidden)}
@@ -44,7 +49,7 @@ class Policy:
         p["Wd"] = np.zeros((hidden, devices))
         p["Wg"] = np.zeros((hidden, devices))
         p["bd"] = np.zeros(devices)
-        return cls(p, rounds, clip)
+        return cls(p, rounds, clip, hint)
 
     @property
     def devices(self) -> int:
@@ -107,11 +112,11 @@ class Policy:
         import json
 
         np.savez(path, rounds=np.array(self.rounds), clip=np.array(self.clip), meta=np.array(json.dumps(meta or {})),
-                 **self.params)
+                 hint=np.array(self.hint), **self.params)
 
     def copy(self) -> Policy:
         """An independent copy (training updates parameters in place)."""
-        return Policy({k: v.copy() for k, v in self.params.items()}, self.rounds, self.clip)
+        return Policy({k: v.copy() for k, v in self.params.items()}, self.rounds, self.clip, self.hint)
 
     @classmethod
     def load(cls, path: str) -> tuple[Policy, dict]:
@@ -119,8 +124,9 @@ class Policy:
         import json
 
         with np.load(path, allow_pickle=False) as data:
-            params = {k: data[k] for k in data.files if k not in ("rounds", "clip", "meta")}
-            return cls(params, int(data["rounds"]), float(data["clip"])), json.loads(str(data["meta"]))
+            params = {k: data[k] for k in data.files if k not in ("rounds", "clip", "meta", "hint")}
+            hint = str(data["hint"]) if "hint" in data.files else ""  # files written before hints read nothing
+            return cls(params, int(data["rounds"]), float(data["clip"]), hint), json.loads(str(data["meta"]))
 
 
 def policy_gradient(logp: np.ndarray, actions: np.ndarray, advantages: np.ndarray, allowed: np.ndarray,

@@ -36,7 +36,10 @@ class TrainOptions:
     local optimum within tens of steps; restarts spend the rest of the budget elsewhere). With
     ``group_logits`` each graph also gets free per-group logits (``group_learning_rate``). A task with an
     ``imitate`` placement is first learnt by imitation (cross-entropy steps, at most ``imitation_steps``,
-    until the policy gives its devices ``imitation_confidence`` mean probability), then by REINFORCE."""
+    until the policy gives its devices ``imitation_confidence`` mean probability), then by REINFORCE.
+    ``clock`` is what time limits are read on: wall time for a user; a benchmark on a shared machine can
+    pass ``time.process_time`` so that time the process spends paused or waiting for a core is not counted
+    against a run (and two runs compared get the same CPU time, whatever the load did meanwhile)."""
 
     steps: int = 100_000
     samples: int = 16
@@ -57,6 +60,7 @@ class TrainOptions:
     restart_patience: int = 40
     imitation_steps: int = 200
     imitation_confidence: float = 0.8
+    clock: Callable[[], float] = time.perf_counter
 
 
 @dataclass
@@ -74,6 +78,7 @@ class TrainTask:
     best_groups: np.ndarray | None = None
     cache: dict[bytes, float] = field(default_factory=dict)
     imitate: np.ndarray | None = None  # a placement (device per group) to learn before REINFORCE
+    hint: np.ndarray | None = None  # a placement (device per group) the policy reads as features (Policy.hint)
 
 
 @dataclass
@@ -118,7 +123,8 @@ class Adam:
 def graph_input(task: TrainTask, devices: int) -> GraphInput:
     """The policy's view of a task's graph."""
     pred, succ = adjacency(task.grouping)
-    return GraphInput(group_features(task.problem, task.grouping, devices), pred, succ, task.grouping.allowed)
+    features = group_features(task.problem, task.grouping, devices, task.hint)
+    return GraphInput(features, pred, succ, task.grouping.allowed)
 
 
 def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None = None,
@@ -130,11 +136,12 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
     for task in tasks:
         task.inp = task.inp or graph_input(task, devices)
     restarts = 0
+    hint = policy.hint if policy is not None else ""
 
     def fresh(given: Policy | None) -> tuple[Policy, Adam]:
         """A new policy (or ``given``), zero group logits, reset baselines, and its optimizer."""
         new = given or Policy.create(BASE_FEATURES + devices, devices, opt.hidden, opt.rounds, opt.seed + restarts,
-                                     opt.logit_clip)
+                                     opt.logit_clip, hint)
         trained = dict(new.params)
         for t_index, task in enumerate(tasks):
             task.baseline = None
@@ -147,7 +154,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
     policy, adam = fresh(policy)
     imitation_steps = _imitate(policy, adam, tasks, opt)
     best_params = {k: v.copy() for k, v in policy.params.items()}
-    started = time.perf_counter()
+    started = opt.clock()
     curve: list[tuple[int, float, float]] = []
     evaluations = 0
     since_best = 0
@@ -185,7 +192,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
         since_best = 0 if improved else since_best + 1
         if progress is not None:
             progress(step, tasks[0].best)
-        out_of_time = opt.time_limit > 0 and time.perf_counter() - started > opt.time_limit
+        out_of_time = opt.time_limit > 0 and opt.clock() - started > opt.time_limit
         if out_of_time or (opt.patience and since_best >= opt.patience):
             break
         if opt.restart_patience and since_best >= opt.restart_patience:
@@ -193,9 +200,9 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
             policy, adam = fresh(None)
             since_best = 0
     plans = [t.grouping.expand(t.best_groups) if t.best_groups is not None else [] for t in tasks]
-    best_policy = Policy(best_params, policy.rounds, policy.clip)
+    best_policy = Policy(best_params, policy.rounds, policy.clip, policy.hint)
     return TrainResult(best_policy, [t.best for t in tasks], plans, curve, step, evaluations,
-                       time.perf_counter() - started, restarts, imitation_steps)
+                       opt.clock() - started, restarts, imitation_steps)
 
 
 def _imitate(policy: Policy, adam: Adam, tasks: Sequence[TrainTask], opt: TrainOptions) -> int:

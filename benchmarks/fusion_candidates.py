@@ -168,15 +168,15 @@ def main() -> None:
     """Write the candidate file."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="candidate file to write (for generate-rules --candidates)")
-    parser.add_argument("--only-unfusable", action="store_true",
-                        help="only the forms ORT's fusions do not match (Add -> Sum before a layer normalization "
-                             "and after a matmul)")
-    parser.add_argument("--folded-scales", action="store_true",
-                        help="only a per-column scale after a matmul folded into its weight (and bias)")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--only-unfusable", action="store_true",
+                      help="only the forms ORT's fusions do not match (Add -> Sum before a layer normalization, "
+                           "a matmul's bias with a leading unit axis)")
+    only.add_argument("--folded-scales", action="store_true",
+                      help="only a per-column scale after a matmul folded into its weight (and bias)")
     args = parser.parse_args()
-    found = list(_unfusable_forms()) if args.only_unfusable else all_candidates()
-    if args.folded_scales:
-        found = list(_folded_scales())
+    found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
+             else all_candidates())
     with open(args.out, "w", encoding="utf-8") as f:
         max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)
         json.dump({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": 0, "candidates": found}, f, indent=1)

@@ -1117,12 +1117,12 @@ def _build() -> list[Axiom]:
           for act in ("Relu", "Sigmoid", "Tanh") for args in (("x", "w"), ("x", "w", "b"))),
         # -- ONNX Sum of two tensors (xflow/ops/sum.py) is ewadd written as another node; triggered by sum only
         L("ewsum_def", ("sum", {}, "x", "y"), _add("x", "y"), ("x", "y"), (), _same("x y")),
-        # -- a leading unit axis on the lower-rank operand of a broadcasting add changes nothing: broadcasting
-        # prepends it anyway (a bias of shape (n) written as (1, n); ORT's MatMulAddFusion takes only the first)
         # -- a per-column scale after a matmul is the matmul by the scaled weight (a layer scale folded into the
         # Linear before it, as ConvNeXt's gamma)
         L("ewmul_matmul_columns", _mul(_mm("x", "w"), "g"), _mm("x", _mul("w", "g")), ("x", "w", "g"), (),
           _column_scale_gen, guard=lambda e: e.And(e.rank("w") == 2, e.rank("g") == 1)),
+        # -- a leading unit axis on the lower-rank operand of a broadcasting add changes nothing: broadcasting
+        # prepends it anyway (a bias of shape (n) written as (1, n); ORT's MatMulAddFusion takes only the first)
         L("ewadd_unsqueeze_lead", _add("x", ("unsqueeze", {"axes": (0,)}, "y")), _add("x", "y"), ("x", "y"), (),
           _lead_broadcast_gen, guard=lambda e: e.rank("x") > e.rank("y")),
     ]

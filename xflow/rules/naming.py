@@ -76,18 +76,17 @@ def readable_name(rule: Rule) -> str:
 def _folded_into(rule: Rule) -> str | None:
     """``fold-X-into-Y`` when every X node of the source reads a run-time value and every X node of the target
     reads constants only (rule inputs of kind ``const``, or what other such nodes make); None otherwise."""
-    constant = {name for name, kind in rule.inputs.items() if kind == "const"}
+    weights = frozenset(name for name, kind in rule.inputs.items() if kind == "const")
+    constant = set(weights)
     on_constants = []
     for node in rule.dst:
         if all(i in constant for i in node.inputs):
             constant.update(node.outputs)
             on_constants.append(node)
     for op in _ops(rule.src):
-        runtime = [n for n in rule.src if n.op == op]
         folded = [n for n in on_constants if n.op == op]
-        if not folded or any(all(i in rule.inputs and rule.inputs[i] == "const" for i in n.inputs) for n in runtime):
-            continue
-        if any(n.op == op and n not in folded for n in rule.dst):
+        if (not folded or any(n.op == op and n not in folded for n in rule.dst)
+                or any(set(n.inputs) <= weights for n in rule.src if n.op == op)):
             continue
         made = {o for n in folded for o in n.outputs}
         readers = [n.op for n in rule.dst if n not in folded and made & set(n.inputs)]

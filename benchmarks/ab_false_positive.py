@@ -1,14 +1,15 @@
 """False-positive rate of the A/B decision that ``xflow optimize`` makes before it writes a model.
 
 A model is timed against a byte-identical copy of itself with ``decide_ab`` (the decision and settings the
-pipeline uses), on two fresh sessions per trial; the copy is "faster" only by chance. Each trial is one
-full decision; the rate is the share of trials that would have kept the copy. The pipeline's promise: at
-least 99 of 100 reverted. ``--one-pair`` measures the decision as it was before a fresh pair confirmed it.
+pipeline uses: pairs of fresh sessions, a signed-rank test over them); the copy is "faster" only by chance.
+Each trial is one full decision; the rate is the share of trials that would have kept the copy. The
+pipeline's promise: at least 99 of 100 reverted. ``--one-pair`` measures one pair's round-level sign test
+alone (``measure_ab``), the decision before pairs of sessions were its unit.
 
     .venv/bin/python benchmarks/ab_false_positive.py [--trials 100] [--models matmul,nasrnn] [--one-pair]
 
-Prints one line per model with the trials, the copies kept, the rate, the rounds and seconds per
-decision, and a one-sided 95% upper bound on the rate (Clopper-Pearson). Run it on an idle machine and
+Prints one line per model with the trials, the copies kept, the rate, the rounds, session pairs and
+seconds per decision, and a one-sided 95% upper bound on the rate (Clopper-Pearson). Run it on an idle machine and
 under load (the figures in docs/lab-notes say which).
 """
 
@@ -62,7 +63,7 @@ def run(name: str, trials: int, confirm: bool = True) -> dict[str, float]:
     """``trials`` A/B decisions of the model against its identical copy: ``decide_ab`` as the pipeline makes
     them, or one ``measure_ab`` (``confirm=False``, the decision before a fresh pair confirmed it)."""
     data = MODELS[name]().SerializeToString()
-    kept, rounds, seconds = 0, [], []
+    kept, rounds, seconds, pairs = 0, [], [], []
     for _ in range(trials):
         # Fresh sessions each trial, as each `xflow optimize` run builds them: where their weights land in
         # memory differs from one pair to the next and can make one copy persistently faster.
@@ -70,28 +71,32 @@ def run(name: str, trials: int, confirm: bool = True) -> dict[str, float]:
         feeds = random_feeds(a, 0)
         start = time.perf_counter()
         if confirm:
-            ab = decide_ab(a, b, feeds, lambda: (make_session(data), make_session(data)))
+            ab = decide_ab(a, b, feeds, lambda side: make_session(data))
         else:
             ab = measure_ab(a, b, feeds)
         seconds.append(time.perf_counter() - start)
         rounds.append(ab.runs)
+        pairs.append(getattr(ab, "pairs", 1))
         kept += ab.b_is_faster()
     return {"trials": trials, "kept": kept, "rate": kept / trials, "upper95": upper_bound(kept, trials),
-            "rounds": statistics.median(rounds), "seconds": statistics.median(seconds)}
+            "rounds": statistics.median(rounds), "seconds": statistics.median(seconds),
+            "pairs": statistics.mean(pairs)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--models", default="matmul,nasrnn")
-    parser.add_argument("--one-pair", action="store_true", help="One measure_ab per decision, no confirmation.")
+    parser.add_argument("--one-pair", action="store_true",
+                        help="One measure_ab per decision: a round-level sign test on one pair.")
     args = parser.parse_args()
-    print("| model | trials | copy kept | false-positive rate | 95% upper bound | rounds (median) | s per decision |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | trials | copy kept | false-positive rate | 95% upper bound | rounds (median) "
+          "| session pairs (mean) | s per decision |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         r = run(name, args.trials, confirm=not args.one_pair)
         print(f"| {name} | {r['trials']} | {r['kept']} | {r['rate']:.1%} | {r['upper95']:.1%} | {r['rounds']:.0f} "
-              f"| {r['seconds']:.1f} |", flush=True)
+              f"| {r['pairs']:.1f} | {r['seconds']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

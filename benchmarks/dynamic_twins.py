@@ -38,7 +38,7 @@ def run_pair(name: str, small: bool, folder: str) -> dict:
         chosen = [f["rewrites"] for f in report.finalists if f["chosen"]]
         row[kind] = {"rules": report.rules_applied, "explored": report.graphs_explored, "stop": report.search_stop,
                      "finalists": len(report.finalists), "chosen_rewrites": chosen, "speedup": report.speedup,
-                     "faster": report.decision == "optimized" and (report.sign_test_p or 1) < 0.01,
+                     "faster": report.decision == "optimized" and (report.rank_test_p or 1) < 0.01,
                      "checked_at": report.checked_at}
         if kind == "dynamic":
             original, optimized = make_session(src), make_session(out)

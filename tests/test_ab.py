@@ -1,5 +1,6 @@
-"""The end-to-end A/B timing that decides whether ``xflow optimize`` writes its model: interleaved
-rounds, and "faster" only when most rounds say so (a one-sided sign test), not one lucky median."""
+"""The end-to-end A/B timing that decides whether ``xflow optimize`` writes its model: interleaved rounds on
+pairs of fresh sessions, and "faster" only when the pairs say so (a one-sided signed-rank test), not one lucky
+median or one lucky session."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from xflow.runtime import ABResult, decide_ab, make_session, measure_ab, random_feeds, sign_test
+from xflow.runtime import ABResult, decide_ab, make_session, measure_ab, random_feeds, sign_test, signed_rank_p
 
 
 def test_sign_test_is_the_binomial_tail():
@@ -47,22 +48,27 @@ def test_measure_ab_finds_the_model_with_a_tenth_of_the_work_faster_and_not_the_
     assert not slower.b_is_faster() and slower.runs >= 10
 
 
-def test_faster_is_decided_by_two_session_pairs_that_agree():
-    """A model 10x lighter is faster in the first two pairs: decided after two; a heavier one is turned away
-    after two pairs as well."""
+def test_faster_is_decided_over_fresh_session_pairs():
+    """A model 10x lighter is faster over every planned pair; a heavier one is turned away as soon as the
+    pairs it lost rule "faster" out (two losses of eight)."""
     small, large = _matmul_chain(2), _matmul_chain(20)
-    made: list[int] = []
+    made: list[str] = []
 
-    def fresh(a: onnx.ModelProto, b: onnx.ModelProto):  # noqa: ANN202 - two ORT sessions
-        made.append(1)
-        return make_session(a, threads=1), make_session(b, threads=1)
+    def fresh(a: onnx.ModelProto, b: onnx.ModelProto):  # noqa: ANN202 - a maker of ORT sessions
+        def make(side: str):  # noqa: ANN202
+            made.append(side)
+            return make_session(a if side == "a" else b, threads=1)
+        return make
 
     feeds = random_feeds(make_session(small, threads=1), 0)
-    timing = {"min_runs": 10, "target_seconds": 0.5}
-    faster = decide_ab(*fresh(large, small), feeds, lambda: fresh(large, small), **timing)
-    assert faster.b_is_faster() and faster.pairs == 2 and len(made) == 2
+    timing = {"min_runs": 10, "target_seconds": 0.1, "min_pairs": 8, "max_pairs": 8}
+    faster = decide_ab(make_session(large, threads=1), make_session(small, threads=1), feeds, fresh(large, small),
+                       **timing)
+    assert faster.b_is_faster() and faster.pairs == 8 and faster.b_wins == 8 and faster.p_value == 1 / 256
+    assert made == ["b", "a", "a", "b"] * 3 + ["b", "a"]  # 7 fresh pairs, in alternating order
     made.clear()
-    slower = decide_ab(*fresh(small, large), feeds, lambda: fresh(small, large), **timing)
+    slower = decide_ab(make_session(small, threads=1), make_session(large, threads=1), feeds, fresh(small, large),
+                       **timing)
     assert not slower.b_is_faster() and slower.pairs == 2 and len(made) == 2
 
 
@@ -86,16 +92,27 @@ def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]  # timed from memory: no scratch file left
 
 
-@pytest.mark.parametrize(("votes", "faster", "pairs"), [
-    ("FF", True, 2), ("SS", False, 2), ("FSFF", True, 4), ("SFFF", True, 4), ("FSFS", False, 4),
-    ("FSS", False, 3), ("SFS", False, 3)])
-def test_the_decision_rule_over_session_pairs(monkeypatch, votes, faster, pairs):
-    """Two pairs that agree settle it; after a split, B must win both of the next two; two losses end it."""
+@pytest.mark.parametrize(("ratios", "faster", "pairs"), [
+    ("+5 +5 +5 +5 +5 +5 +5 +5", True, 8),  # 8 of 8: p = 1/256
+    ("-1 +5 +5 +5 +5 +5 +5 +5", True, 8),  # the one lost pair the closest: rank sum 1, p = 2/256
+    ("-5 +1 +2 +3 +4 +6 +7 +8", False, 2),  # one lost pair, larger than a won one: rank sum 2 already
+    ("-1 -2 +5 +5", False, 2),  # two lost pairs: rank sum 3 > 1, no more pairs can undo it
+    ("+5 +5 +5 +5 +5 +5 +5 -6", False, 8),  # lost the last by more than any was won: rank sum 8
+    ("+5 +5 +5 +5 +5 +5 0 0", False, 8)])  # ties count as lost pairs: rank sum 3
+def test_the_decision_over_session_pairs(monkeypatch, ratios, faster, pairs):
+    """Eight pairs (a pair here is quick): B is faster when a one-sided signed-rank test over the pairs' log
+    ratios passes at 0.01; the decision stops once the lost pairs' rank sum is past the bound."""
     import xflow.runtime as runtime
 
-    script = iter(votes)
+    script = iter(float(r) for r in ratios.split())
     monkeypatch.setattr(runtime, "measure_ab", lambda a, b, feeds, **timing: (
-        ABResult(1.0, 0.9, 10, 10) if next(script) == "F" else ABResult(1.0, 1.1, 10, 0)))
-    result = runtime.decide_ab(None, None, {}, lambda: (None, None))
+        ABResult(1.0, 1.0 / (1.0 + next(script) / 100), 10, 10)))
+    result = runtime.decide_ab(None, None, {}, lambda side: None, min_pairs=8, max_pairs=8)
     assert result.b_is_faster() == faster and result.pairs == pairs
-    assert next(script, None) is None  # no pair measured beyond the deciding one
+
+
+def test_the_signed_rank_test_is_exact():
+    assert signed_rank_p([0.1] * 8) == pytest.approx(1 / 256)
+    assert signed_rank_p([-0.01] + [0.1] * 7) == pytest.approx(2 / 256)
+    assert signed_rank_p([0.5, -1.0, 2.0]) == pytest.approx(3 / 8)  # lost rank 2: subsets of {1,2,3} summing <= 2
+    assert signed_rank_p([]) == 1.0

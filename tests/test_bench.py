@@ -114,3 +114,21 @@ def test_a_peer_that_changes_the_outputs_is_flagged_and_counts_as_one_x(tmp_path
                    latency_ms={ORIGINAL: 1.0, XFLOW: 1.0, ONNXSLIM: 0.77}, drifted=[ONNXSLIM])
     assert counted_speedup(row, ONNXSLIM) == 1.0 and counted_speedup(row, XFLOW) == 1.0
     assert "1.300× (outputs differ)" in format_row(row)
+
+
+def test_each_variant_is_timed_on_several_sessions(tmp_path, monkeypatch):
+    """One session's luck lasts its life, so each column is the median over ``sessions_per_variant`` sessions,
+    all in the same interleaved rounds."""
+    import xflow.bench as bench
+
+    made: list[str] = []
+    real = bench.make_session
+    monkeypatch.setattr(bench, "make_session", lambda path, *a, **k: (made.append(path), real(path, *a, **k))[1])
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [CONV_RELU_FOLD]}))
+    settings = BenchSettings(rules_path=str(rules), small=True, budget=2, seconds_per_model=0.1, min_runs=3,
+                             sessions_per_variant=3)
+    (row,) = run_bench(["squeezenet"], settings, say=lambda _m: None)
+    assert len(made) == 3 * len(row.latency_ms) and all(made.count(path) == 3 for path in made)
+    assert row.runs >= 3 and set(row.speedup) == set(row.latency_ms) - {"original"}
+    assert "3 sessions per variant" in format_table([row], settings, "xflow bench")

@@ -55,6 +55,12 @@ def test_same_input_rules_seed_give_identical_bytes(tmp_path, model):
         assert run.returncode == 0, run.stderr
         data = json.loads(report.read_text())
         assert data["decision"] == "optimized" and data["search_stop"] in ("budget", "exhausted", "patience"), data
-        outputs.append((digest(out), data["rules_applied"], data["cost_after"]))
+        # the finalists are timed end to end and the fastest written: which one wins is the machine's to say,
+        # but the finalists themselves, and the bytes written for each, are the search's and must not vary
+        finalists = [(f["estimated_ms"], f["rewrites"], f["completed"]) for f in data["finalists"]]
+        chosen = next((i for i, f in enumerate(data["finalists"]) if f["chosen"]), 0)
+        outputs.append((finalists, chosen, digest(out)))
         assert not (tmp_path / f"out{k}.onnx.data").exists()
-    assert outputs[0] == outputs[1] == outputs[2]
+    assert outputs[0][0] == outputs[1][0] == outputs[2][0]
+    for (_, chosen_a, bytes_a), (_, chosen_b, bytes_b) in zip(outputs, outputs[1:], strict=False):
+        assert chosen_a != chosen_b or bytes_a == bytes_b

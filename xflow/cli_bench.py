@@ -23,6 +23,9 @@ from xflow.cli_common import check_writable, user_errors, write_json
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit per model (s).")
 @click.option("--seconds", type=float, default=30.0, show_default=True,
               help="About how long to time each model's variants (interleaved).")
+@click.option("--sessions", type=click.IntRange(min=1), default=3, show_default=True,
+              help="ORT sessions per variant, timed interleaved; a variant's latency is the median of its "
+                   "sessions' medians (one session's luck lasts its life). Use 1 for models near memory limits.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write the markdown table (command, machine, date, rows) to this file.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Every figure as JSON.")
@@ -30,8 +33,8 @@ from xflow.cli_common import check_writable, user_errors, write_json
               help="Write a PNG bar chart of the speedups.")
 @user_errors
 def bench(models: tuple[str, ...], rules_path: str | None, provider: str, threads: int | None, small: bool,
-          budget: int, patience: int, time_limit: float, seconds: float, out_path: str | None, json_path: str | None,
-          chart_path: str | None) -> None:
+          budget: int, patience: int, time_limit: float, seconds: float, sessions: int, out_path: str | None,
+          json_path: str | None, chart_path: str | None) -> None:
     """Benchmark xflow on zoo models (default: all) and ONNX files.
 
     For each model: nodes before/after, rules applied, search time with a cold and a warm cost cache,
@@ -47,7 +50,8 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
         if path:
             check_writable(path)
     settings = BenchSettings(rules_path=rules_path, provider=provider, threads=threads, small=small, budget=budget,
-                             patience=patience or None, time_limit=time_limit, seconds_per_model=seconds)
+                             patience=patience or None, time_limit=time_limit, seconds_per_model=seconds,
+                             sessions_per_variant=sessions)
     if not onnxsim_available():
         click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow[bench]')", err=True)
     click.echo(HEADER)

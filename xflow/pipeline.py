@@ -81,9 +81,10 @@ class VerifyFigures:
     latency_before_ms: float | None = None
     latency_after_ms: float | None = None
     speedup: float | None = None
-    timed_runs: int = 0
-    faster_rounds: int = 0  # interleaved rounds in which the optimized model ran faster
-    sign_test_p: float | None = None  # one-sided sign test over those rounds (kept when < 0.01)
+    timed_runs: int = 0  # interleaved rounds over all session pairs
+    session_pairs: int = 0  # pairs of fresh sessions (original, optimized) the A/B timed
+    faster_pairs: int = 0  # pairs in which the optimized model's median was the lower
+    rank_test_p: float | None = None  # one-sided signed-rank test over the pairs (written when < 0.01)
     # dynamic models: the A/B at each profile point (the figures above are the first point's), and the
     # points equivalence was checked at besides the first (profile points and an off-profile one)
     profile_points: list[dict[str, Any]] = field(default_factory=list)
@@ -294,6 +295,21 @@ def graph_session(graph: Graph, options: OptimizeOptions, scratch: str, name: st
                 os.remove(leftover)
 
 
+def fresh_sessions(source: Source, optimized: Graph, options: OptimizeOptions, scratch: str) -> Callable[[str], Any]:
+    """``decide_ab``'s maker of fresh sessions: "a" the original, "b" the optimized graph (serialized once
+    when its weights fit in one protobuf, since a decision makes up to a dozen of them)."""
+    serialized = to_model_proto(optimized).SerializeToString() if _fits_in_memory(optimized) else None
+
+    def make(side: str) -> Any:
+        if side == "a":
+            return make_session(source.path if source.path is not None else source.proto, options.provider,
+                                options.threads)
+        if serialized is not None:
+            return make_session(serialized, options.provider, options.threads)
+        return graph_session(optimized, options, scratch, "candidate-again")
+    return make
+
+
 # ---- search ------------------------------------------------------------------------------------------
 
 
@@ -488,16 +504,14 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
             say(f"{failure}: the original is {source.kept_as}")
             return Verdict(None, "optimized model not equivalent at other sizes")
     if options.measure:
-        ab = decide_ab(original.session, candidate, original.feeds, lambda: (
-            make_session(source.path if source.path is not None else source.proto, options.provider, options.threads),
-            graph_session(optimized, options, scratch, "candidate-again")))
+        ab = decide_ab(original.session, candidate, original.feeds, fresh_sessions(source, optimized, options, scratch))
         figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
         figures.speedup, figures.timed_runs = ab.speedup, ab.runs
-        figures.faster_rounds, figures.sign_test_p = ab.b_wins, ab.p_value
+        figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value
         slower_at = time_other_points(source, original.session, candidate, optimized, options, scratch, figures) \
             if ab.b_is_faster() else ""
-        # "Faster" must be more than one lucky median, which a longer run does not reproduce: the sign
-        # test asks it of most rounds, and decide_ab of a fresh pair of sessions too; and at every profile point.
+        # "Faster" must be more than one lucky session, which a longer run does not reproduce: decide_ab asks
+        # it of pairs of fresh sessions (a signed-rank test over them), and at every profile point.
         if slower_at and not options.keep_if_slower and ab.b_is_faster():
             verdict.graph, verdict.reason = None, "optimized model was not faster at every profile point"
             say(f"the optimized model was not measurably faster at {slower_at}: the original is {source.kept_as} "
@@ -505,8 +519,8 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
         elif not (ab.b_is_faster() or options.keep_if_slower):
             verdict.graph, verdict.reason = None, "optimized model was not faster"
             say(f"the optimized model was not measurably faster ({figures.latency_after_ms:.3f} ms vs "
-                f"{figures.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.runs} interleaved rounds, "
-                f"sign test p = {ab.p_value:.2g}): the original is {source.kept_as} "
+                f"{figures.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.pairs} session pairs, "
+                f"signed-rank p = {ab.p_value:.2g}): the original is {source.kept_as} "
                 "(use --keep-if-slower to override)")
     return verdict
 
@@ -569,9 +583,7 @@ def time_other_points(source: Source, session: Any, candidate: Any, optimized: G
         feeds = _point_feeds(source, session, point, options.seed)
         if feeds is None:
             continue
-        ab = decide_ab(session, candidate, feeds, lambda: (
-            make_session(source.path if source.path is not None else source.proto, options.provider, options.threads),
-            graph_session(optimized, options, scratch, "candidate-again")))
+        ab = decide_ab(session, candidate, feeds, fresh_sessions(source, optimized, options, scratch))
         figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
                                        "latency_after_ms": ab.b_median * 1e3, "faster": ab.b_is_faster()})
         if not ab.b_is_faster():

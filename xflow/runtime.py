@@ -6,7 +6,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +80,6 @@ class ABResult:
     b_median: float
     runs: int
     b_wins: int = 0
-    pairs: int = 1  # session pairs measured (``decide_ab`` confirms a "faster" on a fresh pair)
 
     @property
     def speedup(self) -> float:
@@ -137,31 +136,120 @@ def measure_ab(session_a, session_b, feeds: Mapping[str, np.ndarray], min_runs: 
     return result()
 
 
+def signed_rank_p(diffs: Sequence[float]) -> float:
+    """One-sided exact Wilcoxon signed-rank test: the chance, if each difference were as likely negative as
+    positive, that the negative ones' rank sum (ranks of |d|, ties in input order) is at most the one seen.
+    A zero difference counts as negative (a tie is no evidence for B)."""
+    if not diffs:
+        return 1.0
+    order = sorted(range(len(diffs)), key=lambda i: abs(diffs[i]))
+    negative = sum(rank + 1 for rank, i in enumerate(order) if diffs[i] <= 0)
+    return _rank_sum_cdf(len(diffs), negative)
+
+
+def _rank_sum_cdf(n: int, w: int) -> float:
+    """P(W <= w) where W is the sum of a uniformly random subset of the ranks 1..n."""
+    counts = [1] + [0] * (n * (n + 1) // 2)  # counts[s]: subsets of the ranks so far with sum s
+    for rank in range(1, n + 1):
+        for total in range(len(counts) - 1, rank - 1, -1):
+            counts[total] += counts[total - rank]
+    return sum(counts[:w + 1]) / 2 ** n
+
+
+@dataclass(frozen=True)
+class ABDecision:
+    """``decide_ab``'s answer: one ``ABResult`` per pair of fresh sessions, in the order measured, and the
+    number of pairs the test was planned for. B is faster when the pairs' log latency ratios pass a
+    one-sided signed-rank test at ``level`` over all planned pairs (the session pair is the unit of
+    replication, not the round: a session's luck lasts its whole life)."""
+
+    results: tuple[ABResult, ...]
+    planned: int
+    level: float = 0.01
+
+    @property
+    def diffs(self) -> list[float]:
+        """log(A / B) of each pair's medians: above 0 where B was faster."""
+        return [math.log(r.a_median / r.b_median) for r in self.results]
+
+    @property
+    def a_median(self) -> float:
+        return statistics.median(r.a_median for r in self.results)
+
+    @property
+    def b_median(self) -> float:
+        return statistics.median(r.b_median for r in self.results)
+
+    @property
+    def speedup(self) -> float:
+        """The median pair's ratio A / B: above 1 means B is faster."""
+        return math.exp(statistics.median(self.diffs))
+
+    @property
+    def runs(self) -> int:
+        """Timed rounds over all pairs."""
+        return sum(r.runs for r in self.results)
+
+    @property
+    def pairs(self) -> int:
+        return len(self.results)
+
+    @property
+    def b_wins(self) -> int:
+        """Pairs in which B's median was the lower."""
+        return sum(d > 0 for d in self.diffs)
+
+    @property
+    def p_value(self) -> float:
+        return signed_rank_p(self.diffs)
+
+    def b_is_faster(self, level: float | None = None) -> bool:
+        """Every planned pair measured, and the signed-rank test says B is faster."""
+        return (self.pairs >= self.planned and self.speedup > 1.0
+                and self.p_value < (self.level if level is None else level))
+
+
+#: Pairs of sessions a decision measures. Eight is the fewest with which B winning them all is rarer than
+#: 1 in 100 by chance (2^-8); with ten, one or two lost pairs whose ratios are the closest to 1 still pass
+#: (BERT-base's real 4-5% gain: pair ratios 0.98-1.09), which gives a real gain more chances.
+MIN_PAIRS, MAX_PAIRS = 10, 12
+
+
 def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: ANN001
-              fresh_pair: Callable[[], tuple[Any, Any]], **timing: Any) -> ABResult:
-    """``measure_ab`` on the given session pair, then on fresh pairs from ``fresh_pair``: B is faster when the
-    first two pairs say so, or, when those two split, both of the next two; it is not once two pairs say
-    otherwise. Where each session's buffers land in memory can make one of two identical models 1-3%
-    faster (BERT-base: up to 6%) for the session's whole life, which no number of rounds averages out; each
-    new pair draws that luck again. With ``p`` the chance that one pair keeps an identical copy (3 in 100
-    on the zoo's SqueezeNet; 25-30 in 100 on a sub-millisecond NasRNN, whose sessions differ the most), this
-    keeps it with about p^2 (1 + 2p), as demanding two of two did, and a gain one pair finds three times in
-    four is kept 77 times in 100 instead of 56 (two of two turned BERT-base's 5% away in one bench of two).
-    The result is the last pair's, which cast the deciding vote, with how many pairs were measured."""
-    faster = slower = 0
-    result = measure_ab(session_a, session_b, feeds, **timing)
-    measured = 1
-    while True:
-        if result.b_is_faster():
-            faster += 1
-        else:
-            slower += 1
-        if slower >= 2 or faster >= 3 or (faster == 2 and slower == 0):
-            break
-        again_a, again_b = fresh_pair()
-        result = measure_ab(again_a, again_b, feeds, **timing)
-        measured += 1
-    return ABResult(result.a_median, result.b_median, result.runs, result.b_wins, pairs=measured)
+              fresh: Callable[[str], Any], level: float = 0.01, pairs_budget_s: float = 20.0,
+              min_pairs: int = MIN_PAIRS, max_pairs: int = MAX_PAIRS, **timing: Any) -> ABDecision:
+    """Whether B runs faster than A, decided over pairs of sessions: the given pair, then pairs of fresh
+    sessions from ``fresh("a")`` / ``fresh("b")`` (made in alternating order, so neither side is always
+    the newer), each timed by ``measure_ab``. Where each session's buffers land in memory can make one of
+    two identical models 1-12% faster for the session's whole life (sub-millisecond models the most), which
+    no number of rounds averages out, so a test over rounds keeps identical copies far more often than its
+    level says; over pairs, an identical copy passes a signed-rank test at ``level`` at most that often.
+    The number of pairs is planned from the first pair's cost (``min_pairs`` to ``max_pairs``, about
+    ``pairs_budget_s`` in all); the decision stops early once the pairs B lost already rule "faster" out."""
+    timing = {"min_runs": 8, "target_seconds": 0.5, "undecided_seconds": 0.5} | timing
+    started = time.perf_counter()
+    results = [measure_ab(session_a, session_b, feeds, **timing)]
+    per_pair = time.perf_counter() - started
+    planned = max(min_pairs, min(max_pairs, int(pairs_budget_s / max(per_pair, 1e-9))))
+    critical = _critical_rank_sum(planned, level)
+    while len(results) < planned:
+        decision = ABDecision(tuple(results), planned, level)
+        order = sorted(decision.diffs, key=abs)
+        if sum(rank + 1 for rank, d in enumerate(order) if d <= 0) > critical:
+            break  # more pairs can only add ranks above these: the lost ones' rank sum cannot fall to the bound
+        first_a = len(results) % 2 == 0
+        made = {side: fresh(side) for side in (("a", "b") if first_a else ("b", "a"))}
+        results.append(measure_ab(made["a"], made["b"], feeds, **timing))
+        del made
+    return ABDecision(tuple(results), planned, level)
+
+
+def _critical_rank_sum(n: int, level: float) -> int:
+    """The largest rank sum of lost pairs that still passes the test at ``level`` with ``n`` pairs (-1: none)."""
+    w = -1
+    while _rank_sum_cdf(n, w + 1) < level:
+        w += 1
+    return w
 
 
 def measure_interleaved(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndarray], min_runs: int,

@@ -7,6 +7,7 @@ pipeline's promise: at least 99 of 100 reverted. ``--one-pair`` measures one pai
 alone (``measure_ab``), the decision before pairs of sessions were its unit.
 
     .venv/bin/python benchmarks/ab_false_positive.py [--trials 100] [--models matmul,nasrnn] [--one-pair]
+    .venv/bin/python benchmarks/ab_false_positive.py --trials 5 --models bert.onnx --against bert.opt.onnx
 
 Prints one line per model with the trials, the copies kept, the rate, the rounds, session pairs and
 seconds per decision, and a one-sided 95% upper bound on the rate (Clopper-Pearson). Run it on an idle machine and
@@ -59,19 +60,22 @@ def upper_bound(kept: int, trials: int, confidence: float = 0.95) -> float:
     return hi
 
 
-def run(name: str, trials: int, confirm: bool = True) -> dict[str, float]:
-    """``trials`` A/B decisions of the model against its identical copy: ``decide_ab`` as the pipeline makes
-    them, or one ``measure_ab`` (``confirm=False``, the decision before a fresh pair confirmed it)."""
-    data = MODELS[name]().SerializeToString()
+def run(name: str, trials: int, confirm: bool = True, against: bytes | None = None,
+        threads: int | None = None) -> dict[str, float]:
+    """``trials`` A/B decisions of the model against its identical copy (or ``against``, another model of
+    the same function: the share kept is then the decision's power): ``decide_ab`` as the pipeline makes
+    them, or one ``measure_ab`` (``confirm=False``, a round-level sign test on one pair)."""
+    data = open(name, "rb").read() if name.endswith(".onnx") else MODELS[name]().SerializeToString()
+    other = data if against is None else against
     kept, rounds, seconds, pairs = 0, [], [], []
     for _ in range(trials):
         # Fresh sessions each trial, as each `xflow optimize` run builds them: where their weights land in
         # memory differs from one pair to the next and can make one copy persistently faster.
-        a, b = make_session(data), make_session(data)
+        a, b = make_session(data, threads=threads), make_session(other, threads=threads)
         feeds = random_feeds(a, 0)
         start = time.perf_counter()
         if confirm:
-            ab = decide_ab(a, b, feeds, lambda side: make_session(data))
+            ab = decide_ab(a, b, feeds, lambda side: make_session(data if side == "a" else other, threads=threads))
         else:
             ab = measure_ab(a, b, feeds)
         seconds.append(time.perf_counter() - start)
@@ -86,7 +90,10 @@ def run(name: str, trials: int, confirm: bool = True) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--models", default="matmul,nasrnn")
+    parser.add_argument("--models", default="matmul,nasrnn", help="zoo/test models by name, or ONNX files")
+    parser.add_argument("--against", help="an ONNX file of the same function to time each model against "
+                        "(its share kept is the decision's power on a real gain)")
+    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--one-pair", action="store_true",
                         help="One measure_ab per decision: a round-level sign test on one pair.")
     args = parser.parse_args()
@@ -94,7 +101,8 @@ def main() -> None:
           "| session pairs (mean) | s per decision |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        r = run(name, args.trials, confirm=not args.one_pair)
+        against = open(args.against, "rb").read() if args.against else None
+        r = run(name, args.trials, confirm=not args.one_pair, against=against, threads=args.threads)
         print(f"| {name} | {r['trials']} | {r['kept']} | {r['rate']:.1%} | {r['upper95']:.1%} | {r['rounds']:.0f} "
               f"| {r['pairs']:.1f} | {r['seconds']:.1f} |", flush=True)
 

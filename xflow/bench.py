@@ -139,6 +139,9 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
             f"{f['rewrites']} rewrites{' (completed)' if f.get('completed') else ''} {f['measured_ms']:.3f} ms"
             f"{' (kept)' if f['chosen'] else ''}"
             for f in warm.finalists if f["measured_ms"] is not None))
+    if warm.session_pairs:
+        row.notes.append(f"xflow's A/B: {warm.speedup:.3f}x over {warm.session_pairs} session pairs, faster in "
+                         f"{warm.faster_pairs}, signed-rank p = {warm.rank_test_p:.2g} ({warm.decision})")
     # Every column is timed the same way, xflow's included when it wrote the original back: its ratio then
     # shows the noise of two sessions of one model, as the other tools' columns carry it too.
     paths = {ORIGINAL: model_path, XFLOW: xflow_path}

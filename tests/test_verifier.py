@@ -208,3 +208,19 @@ def test_a_rule_true_where_its_target_is_well_formed_is_proved_and_applies_only_
     assert prove_rule(rule).status == "proved"
     assert len(list(find_matches(_fused_matmul_graph(4), rule))) == 1
     assert list(find_matches(_fused_matmul_graph(3), rule)) == []
+
+
+def test_a_proof_with_no_numeric_instance_is_unchecked_not_proved(monkeypatch):
+    """z3 proves a rule whose sides never type-check together vacuously (its shape facts contradict each other);
+    only a rule also checked on real instances counts as proved, as in ``verify-rules``."""
+    import verifier.numeric as numeric
+    import verifier.prove as prove
+
+    rule = parse_rule(CONV_RELU_FOLD)
+    assert verify_rule(rule).status == "proved"
+    # the same rule, with the numeric check given no draws at all: nothing ran, so nothing was checked
+    monkeypatch.setattr(prove, "numeric_check", lambda r, **kw: numeric.numeric_check(r, **{**kw, "attempts": 0,
+                                                                                           "found_on": None}))
+    result = verify_rule(rule)
+    assert result.proof.status == "proved" and result.numeric.trials_run == 0
+    assert result.status == "unchecked" and not result.ok

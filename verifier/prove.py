@@ -222,10 +222,14 @@ def _prove_goals(enc: Any, ctx: Any, axioms: tuple[Axiom, ...], start: float, rl
 
 
 def verify_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, trials: int = 3, seed: int = 0) -> VerifyResult:
-    """Numeric check first (a counterexample refutes the rule whatever z3 says), then the proof."""
-    numeric = numeric_check(rule, trials=trials, seed=seed)
+    """Numeric check first (a counterexample refutes the rule whatever z3 says), then the proof. A proof
+    without ``trials`` numeric instances is "unchecked", as in ``verify-rules``: a rule whose sides never
+    type-check together is proved vacuously (its shape facts are contradictory) and must not pass."""
+    numeric = numeric_check(rule, trials=trials, seed=seed, found_on=rule.provenance.get("found_on"))
     if numeric.trials_run and not numeric.ok:
         return VerifyResult("refuted", ProofResult("unknown", 0.0, "not attempted: numeric counterexample"),
                             numeric)
     proof = prove_rule(rule, rlimit)
+    if proof.status == "proved" and numeric.trials_run < trials:
+        return VerifyResult("unchecked", proof, numeric)
     return VerifyResult(proof.status, proof, numeric)

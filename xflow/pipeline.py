@@ -462,7 +462,7 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
            scratch: str, source: Source, say: Callable[[str], None], output_label: str = "") -> Verdict:
     """The verify stage: run the optimized graph on the original's inputs, compare the outputs
     (EquivalenceError when they differ or ORT refuses it), time both (interleaved) and keep the optimized
-    one only when it is faster by its median and in most rounds (or ``keep_if_slower``). With no optimized
+    one only when it is faster over pairs of fresh sessions (``decide_ab``; or ``keep_if_slower``). With no optimized
     graph, only the original's latency is measured."""
     if optimized is None:
         return _time_original(original, options, source, say)

@@ -45,6 +45,7 @@ class PlaceOptions:
     warm_start: bool = True
     fine_tune: bool = False
     transfer_hint: str = ""
+    transfer_decoder: str = ""
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:

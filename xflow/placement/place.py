@@ -81,7 +81,7 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     env, sim = make_env(problem, topology, opts)
     plans = all_baselines(grouping, sim)
     baselines = {k: float(env.runtime(v)) for k, v in plans.items()}
-    task = TrainTask(problem, grouping, env)
+    task = TrainTask(problem, grouping, env, sim=sim)
     if opts.policy is not None and opts.policy.hint:
         task.hint = hint_of(opts.policy.hint, grouping, plans, baselines)
     rl: dict = {"groups": grouping.count}
@@ -108,8 +108,10 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     elif opts.policy is not None:
         rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed,
                                          opts.zero_shot_temperature)
+        greedy_seconds = place_with(opts.policy, task)[0] if opts.zero_shot_samples else rl_seconds
         policy, curve = opts.policy, []
-        rl.update(mode="zero-shot", samples=opts.zero_shot_samples, temperature=opts.zero_shot_temperature)
+        rl.update(mode="zero-shot", samples=opts.zero_shot_samples, temperature=opts.zero_shot_temperature,
+                  greedy_seconds=float(greedy_seconds))
     else:
         if opts.warm_start:
             fastest = min(baselines, key=lambda k: baselines[k])
@@ -157,7 +159,7 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
         problem = build_problem(graph, cost_model, name)
         grouping = make_groups(problem, topology, opts.max_groups)
         env, sim = make_env(problem, topology, opts)
-        task = TrainTask(problem, grouping, env)
+        task = TrainTask(problem, grouping, env, sim=sim)
         if opts.transfer_hint:
             plans = all_baselines(grouping, sim)
             task.hint = hint_of(opts.transfer_hint, grouping, plans, {k: env.runtime(v) for k, v in plans.items()})
@@ -165,7 +167,7 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
     steps_only = transfer_options(replace(opts.train, steps=opts.transfer_steps, time_limit=0.0))
     devices = len(topology.devices)
     policy = Policy.create(BASE_FEATURES + devices, devices, steps_only.hidden, steps_only.rounds, steps_only.seed,
-                           steps_only.logit_clip, opts.transfer_hint)
+                           steps_only.logit_clip, opts.transfer_hint, opts.transfer_decoder)
     report = (lambda step, best: progress(f"training across {len(tasks)} graphs: step {step}/{steps_only.steps}, "
                                           f"best on the first {best * 1e3:.3f} ms")) if progress else None
     result = train(tasks, devices, steps_only, policy=policy, progress=report)

@@ -86,20 +86,26 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         task.hint = hint_of(opts.policy.hint, grouping, plans, baselines)
     rl: dict = {"groups": grouping.count}
     train_until = started + budget * (1 - opts.improve_share if opts.improve_sweeps > 0 else 1.0)
-    train_opts = opts.train
-    if opts.time_limit > 0:
+
+    def train_options() -> TrainOptions:
+        """``opts.train`` with the time left for training now (within the planning time limit)."""
+        if opts.time_limit <= 0:
+            return opts.train
         left = max(train_until - clock(), 1e-3)
-        train_opts = replace(train_opts, time_limit=min(train_opts.time_limit or left, left))
+        return replace(opts.train, time_limit=min(opts.train.time_limit or left, left))
+
     report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress else None
     if opts.policy is not None and opts.fine_tune:
-        # the transferred policy's own placement and the fastest baseline's are both starts: imitation moves the
-        # per-group logits onto the faster one, the shared network keeps what transfer learnt
-        zero_seconds, zero_plan = place_with(opts.policy, task)
+        # the transferred policy's own placement (the fastest of its most likely one and ``zero_shot_samples``
+        # sampled, as zero-shot) and the fastest baseline's are both starts: imitation moves the per-group logits
+        # onto the faster one, the shared network keeps what transfer learnt
+        zero_seconds, zero_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed,
+                                             opts.zero_shot_temperature)
         fastest = min(baselines, key=lambda k: baselines[k])
         start = "zero-shot" if zero_seconds <= baselines[fastest] else fastest
         task.imitate = grouping.project(zero_plan if start == "zero-shot" else plans[fastest])
         task.best, task.best_groups = float(zero_seconds), grouping.project(zero_plan)
-        result = train([task], len(topology.devices), fine_tune_options(train_opts), policy=opts.policy.copy(),
+        result = train([task], len(topology.devices), fine_tune_options(train_options()), policy=opts.policy.copy(),
                        progress=report)
         rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
         rl.update(mode="fine-tuned", zero_shot_seconds=float(zero_seconds), warm_start=start, steps=result.steps,
@@ -117,7 +123,7 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
             fastest = min(baselines, key=lambda k: baselines[k])
             task.imitate = grouping.project(plans[fastest])
             rl["warm_start"] = fastest
-        result = train([task], len(topology.devices), train_opts, progress=report)
+        result = train([task], len(topology.devices), train_options(), progress=report)
         rl_seconds, rl_plan, policy, curve = result.best_seconds[0], result.best_plans[0], result.policy, result.curve
         rl.update(mode="trained", steps=result.steps, evaluations=result.evaluations,
                   train_seconds=round(result.seconds, 3), imitation_steps=result.imitation_steps)
@@ -164,7 +170,7 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
             plans = all_baselines(grouping, sim)
             task.hint = hint_of(opts.transfer_hint, grouping, plans, {k: env.runtime(v) for k, v in plans.items()})
         tasks.append(task)
-    steps_only = transfer_options(replace(opts.train, steps=opts.transfer_steps, time_limit=0.0))
+    steps_only = transfer_options(replace(opts.train, steps=opts.transfer_steps, time_limit=0.0), opts.transfer_decoder)
     devices = len(topology.devices)
     policy = Policy.create(BASE_FEATURES + devices, devices, steps_only.hidden, steps_only.rounds, steps_only.seed,
                            steps_only.logit_clip, opts.transfer_hint, opts.transfer_decoder)
@@ -182,11 +188,14 @@ def hint_of(kind: str, grouping: Grouping, plans: dict[str, list[int]], seconds:
     return grouping.project(plans[min(seconds, key=lambda k: seconds[k])])
 
 
-def transfer_options(base: TrainOptions) -> TrainOptions:
+def transfer_options(base: TrainOptions, decoder: str = "") -> TrainOptions:
     """Settings for a policy meant to transfer: no per-graph logits or restarts, a small learning rate and
-    logit clip so the shared network does not collapse onto one graph's optimum."""
+    logit clip so the shared network does not collapse onto one graph's optimum. Advantages are normalised
+    for a schedule ``decoder`` only: an independent policy, which cannot tell parallel branches apart, then
+    collapses onto a few devices (nasnet_a zero-shot 9.97 ms against 7.68 without, seed 0,
+    docs/lab-notes/2026-11-25-placement-zero-shot.md), while the decoder learns from the sharper signal."""
     return replace(base, group_logits=False, restart_patience=0, learning_rate=0.01, entropy_weight=0.02,
-                   logit_clip=3.0, normalize=False)
+                   logit_clip=3.0, normalize=bool(decoder))
 
 
 def fine_tune_options(base: TrainOptions) -> TrainOptions:

@@ -144,3 +144,24 @@ def test_policy_files_without_a_decoder_read_the_independent_one(tmp_path):
     assert Policy.load(path)[0].decoder == ""
     with pytest.raises(ValueError, match="decoder"):
         Policy.create(4, 3, decoder="beam")
+
+
+def test_the_schedule_decoder_is_device_equivariant():
+    """Relabelling the devices (their times, links and allowed masks) relabels the decoder's distributions: no
+    weight belongs to one device, so nothing learnt about "device 3" on one graph is carried to another."""
+    rng = np.random.default_rng(4)
+    inp = small_input(rng)
+    policy = Policy.create(5, 3, hidden=8, seed=1, decoder=DECODER_SCHEDULE)
+    for k, v in policy.params.items():
+        policy.params[k] = v + rng.normal(0, 0.5, v.shape)
+    assert not {"Wd", "Wg", "bd"} & policy.params.keys() and policy.devices == 3
+    perm = np.array([2, 0, 1])  # new device j is old device perm[j]
+    inverse = np.argsort(perm)
+    sched = inp.schedule
+    moved = GraphInput(inp.x, inp.pred, inp.succ, inp.allowed[:, perm],
+                       Schedule(sched.time[:, perm], tuple(tuple((q, s[np.ix_(perm, perm)], b) for q, s, b in p)
+                                                          for p in sched.preds), sched.scale))
+    actions = np.array([[0, 1, 2, 0, 1, 2, 0], [2, 2, 0, 1, 0, 1, 1]])
+    _, logp, _ = policy.decode(inp, 2, actions=actions)
+    _, relabelled, _ = policy.decode(moved, 2, actions=inverse[actions])
+    assert np.allclose(relabelled, logp[:, :, perm])

@@ -37,12 +37,14 @@ class Policy:
 
     ``decoder`` says how a placement is drawn. "": every group independently from its row of ``forward``'s
     distribution (a per-graph policy: free per-group logits tell parallel branches apart). ``DECODER_SCHEDULE``:
-    the groups one by one in topological order, each group's logits being ``forward``'s plus
-    ``F (v + h U)``, where F (devices x ``DECODER_FEATURES``) says what each device would do to the
-    partial schedule of the groups already placed (how much later the group would finish there, wait for
-    its inputs or for the device, how much of its input is there, the device's load: ``decoder_features``)
-    and h is the group's embedding. The same weights read every device and every graph, so what the policy
-    learns about spreading parallel work carries to graphs of other sizes and shapes (``decode``)."""
+    the groups one by one in topological order, each group's logits being ``F (v + h U)`` (plus the free
+    per-group logits when fine-tuning), where F (devices x ``DECODER_FEATURES``) says what each device would
+    do to the partial schedule of the groups already placed (how much later the group would finish there,
+    wait for its inputs or for the device, how much of its input is there, the device's load:
+    ``decoder_features``) and h is the group's embedding. No weight belongs to a device (no ``Wd``, ``Wg``,
+    ``bd``; ``nd`` only records the device count): the same weights read every device and every graph, so
+    what the policy learns about spreading parallel work carries to graphs of other sizes and shapes, and
+    it cannot learn "device 3" from one graph and apply it to another (``decode``)."""
 
     params: dict[str, np.ndarray] = field(default_factory=dict)
     rounds: int = 2
@@ -62,18 +64,20 @@ class Policy:
             for name in ("Ws", "Wp", "Wn"):
                 p[f"{name}{k}"] = rng.normal(0, np.sqrt(1 / (3 * hidden)), (hidden, hidden))
             p[f"b{k + 1}"] = np.zeros(hidden)
-        p["Wd"] = np.zeros((hidden, devices))
-        p["Wg"] = np.zeros((hidden, devices))
-        p["bd"] = np.zeros(devices)
-        if decoder:
+        if decoder:  # device-equivariant: no weight belongs to one device (see the class)
             p["v"] = np.zeros(DECODER_FEATURES)
             p["U"] = np.zeros((hidden, DECODER_FEATURES))
+            p["nd"] = np.zeros(devices)  # only the device count: ``devices`` reads it
+        else:
+            p["Wd"] = np.zeros((hidden, devices))
+            p["Wg"] = np.zeros((hidden, devices))
+            p["bd"] = np.zeros(devices)
         return cls(p, rounds, clip, hint, decoder)
 
     @property
     def devices(self) -> int:
         """Number of devices the policy chooses among."""
-        return self.params["bd"].shape[0]
+        return self.params["nd" if self.decoder else "bd"].shape[0]
 
     def forward(self, inp: GraphInput, bias: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
         """Log-probabilities (groups x devices) and the cache that ``backward`` needs. ``bias`` (groups x
@@ -89,7 +93,10 @@ class Policy:
             cache["z"].append(z)
             cache["h"].append(h)
         pooled = h.mean(axis=0)
-        raw = h @ p["Wd"] + pooled @ p["Wg"] + p["bd"]
+        if self.decoder:  # the decoder's logits come from the partial schedule, device by device
+            raw = np.zeros(inp.allowed.shape)
+        else:
+            raw = h @ p["Wd"] + pooled @ p["Wg"] + p["bd"]
         cache["raw"] = raw if bias is None else raw + bias
         squashed = np.tanh((raw if bias is None else raw + bias) / self.clip)
         logits = np.where(inp.allowed, self.clip * squashed, MASKED)
@@ -173,13 +180,17 @@ class Policy:
         g = h.shape[0]
         dlogits = draw
         grads["bias"] = dlogits
-        grads["Wd"] = h.T @ dlogits
-        grads["bd"] = dlogits.sum(axis=0)
-        dsum = dlogits.sum(axis=0)
-        grads["Wg"] = np.outer(cache["pooled"], dsum)
-        dh = dlogits @ p["Wd"].T + (p["Wg"] @ dsum) / g
-        if dh_extra is not None:
-            dh = dh + dh_extra
+        if self.decoder:
+            grads["nd"] = np.zeros_like(p["nd"])
+            dh = dh_extra if dh_extra is not None else np.zeros_like(h)
+        else:
+            grads["Wd"] = h.T @ dlogits
+            grads["bd"] = dlogits.sum(axis=0)
+            dsum = dlogits.sum(axis=0)
+            grads["Wg"] = np.outer(cache["pooled"], dsum)
+            dh = dlogits @ p["Wd"].T + (p["Wg"] @ dsum) / g
+            if dh_extra is not None:
+                dh = dh + dh_extra
         for k in reversed(range(self.rounds)):
             h_prev = cache["h"][k]
             dz = dh * (cache["z"][k] > 0)

@@ -175,7 +175,7 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
                    "fine_tune_steps": tuned.plan.rl["steps"], "fine_tune_start": tuned.plan.rl["warm_start"],
                    "fine_tune_gap": tuned.plan.seconds / per_graph.plan.seconds - 1,
                    "best_heuristic": min(own.plan.baselines[k] for k in HEURISTICS), "trained_on": train_names,
-                   "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": args.zero_shot_temperature,
+                   "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": zero.plan.rl["temperature"],
                    "transfer_steps": args.transfer_steps, "train_seconds": train_seconds,
                    "transfer_hint": args.transfer_hint, "transfer_decoder": args.transfer_decoder,
                    "fine_tune_evaluations": tuned.plan.rl["evaluations"],
@@ -356,7 +356,9 @@ def main() -> None:
                              "else write them here")
     parser.add_argument("--zero-shot-samples", type=int, default=PlaceOptions.zero_shot_samples,
                         help="placements sampled from the policy; the fastest in the simulator is kept")
-    parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature)
+    parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature,
+                        help="temperature the zero-shot samples are drawn at (0: the policy's own, 1.0 for a schedule "
+                             "decoder, 0.3 for an independent policy)")
     parser.add_argument("--real-models", default=",".join(zoo.MODELS),
                         help="real: small zoo models to calibrate on (every one the CPU executor can split)")
     parser.add_argument("--placements", type=int, default=12, help="real: placements tau is computed over")

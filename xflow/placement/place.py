@@ -100,7 +100,7 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         # sampled, as zero-shot) and the fastest baseline's are both starts: imitation moves the per-group logits
         # onto the faster one, the shared network keeps what transfer learnt
         zero_seconds, zero_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed,
-                                             opts.zero_shot_temperature)
+                                             zero_shot_temperature(opts))
         fastest = min(baselines, key=lambda k: baselines[k])
         start = "zero-shot" if zero_seconds <= baselines[fastest] else fastest
         task.imitate = grouping.project(zero_plan if start == "zero-shot" else plans[fastest])
@@ -112,11 +112,11 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
                   evaluations=result.evaluations, train_seconds=round(result.seconds, 3),
                   imitation_steps=result.imitation_steps)
     elif opts.policy is not None:
-        rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed,
-                                         opts.zero_shot_temperature)
+        temperature = zero_shot_temperature(opts)
+        rl_seconds, rl_plan = place_with(opts.policy, task, opts.zero_shot_samples, opts.train.seed, temperature)
         greedy_seconds = place_with(opts.policy, task)[0] if opts.zero_shot_samples else rl_seconds
         policy, curve = opts.policy, []
-        rl.update(mode="zero-shot", samples=opts.zero_shot_samples, temperature=opts.zero_shot_temperature,
+        rl.update(mode="zero-shot", samples=opts.zero_shot_samples, temperature=temperature,
                   greedy_seconds=float(greedy_seconds))
     else:
         if opts.warm_start:
@@ -180,6 +180,15 @@ def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOpt
     return result.policy, dict(zip(graphs, result.best_seconds, strict=True))
 
 
+def zero_shot_temperature(options: PlaceOptions) -> float:
+    """The temperature a given policy's placements are sampled at: ``options.zero_shot_temperature``, or when
+    0 the policy's own: 1.0 for a schedule decoder (trained at 1.0; its samples are spread by what it reads),
+    0.3 for an independent policy (near uniform across graphs: sharpened, or its samples are noise)."""
+    if options.zero_shot_temperature > 0:
+        return options.zero_shot_temperature
+    return 1.0 if options.policy is not None and options.policy.decoder else 0.3
+
+
 def hint_of(kind: str, grouping: Grouping, plans: dict[str, list[int]], seconds: dict[str, float]) -> np.ndarray:
     """The placement (device per group) a policy with ``Policy.hint`` == ``kind`` reads as features: for
     ``HINT_FASTEST_BASELINE``, the fastest of the baselines ``plans`` (their step times in ``seconds``)."""
@@ -190,12 +199,13 @@ def hint_of(kind: str, grouping: Grouping, plans: dict[str, list[int]], seconds:
 
 def transfer_options(base: TrainOptions, decoder: str = "") -> TrainOptions:
     """Settings for a policy meant to transfer: no per-graph logits or restarts, a small learning rate and
-    logit clip so the shared network does not collapse onto one graph's optimum. Advantages are normalised
-    for a schedule ``decoder`` only: an independent policy, which cannot tell parallel branches apart, then
-    collapses onto a few devices (nasnet_a zero-shot 9.97 ms against 7.68 without, seed 0,
-    docs/lab-notes/2026-11-25-placement-zero-shot.md), while the decoder learns from the sharper signal."""
-    return replace(base, group_logits=False, restart_patience=0, learning_rate=0.01, entropy_weight=0.02,
-                   logit_clip=3.0, normalize=bool(decoder))
+    logit clip so the shared network does not collapse onto one graph's optimum. For a schedule ``decoder``,
+    advantages are normalised and the entropy bonus is larger (0.05): an independent policy, which cannot tell
+    parallel branches apart, collapses onto a few devices with normalised advantages (nasnet_a zero-shot 9.97 ms
+    against 7.68 without, seed 0), while the decoder learns from the sharper signal, and the larger bonus keeps
+    its samples spread on graphs it was not trained on (docs/lab-notes/2026-11-25-placement-zero-shot.md)."""
+    return replace(base, group_logits=False, restart_patience=0, learning_rate=0.01,
+                   entropy_weight=0.05 if decoder else 0.02, logit_clip=3.0, normalize=bool(decoder))
 
 
 def fine_tune_options(base: TrainOptions) -> TrainOptions:

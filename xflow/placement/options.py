@@ -21,8 +21,8 @@ class PlaceOptions:
     improvement pass ends when it converges); the improvement pass gets ``improve_share`` of it, at most
     ``improve_sweeps`` passes per descent (0 = no improvement pass). ``policy`` places zero-shot (no
     training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``
-    (0: the policy's own), the fastest in the environment kept. ``transfer_steps``: how long ``train_across`` trains (no time
-    limit). ``runs``: timed runs per placement with the real executor. With ``warm_start`` the policy first
+    (0: the policy's own), the fastest in the environment kept. ``transfer_steps``: how long
+    ``train_across`` trains (no time limit). ``runs``: timed runs per placement with the real executor. With ``warm_start`` the policy first
     imitates the fastest baseline's placement, then trains by REINFORCE: it searches from where the
     heuristics end rather than from uniform random placements. With ``fine_tune`` a given ``policy`` is
     trained further on the graph within the time limit (``fine_tune_options``) instead of placing

@@ -22,11 +22,12 @@ class PlaceOptions:
     ``improve_sweeps`` passes per descent (0 = no improvement pass). ``policy`` places zero-shot (no
     training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``
     (0: the policy's own), the fastest in the environment kept. ``transfer_steps``: how long
-    ``train_across`` trains (no time limit). ``runs``: timed runs per placement with the real executor. With ``warm_start`` the policy first
-    imitates the fastest baseline's placement, then trains by REINFORCE: it searches from where the
-    heuristics end rather than from uniform random placements. With ``fine_tune`` a given ``policy`` is
-    trained further on the graph within the time limit (``fine_tune_options``) instead of placing
-    zero-shot: it starts from the fastest of its own most likely placement and the baselines'.
+    ``train_across`` trains (no time limit). ``runs``: timed runs per placement with the real executor.
+    With ``warm_start`` the policy first imitates the fastest baseline's placement, then trains by
+    REINFORCE: it searches from where the heuristics end rather than from uniform random placements. With
+    ``fine_tune`` a given ``policy`` is trained further on the graph within the time limit
+    (``fine_tune_options``) instead of placing zero-shot: it starts from the fastest of its own placements
+    (the most likely one and ``zero_shot_samples`` sampled) and the baselines'.
     ``transfer_hint``: what a policy trained by ``train_across`` reads besides the graph ("" nothing,
     ``HINT_FASTEST_BASELINE`` the fastest baseline's placement; see ``Policy.hint``); ``transfer_decoder``:
     how it draws a placement (``DECODER_SCHEDULE`` group by group reading the partial schedule, the default;

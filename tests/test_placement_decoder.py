@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from xflow.onnx_io import graph_from_model
 from xflow.placement.features import BASE_FEATURES, DECODER_FEATURES, Schedule, schedule_view
 from xflow.placement.groups import make_groups
 from xflow.placement.options import PlaceOptions
-from xflow.placement.place import place, train_across
+from xflow.placement.place import place, train_across, transfer_options
 from xflow.placement.policy import DECODER_SCHEDULE, GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
 from xflow.placement.simulator import Simulator
@@ -165,3 +167,39 @@ def test_the_schedule_decoder_is_device_equivariant():
     _, logp, _ = policy.decode(inp, 2, actions=actions)
     _, relabelled, _ = policy.decode(moved, 2, actions=inverse[actions])
     assert np.allclose(relabelled, logp[:, :, perm])
+
+
+def test_fine_tuning_starts_from_the_best_of_the_policys_samples(four_branches):
+    problem, grouping, sim, topo = four_branches
+    graph = graph_from_model(branches_model(width=64, branches=4, depth=3))
+    policy = Policy.create(BASE_FEATURES + 2, 2, hidden=8, seed=0, decoder=DECODER_SCHEDULE)
+    policy.params["v"][5] = 3.0  # prefer unused devices: its most likely placement is not its best one
+    greedy, _ = place_with(policy, TrainTask(problem, grouping, sim))
+    sampled, _ = place_with(policy, TrainTask(problem, grouping, sim), 64, 0, 1.0)
+    assert sampled < greedy
+    options = PlaceOptions(policy=policy, fine_tune=True, improve_sweeps=0, zero_shot_samples=64,
+                           train=TrainOptions(steps=1, samples=2, time_limit=0))
+    assert place(graph, AnalyticCost(), topo, options).plan.rl["zero_shot_seconds"] == pytest.approx(sampled)
+    alone = place(graph, AnalyticCost(), topo, replace(options, zero_shot_samples=0))
+    assert alone.plan.rl["zero_shot_seconds"] == pytest.approx(greedy)
+
+
+def test_zero_shot_temperature_is_the_policys_own_unless_given(four_branches):
+    _, _, _, topo = four_branches
+    graph = graph_from_model(branches_model(width=64, branches=4, depth=3))
+    decoder = Policy.create(BASE_FEATURES + 2, 2, hidden=8, decoder=DECODER_SCHEDULE)
+    independent = Policy.create(BASE_FEATURES + 2, 2, hidden=8)
+    options = PlaceOptions(improve_sweeps=0, zero_shot_samples=4, time_limit=0)
+    temperature = {name: place(graph, AnalyticCost(), topo, replace(options, policy=p)).plan.rl["temperature"]
+                   for name, p in (("decoder", decoder), ("independent", independent))}
+    assert temperature == {"decoder": 1.0, "independent": 0.3}
+    given = place(graph, AnalyticCost(), topo, replace(options, policy=decoder, zero_shot_temperature=0.5))
+    assert given.plan.rl["temperature"] == 0.5 and given.plan.rl["greedy_seconds"] >= given.plan.rl["seconds"]
+
+
+def test_transfer_settings_differ_for_the_decoder_only():
+    base = TrainOptions()
+    plain, decoding = transfer_options(base), transfer_options(base, DECODER_SCHEDULE)
+    assert (plain.normalize, plain.entropy_weight) == (False, 0.02)
+    assert (decoding.normalize, decoding.entropy_weight) == (True, 0.05)
+    assert PlaceOptions().transfer_decoder == DECODER_SCHEDULE  # what `xflow place --train-on` trains

@@ -113,6 +113,8 @@ def transfer_policy(graphs: dict, topo, seed: int, args, costs):  # noqa: ANN001
             "cost": args.cost}
     if args.transfer_hint:  # policies written before hints existed have no key, and read nothing
         meta["hint"] = args.transfer_hint
+    if args.transfer_decoder:  # nor before decoders
+        meta["decoder"] = args.transfer_decoder
     path = os.path.join(args.policy_dir, f"transfer_{topo.name}_seed{seed}.npz") if args.policy_dir else ""
     if path and os.path.exists(path):
         policy, saved = Policy.load(path)
@@ -120,7 +122,7 @@ def transfer_policy(graphs: dict, topo, seed: int, args, costs):  # noqa: ANN001
             return policy, 0.0
     started = time.perf_counter()
     options = PlaceOptions(train=TrainOptions(seed=seed), transfer_steps=args.transfer_steps,
-                           transfer_hint=args.transfer_hint)
+                           transfer_hint=args.transfer_hint, transfer_decoder=args.transfer_decoder)
     policy, _ = train_across(graphs, topo, options, costs)
     if path:
         os.makedirs(args.policy_dir, exist_ok=True)
@@ -161,7 +163,9 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
                                                                time_limit=args.time_limit / 4,
                                                                train=settings), name)
             per_model, zero_s = own.plan.rl["seconds"], zero.plan.rl["seconds"]
+            greedy = zero.plan.rl["greedy_seconds"]
             row = {"model": name, "seed": seed, "topology": topo.name, "zero_shot": zero_s,
+                   "zero_shot_greedy": greedy, "greedy_gap": greedy / per_model - 1,
                    "zero_shot_seconds": zero.seconds, "per_model": per_model, "per_model_seconds": own.seconds,
                    "gap": zero_s / per_model - 1,
                    "per_graph_plan": per_graph.plan.seconds, "per_graph_chosen": per_graph.plan.chosen,
@@ -171,15 +175,17 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
                    "fine_tune_steps": tuned.plan.rl["steps"], "fine_tune_start": tuned.plan.rl["warm_start"],
                    "fine_tune_gap": tuned.plan.seconds / per_graph.plan.seconds - 1,
                    "best_heuristic": min(own.plan.baselines[k] for k in HEURISTICS), "trained_on": train_names,
-                   "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": args.zero_shot_temperature,
+                   "zero_shot_samples": args.zero_shot_samples, "zero_shot_temperature": zero.plan.rl["temperature"],
                    "transfer_steps": args.transfer_steps, "train_seconds": train_seconds,
-                   "transfer_hint": args.transfer_hint, "fine_tune_evaluations": tuned.plan.rl["evaluations"],
+                   "transfer_hint": args.transfer_hint, "transfer_decoder": args.transfer_decoder,
+                   "fine_tune_evaluations": tuned.plan.rl["evaluations"],
                    "per_graph_steps": per_graph.plan.rl["steps"],
                    "per_graph_evaluations": per_graph.plan.rl["evaluations"],
                    **{f"{k}_cpu_seconds": v for k, v in cpu.items()}}
             rows.append(row)
-            print(f"seed {seed} {name:13s} zero-shot {ms(zero_s)} ms vs per-model RL {ms(per_model)} ms: gap "
-                  f"{row['gap'] * 100:+.1f}%; plan: per-graph {ms(per_graph.plan.seconds)} ms "
+            print(f"seed {seed} {name:13s} zero-shot {ms(zero_s)} ms (greedy decode {ms(greedy)}) vs per-model RL "
+                  f"{ms(per_model)} ms: gap {row['gap'] * 100:+.1f}% (greedy {row['greedy_gap'] * 100:+.1f}%); plan: "
+                  f"per-graph {ms(per_graph.plan.seconds)} ms "
                   f"({per_graph.plan.chosen}, {per_graph.seconds:.0f} s), fine-tuned {ms(tuned.plan.seconds)} ms "
                   f"({tuned.plan.chosen}, {tuned.seconds:.0f} s): {row['fine_tune_gap'] * 100:+.1f}%; CPU s "
                   f"{', '.join(f'{k} {v:.0f}' for k, v in cpu.items())}", flush=True)
@@ -302,11 +308,13 @@ def markdown(rows: list[dict], transfer: list[dict]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
     if transfer:
         lines += [""] * bool(lines)
-        lines += ["| held-out model | seed | zero-shot ms | per-model RL ms | gap | per-graph plan ms | "
-                  "fine-tuned plan ms (1/4 time) | fine-tune gap | fine-tune start | best heuristic ms |",
-                  "|" + " --- |" * 10]
-        lines += [f"| {t['model']} | {t['seed']} | {ms(t['zero_shot'])} | {ms(t['per_model'])} | "
-                  f"{t['gap'] * 100:+.1f}% | {ms(t['per_graph_plan'])} ({t['per_graph_chosen']}) | "
+        lines += ["| held-out model | seed | zero-shot ms (best of samples) | greedy decode ms | per-model RL ms | "
+                  "gap | greedy gap | per-graph plan ms | fine-tuned plan ms (1/4 time) | fine-tune gap | "
+                  "fine-tune start | best heuristic ms |",
+                  "|" + " --- |" * 12]
+        lines += [f"| {t['model']} | {t['seed']} | {ms(t['zero_shot'])} | {ms(t['zero_shot_greedy'])} | "
+                  f"{ms(t['per_model'])} | {t['gap'] * 100:+.1f}% | {t['greedy_gap'] * 100:+.1f}% | "
+                  f"{ms(t['per_graph_plan'])} ({t['per_graph_chosen']}) | "
                   f"{ms(t['fine_tuned_plan'])} ({t['fine_tuned_chosen']}) | {t['fine_tune_gap'] * 100:+.1f}% | "
                   f"{t['fine_tune_start']} | {ms(t['best_heuristic'])} |" for t in transfer]
     return "\n".join(lines) + "\n"
@@ -338,6 +346,9 @@ def main() -> None:
                         help="training steps of the transfer policy (no time limit)")
     parser.add_argument("--transfer-hint", default=PlaceOptions.transfer_hint,
                         help="transfer: what the policy reads besides the graph ('' nothing, 'fastest-baseline')")
+    parser.add_argument("--transfer-decoder", default=PlaceOptions.transfer_decoder,
+                        help="transfer: how the policy draws a placement ('' every group independently, 'schedule' "
+                             "group by group reading the partial schedule)")
     parser.add_argument("--seeds", type=int, default=3, help="transfer: seeds (one policy each)")
     parser.add_argument("--first-seed", type=int, default=0, help="transfer: the first of --seeds seeds")
     parser.add_argument("--policy-dir", default="",
@@ -345,7 +356,9 @@ def main() -> None:
                              "else write them here")
     parser.add_argument("--zero-shot-samples", type=int, default=PlaceOptions.zero_shot_samples,
                         help="placements sampled from the policy; the fastest in the simulator is kept")
-    parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature)
+    parser.add_argument("--zero-shot-temperature", type=float, default=PlaceOptions.zero_shot_temperature,
+                        help="temperature the zero-shot samples are drawn at (0: the policy's own, 1.0 for a schedule "
+                             "decoder, 0.3 for an independent policy)")
     parser.add_argument("--real-models", default=",".join(zoo.MODELS),
                         help="real: small zoo models to calibrate on (every one the CPU executor can split)")
     parser.add_argument("--placements", type=int, default=12, help="real: placements tau is computed over")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from xflow.ops import OPS
 from xflow.ops.base import FAMILIES
 from xflow.placement.groups import Grouping
 from xflow.placement.problem import Problem
+from xflow.placement.simulator import Simulator
 
 #: Families of the ONNX types the op table does not have (opaque nodes), by ONNX type.
 _ONNX_FAMILIES: dict[str, str] = {
@@ -108,3 +111,70 @@ def adjacency(grouping: Grouping) -> tuple[np.ndarray, np.ndarray]:
         rows = m.sum(axis=1, keepdims=True)
         np.divide(m, rows, out=m, where=rows > 0)
     return pred, succ
+
+
+#: Per (group, device) features the schedule decoder reads as it places groups one by one (see ``decoder_features``).
+DECODER_FEATURES = 6
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What the schedule decoder needs to list-schedule groups as it places them (``Policy.decoder``): each
+    group's seconds on each device, its earlier predecessors with the seconds their edge's bytes take from
+    each device to each other (zero on the diagonal), and a time scale (the mean group time on its fastest
+    device) that makes the decoder's time features scale-free across graphs."""
+
+    time: np.ndarray  # (groups, devices)
+    preds: tuple[tuple[tuple[int, np.ndarray, float], ...], ...]  # per group: (group, (devices, devices) s, bytes)
+    scale: float
+
+
+def schedule_view(grouping: Grouping, sim: Simulator) -> Schedule:
+    """The ``Schedule`` of ``grouping`` on ``sim``'s topology, with ``sim``'s node times and link parameters.
+    Only predecessors numbered before a group are kept (merged groups can form cycles; the decoder places
+    groups in number order, which is topological order of their first node)."""
+    times = np.asarray(sim.node_times)
+    time = np.array([[times[d, list(m)].sum() for d in range(times.shape[0])] for m in grouping.members])
+    n_dev = time.shape[1]
+    latency = np.zeros((n_dev, n_dev))
+    bandwidth = np.ones((n_dev, n_dev))
+    for a in range(n_dev):
+        for b in range(n_dev):
+            if a != b:
+                link = sim.topology.link(a, b)
+                latency[a, b] = link.latency + sim.params.transfer_overhead
+                bandwidth[a, b] = link.bandwidth * sim.params.bandwidth_scale
+    preds: list[list[tuple[int, np.ndarray, float]]] = [[] for _ in range(grouping.count)]
+    for a, b, nbytes in grouping.edges:
+        if a < b:
+            preds[b].append((a, np.where(np.eye(n_dev, dtype=bool), 0.0, latency + nbytes / bandwidth), nbytes))
+    scale = float(time.min(axis=1).mean()) if grouping.count else 1.0
+    return Schedule(time, tuple(tuple(p) for p in preds), max(scale, 1e-9))
+
+
+def decoder_features(ready: np.ndarray, free: np.ndarray, busy: np.ndarray, local: np.ndarray, time: np.ndarray,
+                     allowed: np.ndarray, scale: float) -> np.ndarray:
+    """(samples, devices, ``DECODER_FEATURES``) for the next group, given where its inputs are ready on each
+    device (``ready``, s), when each device is free (``free``, s), the seconds of work placed on each so far
+    (``busy``), the bytes of its inputs already on each (``local``), its own seconds per device (``time``) and
+    the devices it may go to. Scale-free: times in units of ``scale``, log-compressed; the rest fractions.
+    Columns: how much later than the best device it would finish (earliest finish time), how much later its
+    inputs arrive than on the best device (transfers), how long it would wait for the device to be free,
+    the fraction of its input bytes already there, the device's share of the work placed so far, and
+    whether the device is still unused."""
+    start = np.maximum(ready, free)
+    finish = start + time[None]
+    big = np.where(allowed[None], 0.0, np.inf)
+    eft_gap = finish - (finish + big).min(axis=1, keepdims=True)
+    ready_gap = ready - (ready + big).min(axis=1, keepdims=True)
+    total_in = local.sum(axis=1, keepdims=True)
+    total_busy = busy.sum(axis=1, keepdims=True)
+    columns = [
+        np.log1p(np.maximum(eft_gap, 0) / scale),
+        np.log1p(np.maximum(ready_gap, 0) / scale),
+        np.log1p((start - ready) / scale),
+        np.divide(local, total_in, out=np.zeros_like(local), where=total_in > 0),
+        np.divide(busy, total_busy, out=np.zeros_like(busy), where=total_busy > 0),
+        (busy == 0).astype(float),
+    ]
+    return np.where(allowed[None, :, None], np.stack(columns, axis=-1), 0.0)

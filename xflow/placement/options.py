@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from xflow.errors import XflowError
-from xflow.placement.policy import Policy
+from xflow.placement.policy import DECODER_SCHEDULE, Policy
 from xflow.placement.simulator import SimParams
 from xflow.placement.train import TrainOptions
 
@@ -20,15 +20,18 @@ class PlaceOptions:
     planning (baselines, training, improvement; 0 = no limit: ``train.steps`` ends training and the
     improvement pass ends when it converges); the improvement pass gets ``improve_share`` of it, at most
     ``improve_sweeps`` passes per descent (0 = no improvement pass). ``policy`` places zero-shot (no
-    training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``,
-    the fastest in the environment kept. ``transfer_steps``: how long ``train_across`` trains (no time
-    limit). ``runs``: timed runs per placement with the real executor. With ``warm_start`` the policy first
-    imitates the fastest baseline's placement, then trains by REINFORCE: it searches from where the
-    heuristics end rather than from uniform random placements. With ``fine_tune`` a given ``policy`` is
-    trained further on the graph within the time limit (``fine_tune_options``) instead of placing
-    zero-shot: it starts from the fastest of its own most likely placement and the baselines'.
+    training): its most likely placement and ``zero_shot_samples`` sampled at ``zero_shot_temperature``
+    (0: the policy's own), the fastest in the environment kept. ``transfer_steps``: how long
+    ``train_across`` trains (no time limit). ``runs``: timed runs per placement with the real executor.
+    With ``warm_start`` the policy first imitates the fastest baseline's placement, then trains by
+    REINFORCE: it searches from where the heuristics end rather than from uniform random placements. With
+    ``fine_tune`` a given ``policy`` is trained further on the graph within the time limit
+    (``fine_tune_options``) instead of placing zero-shot: it starts from the fastest of its own placements
+    (the most likely one and ``zero_shot_samples`` sampled) and the baselines'.
     ``transfer_hint``: what a policy trained by ``train_across`` reads besides the graph ("" nothing,
-    ``HINT_FASTEST_BASELINE`` the fastest baseline's placement; see ``Policy.hint``)."""
+    ``HINT_FASTEST_BASELINE`` the fastest baseline's placement; see ``Policy.hint``); ``transfer_decoder``:
+    how it draws a placement (``DECODER_SCHEDULE`` group by group reading the partial schedule, the default;
+    "" every group independently, the policies written before; see ``Policy.decoder``)."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -39,12 +42,13 @@ class PlaceOptions:
     sim_params: SimParams = field(default_factory=SimParams)
     policy: Policy | None = None
     zero_shot_samples: int = 1024
-    zero_shot_temperature: float = 0.3
+    zero_shot_temperature: float = 0.0  # 0: the policy's own (``place.zero_shot_temperature``)
     transfer_steps: int = TRANSFER_STEPS
     runs: int = 10
     warm_start: bool = True
     fine_tune: bool = False
     transfer_hint: str = ""
+    transfer_decoder: str = DECODER_SCHEDULE
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:

@@ -9,11 +9,11 @@ from typing import Protocol
 
 import numpy as np
 
-from xflow.placement.features import BASE_FEATURES, adjacency, group_features
+from xflow.placement.features import BASE_FEATURES, adjacency, group_features, schedule_view
 from xflow.placement.groups import Grouping
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import Problem
-from xflow.placement.simulator import INFEASIBLE_SECONDS
+from xflow.placement.simulator import INFEASIBLE_SECONDS, Simulator
 
 
 class Environment(Protocol):
@@ -79,6 +79,7 @@ class TrainTask:
     cache: dict[bytes, float] = field(default_factory=dict)
     imitate: np.ndarray | None = None  # a placement (device per group) to learn before REINFORCE
     hint: np.ndarray | None = None  # a placement (device per group) the policy reads as features (Policy.hint)
+    sim: Simulator | None = None  # node times and links for a schedule decoder (default: ``env`` when a Simulator)
 
 
 @dataclass
@@ -124,7 +125,9 @@ def graph_input(task: TrainTask, devices: int) -> GraphInput:
     """The policy's view of a task's graph."""
     pred, succ = adjacency(task.grouping)
     features = group_features(task.problem, task.grouping, devices, task.hint)
-    return GraphInput(features, pred, succ, task.grouping.allowed)
+    sim = task.sim if task.sim is not None else task.env if isinstance(task.env, Simulator) else None
+    schedule = schedule_view(task.grouping, sim) if sim is not None else None
+    return GraphInput(features, pred, succ, task.grouping.allowed, schedule)
 
 
 def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None = None,
@@ -137,11 +140,12 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
         task.inp = task.inp or graph_input(task, devices)
     restarts = 0
     hint = policy.hint if policy is not None else ""
+    decoder = policy.decoder if policy is not None else ""
 
     def fresh(given: Policy | None) -> tuple[Policy, Adam]:
         """A new policy (or ``given``), zero group logits, reset baselines, and its optimizer."""
         new = given or Policy.create(BASE_FEATURES + devices, devices, opt.hidden, opt.rounds, opt.seed + restarts,
-                                     opt.logit_clip, hint)
+                                     opt.logit_clip, hint, decoder)
         trained = dict(new.params)
         for t_index, task in enumerate(tasks):
             task.baseline = None
@@ -163,8 +167,11 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
         grads: dict[str, np.ndarray] = {}
         improved = False
         for t_index, task in enumerate(tasks):
-            logp, cache = policy.forward(task.inp, task.bias)
-            actions = _sample(np.exp(logp), opt.samples, rng)
+            if policy.decoder:
+                actions, logp, cache = policy.decode(task.inp, opt.samples, rng, task.bias)
+            else:
+                logp, cache = policy.forward(task.inp, task.bias)
+                actions = _sample(np.exp(logp), opt.samples, rng)
             runtimes = np.empty(opt.samples)
             for s in range(opt.samples):
                 key = actions[s].astype(np.int16).tobytes()
@@ -181,8 +188,8 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
             if opt.normalize:
                 advantages = advantages / (rewards.std() + 1e-3)
             task.baseline = opt.baseline_decay * task.baseline + (1 - opt.baseline_decay) * float(rewards.mean())
-            _, dlogits, _ = policy_gradient(logp, actions, advantages, task.inp.allowed, opt.entropy_weight)
-            _accumulate(grads, policy.backward(task.inp, cache, dlogits), task, t_index, len(tasks))
+            _accumulate(grads, _gradients(policy, task.inp, cache, logp, actions, advantages, opt.entropy_weight),
+                        task, t_index, len(tasks))
             if t_index == 0:
                 feasible = runtimes[runtimes < INFEASIBLE_SECONDS]
                 curve.append((step, float(np.median(feasible)) if feasible.size else INFEASIBLE_SECONDS, task.best))
@@ -200,7 +207,7 @@ def train(tasks: Sequence[TrainTask], devices: int, options: TrainOptions | None
             policy, adam = fresh(None)
             since_best = 0
     plans = [t.grouping.expand(t.best_groups) if t.best_groups is not None else [] for t in tasks]
-    best_policy = Policy(best_params, policy.rounds, policy.clip, policy.hint)
+    best_policy = Policy(best_params, policy.rounds, policy.clip, policy.hint, policy.decoder)
     return TrainResult(best_policy, [t.best for t in tasks], plans, curve, step, evaluations,
                        opt.clock() - started, restarts, imitation_steps)
 
@@ -213,15 +220,32 @@ def _imitate(policy: Policy, adam: Adam, tasks: Sequence[TrainTask], opt: TrainO
         grads: dict[str, np.ndarray] = {}
         confidence = []
         for t_index, task in targets:
-            logp, cache = policy.forward(task.inp, task.bias)
             target = np.asarray(task.imitate)[None]
-            confidence.append(float(np.exp(logp[np.arange(target.shape[1]), target[0]]).mean()))
-            _, dlogits, _ = policy_gradient(logp, target, np.ones(1), task.inp.allowed, 0.0)
-            _accumulate(grads, policy.backward(task.inp, cache, dlogits), task, t_index, len(targets))
+            if policy.decoder:  # teacher forcing: the target's devices decide the partial schedules
+                _, logp, cache = policy.decode(task.inp, 1, bias=task.bias, actions=target)
+            else:
+                logp, cache = policy.forward(task.inp, task.bias)
+            chosen = (logp[0] if policy.decoder else logp)[np.arange(target.shape[1]), target[0]]
+            confidence.append(float(np.exp(chosen).mean()))
+            _accumulate(grads, _gradients(policy, task.inp, cache, logp, target, np.ones(1), 0.0), task, t_index,
+                        len(targets))
         if min(confidence) >= opt.imitation_confidence:
             return step
         adam.step(grads)
     return opt.imitation_steps if targets else 0
+
+
+def _gradients(policy: Policy, inp: GraphInput, cache: dict, logp: np.ndarray, actions: np.ndarray,
+               advantages: np.ndarray, entropy_weight: float) -> dict[str, np.ndarray]:
+    """The REINFORCE gradients of one task's batch: ``logp`` is (groups x devices) for an independent
+    policy, (samples x groups x devices) for a schedule decoder (each sample has its own distributions)."""
+    if not policy.decoder:
+        _, dlogits, _ = policy_gradient(logp, actions, advantages, inp.allowed, entropy_weight)
+        return policy.backward(inp, cache, dlogits)
+    samples = actions.shape[0]
+    dlogits = np.stack([policy_gradient(logp[s], actions[s:s + 1], advantages[s:s + 1], inp.allowed,
+                                        entropy_weight)[1] for s in range(samples)]) / samples
+    return policy.backward_decode(inp, cache, dlogits)
 
 
 def _accumulate(grads: dict[str, np.ndarray], task_grads: dict[str, np.ndarray], task: TrainTask, t_index: int,
@@ -259,6 +283,12 @@ def place_with(policy: Policy, task: TrainTask, samples: int = 0, seed: int = 0,
     task's environment. Returns (seconds, device per node)."""
     devices = policy.devices
     task.inp = task.inp or graph_input(task, devices)
+    if policy.decoder:
+        candidates = list(policy.decode(task.inp, 1, greedy=True)[0])
+        if samples:
+            candidates.extend(policy.decode(task.inp, samples, np.random.default_rng(seed), temperature=temperature)[0])
+        best = min(((task.env.runtime(task.grouping.expand(c)), i) for i, c in enumerate(candidates)))
+        return best[0], task.grouping.expand(candidates[best[1]])
     logp, _ = policy.forward(task.inp)
     candidates = [logp.argmax(axis=1)]
     if samples:

@@ -24,10 +24,9 @@ def coverage(path: str) -> dict[str, object]:
 
     onnx_nodes = len(onnx.load(path, load_external_data=False).graph.node)
     graph = load(path)
-    dead = _feeding_parameters_only(graph)
+    dead = graph.parameter_only_opaque()
     opaque = collections.Counter(n.onnx_type for n in graph.nodes if n.is_opaque)
-    computing = collections.Counter(n.onnx_type for k, n in enumerate(graph.nodes)
-                                    if n.is_opaque and k not in dead and n.onnx_type != "Constant")
+    computing = collections.Counter(n.onnx_type for n in graph.opaque_computing())
     total = len(graph.nodes)
     return {"model": os.path.splitext(os.path.basename(path))[0], "onnx_nodes": onnx_nodes, "ir_nodes": total,
             "opaque": sum(opaque.values()), "opaque_share": sum(opaque.values()) / total if total else 0.0,
@@ -35,26 +34,6 @@ def coverage(path: str) -> dict[str, object]:
             "computing_opaque": sum(computing.values()),
             "computing_share": sum(computing.values()) / total if total else 0.0,
             "opaque_types": dict(computing.most_common())}
-
-
-def _feeding_parameters_only(graph) -> set[int]:  # noqa: ANN001
-    """Positions of the opaque nodes whose results no node of the IR reads any more and that are no graph
-    outputs: shape computations whose values the decoders turned into attributes (a Pad's pads)."""
-    readers: collections.Counter[str] = collections.Counter(i for n in graph.nodes for i in (*n.inputs, *n.implicit))
-    outputs = set(graph.outputs)
-    dead: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for k in range(len(graph.nodes) - 1, -1, -1):
-            node = graph.nodes[k]
-            if k in dead or not node.is_opaque or any(readers[o] or o in outputs for o in node.outputs if o):
-                continue
-            dead.add(k)
-            changed = True
-            for i in (*node.inputs, *node.implicit):
-                readers[i] -= 1
-    return dead
 
 
 def main() -> int:

@@ -168,3 +168,19 @@ def test_optimize_counts_the_nodes_outside_the_algebra(tmp_path):
     figures = json.loads(report.read_text())
     assert figures["nodes_opaque"] == 1
     assert f"{figures['nodes_before'] - 1} of {figures['nodes_before']} nodes in the algebra" in result.output
+
+
+def test_constant_nodes_are_opaque_but_do_not_compute_at_run_time(tmp_path):
+    """The report tells the nodes computing outside the algebra from Constant nodes, whose data the decoders
+    read (they stay in the IR only so that an unrewritten model saves losslessly)."""
+    model = transformer_block()
+    scale = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32(2.0)))
+    model.graph.node.extend([helper.make_node("Softplus", ["y"], ["z"]), scale,
+                             helper.make_node("Mul", ["z", "c"], ["w"])])
+    model.graph.output[0].name = "w"
+    src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
+    onnx.save(model, src)
+    args = ["optimize", str(src), str(out), "--cost", "analytic", "--budget", "5", "--report", str(report)]
+    assert CliRunner().invoke(main, args, catch_exceptions=False).exit_code == 0
+    figures = json.loads(report.read_text())
+    assert figures["nodes_opaque"] == 2 and figures["nodes_opaque_computing"] == 1

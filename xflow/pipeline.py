@@ -140,6 +140,7 @@ class OptimizeReport(VerifyFigures):
     ir_nodes_before: int = 0
     ir_nodes_after: int = 0
     nodes_opaque: int = 0  # nodes of the loaded model outside the algebra (opaque: carried, never rewritten)
+    nodes_opaque_computing: int = 0  # of those, the ones computing at run time (no Constant, no folded shape node)
     copied: bool = False  # the model written is a byte-for-byte copy of the input
     plan_output: str | None = None  # --place: the plan written, the placement chosen and its step time
     placement_chosen: str | None = None
@@ -762,7 +763,8 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
     report = OptimizeReport(
         input=source.label, output=output_label, nodes_before=source.onnx_nodes, nodes_after=source.onnx_nodes,
         ops_before=graph.op_counts(), ops_after=written.op_counts(), ir_nodes_before=len(graph.nodes),
-        ir_nodes_after=len(written.nodes), nodes_opaque=graph.opaque_count(), decision=verdict.reason,
+        ir_nodes_after=len(written.nodes), nodes_opaque=graph.opaque_count(),
+        nodes_opaque_computing=len(graph.opaque_computing()), decision=verdict.reason,
         **_search_figures(result, rules_file, rules, coster), **_chosen_figures(result, chosen, rules),
         **_select_figures(finalists, picked), **asdict(verdict.figures), **_cost_figures(coster.model))
     placement = None

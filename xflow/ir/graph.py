@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import ChainMap
+from collections import ChainMap, Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -325,6 +325,32 @@ class Graph:
     def opaque_count(self) -> int:
         """How many nodes are outside the algebra (opaque)."""
         return sum(1 for n in self.nodes if n.is_opaque)
+
+    def parameter_only_opaque(self) -> set[int]:
+        """Positions of the opaque nodes whose results no node of the IR reads any more and that are no graph
+        outputs: shape computations whose values the decoders turned into attributes (a Pad's pads). They stay
+        only so that an unrewritten model saves losslessly."""
+        readers = Counter(i for n in self.nodes for i in (*n.inputs, *n.implicit))
+        outputs = set(self.outputs)
+        dead: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            for k in range(len(self.nodes) - 1, -1, -1):
+                node = self.nodes[k]
+                if k in dead or not node.is_opaque or any(readers[o] or o in outputs for o in node.outputs if o):
+                    continue
+                dead.add(k)
+                changed = True
+                for i in (*node.inputs, *node.implicit):
+                    readers[i] -= 1
+        return dead
+
+    def opaque_computing(self) -> list[Node]:
+        """The opaque nodes that compute at run time: not ``Constant`` nodes (data the decoders read) and not
+        those feeding only folded parameters (``parameter_only_opaque``)."""
+        dead = self.parameter_only_opaque()
+        return [n for k, n in enumerate(self.nodes) if n.is_opaque and k not in dead and n.onnx_type != "Constant"]
 
     def op_counts(self) -> dict[str, int]:
         """How many nodes of each op (opaque ones by ONNX type)."""

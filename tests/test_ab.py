@@ -116,3 +116,23 @@ def test_the_signed_rank_test_is_exact():
     assert signed_rank_p([-0.01] + [0.1] * 7) == pytest.approx(2 / 256)
     assert signed_rank_p([0.5, -1.0, 2.0]) == pytest.approx(3 / 8)  # lost rank 2: subsets of {1,2,3} summing <= 2
     assert signed_rank_p([]) == 1.0
+
+
+def test_each_halving_stage_times_the_survivors_on_fresh_sessions(tmp_path, monkeypatch):
+    """One session's luck lasts its life: every stage after the first makes new sessions for the finalists left,
+    and the last two are each timed on two sessions."""
+    import xflow.pipeline as pipeline
+    from xflow.onnx_io import graph_from_model
+    from xflow.pipeline import Finalist, OptimizeOptions, select_by_latency
+    from xflow.rewrite.simplify import Simplified
+
+    made: list[str] = []
+    real = pipeline.graph_session
+    monkeypatch.setattr(pipeline, "graph_session", lambda graph, options, scratch, name: (
+        made.append(name), real(graph, options, scratch, name))[1])
+    finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), 1.0, ()) for depth in (20, 2, 10, 15)]
+    feeds = random_feeds(make_session(_matmul_chain(2)), 0)
+    picked = select_by_latency(finalists, feeds, OptimizeOptions(threads=1), str(tmp_path), rounds=5, seconds=0.1)
+    assert picked.index == 1
+    # four first sessions, then the faster two (the 2- and 10-deep chains) again
+    assert sorted(made) == sorted(["finalist0", "finalist1", "finalist2", "finalist3", "finalist1", "finalist2"])

@@ -419,32 +419,45 @@ class Picked:
 def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], options: OptimizeOptions,
                       scratch: str, rounds: int = 7, seconds: float = 2.0) -> Picked:
     """The select stage: time the finalists end to end in interleaved rounds (``interleaved_times``) on the
-    original's inputs and pick the lowest median, by successive halving: after each stage of at least
-    ``rounds`` rounds and about ``seconds``, the slower half is dropped and the rest timed again, until
-    two are left and timed once more. The finalists worth telling apart are often within 2-3% of each
-    other, which seven rounds of a large model do not separate; the halving spends the rounds on those.
-    Medians are over every round a finalist ran. The chosen one is then verified and timed against the
-    original as any other; a finalist ORT cannot run is not timed (and the best one is still verified)."""
+    original's inputs and pick the fastest, by successive halving: after each stage of at least ``rounds``
+    rounds and about ``seconds``, the slower half is dropped and the rest timed again on fresh sessions, until
+    two are left and each has been timed on two sessions. The finalists worth telling apart are often within
+    2-3% of each other, which is about what one session's luck (where its buffers land, for its whole life) moves
+    a model; so a finalist's figure is the median over its sessions of each session's median, and every stage
+    draws that luck again. The chosen one is then verified and timed against the original as any other; a
+    finalist ORT cannot run is not timed (and the best one is still verified)."""
+    def session_of(i: int) -> Any:
+        return graph_session(finalists[i].simplified.graph, options, scratch, f"finalist{i}")
+
     sessions: dict[int, Any] = {}
-    for i, finalist in enumerate(finalists):
+    for i in range(len(finalists)):
         try:
-            sessions[i] = graph_session(finalist.simplified.graph, options, scratch, f"finalist{i}")
+            sessions[i] = session_of(i)
             sessions[i].run(None, dict(feeds))
         except Exception:  # noqa: BLE001 - one that does not run is not chosen
             sessions.pop(i, None)
     if not sessions:
         return Picked(0, [None] * len(finalists))
-    runs: dict[int, list[float]] = {i: [] for i in sessions}
+    session_medians: dict[int, list[float]] = {i: [] for i in sessions}
+
+    def figure(i: int) -> float:
+        return statistics.median(session_medians[i])
+
     alive = list(sessions)
     while True:
         timed, _ = interleaved_times({i: sessions[i] for i in alive}, feeds, rounds, seconds)
         for i, values in timed.items():
-            runs[i].extend(values)
-        if len(alive) <= 2:
+            session_medians[i].append(statistics.median(values))
+        if len(alive) <= 2 and all(len(session_medians[i]) >= 2 for i in alive) or len(alive) == 1:
             break
-        alive = sorted(alive, key=lambda i: statistics.median(runs[i]))[:max(2, (len(alive) + 1) // 2)]
-    medians: list[float | None] = [statistics.median(runs[i]) if i in runs else None for i in range(len(finalists))]
-    return Picked(min(alive, key=lambda i: statistics.median(runs[i])), medians)
+        alive = sorted(alive, key=figure)[:max(2, (len(alive) + 1) // 2)]
+        for i in list(sessions):
+            if i in alive:
+                sessions[i] = session_of(i)  # a fresh draw of the session's luck (the old one is released)
+            else:
+                del sessions[i]
+    medians: list[float | None] = [figure(i) if i in session_medians else None for i in range(len(finalists))]
+    return Picked(min(alive, key=figure), medians)
 
 
 # ---- verify ------------------------------------------------------------------------------------------

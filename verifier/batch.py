@@ -152,7 +152,7 @@ def _refute_wider(outcome: Outcome, variants: list[tuple[Any, dict[str, Any]]], 
     reasons = []
     for rule, raw in variants:
         wider = numeric_check(rule, trials=trials, seed=seed + 1, attempts=WIDE_ATTEMPTS,
-                              found_on=raw.get("provenance", {}).get("found_on"))
+                              found_on=raw.get("provenance", {}).get("found_on"), wide=True)
         if wider.ok or not wider.trials_run:
             return
         reasons.append(wider.reason)

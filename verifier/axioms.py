@@ -740,12 +740,12 @@ def _pad_concat_gen(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _iconv_strided_gen(rng: np.random.Generator) -> dict[str, Any]:
-    """An identity kernel, its centered pads, strides and an image of its channels."""
+    """An identity kernel, its centered pads (end pads sometimes beyond them), strides and an image of its channels."""
     d = _iconv_gen(rng)
     kh, kw = d["kh"], d["kw"]
     d.update(sh=_pick(rng, [1, 2]), sw=_pick(rng, [1, 2]), pt=kh // 2, pl=kw // 2,
-             pb=kh - 1 - kh // 2 + _pick(rng, [0, 0, 1, 2]), pr=kw - 1 - kw // 2 + _pick(rng, [0, 0, 1, 2]), x=_arr(rng, _pick(rng, [1, 2]), d["c"], int(rng.integers(3, 7)),
-                                        int(rng.integers(3, 7))))
+             pb=kh - 1 - kh // 2 + _pick(rng, [0, 0, 1, 2]), pr=kw - 1 - kw // 2 + _pick(rng, [0, 0, 1, 2]))
+    d["x"] = _arr(rng, _pick(rng, [1, 2]), d["c"], int(rng.integers(3, 7)), int(rng.integers(3, 7)))
     return d
 
 
@@ -1121,8 +1121,9 @@ def _build() -> list[Axiom]:
         *(L(f"avgpool_pad_into_pads_{_tag(spatial)}", ("avgpool", {**POOL, "count_include_pad": 1}, _pad("x", spatial)),
             ("avgpool", {**POOL, "pads": _grown(spatial), "count_include_pad": 1}, "x"), ("x",), POOL_PARAMS,
             _pool_pad_gen(spatial),
-            guard=lambda e, s=spatial: e.And(_pads_nonneg(e), e.p("pt") + s[0] < e.p("kh"), e.p("pl") + s[1] < e.p("kw"),
-                                             e.p("pb") + s[2] < e.p("kh"), e.p("pr") + s[3] < e.p("kw")))
+            guard=lambda e, s=spatial: e.And(_pads_nonneg(e), e.p("pt") + s[0] < e.p("kh"),
+                                             e.p("pl") + s[1] < e.p("kw"), e.p("pb") + s[2] < e.p("kh"),
+                                             e.p("pr") + s[3] < e.p("kw")))
           for spatial in PAD_INTO_CONV),
         # two zero pads are one; zero padding of the spatial axes commutes with a concat on axis 0 or 1, with
         # smul, and with a matmul of two operands padded alike where the pads are square (top = left,

@@ -739,6 +739,16 @@ def _pad_concat_gen(rng: np.random.Generator) -> dict[str, Any]:
     return {"ax": ax, "a": _arr(rng, *shapes[0]), "b": _arr(rng, *shapes[1])}
 
 
+def _pool_concat_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A pooling instance with images ``x``, ``b`` that concatenate on axis ``ax`` (0 or 1)."""
+    d = _pool_gen(rng)
+    d["ax"] = _pick(rng, [0, 1])
+    if d["ax"] == 0:
+        n, c, h, w = d["x"].shape
+        d["b"] = _arr(rng, 3 - n, c, h, w)
+    return d
+
+
 def _iconv_strided_gen(rng: np.random.Generator) -> dict[str, Any]:
     """An identity kernel, its centered pads (end pads sometimes beyond them), strides and an image of its channels."""
     d = _iconv_gen(rng)
@@ -1016,12 +1026,38 @@ def _build() -> list[Axiom]:
         L("maxpool_zero", ("maxpool", POOL, _sub("x", "x")), _sub(("maxpool", POOL, "x"), ("maxpool", POOL, "x")),
           ("x",), POOL_PARAMS, _pool_gen),
         L("relu_zero", _relu(_sub("x", "x")), _sub(_relu("x"), _relu("x")), ("x",), (), _same("x")),
+        # (kernels of one shape: enlarging a 1x1 kernel broadcast against a 3x3 one puts it at the center only)
         L("enlarge_ewsub", _enlarged(_sub("w", "v")), _sub(_enlarged("w"), _enlarged("v")), ("w", "v"), ("eh", "ew"),
           _conv_gen(lambda rng, d: {"w": _ker(rng, d), "v": _ker(rng, d), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
-                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])})),
+                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])}), guard=lambda e: e.same_shape("w", "v")),
         L("conv_ewsub_weight", _cv("x", _sub("w", "v"), act="none"),
           _sub(_cv("x", "w", act="none"), _cv("x", "v", act="none")), ("x", "w", "v"), CONV_PARAMS,
-          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)})),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)}),
+          guard=lambda e: e.same_shape("w", "v")),
+        # enlarging a kernel is zero padding: linear for kernels of one shape, and it commutes with a concat of
+        # kernels of one spatial size on axis 0 or 1
+        *(L(f"enlarge_{op}", _enlarged((op, {}, "w", "v")), (op, {}, _enlarged("w"), _enlarged("v")), ("w", "v"),
+            ("eh", "ew"), _conv_gen(lambda rng, d: {"w": _ker(rng, d), "v": _ker(rng, d),
+                                                    "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])}),
+            guard=lambda e: e.same_shape("w", "v")) for op in ("add", "mul")),
+        L("enlarge_smul", _enlarged(_smul("w", "s")), _smul(_enlarged("w"), "s"), ("w", "s"), ("eh", "ew"),
+          _conv_gen(lambda rng, d: {"w": _ker(rng, d), "s": _scalar(rng), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])})),
+        L("enlarge_concat", _enlarged(_cat(P("ax"), "w", "v")), _cat(P("ax"), _enlarged("w"), _enlarged("v")),
+          ("w", "v"), ("ax", "eh", "ew"),
+          _conv_gen(lambda rng, d: (lambda ax: {"w": _ker(rng, d), "v": _ker(rng, d, **{"mc"[ax]: _pick(rng, [1, 3])}),
+                                                "ax": ax, "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                                "ew": d["kw"] + 2 * _pick(rng, [0, 1])})(_pick(rng, [0, 1]))),
+          guard=lambda e: e.And(e.p("ax") >= 0, e.p("ax") <= 1, e.rank("w") == 4, e.rank("v") == 4,
+                                e.dim("w", 2) == e.dim("v", 2), e.dim("w", 3) == e.dim("v", 3))),
+        # pooling works per image and per channel: it commutes with a concat on axis 0 or 1 (the axis a parameter:
+        # rules compute it)
+        *(L(f"{op}_concat_images_or_channels", (op, attrs, _cat(P("ax"), "x", "b")),
+            _cat(P("ax"), (op, attrs, "x"), (op, attrs, "b")), ("x", "b"), (*params, "ax"),
+            _pool_concat_gen,
+            guard=lambda e: e.And(e.p("ax") >= 0, e.p("ax") <= 1, e.rank("x") == 4, e.rank("b") == 4))
+          for op, attrs, params in (("maxpool", POOL, POOL_PARAMS), ("avgpool", AVG, (*POOL_PARAMS, "cip")))),
         L("ewadd_zero", _add("x", _sub("y", "y")), "x", ("x", "y"), (), _same("x y"),
           guard=lambda e: e.same_shape("x", "y")),
         L("neg_ewadd", _un("neg", _add("x", "y")), _add(_un("neg", "x"), _un("neg", "y")), ("x", "y"), (),

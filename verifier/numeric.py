@@ -94,6 +94,8 @@ def _shape(rng: np.random.Generator, role: str, wide: bool = False) -> tuple[int
         return (pick(rng, [1, 2]), pick(rng, [1, 2, 4]), int(rng.integers(4, 10)), int(rng.integers(4, 10)))
     if wide and role == "kernel":  # even and uneven kernels too
         return (pick(rng, [1, 2, 4]), pick(rng, [1, 2, 4]), pick(rng, [1, 2, 3, 4]), pick(rng, [1, 2, 3, 4]))
+    if wide and role in ("matrix", "any"):  # sizes 1 to 5: pieces of unequal sizes that add up to equal ones
+        return tuple(int(d) for d in rng.integers(1, 6, size=pick(rng, [1, 2, 2, 3, 4] if role == "any" else [2, 3])))
     if role == "image":
         hw = pick(rng, [4, 5])
         return (pick(rng, [1, 2]), pick(rng, [1, 2, 4]), hw, hw)

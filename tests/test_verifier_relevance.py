@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from verifier import AXIOMS, prove_rule
 from verifier.axioms import _relu
 from verifier.relevance import axioms_for, relevant_axioms
@@ -76,3 +78,48 @@ def test_a_false_rule_on_tensors_of_another_rank_is_not_proved():
                        "where": ["rank(x) == 1"]})
     result = prove_rule(rule, rlimit=1_000_000, relevant_only=False)
     assert result.status != "proved", result
+
+
+def _pad(src: str, out: str, spatial: tuple[int, int, int, int]) -> dict:
+    top, left, bottom, right = spatial
+    return {"op": "pad", "in": [src], "out": [out], "attrs": {"pads": [0, 0, top, left, 0, 0, bottom, right]}}
+
+
+#: False rules of the families the unknowns' axioms added, each next to a true one: zero padding commutes with a
+#: concat on axis 0 or 1 (pad_concat_*), the pieces in their order; enlarging a difference of kernels of
+#: one shape is the difference of the enlarged kernels (enlarge_ewsub), not for a 1x1 kernel broadcast against a 3x3
+#: one (enlarged, it sits at the center only); an explicit pad before a conv adds to the conv's pads
+#: (conv_pad_into_pads_*), at the end where it was at the end.
+FALSE_PADDING_RULES = [
+    {"name": "pad_concat_pieces_swapped_false", "inputs": {"a": "any", "b": "any"},
+     "src": [{"op": "concat", "in": ["a", "b"], "out": ["c"], "attrs": {"axis": 1}}, _pad("c", "p", (1, 1, 1, 1))],
+     "dst": [_pad("a", "pa", (1, 1, 1, 1)), _pad("b", "pb", (1, 1, 1, 1)),
+             {"op": "concat", "in": ["pb", "pa"], "out": ["q"], "attrs": {"axis": 1}}],
+     "outputs": {"p": "q"}, "where": ["rank(a) == 4", "rank(b) == 4"],
+     "provenance": {"found_on": {"a": [1, 2, 3, 3], "b": [1, 2, 3, 3]}}},
+    {"name": "enlarge_broadcast_difference_false", "inputs": {"w": "const", "v": "const"},
+     "src": [{"op": "sub", "in": ["w", "v"], "out": ["d"]},
+             {"op": "enlarge", "in": ["d"], "out": ["e"], "attrs": {"size": [3, 3]}}],
+     "dst": [{"op": "enlarge", "in": ["w"], "out": ["ew"], "attrs": {"size": [3, 3]}},
+             {"op": "enlarge", "in": ["v"], "out": ["ev"], "attrs": {"size": [3, 3]}},
+             {"op": "sub", "in": ["ew", "ev"], "out": ["f"]}],
+     "outputs": {"e": "f"},
+     "where": ["rank(w) == 4", "rank(v) == 4", "dim(w, 2) == 3", "dim(w, 3) == 3", "dim(v, 2) == 1",
+               "dim(v, 3) == 1"], "provenance": {"found_on": {"w": [2, 2, 3, 3], "v": [2, 2, 1, 1]}}},
+    {"name": "pad_into_conv_at_the_wrong_end_false", "inputs": {"x": "any", "w": "const"},
+     "src": [_pad("x", "p", (0, 0, 1, 1)),
+             {"op": "conv", "in": ["p", "w"], "out": ["y"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}}],
+     "dst": [{"op": "conv", "in": ["x", "w"], "out": ["z"], "attrs": {"pads": [2, 2, 1, 1], "strides": [1, 1]}}],
+     "outputs": {"y": "z"}, "provenance": {"found_on": {"x": [1, 2, 5, 5], "w": [2, 2, 3, 3]}}},
+]
+
+
+@pytest.mark.parametrize("raw", FALSE_PADDING_RULES, ids=lambda r: r["name"])
+def test_false_rules_of_the_padding_families_are_not_proved(raw):
+    """Every axiom together does not prove them (and the numeric check refutes each)."""
+    from verifier import numeric_check
+
+    rule = parse_rule(raw)
+    assert prove_rule(rule, rlimit=1_000_000, relevant_only=False).status != "proved"
+    numeric = numeric_check(rule, trials=3, found_on=raw["provenance"]["found_on"])
+    assert numeric.trials_run and not numeric.ok, numeric

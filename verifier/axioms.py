@@ -702,6 +702,63 @@ def _fmm_gen(rank: int, trans_b: bool) -> Callable[[np.random.Generator], dict[s
     return gen
 
 
+def _tag(spatial: tuple[int, ...]) -> str:
+    return "_".join(map(str, spatial))
+
+
+def _grown(spatial: tuple[int, int, int, int]) -> tuple[F, F, F, F]:
+    """A window op's pads ``PADS`` grown by an explicit pad's ``spatial`` (top, left, bottom, right)."""
+    return tuple(F(lambda e, n=n, s=s: e.p(n) + s) for n, s in zip(("pt", "pl", "pb", "pr"), spatial, strict=True))
+
+
+def _pads_nonneg(e: Any) -> Any:
+    return e.And(e.p("pt") >= 0, e.p("pl") >= 0, e.p("pb") >= 0, e.p("pr") >= 0)
+
+
+def _pool_pad_gen(spatial: tuple[int, int, int, int]) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """An average pooling instance whose pads grown by ``spatial`` stay below its kernel (ONNX)."""
+    top, left, bottom, right = spatial
+
+    def gen(rng):
+        kh, kw = _pick(rng, [3, 4, 5]), _pick(rng, [3, 4, 5])
+        d = {"kh": kh, "kw": kw, "sh": _pick(rng, [1, 2]), "sw": _pick(rng, [1, 2]),
+             "pt": int(rng.integers(0, kh - top)), "pl": int(rng.integers(0, kw - left)),
+             "pb": int(rng.integers(0, kh - bottom)), "pr": int(rng.integers(0, kw - right))}
+        d["x"] = _arr(rng, _pick(rng, [1, 2]), _pick(rng, [1, 2]), kh + int(rng.integers(0, 3)),
+                      kw + int(rng.integers(0, 3)))
+        return d
+    return gen
+
+
+def _pad_concat_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """Two NCHW tensors that concatenate on axis 0 or 1."""
+    ax = _pick(rng, [0, 1])
+    base = [int(d) for d in rng.integers(1, 4, size=4)]
+    shapes = [list(base), list(base)]
+    shapes[1][ax] = int(rng.integers(1, 4))
+    return {"ax": ax, "a": _arr(rng, *shapes[0]), "b": _arr(rng, *shapes[1])}
+
+
+def _pool_concat_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """A pooling instance with images ``x``, ``b`` that concatenate on axis ``ax`` (0 or 1)."""
+    d = _pool_gen(rng)
+    d["ax"] = _pick(rng, [0, 1])
+    if d["ax"] == 0:
+        n, c, h, w = d["x"].shape
+        d["b"] = _arr(rng, 3 - n, c, h, w)
+    return d
+
+
+def _iconv_strided_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """An identity kernel, its centered pads (end pads sometimes beyond them), strides and an image of its channels."""
+    d = _iconv_gen(rng)
+    kh, kw = d["kh"], d["kw"]
+    d.update(sh=_pick(rng, [1, 2]), sw=_pick(rng, [1, 2]), pt=kh // 2, pl=kw // 2,
+             pb=kh - 1 - kh // 2 + _pick(rng, [0, 0, 1, 2]), pr=kw - 1 - kw // 2 + _pick(rng, [0, 0, 1, 2]))
+    d["x"] = _arr(rng, _pick(rng, [1, 2]), d["c"], int(rng.integers(3, 7)), int(rng.integers(3, 7)))
+    return d
+
+
 def _build() -> list[Axiom]:
     A = Axiom
 
@@ -969,12 +1026,38 @@ def _build() -> list[Axiom]:
         L("maxpool_zero", ("maxpool", POOL, _sub("x", "x")), _sub(("maxpool", POOL, "x"), ("maxpool", POOL, "x")),
           ("x",), POOL_PARAMS, _pool_gen),
         L("relu_zero", _relu(_sub("x", "x")), _sub(_relu("x"), _relu("x")), ("x",), (), _same("x")),
+        # (kernels of one shape: enlarging a 1x1 kernel broadcast against a 3x3 one puts it at the center only)
         L("enlarge_ewsub", _enlarged(_sub("w", "v")), _sub(_enlarged("w"), _enlarged("v")), ("w", "v"), ("eh", "ew"),
           _conv_gen(lambda rng, d: {"w": _ker(rng, d), "v": _ker(rng, d), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
-                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])})),
+                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])}), guard=lambda e: e.same_shape("w", "v")),
         L("conv_ewsub_weight", _cv("x", _sub("w", "v"), act="none"),
           _sub(_cv("x", "w", act="none"), _cv("x", "v", act="none")), ("x", "w", "v"), CONV_PARAMS,
-          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)})),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)}),
+          guard=lambda e: e.same_shape("w", "v")),
+        # enlarging a kernel is zero padding: linear for kernels of one shape, and it commutes with a concat of
+        # kernels of one spatial size on axis 0 or 1
+        *(L(f"enlarge_{op}", _enlarged((op, {}, "w", "v")), (op, {}, _enlarged("w"), _enlarged("v")), ("w", "v"),
+            ("eh", "ew"), _conv_gen(lambda rng, d: {"w": _ker(rng, d), "v": _ker(rng, d),
+                                                    "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])}),
+            guard=lambda e: e.same_shape("w", "v")) for op in ("add", "mul")),
+        L("enlarge_smul", _enlarged(_smul("w", "s")), _smul(_enlarged("w"), "s"), ("w", "s"), ("eh", "ew"),
+          _conv_gen(lambda rng, d: {"w": _ker(rng, d), "s": _scalar(rng), "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                    "ew": d["kw"] + 2 * _pick(rng, [0, 1])})),
+        L("enlarge_concat", _enlarged(_cat(P("ax"), "w", "v")), _cat(P("ax"), _enlarged("w"), _enlarged("v")),
+          ("w", "v"), ("ax", "eh", "ew"),
+          _conv_gen(lambda rng, d: (lambda ax: {"w": _ker(rng, d), "v": _ker(rng, d, **{"mc"[ax]: _pick(rng, [1, 3])}),
+                                                "ax": ax, "eh": d["kh"] + 2 * _pick(rng, [0, 1]),
+                                                "ew": d["kw"] + 2 * _pick(rng, [0, 1])})(_pick(rng, [0, 1]))),
+          guard=lambda e: e.And(e.p("ax") >= 0, e.p("ax") <= 1, e.rank("w") == 4, e.rank("v") == 4,
+                                e.dim("w", 2) == e.dim("v", 2), e.dim("w", 3) == e.dim("v", 3))),
+        # pooling works per image and per channel: it commutes with a concat on axis 0 or 1 (the axis a parameter:
+        # rules compute it)
+        *(L(f"{op}_concat_images_or_channels", (op, attrs, _cat(P("ax"), "x", "b")),
+            _cat(P("ax"), (op, attrs, "x"), (op, attrs, "b")), ("x", "b"), (*params, "ax"),
+            _pool_concat_gen,
+            guard=lambda e: e.And(e.p("ax") >= 0, e.p("ax") <= 1, e.rank("x") == 4, e.rank("b") == 4))
+          for op, attrs, params in (("maxpool", POOL, POOL_PARAMS), ("avgpool", AVG, (*POOL_PARAMS, "cip")))),
         L("ewadd_zero", _add("x", _sub("y", "y")), "x", ("x", "y"), (), _same("x y"),
           guard=lambda e: e.same_shape("x", "y")),
         L("neg_ewadd", _un("neg", _add("x", "y")), _add(_un("neg", "x"), _un("neg", "y")), ("x", "y"), (),
@@ -1061,6 +1144,88 @@ def _build() -> list[Axiom]:
         *(L(f"conv_bias_pad_{'_'.join(map(str, spatial))}", _cvb(_pad("x", spatial), "w", "b", pads=(0, 0, 0, 0)),
             _cvb("x", "w", "b", pads=spatial), ("x", "w", "b"), ("sh", "sw", "g", "act"), _biased_gen())
           for spatial in PAD_INTO_CONV),
+        # -- an explicit zero pad before a window op that pads too: the two paddings add up (conv: any act,
+        # group, stride; average pooling counting its pads, while the sum stays below the kernel as ONNX requires).
+        # Guarded by non-negative pads (a negative pad is ill-formed on the left and could be well-formed on the
+        # right); a rule's variable pads are non-negative by conv's facts.
+        *(L(f"conv{suffix}_pad_into_pads_{_tag(spatial)}", _cv(_pad("x", spatial), "w", *bias),
+            _cv("x", "w", *bias, pads=_grown(spatial)), ("x", "w", *bias), (*CONV_PARAMS, "act"), gen,
+            guard=_pads_nonneg)
+          for spatial in PAD_INTO_CONV
+          for suffix, bias, gen in (("", (), _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
+                                    ("_bias", ("b",), _biased_gen()))),
+        *(L(f"avgpool_pad_into_pads_{_tag(spatial)}", ("avgpool", {**POOL, "count_include_pad": 1}, _pad("x", spatial)),
+            ("avgpool", {**POOL, "pads": _grown(spatial), "count_include_pad": 1}, "x"), ("x",), POOL_PARAMS,
+            _pool_pad_gen(spatial),
+            guard=lambda e, s=spatial: e.And(_pads_nonneg(e), e.p("pt") + s[0] < e.p("kh"),
+                                             e.p("pl") + s[1] < e.p("kw"), e.p("pb") + s[2] < e.p("kh"),
+                                             e.p("pr") + s[3] < e.p("kw")))
+          for spatial in PAD_INTO_CONV),
+        # two zero pads are one; zero padding of the spatial axes commutes with a concat on axis 0 or 1, with
+        # smul, and with a matmul of two operands padded alike where the pads are square (top = left,
+        # bottom = right: the menu's paddings), the padded zeros meeting zeros
+        *(L(f"pad_pad_{_tag(a)}_{_tag(b)}", _pad(_pad("x", a), b),
+            _pad("x", tuple(i + j for i, j in zip(a, b, strict=True))), ("x",), (),
+            lambda rng: {"x": _arr(rng, *(int(d) for d in rng.integers(1, 4, size=4)))},
+            guard=lambda e: e.rank("x") == 4)
+          for a in PAD_INTO_CONV for b in PAD_INTO_CONV),
+        *(L(f"pad_concat_{_tag(spatial)}", _pad(_cat(P("ax"), "a", "b"), spatial),
+            _cat(P("ax"), _pad("a", spatial), _pad("b", spatial)), ("a", "b"), ("ax",), _pad_concat_gen,
+            guard=lambda e: e.And(e.p("ax") >= 0, e.p("ax") <= 1, e.rank("a") == 4, e.rank("b") == 4))
+          for spatial in PAD_INTO_CONV),
+        *(L(f"matmul_pad_{_tag(spatial)}", _mm(_pad("x", spatial), _pad("y", spatial)), _pad(_mm("x", "y"), spatial),
+            ("x", "y"), (), _mat_gen("x:abcd y:abde"), guard=lambda e: e.And(e.rank("x") == 4, e.rank("y") == 4))
+          for spatial in PAD_INTO_CONV if spatial[0] == spatial[1] and spatial[2] == spatial[3]),
+        L("pad_smul", ("pad", {"pads": P("pp"), "value": 0.0}, _smul("x", "s")),
+          _smul(("pad", {"pads": P("pp"), "value": 0.0}, "x"), "s"), ("x", "s"), ("pp",),
+          lambda rng: {**_pads_gen("x")(rng), "s": _scalar(rng)}),
+        # -- negation and scalar multiples through linear window ops (and each other); neg keeps its input's shape
+        L("conv_neg_input", _cv(_un("neg", "x"), "w", act="none"), _un("neg", _cv("x", "w", act="none")), ("x", "w"),
+          CONV_PARAMS, _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
+        L("avgpool_neg", ("avgpool", AVG, _un("neg", "x")), _un("neg", ("avgpool", AVG, "x")), ("x",),
+          (*POOL_PARAMS, "cip"), _pool_gen),
+        L("avgpool_smul", ("avgpool", AVG, _smul("x", "s")), _smul(("avgpool", AVG, "x"), "s"), ("x", "s"),
+          (*POOL_PARAMS, "cip"), lambda rng: {**_pool_gen(rng), "s": _scalar(rng)}),
+        L("smul_neg", _smul(_un("neg", "x"), "s"), _un("neg", _smul("x", "s")), ("x", "s"), (),
+          lambda rng: {**_same("x")(rng), "s": _scalar(rng)}),
+        L("rank_neg", ("rank", None, _un("neg", "x")), ("rank", None, "x"), ("x",), (), _same("x"), shape=True),
+        L("dim_neg", ("dim", P("i"), _un("neg", "x")), ("dim", P("i"), "x"), ("x",), ("i",),
+          lambda rng: (lambda d: {**d, "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),
+        # -- element-wise ops keep the shape of an operand they apply to itself (x * x, x ** e): what the end-pad
+        # axioms' guards need to see through a square
+        L("dim_ewmul_self", ("dim", P("i"), _mul("x", "x")), ("dim", P("i"), "x"), ("x",), ("i",),
+          lambda rng: (lambda d: {**d, "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),
+        L("dim_pow", ("dim", P("i"), ("pow", {"exponent": P("e")}, "x")), ("dim", P("i"), "x"), ("x",), ("i", "e"),
+          lambda rng: (lambda d: {"x": np.abs(d["x"]) + 0.1, "e": _pick(rng, [2.0, 3.0, 0.5]),
+                                  "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),
+        # -- a box filter (average pooling at stride 1, its pads counted) commutes with a stride-1 conv: both are
+        # correlations over the same zero-padded input, so the padding may sit on either, the first applied
+        L("avgpool_conv_commute",
+          ("avgpool", {"kernel": (P("kh"), P("kw")), "strides": (1, 1), "pads": (0, 0, 0, 0), "count_include_pad": 1},
+           _cv("x", "w", act="none", strides=(1, 1))),
+          _cv(("avgpool", {"kernel": (P("kh"), P("kw")), "strides": (1, 1), "pads": PADS, "count_include_pad": 1}, "x"),
+              "w", act="none", strides=(1, 1), pads=(0, 0, 0, 0)),
+          ("x", "w"), ("kh", "kw", "pt", "pl", "pb", "pr", "g"),
+          _conv_gen(lambda rng, d: (lambda kh, kw: {
+              "x": _arr(rng, d["n"], d["cin"], int(rng.integers(6, 9)), int(rng.integers(6, 9))), "w": _ker(rng, d),
+              "kh": kh, "kw": kw, "pt": min(d["pt"], kh - 1), "pl": min(d["pl"], kw - 1), "pb": min(d["pb"], kh - 1),
+              "pr": min(d["pr"], kw - 1)})(_pick(rng, [1, 2, 3, 3]), _pick(rng, [1, 2, 3, 3]))),
+          guard=lambda e: e.And(_pads_nonneg(e), e.p("pt") < e.p("kh"), e.p("pl") < e.p("kw"),
+                                e.p("pb") < e.p("kh"), e.p("pr") < e.p("kw"))),
+        # -- the identity kernel at any stride: centered (its top and left pads half the kernel), any size reads
+        # what a 1x1 one reads; end pads beyond the centered ones stay end pads of the 1x1 kernel. No guard on the
+        # strides: both sides have them, so both are ill-formed together.
+        L("conv_iconv_strided",
+          _cv("x", _iconv_kernel(), act="none", group=1),
+          _cv("x", ("const_iconv", {"shape": (P("c"), P("c"), 1, 1), "dtype": P("dt")}), act="none", group=1,
+              pads=(0, 0, F(lambda e: e.p("pb") - (e.p("kh") - 1 - e.div(e.p("kh"), 2))),
+                    F(lambda e: e.p("pr") - (e.p("kw") - 1 - e.div(e.p("kw"), 2))))),
+          ("x",), ("c", "kh", "kw", "dt", "sh", "sw", "pt", "pl", "pb", "pr"), _iconv_strided_gen,
+          guard=lambda e: e.And(e.p("kh") >= 1, e.p("kw") >= 1,
+                                e.p("pt") == e.div(e.p("kh"), 2), e.p("pl") == e.div(e.p("kw"), 2),
+                                e.p("pb") >= e.p("kh") - 1 - e.div(e.p("kh"), 2),
+                                e.p("pr") >= e.p("kw") - 1 - e.div(e.p("kw"), 2),
+                                e.rank("x") == 4, e.dim("x", 1) == e.p("c"))),
         *(L(f"transpose_{op}", _t(_un(op, "x")), _un(op, _t("x")), ("x",), (), _positive(_mat_gen("x:ab")))
           for op in UNARY),
         *(L(f"concat_{op}", _cat(P("ax"), _un(op, "a"), _un(op, "b")), _un(op, _cat(P("ax"), "a", "b")), ("a", "b"),

@@ -146,13 +146,20 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
 
 
 def _refute_wider(outcome: Outcome, variants: list[tuple[Any, dict[str, Any]]], trials: int, seed: int) -> None:
-    """A candidate z3 could not settle, checked numerically on ``trials`` more shapes per variant: when every
-    variant z3 tried has a counterexample, the candidate is refuted (a rule holding only on the few sizes the
-    first check drew, such as a conv pair that commutes for 1x1 kernels only)."""
+    """A candidate z3 could not settle, checked numerically on ``trials`` more shapes per variant, and then on
+    ``trials`` shapes and attributes from the wider domains (``numeric_check(wide=True)``): when every variant z3
+    tried has a counterexample, the candidate is refuted (a rule holding only on the few sizes the first check
+    drew, such as a conv pair that commutes for 1x1 kernels only, or only at the strides the generator tried,
+    such as an enlarged kernel's pads at stride 3)."""
     reasons = []
     for rule, raw in variants:
-        wider = numeric_check(rule, trials=trials, seed=seed + 1, attempts=WIDE_ATTEMPTS,
-                              found_on=raw.get("provenance", {}).get("found_on"))
+        found_on = raw.get("provenance", {}).get("found_on")
+        # the usual domains first, then the wider ones (strides of 3, uneven strides and pads, kernels of 1 to 4)
+        for wide in (False, True):
+            wider = numeric_check(rule, trials=trials, seed=seed + 1, attempts=WIDE_ATTEMPTS, found_on=found_on,
+                                  wide=wide)
+            if wider.trials_run and not wider.ok:
+                break
         if wider.ok or not wider.trials_run:
             return
         reasons.append(wider.reason)

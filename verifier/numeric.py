@@ -89,7 +89,13 @@ def _channel_anchors(rule: Rule) -> dict[str, str]:
     return anchors
 
 
-def _shape(rng: np.random.Generator, role: str) -> tuple[int, ...]:
+def _shape(rng: np.random.Generator, role: str, wide: bool = False) -> tuple[int, ...]:
+    if wide and role == "image":  # room for strides of 3 and kernels of 4
+        return (pick(rng, [1, 2]), pick(rng, [1, 2, 4]), int(rng.integers(4, 10)), int(rng.integers(4, 10)))
+    if wide and role == "kernel":  # even and uneven kernels too
+        return (pick(rng, [1, 2, 4]), pick(rng, [1, 2, 4]), pick(rng, [1, 2, 3, 4]), pick(rng, [1, 2, 3, 4]))
+    if wide and role in ("matrix", "any"):  # sizes 1 to 5: pieces of unequal sizes that add up to equal ones
+        return tuple(int(d) for d in rng.integers(1, 6, size=pick(rng, [1, 2, 2, 3, 4] if role == "any" else [2, 3])))
     if role == "image":
         hw = pick(rng, [4, 5])
         return (pick(rng, [1, 2]), pick(rng, [1, 2, 4]), hw, hw)
@@ -106,12 +112,12 @@ def _shape(rng: np.random.Generator, role: str) -> tuple[int, ...]:
 
 
 def _sample_attr(rng: np.random.Generator, op: str, attr: str, shapes: list[tuple[int, ...]],
-                 chosen: dict[str, Any], n_out: int) -> Any:
-    """A value of ``op.attr`` from the op table's sampling domain."""
+                 chosen: dict[str, Any], n_out: int, wide: bool = False) -> Any:
+    """A value of ``op.attr`` from the op table's sampling domain (its wider one with ``wide``, where it has one)."""
     spec = next(a for a in OPS[op].attrs if a.name == attr)
     if spec.sample is None:
         raise _Cannot(f"cannot sample attribute {op}.{attr}")
-    value = spec.sample(rng, shapes, chosen, n_out)
+    value = (spec.wide if wide and spec.wide is not None else spec.sample)(rng, shapes, chosen, n_out)
     if value is None:
         raise _Skip
     return value
@@ -142,7 +148,7 @@ def _solve(name: str, defining: dict[str, list[Expr]], variables: dict[str, Any]
 
 def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[int, ...]],
                 variables: dict[str, Any], defining: dict[str, list[Expr]] | None = None,
-                all_shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+                all_shapes: dict[str, tuple[int, ...]] | None = None, wide: bool = False) -> dict[str, Any]:
     entry = OPS[node.op]
     chosen: dict[str, Any] = {}
     for spec in entry.attrs:
@@ -155,7 +161,8 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
                 if solved is not None and rng.random() < 0.9:
                     variables[template.name] = solved
             if template.name not in variables:
-                variables[template.name] = _sample_attr(rng, node.op, spec.name, shapes, chosen, len(node.outputs))
+                variables[template.name] = _sample_attr(rng, node.op, spec.name, shapes, chosen, len(node.outputs),
+                                                        wide)
             chosen[spec.name] = variables[template.name]
         elif isinstance(template, tuple) and any(isinstance(t, Var) for t in template):
             values = []
@@ -200,12 +207,12 @@ def _near(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[
 
 
 def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str], anchors: dict[str, str],
-              defining: dict[str, list[Expr]], given: dict[str, tuple[int, ...]] | None = None
+              defining: dict[str, list[Expr]], given: dict[str, tuple[int, ...]] | None = None, wide: bool = False
               ) -> tuple[float, float, dict[str, tuple[int, ...]]]:
     if given is not None:
         shapes = dict(given)
     else:
-        shapes = {name: _shape(rng, roles.get(name, "any")) for name in rule.inputs}
+        shapes = {name: _shape(rng, roles.get(name, "any"), wide) for name in rule.inputs}
         for name, kernel in anchors.items():
             shapes[name] = (shapes[kernel][0],)
     # variances are positive: BatchNormalization takes the square root of var + epsilon
@@ -214,7 +221,7 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
     variables: dict[str, Any] = {}
     try:
         for node in rule.src:
-            attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables, defining, shapes)
+            attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables, defining, shapes, wide)
             _run(xp, node.op, attrs, [values[i] for i in node.inputs], shapes, node.inputs, node.outputs, values)
         env = ShapeEnv(variables, shapes)
         for cond in rule.where:
@@ -243,7 +250,8 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
 
 
 def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, attempts: int = 4000,
-                  rtol: float = 1e-9, found_on: dict[str, tuple[int, ...]] | None = None) -> NumericResult:
+                  rtol: float = 1e-9, found_on: dict[str, tuple[int, ...]] | None = None,
+                  wide: bool = False) -> NumericResult:
     """Evaluate ``rule`` on ``trials`` random valid instances (drawn from up to ``attempts`` tries).
 
     An instance is valid when the source evaluates, the where conditions hold, the target's shape rules
@@ -253,6 +261,9 @@ def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, at
     ranks and literal attributes seldom has a valid instance among shapes drawn by role alone), and twice as
     many instances are run: a candidate that holds only on the sizes it was found on (a matmul of 1 x 1
     matrices equal to their product) is refuted here, cheaply, instead of costing z3 its whole budget.
+    With ``wide`` the shapes drawn by role and the attributes drawn for a rule's variables come from wider
+    domains (larger images, kernels of 1 to 4, the op table's ``AttrSpec.wide``: strides of 3, uneven
+    strides and pads), reaching instances a generalized rule claims and the usual draws never make.
     """
     near_found = None
     if found_on is not None and set(found_on) == set(rule.inputs):
@@ -269,7 +280,7 @@ def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, at
         if near_found is not None and attempt % 2 == 0:
             given = near_found if attempt == 0 else _near(rng, near_found)
         try:
-            err, scale, shapes = _instance(rule, rng, xp, roles, anchors, defining, given)
+            err, scale, shapes = _instance(rule, rng, xp, roles, anchors, defining, given, wide)
         except _Skip:
             continue
         except _Cannot as exc:

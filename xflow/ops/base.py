@@ -93,6 +93,9 @@ class AttrSpec:
     z3: Z3Kind = 1
     sample: Sampler | None = None
     generalize: Generalize | None = None
+    #: A wider domain for the numeric check of a candidate z3 could not settle (None: ``sample``'s): values a
+    #: generalized rule claims but the usual draws never reach (strides of 3, uneven strides or pads).
+    wide: Sampler | None = None
     # True when a value may hold dims over symbols (a reshape's target: its encoder writes them against the
     # input's dims); any other attribute is a constant of the model, so a symbol there is no match
     symbolic: bool = False

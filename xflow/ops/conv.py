@@ -132,8 +132,14 @@ def menu_padding(attrs: dict[str, Any], kernel: Sequence[int]) -> None:
 
 
 def window_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
-    """A window op reads a 4-D input."""
-    return [f.rank(args[0]) == 4]
+    """A window op reads a 4-D input, with non-negative pads and positive strides."""
+    return [f.rank(args[0]) == 4, *pads_and_strides_facts(attrs)]
+
+
+def pads_and_strides_facts(attrs: Mapping[str, Any]) -> list[Any]:
+    """What ``window_output`` requires of a window's pads (non-negative) and strides (positive): facts about a
+    rule's pads or strides when they are variables (literal ones give True, which the verifier drops)."""
+    return [p >= 0 for p in attrs.get("pads", ())] + [s >= 1 for s in attrs.get("strides", ())]
 
 
 # ---- conv ---------------------------------------------------------------------------------------
@@ -178,10 +184,10 @@ def _conv_int(xp, a, attrs):
 
 
 def conv_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
-    """Input and kernel are 4-D, the input's channels are the groups times the kernel's input channels (stated
-    for a literal group only: a product of two unknowns would make the facts non-linear); a bias is a vector of
-    the kernel's output channels."""
-    facts = [f.rank(args[0]) == 4, f.rank(args[1]) == 4]
+    """Input and kernel are 4-D, pads are non-negative and strides positive, the input's channels are the groups
+    times the kernel's input channels (stated for a literal group only: a product of two unknowns would make the
+    facts non-linear); a bias is a vector of the kernel's output channels."""
+    facts = [f.rank(args[0]) == 4, f.rank(args[1]) == 4, *pads_and_strides_facts(attrs)]
     group = attrs.get("group", 1)
     if isinstance(group, int) and not isinstance(group, bool):
         facts.append(f.dim(args[0], 1) == group * f.dim(args[1], 1))
@@ -319,8 +325,10 @@ def encode_enlarge(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
 
 
 #: the window geometry's attributes, shared with the pools (the same z3 slots and sampling domains)
-STRIDES = AttrSpec("strides", (1, 1), z3=2, sample=one_of((1, 1), (1, 1), (2, 2)))
-PADS = AttrSpec("pads", (0, 0, 0, 0), z3=4, sample=one_of((0, 0, 0, 0), (1, 1, 1, 1), (0, 0, 0, 0)))
+STRIDES = AttrSpec("strides", (1, 1), z3=2, sample=one_of((1, 1), (1, 1), (2, 2)),
+                   wide=lambda rng, shapes, chosen, n_out: (pick(rng, [1, 2, 3]), pick(rng, [1, 2, 3])))
+PADS = AttrSpec("pads", (0, 0, 0, 0), z3=4, sample=one_of((0, 0, 0, 0), (1, 1, 1, 1), (0, 0, 0, 0)),
+                wide=lambda rng, shapes, chosen, n_out: tuple(pick(rng, [0, 1, 2]) for _ in range(4)))
 
 CONV = OpDef(
     name="conv", onnx_types=("Conv",), min_inputs=2, max_inputs=3,

@@ -21,6 +21,7 @@ from xflow.ops.base import (
     make_node,
     one_of,
     onnx_attrs,
+    pick,
     symbolic_shape,
 )
 from xflow.ops.conv import (
@@ -34,7 +35,8 @@ from xflow.ops.conv import (
     window_output,
 )
 
-_GEOMETRY = (AttrSpec("kernel", z3=2, sample=one_of((1, 1), (2, 2), (3, 3))),
+_GEOMETRY = (AttrSpec("kernel", z3=2, sample=one_of((1, 1), (2, 2), (3, 3)),
+                      wide=lambda rng, shapes, chosen, n_out: (pick(rng, [1, 2, 3, 4]), pick(rng, [1, 2, 3, 4]))),
              replace(STRIDES, generalize=Generalize("ps", ((1, 1), (2, 2)))),
              replace(PADS, generalize=Generalize("pp", ((0, 0, 0, 0), (1, 1, 1, 1)))))
 

@@ -79,7 +79,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     """Optimize IN.onnx and write OUT.onnx.
 
     The result is checked against the original on the same inputs with ONNX Runtime and timed against
-    it (interleaved runs on 10-16 pairs of fresh sessions); unless it is faster over the pairs (one-sided
+    it (interleaved runs on 10-12 pairs of fresh sessions); unless it is faster over the pairs (one-sided
     signed-rank test, p < 0.01), the original is written and the run says so.
     """
     from xflow.files import check_output_file

@@ -127,9 +127,13 @@ def test_each_halving_stage_times_the_survivors_on_fresh_sessions(tmp_path, monk
     from xflow.rewrite.simplify import Simplified
 
     made: list[str] = []
-    real = pipeline.graph_session
-    monkeypatch.setattr(pipeline, "graph_session", lambda graph, options, scratch, name: (
-        made.append(name), real(graph, options, scratch, name))[1])
+    real = pipeline.session_maker
+
+    def counting(graph, options, scratch, name):  # noqa: ANN001, ANN202 - the real maker, each session counted
+        make = real(graph, options, scratch, name)
+        return lambda: (made.append(name), make())[1]
+
+    monkeypatch.setattr(pipeline, "session_maker", counting)
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), 1.0, ()) for depth in (20, 2, 10, 15)]
     feeds = random_feeds(make_session(_matmul_chain(2)), 0)
     picked = select_by_latency(finalists, feeds, OptimizeOptions(threads=1), str(tmp_path), rounds=5, seconds=0.1)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.test_placement import branches_model, two_gpu
+from tests.test_placement import assert_gradients_match, branches_model, two_gpu
 from xflow.cost import AnalyticCost
 from xflow.onnx_io import graph_from_model
 from xflow.placement.features import BASE_FEATURES, DECODER_FEATURES, Schedule, schedule_view
@@ -58,16 +58,7 @@ def test_schedule_decoder_gradient_matches_finite_differences():
                         for s in range(4)]) / 4
     grads = policy.backward_decode(inp, cache, dlogits)
     assert {"v", "U"} <= grads.keys()
-    eps = 1e-6
-    for name, value in [*policy.params.items(), ("bias", bias)]:
-        for idx in list(np.ndindex(value.shape))[:12]:
-            old = value[idx]
-            value[idx] = old + eps
-            up = loss()
-            value[idx] = old - eps
-            down = loss()
-            value[idx] = old
-            assert grads[name][idx] == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-7), (name, idx)
+    assert_gradients_match([*policy.params.items(), ("bias", bias)], grads, loss)
 
 
 def test_teacher_forcing_decodes_the_given_devices():

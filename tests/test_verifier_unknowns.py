@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.test_verifier_speed import _Shapes
 from verifier import prove_rule
 from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidate
 from verifier.prove import GENERATION_RLIMIT
@@ -88,11 +89,3 @@ def test_the_wider_check_refutes_a_candidate_claiming_strides_it_was_not_found_a
     assert plain.status == "unknown", plain  # the usual draws (strides 1 and 2) find no counterexample
 
 
-class _Shapes:
-    """The op table's ``ShapeFacts`` on concrete shapes (tuples)."""
-
-    rank = staticmethod(len)
-    dim = staticmethod(lambda t, i: t[i])
-    symbolic = staticmethod(lambda v: False)
-    int = staticmethod(int)
-    both = staticmethod(lambda *facts: all(facts))

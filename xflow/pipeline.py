@@ -281,33 +281,33 @@ def _fits_in_memory(graph: Graph) -> bool:
         sum(c.nbytes for c in graph.constants.values()) < EXTERNAL_THRESHOLD
 
 
-def graph_session(graph: Graph, options: OptimizeOptions, scratch: str, name: str) -> Any:
-    """An ORT session of ``graph``: from its serialized model, or (external or very large weights) from a
-    file written in ``scratch`` and removed once the session holds the weights."""
+def session_maker(graph: Graph, options: OptimizeOptions, scratch: str, name: str) -> Callable[[], Any]:
+    """A maker of ORT sessions of ``graph`` (the A/B and the select stage make several of one graph): from its
+    model serialized once, or (external or very large weights) from a file written in ``scratch`` for each
+    session and removed once the session holds the weights."""
     if _fits_in_memory(graph):
-        return make_session(to_model_proto(graph).SerializeToString(), options.provider, options.threads)
-    path = os.path.join(scratch, f"{name}.onnx")
-    try:
-        save(graph, path, scratch=scratch)
-        return make_session(path, options.provider, options.threads)
-    finally:
-        for leftover in (path, path + ".data"):
-            with contextlib.suppress(OSError):
-                os.remove(leftover)
+        serialized = to_model_proto(graph).SerializeToString()
+        return lambda: make_session(serialized, options.provider, options.threads)
+
+    def from_file() -> Any:
+        path = os.path.join(scratch, f"{name}.onnx")
+        try:
+            save(graph, path, scratch=scratch)
+            return make_session(path, options.provider, options.threads)
+        finally:
+            for leftover in (path, path + ".data"):
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)
+    return from_file
 
 
-def fresh_sessions(source: Source, optimized: Graph, options: OptimizeOptions, scratch: str) -> Callable[[str], Any]:
-    """``decide_ab``'s maker of fresh sessions: "a" the original, "b" the optimized graph (serialized once
-    when its weights fit in one protobuf, since a decision makes up to a dozen of them)."""
-    serialized = to_model_proto(optimized).SerializeToString() if _fits_in_memory(optimized) else None
-
+def fresh_sessions(source: Source, make_optimized: Callable[[], Any], options: OptimizeOptions) -> Callable[[str], Any]:
+    """``decide_ab``'s maker of fresh sessions: "a" the original, "b" the optimized graph."""
     def make(side: str) -> Any:
         if side == "a":
             return make_session(source.path if source.path is not None else source.proto, options.provider,
                                 options.threads)
-        if serialized is not None:
-            return make_session(serialized, options.provider, options.threads)
-        return graph_session(optimized, options, scratch, "candidate-again")
+        return make_optimized()
     return make
 
 
@@ -426,13 +426,12 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], o
     a model; so a finalist's figure is the median over its sessions of each session's median, and every stage
     draws that luck again. The chosen one is then verified and timed against the original as any other; a
     finalist ORT cannot run is not timed (and the best one is still verified)."""
-    def session_of(i: int) -> Any:
-        return graph_session(finalists[i].simplified.graph, options, scratch, f"finalist{i}")
-
+    makers: dict[int, Callable[[], Any]] = {}
     sessions: dict[int, Any] = {}
-    for i in range(len(finalists)):
+    for i, finalist in enumerate(finalists):
         try:
-            sessions[i] = session_of(i)
+            makers[i] = session_maker(finalist.simplified.graph, options, scratch, f"finalist{i}")
+            sessions[i] = makers[i]()
             sessions[i].run(None, dict(feeds))
         except Exception:  # noqa: BLE001 - one that does not run is not chosen
             sessions.pop(i, None)
@@ -453,7 +452,7 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], o
         alive = sorted(alive, key=figure)[:max(2, (len(alive) + 1) // 2)]
         for i in list(sessions):
             if i in alive:
-                sessions[i] = session_of(i)  # a fresh draw of the session's luck (the old one is released)
+                sessions[i] = makers[i]()  # a fresh draw of the session's luck (the old one is released)
             else:
                 del sessions[i]
     medians: list[float | None] = [figure(i) if i in session_medians else None for i in range(len(finalists))]
@@ -487,7 +486,8 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
         say(f"{problem}: the rewrites cannot be verified, so the model is {source.kept_as}")
         return Verdict(None, "ONNX Runtime cannot run the model")
     try:
-        candidate = graph_session(optimized, options, scratch, "candidate")
+        make_candidate = session_maker(optimized, options, scratch, "candidate")
+        candidate = make_candidate()
         candidate.run(None, original.feeds)  # ORT runs it at all: refused here, said below
     except XflowError as exc:  # the scratch file could not be written: name the output, not the scratch path
         raise XflowError(output_label or source.label, f"{exc.problem} (writing the model to verify beside it)") \
@@ -518,11 +518,12 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
             say(f"{failure}: the original is {source.kept_as}")
             return Verdict(None, "optimized model not equivalent at other sizes")
     if options.measure:
-        ab = decide_ab(original.session, candidate, original.feeds, fresh_sessions(source, optimized, options, scratch))
+        fresh = fresh_sessions(source, make_candidate, options)
+        ab = decide_ab(original.session, candidate, original.feeds, fresh)
         figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
         figures.speedup, figures.timed_runs = ab.speedup, ab.runs
         figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value
-        slower_at = time_other_points(source, original.session, candidate, optimized, options, scratch, figures) \
+        slower_at = time_other_points(source, original.session, candidate, fresh, options, figures) \
             if ab.b_is_faster() else ""
         # "Faster" must be more than one lucky session, which a longer run does not reproduce: decide_ab asks
         # it of pairs of fresh sessions (a signed-rank test over them), and at every profile point.
@@ -581,8 +582,8 @@ def check_other_sizes(source: Source, session: Any, candidate: Any, options: Opt
     return None
 
 
-def time_other_points(source: Source, session: Any, candidate: Any, optimized: Graph, options: OptimizeOptions,
-                      scratch: str, figures: VerifyFigures) -> str:
+def time_other_points(source: Source, session: Any, candidate: Any, fresh: Callable[[str], Any],
+                      options: OptimizeOptions, figures: VerifyFigures) -> str:
     """The A/B at every profile point after the first, once the first found the optimized model faster
     (recorded in ``figures.profile_points`` with the first); the points where the optimized model was not
     faster, in words ("" when none)."""
@@ -597,7 +598,7 @@ def time_other_points(source: Source, session: Any, candidate: Any, optimized: G
         feeds = _point_feeds(source, session, point, options.seed)
         if feeds is None:
             continue
-        ab = decide_ab(session, candidate, feeds, fresh_sessions(source, optimized, options, scratch))
+        ab = decide_ab(session, candidate, feeds, fresh)
         figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
                                        "latency_after_ms": ab.b_median * 1e3, "faster": ab.b_is_faster()})
         if not ab.b_is_faster():

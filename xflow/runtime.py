@@ -142,9 +142,13 @@ def signed_rank_p(diffs: Sequence[float]) -> float:
     A zero difference counts as negative (a tie is no evidence for B)."""
     if not diffs:
         return 1.0
+    return _rank_sum_cdf(len(diffs), _lost_rank_sum(diffs))
+
+
+def _lost_rank_sum(diffs: Sequence[float]) -> int:
+    """The sum of the ranks of |d| (1 the smallest, ties in input order) of the differences at or below 0."""
     order = sorted(range(len(diffs)), key=lambda i: abs(diffs[i]))
-    negative = sum(rank + 1 for rank, i in enumerate(order) if diffs[i] <= 0)
-    return _rank_sum_cdf(len(diffs), negative)
+    return sum(rank + 1 for rank, i in enumerate(order) if diffs[i] <= 0)
 
 
 def _rank_sum_cdf(n: int, w: int) -> float:
@@ -235,14 +239,12 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
     planned = max(min_pairs, min(max_pairs, int(pairs_budget_s / max(per_pair, 1e-9))))
     critical = _critical_rank_sum(planned, level)
     while len(results) < planned:
-        decision = ABDecision(tuple(results), planned, level)
-        order = sorted(decision.diffs, key=abs)
-        if sum(rank + 1 for rank, d in enumerate(order) if d <= 0) > critical:
+        if _lost_rank_sum(ABDecision(tuple(results), planned, level).diffs) > critical:
             break  # more pairs can only add ranks above these: the lost ones' rank sum cannot fall to the bound
         first_a = len(results) % 2 == 0
         made = {side: fresh(side) for side in (("a", "b") if first_a else ("b", "a"))}
         results.append(measure_ab(made["a"], made["b"], feeds, **timing))
-        del made
+        del made  # released before the next pair is made: two pairs of a large model need not fit at once
     return ABDecision(tuple(results), planned, level)
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
 
 from generator.enumerate import INPUTS, IntEvaluator, tensor_fp
-from xflow.ops import OPS, ShapeError
+from xflow.ops import OPS, OpDef, ShapeError
 
 #: Rewrites tried from a rule's left-hand side before it counts as not composed (TASO composes two).
 DEFAULT_DEPTH = 2
@@ -113,21 +114,35 @@ def _make(head: str, args: tuple[Term, ...], slot: int) -> Term:
         if head not in _INPUT_SHAPE:
             raise DocError(f"unknown input {head!r}")
         return Term(head, (), -1, head, _INPUT_SHAPE[head], _INPUT_CONST[head])
+    commutative, shapes = _head_shapes(head, tuple(a.shape for a in args))
+    texts = [a.text for a in args]
+    if commutative:
+        texts.sort()
+    text = f"{head}({','.join(texts)})" + (f"#{slot}" if slot >= 0 else "")
+    return Term(head, args, slot, text, shapes[max(slot, 0)], all(a.const for a in args))
+
+
+@cache
+def _head_op(head: str) -> tuple[OpDef, dict[str, Any]]:
+    """The op and normalized attributes of an application's head ``op[k=v,...]`` (parsed once per head: the
+    rewriting builds the same few heads hundreds of thousands of times)."""
     op, attr_text = head.split("[", 1)
     entry = OPS.get(op)
     if entry is None:
         raise DocError(f"unknown op {op!r}")
-    attrs = _attrs(attr_text[:-1])
+    return entry, entry.normalize_attrs(_attrs(attr_text[:-1]))
+
+
+@lru_cache(maxsize=1 << 16)
+def _head_shapes(head: str, arg_shapes: tuple[tuple[int, ...], ...]) -> tuple[bool, tuple[tuple[int, ...], ...]]:
+    """(whether the op is commutative, its output shapes on ``arg_shapes``); DocError when they are
+    ill-formed."""
+    entry, attrs = _head_op(head)
     try:
-        shapes = entry.infer([a.shape for a in args], entry.normalize_attrs(attrs))
+        shapes = entry.infer(list(arg_shapes), attrs)
     except ShapeError as e:
         raise DocError(f"{head}: {e}") from None
-    texts = [a.text for a in args]
-    if entry.commutative:
-        texts.sort()
-    text = f"{head}({','.join(texts)})" + (f"#{slot}" if slot >= 0 else "")
-    shape = tuple(int(d) for d in shapes[max(slot, 0)])
-    return Term(head, args, slot, text, shape, all(a.const for a in args))
+    return entry.commutative, tuple(tuple(int(d) for d in s) for s in shapes)
 
 
 def _parse(text: str, i: int = 0) -> tuple[Term, int]:

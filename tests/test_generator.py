@@ -104,6 +104,18 @@ def test_deterministic_and_every_rule_parses(two):
         assert raw["name"].startswith("g2_")
 
 
+def test_no_candidate_carries_the_same_variant_twice(two):
+    """A pair with nothing to generalize gives one rule as "ranks pinned" and as "literal attributes": the
+    verifier would check it twice and split the candidate's z3 budget with its own copy."""
+    import json
+
+    rules = two["result"].rules
+    assert any(len(r["variants"]) > 1 for r in rules)
+    for r in rules:
+        texts = [json.dumps(v, sort_keys=True) for v in r["variants"]]
+        assert len(set(texts)) == len(texts), r["name"]
+
+
 def test_rules_generalize_shared_attributes(two):
     rules = two["result"].rules
     assert any(n.get("attrs", {}).get("strides") == "?cs" for r in rules for n in r["src"] if n["op"] == "conv")

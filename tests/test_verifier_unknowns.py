@@ -89,3 +89,34 @@ def test_the_wider_check_refutes_a_candidate_claiming_strides_it_was_not_found_a
     assert plain.status == "unknown", plain  # the usual draws (strides 1 and 2) find no counterexample
 
 
+
+
+def _conv1(src: str, kernel: str, out: str, pads: list[int]) -> dict:
+    return {"op": "conv", "in": [src, kernel], "out": [out],
+            "attrs": {"act": "none", "group": 1, "pads": pads, "strides": "?cs"}}
+
+
+def _enlarge_any_kernel() -> dict:
+    """The generator's candidate conv(x, k, no pads) -> conv(x, enlarge(k) to 3x3, pads 1), strides a variable,
+    as it emits it (the general variant, then the same with ranks pinned): true for a 1x1 kernel (its one tap
+    lands on the center), false for a 1x3 or 3x1 one, which enlarge also takes and whose outputs keep their
+    size on some images. The generator names the input k11 but pins no size."""
+    general = _rule([_conv1("i1", "k11", "s0", [0, 0, 0, 0])],
+                    [{"op": "enlarge", "in": ["k11"], "out": ["d0"], "attrs": {"size": [3, 3]}},
+                     _conv1("i1", "d0", "d1", [1, 1, 1, 1])],
+                    {"i1": "any", "k11": "const"}, {"s0": "d1"})
+    general["provenance"] = {"found_on": {"i1": [1, 4, 7, 7], "k11": [4, 4, 1, 1]}}
+    pinned = {**general, "where": ["rank(i1) == 4", "rank(k11) == 4"]}
+    return {**general, "variants": [general, pinned]}
+
+
+def test_the_wider_check_draws_enough_to_refute_a_candidate_that_holds_for_one_kernel_size():
+    """30 usual and 30 wider draws (the check before) left it unknown; WIDE_TRIALS wider draws find a 1x3
+    kernel where the two sides differ."""
+    candidate = _enlarge_any_kernel()
+    plain = verify_candidate(candidate, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
+    assert plain.status == "unknown", plain
+    outcome = verify_candidate(candidate, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
+                               wide_trials=WIDE_TRIALS)
+    assert outcome.status == "refuted" and "wider numeric check" in outcome.reason, outcome
+    assert outcome.rlimit_used == plain.rlimit_used  # the wider check costs no z3 units

@@ -79,6 +79,7 @@ class _Mirror:
         self.memo: dict[str, str] = {}
         self.new_nodes: list[dict[str, Any]] = []
         self.new_inputs: dict[str, str] = {}
+        self.kernel_of: dict[str, str] = {}  # each new vector input -> the kernel input whose channels it has
 
     def vector(self, kernel: str) -> str:
         if kernel in self.memo:
@@ -86,6 +87,7 @@ class _Mirror:
         if kernel in self.inputs:
             name = self.leaf.format(w=kernel)
             self.new_inputs[name] = "const"
+            self.kernel_of[name] = kernel
         else:
             node = self.producer.get(kernel)
             if node is None:
@@ -147,6 +149,7 @@ def _lift(rule: dict[str, Any], kind: str) -> dict[str, Any]:
     leaves = ["b_{w}"] if kind == "bias" else [f"bn_{p}_{{w}}" for p in BN_PARAMS]
     sides = {}
     new_inputs: dict[str, str] = {}
+    kernel_of: dict[str, str] = {}
     for side in ("src", "dst"):
         mirrors = [_Mirror(lifted[side], inputs, where, leaf, allow_linear=kind == "bias") for leaf in leaves]
 
@@ -161,6 +164,7 @@ def _lift(rule: dict[str, Any], kind: str) -> dict[str, Any]:
         sides[side] = _lift_side(lifted[side], mirrors, rewrite_conv)
         for m in mirrors:
             new_inputs.update(m.new_inputs)
+            kernel_of.update(m.kernel_of)
     # a kernel used only in the target would give it an unbound vector input
     src_used = {name for n in sides["src"] for name in n["in"]}
     if any(name not in src_used for name in new_inputs):
@@ -168,6 +172,12 @@ def _lift(rule: dict[str, Any], kind: str) -> dict[str, Any]:
     lifted.update(src=sides["src"], dst=sides["dst"], inputs={**inputs, **new_inputs})
     provenance = dict(lifted.get("provenance", {}))
     provenance["lifted"] = {"from": rule["name"], "by": kind}
+    found_on = provenance.get("found_on")
+    if found_on and all(k in found_on for k in kernel_of.values()):
+        # the numeric check starts from the shapes a rule was found on only when they name every input: the new
+        # vectors have their kernel's output channels (without them most lifts of pad and stride rules had no
+        # valid instance among shapes drawn by role alone)
+        provenance["found_on"] = {**found_on, **{v: [found_on[k][0]] for v, k in kernel_of.items()}}
     lifted["provenance"] = provenance
     lifted["name"] = f"{rule['name']}_{kind}"
     lifted["doc"] = f"{kind}-lifted: {rule.get('doc', '')}"

@@ -126,3 +126,45 @@ def _two_conv_bn_model() -> onnx.ModelProto:
                               [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 4, 8, 8])
                                for i in (1, 2)], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+#: A zero pad (top and left) folded into a grouped conv's pads, as the generator found it (a 4-channel image and a
+#: depthwise kernel): random shapes drawn by role seldom give a kernel that fits the image's channels and groups.
+PAD_INTO_GROUPED_CONV = {
+    "name": "pad_into_grouped_conv", "doc": "", "inputs": {"i1": "any", "kd": "const"},
+    "src": [{"op": "pad", "in": ["i1"], "out": ["s0"], "attrs": {"pads": [0, 0, 1, 1, 0, 0, 1, 1], "value": 0.0}},
+            {"op": "conv", "in": ["s0", "kd"], "out": ["s1"],
+             "attrs": {"act": "none", "group": "?cg", "pads": [0, 0, 0, 0], "strides": "?cs"}}],
+    "dst": [{"op": "conv", "in": ["i1", "kd"], "out": ["d0"],
+             "attrs": {"act": "none", "group": "?cg", "pads": [1, 1, 1, 1], "strides": "?cs"}}],
+    "outputs": {"s1": "d0"},
+    "provenance": {"found_on": {"i1": [1, 4, 7, 7], "kd": [4, 1, 3, 3]}},
+}
+#: conv(x, s * k) -> conv(s * x, k): true, but its bias lift scales the bias on one side only.
+SCALED_KERNEL = {
+    "name": "scaled_kernel", "doc": "", "inputs": {"i1": "any", "kd": "const", "s": "const"},
+    "src": [{"op": "smul", "in": ["kd", "s"], "out": ["s0"]},
+            {"op": "conv", "in": ["i1", "s0"], "out": ["s1"],
+             "attrs": {"act": "none", "group": 4, "pads": "?cp", "strides": "?cs"}}],
+    "dst": [{"op": "smul", "in": ["i1", "s"], "out": ["d0"]},
+            {"op": "conv", "in": ["d0", "kd"], "out": ["d1"],
+             "attrs": {"act": "none", "group": 4, "pads": "?cp", "strides": "?cs"}}],
+    "outputs": {"s1": "d1"},
+    "provenance": {"found_on": {"i1": [1, 4, 7, 7], "kd": [4, 1, 3, 3], "s": []}},
+}
+
+
+def test_lifts_start_from_the_shapes_the_rule_was_found_on():
+    """The new vector inputs get their kernel's output channels in ``found_on``, so the numeric check draws
+    near the generator's shapes: without them these lifts had no valid instance ("unchecked": never shipped,
+    never refuted)."""
+    vectors = {"bias": ["b_kd"], "batchnorm": [f"bn_{p}_kd" for p in ("scale", "shift", "mean", "var")]}
+    for kind, names in vectors.items():
+        lifted = lift_candidate(PAD_INTO_GROUPED_CONV, kind)
+        assert lifted is not None
+        found_on = lifted["provenance"]["found_on"]
+        assert all(found_on[name] == [4] for name in names), found_on
+        outcome = verify_candidate(lifted)
+        assert outcome.status == "proved", (kind, outcome.statuses)
+    outcome = verify_candidate(lift_candidate(SCALED_KERNEL, "bias"))
+    assert outcome.status == "refuted" and "mismatch" in outcome.reason, outcome.statuses

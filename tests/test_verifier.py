@@ -224,3 +224,29 @@ def test_a_proof_with_no_numeric_instance_is_unchecked_not_proved(monkeypatch):
     result = verify_rule(rule)
     assert result.proof.status == "proved" and result.numeric.trials_run == 0
     assert result.status == "unchecked" and not result.ok
+
+
+def _unary_rule(src: list, dst: list, out: str) -> object:
+    return parse_rule({"name": "t", "inputs": {"x": "any"}, "src": src, "dst": dst, "outputs": {"s0": out}})
+
+
+def test_a_target_that_computes_nan_where_the_source_is_finite_is_a_mismatch():
+    """x - x is zero, so the target is 0 / 0: NaN everywhere. A NaN compares false with any tolerance, so the
+    check used to count these instances as agreeing."""
+    zero = {"op": "sub", "in": ["x", "x"], "out": ["d0"]}
+    rule = _unary_rule([{"op": "relu", "in": ["x"], "out": ["s0"]}],
+                       [zero, {"op": "mul", "in": ["x", "d0"], "out": ["d1"]},
+                        {"op": "div", "in": ["d1", "d0"], "out": ["d2"]}], "d2")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = numeric_check(rule, trials=3)
+    assert not result.ok and result.trials_run >= 1 and "mismatch" in result.reason
+
+
+def test_an_instance_outside_the_source_domain_is_no_evidence():
+    """sqrt of a tensor with a negative entry is NaN: such an instance says nothing about the rule (it used to
+    pass as agreeing, and three of the first draws did); only draws with no negative entry count now, a few in 50."""
+    rule = _unary_rule([{"op": "sqrt", "in": ["x"], "out": ["s0"]}],
+                       [{"op": "relu", "in": ["x"], "out": ["d0"]}, {"op": "sqrt", "in": ["d0"], "out": ["d1"]}], "d1")
+    with np.errstate(invalid="ignore"):
+        result = numeric_check(rule, trials=3, attempts=50)
+    assert result.trials_run < 3

@@ -55,13 +55,21 @@ def _to_numpy(a: Any) -> np.ndarray:
 
 
 def _roles(rule: Rule) -> dict[str, str]:
-    """Each rule input's role (the op table's) where the source first reads it."""
+    """Each rule input's role (the op table's) where the source first reads it; an input that reaches a variance
+    through layout ops only (the concat of two batchnorms' variances in a lifted rule) is a variance too, drawn
+    positive like one."""
+    variances: set[str] = set()
+    for node in reversed(rule.src):  # readers before the values they read
+        entry = OPS[node.op]
+        variances.update(name for pos, name in enumerate(node.inputs) if entry.role(pos) == "variance")
+        if entry.family == "layout" and variances.intersection(node.outputs):
+            variances.update(node.inputs)
     roles: dict[str, str] = {}
     for node in rule.src:
         entry = OPS[node.op]
         for pos, name in enumerate(node.inputs):
             if name in rule.inputs and name not in roles:
-                roles[name] = entry.role(pos)
+                roles[name] = "variance" if name in variances else entry.role(pos)
     return roles
 
 
@@ -243,6 +251,10 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
         if shapes[s] != dst_shapes[d]:
             raise _Skip  # the matcher would reject a type change
         a, b = _to_numpy(values[s]), _to_numpy(dst_values[d])
+        if not np.all(np.isfinite(a)):
+            raise _Skip  # outside the source's domain (a negative variance): no evidence either way
+        if not np.all(np.isfinite(b)):
+            return float("inf"), 1.0, {k: v for k, v in shapes.items() if k in rule.inputs}
         if a.size:
             err = max(err, float(np.max(np.abs(a - b))))
             scale = max(scale, float(np.max(np.abs(a))))

@@ -93,7 +93,8 @@ class PlaceSettings:
         "Place IN.onnx zero-shot with this trained policy (.npz; no training).", metavar="FILE"))
     fine_tune: bool = field(default=False, metadata=flag(
         "With --policy: train it further on IN.onnx within --time-limit (from the faster of its own placement "
-        "and the fastest baseline's), or place zero-shot.", switch="--fine-tune/--zero-shot"))
+        "and the fastest baseline's; 35% of the limit training, then the improvement pass, mostly from the "
+        "fastest start), or place zero-shot.", switch="--fine-tune/--zero-shot"))
     zero_shot_samples: int = field(default=1024, metadata=flag(
         "Zero-shot: placements sampled from the policy (plus its most likely one); the fastest in the "
         "simulator is kept. No gradient step on IN.onnx."))

@@ -179,6 +179,11 @@ def run_transfer(args, out: str) -> list[dict]:  # noqa: ANN001
                    "transfer_steps": args.transfer_steps, "train_seconds": train_seconds,
                    "transfer_hint": args.transfer_hint, "transfer_decoder": args.transfer_decoder,
                    "fine_tune_evaluations": tuned.plan.rl["evaluations"],
+                   "fine_tune_train_seconds": tuned.plan.rl["train_seconds"],
+                   "fine_tune_improved_from": tuned.plan.rl.get("improved_from"),
+                   "fine_tune_improve_seconds": tuned.plan.rl.get("improve_seconds"),
+                   "per_graph_improved_from": per_graph.plan.rl.get("improved_from"),
+                   "per_graph_improve_seconds": per_graph.plan.rl.get("improve_seconds"),
                    "per_graph_steps": per_graph.plan.rl["steps"],
                    "per_graph_evaluations": per_graph.plan.rl["evaluations"],
                    **{f"{k}_cpu_seconds": v for k, v in cpu.items()}}

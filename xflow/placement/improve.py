@@ -93,17 +93,20 @@ class Improved:
     start_seconds: float
     seconds: float
     groups: np.ndarray
+    spent: float = 0.0  # time the pass spent from this start, on its clock
 
 
 def improve_all(task: TrainTask, starts: list[Start], sweeps: int = 16, deadline: float = float("inf"),
                 seed: int = 0, progress: Callable[[str], None] | None = None,
-                clock: Callable[[], float] = time.perf_counter) -> list[Improved]:
+                clock: Callable[[], float] = time.perf_counter, first_share: float = 0.0) -> list[Improved]:
     """Run ``improve`` from every distinct start, fastest first, so that the plan can keep the best whatever
     it started from (a learned placement or a heuristic's). Infeasible starts are skipped when a feasible
     one exists (a descent over constant infeasible times has no slope); single-device starts with the same
     step time are taken once (on identical devices they are one placement relabelled). Each start gets an equal
     share of the time left before ``deadline`` (on ``clock``); a start that converges early leaves its rest to
-    the next."""
+    the next. With ``first_share`` > 0 the fastest start gets that share of the time left when the pass begins
+    and the others share the rest equally: where one start is far ahead (a fine-tuned policy's placement), a
+    longer descent from it pays more than short ones from every start."""
     feasible = [s for s in starts if s.seconds < INFEASIBLE_SECONDS]
     chosen: list[Start] = []
     seen_times: set[float] = set()
@@ -119,13 +122,15 @@ def improve_all(task: TrainTask, starts: list[Start], sweeps: int = 16, deadline
         chosen.append(s)
     results: list[Improved] = []
     for i, s in enumerate(chosen):
-        left = deadline - clock()
+        began = clock()
+        left = deadline - began
         if left <= 0:
             break
         if progress:
             best = min([s.seconds, *(r.seconds for r in results)])
             progress(f"improving from {s.name} ({i + 1}/{len(chosen)}), best {best * 1e3:.3f} ms")
-        seconds, groups = improve(task, s.groups, sweeps, left / (len(chosen) - i), seed=seed, clock=clock)
+        share = left * first_share if i == 0 and first_share > 0 and len(chosen) > 1 else left / (len(chosen) - i)
+        seconds, groups = improve(task, s.groups, sweeps, share, seed=seed, clock=clock)
         results.append(Improved(s.name, s.seconds, min(seconds, s.seconds), groups if seconds <= s.seconds
-                                else s.groups))
+                                else s.groups, clock() - began))
     return results

@@ -27,7 +27,11 @@ class PlaceOptions:
     REINFORCE: it searches from where the heuristics end rather than from uniform random placements. With
     ``fine_tune`` a given ``policy`` is trained further on the graph within the time limit
     (``fine_tune_options``) instead of placing zero-shot: it starts from the fastest of its own placements
-    (the most likely one and ``zero_shot_samples`` sampled) and the baselines'.
+    (the most likely one and ``zero_shot_samples`` sampled) and the baselines'; it spends
+    ``fine_tune_improve_share`` of the time limit (not ``improve_share``) on the improvement pass, and that pass
+    gives the fastest start ``fine_tune_focus`` of its time (the transferred policy's placement starts far ahead
+    of the heuristics', and a long descent from it gains more than more REINFORCE steps or short descents from
+    every start: docs/lab-notes/2026-11-25-placement-finetune.md).
     ``transfer_hint``: what a policy trained by ``train_across`` reads besides the graph ("" nothing,
     ``HINT_FASTEST_BASELINE`` the fastest baseline's placement; see ``Policy.hint``); ``transfer_decoder``:
     how it draws a placement (``DECODER_SCHEDULE`` group by group reading the partial schedule, the default;
@@ -39,6 +43,8 @@ class PlaceOptions:
     time_limit: float = 60.0
     improve_share: float = 0.35
     improve_sweeps: int = 16
+    fine_tune_improve_share: float = 0.65
+    fine_tune_focus: float = 0.7
     sim_params: SimParams = field(default_factory=SimParams)
     policy: Policy | None = None
     zero_shot_samples: int = 1024
@@ -87,7 +93,8 @@ class PlaceSettings:
         "Place IN.onnx zero-shot with this trained policy (.npz; no training).", metavar="FILE"))
     fine_tune: bool = field(default=False, metadata=flag(
         "With --policy: train it further on IN.onnx within --time-limit (from the faster of its own placement "
-        "and the fastest baseline's), or place zero-shot.", switch="--fine-tune/--zero-shot"))
+        "and the fastest baseline's; 35% of the limit training, then the improvement pass, mostly from the "
+        "fastest start), or place zero-shot.", switch="--fine-tune/--zero-shot"))
     zero_shot_samples: int = field(default=1024, metadata=flag(
         "Zero-shot: placements sampled from the policy (plus its most likely one); the fastest in the "
         "simulator is kept. No gradient step on IN.onnx."))

@@ -67,7 +67,8 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     then the improvement pass from every candidate (RL's best and each baseline's). The plan holds the
     fastest of them all, so it is never slower than a baseline the report prints. With
     ``options.time_limit`` > 0 the whole planning fits in it: training stops at ``1 - improve_share`` of
-    it and the improvement pass gets the rest, read on ``options.train.clock`` (wall time by default).
+    it and the improvement pass gets the rest, read on ``options.train.clock`` (wall time by default); a
+    fine-tune gives the improvement pass ``fine_tune_improve_share`` instead, most of it from the fastest start.
     Measuring node costs comes first and is not counted."""
     opts = options or PlaceOptions()
     clock = opts.train.clock
@@ -85,7 +86,9 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     if opts.policy is not None and opts.policy.hint:
         task.hint = hint_of(opts.policy.hint, grouping, plans, baselines)
     rl: dict = {"groups": grouping.count}
-    train_until = started + budget * (1 - opts.improve_share if opts.improve_sweeps > 0 else 1.0)
+    fine_tuning = opts.policy is not None and opts.fine_tune
+    improve_share = opts.fine_tune_improve_share if fine_tuning else opts.improve_share
+    train_until = started + budget * (1 - improve_share if opts.improve_sweeps > 0 else 1.0)
 
     def train_options() -> TrainOptions:
         """``opts.train`` with the time left for training now (within the planning time limit)."""
@@ -95,7 +98,7 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         return replace(opts.train, time_limit=min(opts.train.time_limit or left, left))
 
     report = (lambda step, best: progress(f"training: step {step}, best {best * 1e3:.3f} ms")) if progress else None
-    if opts.policy is not None and opts.fine_tune:
+    if fine_tuning:
         # the transferred policy's own placement (the fastest of its most likely one and ``zero_shot_samples``
         # sampled, as zero-shot) and the fastest baseline's are both starts: imitation moves the per-group logits
         # onto the faster one, the shared network keeps what transfer learnt
@@ -134,8 +137,10 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
         plans["rl"] = rl_plan
     if opts.improve_sweeps > 0:
         starts = [Start(k, candidates[k], grouping.project(plans[k])) for k in candidates]
-        improved = improve_all(task, starts, opts.improve_sweeps, deadline, opts.train.seed, progress, clock)
+        improved = improve_all(task, starts, opts.improve_sweeps, deadline, opts.train.seed, progress, clock,
+                               opts.fine_tune_focus if fine_tuning else 0.0)
         rl["improved_from"] = {r.start: float(r.seconds) for r in improved}
+        rl["improve_seconds"] = {r.start: round(r.spent, 3) for r in improved}
         for r in improved:
             candidates[f"{r.start}+improve"] = float(r.seconds)
             plans[f"{r.start}+improve"] = grouping.expand(r.groups)

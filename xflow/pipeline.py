@@ -196,6 +196,11 @@ class Source:
         return {**shapes, **{k: v for k, v in self.measuring.items() if k not in shapes}}
 
     @property
+    def runnable(self) -> str | onnx.ModelProto:
+        """What ONNX Runtime opens for the original: its file when there is one, else the ModelProto."""
+        return self.path if self.path is not None else self.proto
+
+    @property
     def copyable(self) -> bool:
         """True when writing the original means copying its file byte for byte (its weights are in it)."""
         return self.path is not None and not (self.graph.context is not None and self.graph.context.external_data)
@@ -257,8 +262,7 @@ def run_original(source: Source, options: OptimizeOptions) -> OriginalRun:
     without a kernel, an opset newer than ORT, inputs that random values cannot fill), XflowError naming
     ``--inputs`` when the user's inputs do not fit it."""
     try:
-        session = make_session(source.path if source.path is not None else source.proto, options.provider,
-                               options.threads)
+        session = make_session(source.runnable, options.provider, options.threads)
         feeds = read_inputs(options.inputs_npz) if options.inputs_npz else \
             random_feeds(session, options.seed, source.measuring)
         return OriginalRun(session, feeds, session.run(None, feeds))
@@ -305,8 +309,7 @@ def fresh_sessions(source: Source, make_optimized: Callable[[], Any], options: O
     """``decide_ab``'s maker of fresh sessions: "a" the original, "b" the optimized graph."""
     def make(side: str) -> Any:
         if side == "a":
-            return make_session(source.path if source.path is not None else source.proto, options.provider,
-                                options.threads)
+            return make_session(source.runnable, options.provider, options.threads)
         return make_optimized()
     return make
 
@@ -500,7 +503,7 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
     if options.verify:
         try:
             checked = verify_against_original(
-                source.path if source.path is not None else source.proto, original.session, candidate,
+                source.runnable, original.session, candidate,
                 original.feeds, "--inputs" if options.inputs_npz else f"seed {options.seed}", options.seed,
                 source.measuring, options.provider, options.threads)
         except EquivalenceError as exc:

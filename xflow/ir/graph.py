@@ -333,17 +333,13 @@ class Graph:
         readers = Counter(i for n in self.nodes for i in (*n.inputs, *n.implicit))
         outputs = set(self.outputs)
         dead: set[int] = set()
-        changed = True
-        while changed:
-            changed = False
-            for k in range(len(self.nodes) - 1, -1, -1):
-                node = self.nodes[k]
-                if k in dead or not node.is_opaque or any(readers[o] or o in outputs for o in node.outputs if o):
-                    continue
-                dead.add(k)
-                changed = True
-                for i in (*node.inputs, *node.implicit):
-                    readers[i] -= 1
+        for k in range(len(self.nodes) - 1, -1, -1):  # readers come after (topological order): one pass
+            node = self.nodes[k]
+            if not node.is_opaque or any(readers[o] or o in outputs for o in node.outputs if o):
+                continue
+            dead.add(k)
+            for i in (*node.inputs, *node.implicit):
+                readers[i] -= 1
         return dead
 
     def opaque_computing(self) -> list[Node]:

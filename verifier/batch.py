@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.numeric import XP, numeric_check
-from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, prepare, prove_rule
+from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, prepare, prove_rule
 from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
@@ -98,6 +98,7 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
 
     settled: set[int] = set()
     encoded: dict[int, Any] = {}  # each variant encoded once, whatever the number of rounds it takes part in
+    context: ProofContext | None = None  # one z3 context for all the candidate's proofs, made at the first
     for step in (*(s for s in rounds if s < rlimit), None):
         if step is None:  # the last round splits what is left among the checked variants: check them all
             open_ = [p for p in parsed if p[0] not in settled and passes(*p)]
@@ -116,7 +117,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
                 budget = left if position == len(open_) - 1 else max(1, left // 2)
             if index not in encoded:
                 encoded[index] = prepare(rule)
-            proof = prove_rule(rule, budget, guard_s=guard_s, prepared=encoded[index])
+            context = ProofContext() if context is None else context
+            proof = prove_rule(rule, budget, guard_s=guard_s, prepared=encoded[index], context=context)
             outcome.z3_seconds += proof.seconds
             outcome.rlimit_used += proof.rlimit_used
             outcome.statuses.append(f"{proof.status}: {proof.reason}")

@@ -56,21 +56,28 @@ def _to_numpy(a: Any) -> np.ndarray:
 
 
 def _roles(rule: Rule) -> dict[str, str]:
-    """Each rule input's role (the op table's) where the source first reads it; an input that reaches a variance
-    through layout ops only (the concat of two batchnorms' variances in a lifted rule) is a variance too, drawn
-    positive like one."""
-    variances: set[str] = set()
+    """Each rule input's role (the op table's) where the source first reads it. An input read where any tensor
+    goes (a layout op's operand) that reaches a position of a stated role through layout ops only takes that
+    role: the kernels concatenated before a conv are kernels, the concatenated variances of two batchnorms in a
+    lifted rule are variances (drawn positive)."""
+    reached: dict[str, str] = {}
     for node in reversed(rule.src):  # readers before the values they read
         entry = OPS[node.op]
-        variances.update(name for pos, name in enumerate(node.inputs) if entry.role(pos) == "variance")
-        if entry.family == "layout" and variances.intersection(node.outputs):
-            variances.update(node.inputs)
+        for pos, name in enumerate(node.inputs):
+            if entry.role(pos) != "any":
+                reached.setdefault(name, entry.role(pos))
+            elif entry.family == "layout":
+                passed = [reached[o] for o in node.outputs if o in reached]
+                if passed:
+                    reached.setdefault(name, passed[0])
     roles: dict[str, str] = {}
     for node in rule.src:
         entry = OPS[node.op]
         for pos, name in enumerate(node.inputs):
             if name in rule.inputs and name not in roles:
-                roles[name] = "variance" if name in variances else entry.role(pos)
+                role = entry.role(pos)
+                roles[name] = ("variance" if reached.get(name) == "variance"
+                               else reached.get(name, role) if role == "any" else role)
     return roles
 
 
@@ -210,17 +217,35 @@ def _normalized(op: str, attrs: dict[str, Any]) -> Any:
     return _normalized_items(op, items)
 
 
-def _run(xp: Any, op: str, attrs: dict[str, Any], arrays: list[Any], shapes: dict[str, tuple[int, ...]],
-         inputs: tuple[str, ...], outputs: tuple[str, ...], values: dict[str, Any]) -> None:
-    entry = OPS[op]
+def _infer(op: str, attrs: dict[str, Any], shapes: dict[str, tuple[int, ...]], inputs: tuple[str, ...],
+           outputs: tuple[str, ...], fresh: set[str] | None = None) -> Any:
+    """``op``'s normalized attributes, its output shapes recorded in ``shapes`` (ShapeError / _Skip when the
+    instance does not apply). Inputs in ``fresh`` (read by no earlier op) that the shape rule refuses are fitted
+    to it once (``OpDef.fit_inputs``): most random draws fail on a kernel's channels or a split's sizes."""
     normal = _normalized(op, attrs)
-    out_shapes = entry.infer([shapes[i] for i in inputs], normal)
+    entry = OPS[op]
+    ins = [shapes[i] for i in inputs]
+    try:
+        out_shapes = entry.infer(ins, normal)
+    except ShapeError:
+        free = frozenset(pos for pos, name in enumerate(inputs) if fresh and name in fresh
+                         and inputs.count(name) == 1)
+        fitted = entry.fit_inputs(ins, normal, free) if free else None
+        if fitted is None or fitted == ins:
+            raise
+        out_shapes = entry.infer(fitted, normal)
+        shapes.update((inputs[pos], tuple(fitted[pos])) for pos in free)
     if len(out_shapes) != len(outputs):
         raise _Skip
-    outs = entry.evaluate(xp, arrays, normal)
-    for name, shape, arr in zip(outputs, out_shapes, outs, strict=True):
-        shapes[name] = shape
-        values[name] = arr
+    shapes.update(zip(outputs, out_shapes, strict=True))
+    return normal
+
+
+def _run(xp: Any, steps: list[tuple[PatternNode, Any]], values: dict[str, Any]) -> None:
+    """Evaluate the nodes of ``steps`` (each with its normalized attributes) into ``values``."""
+    for node, normal in steps:
+        outs = OPS[node.op].evaluate(xp, [values[i] for i in node.inputs], normal)
+        values.update(zip(node.outputs, outs, strict=True))
 
 
 def _near(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -240,33 +265,43 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
         shapes = {name: _shape(rng, roles.get(name, "any"), wide) for name in rule.inputs}
         for name, kernel in anchors.items():
             shapes[name] = (shapes[kernel][0],)
-    # variances are positive: BatchNormalization takes the square root of var + epsilon
-    values: dict[str, Any] = {name: xp.asarray(rng.uniform(0.5, 1.5, size=shapes[name]) if roles.get(name) == "variance"
-                                               else rng.uniform(-1.0, 1.0, size=shapes[name])) for name in rule.inputs}
+    # Shapes first, values only for an instance whose shapes hold on both sides: most draws are invalid (a
+    # kernel's channels that do not meet its image), and drawing their tensors and running their kernels was
+    # most of the check's time.
     variables: dict[str, Any] = {}
     try:
+        src: list[tuple[PatternNode, Any]] = []
+        fresh = set(rule.inputs)
         for node in rule.src:
             attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables, defining, shapes, wide)
-            _run(xp, node.op, attrs, [values[i] for i in node.inputs], shapes, node.inputs, node.outputs, values)
+            src.append((node, _infer(node.op, attrs, shapes, node.inputs, node.outputs, fresh)))
+            fresh.difference_update(node.inputs)
         env = ShapeEnv(variables, shapes)
         for cond in rule.where:
             if not cond.evaluate(env):
                 raise _Skip
-        dst_shapes, dst_values = dict(shapes), dict(values)
+        dst_shapes = dict(shapes)
+        dst: list[tuple[PatternNode, Any]] = []
         for node in rule.dst:
             local = ShapeEnv(variables, dst_shapes)
-            attrs = {k: evaluate_template(t, local) for k, t in node.attrs.items()}
-            attrs = _in_float64(node.op, attrs)
-            _run(xp, node.op, attrs, [dst_values[i] for i in node.inputs], dst_shapes, node.inputs, node.outputs,
-                 dst_values)
+            attrs = _in_float64(node.op, {k: evaluate_template(t, local) for k, t in node.attrs.items()})
+            dst.append((node, _infer(node.op, attrs, dst_shapes, node.inputs, node.outputs)))
+        if any(shapes[s] != dst_shapes[d] for s, d in rule.outputs.items()):
+            raise _Skip  # the matcher would reject a type change
+        # variances are positive: BatchNormalization takes the square root of var + epsilon
+        values: dict[str, Any] = {name: xp.asarray(rng.uniform(0.5, 1.5, size=shapes[name])
+                                                   if roles.get(name) == "variance"
+                                                   else rng.uniform(-1.0, 1.0, size=shapes[name]))
+                                  for name in rule.inputs}
+        _run(xp, src, values)
+        dst_values = dict(values)
+        _run(xp, dst, dst_values)
     except (ShapeError, ExprError, IndexError, TypeError, ZeroDivisionError, KeyError, ValueError) as exc:
         if isinstance(exc, _Cannot):
             raise
         raise _Skip from exc
     err, scale = 0.0, 1.0
     for s, d in rule.outputs.items():
-        if shapes[s] != dst_shapes[d]:
-            raise _Skip  # the matcher would reject a type change
         a, b = _to_numpy(values[s]), _to_numpy(dst_values[d])
         if not np.all(np.isfinite(a)):
             raise _Skip  # outside the source's domain (a negative variance): no evidence either way

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -98,6 +98,28 @@ def rlimit_count(solver: z3.Solver) -> int:
     return int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else 0
 
 
+@dataclass
+class ProofContext:
+    """The z3 context of one candidate's proofs (every variant, round and axiom set of it), each axiom translated
+    into it once. z3's search depends on the terms its context already holds (their ids order the
+    instantiations), so a context shared with other candidates would make whether a rule is proved depend on which
+    rules were proved before it in that process; one per candidate makes the answer depend on the candidate alone,
+    and spares the context's creation (a few ms, as long as a small proof) for each of its attempts."""
+
+    ctx: z3.Context = field(default_factory=z3.Context)
+    translated: dict[str, z3.BoolRef] = field(default_factory=dict)
+    #: the context's resource count so far (z3 counts per context, across its solvers)
+    count: int = 0
+
+    def formulas(self, axioms: tuple[Axiom, ...]) -> list[z3.BoolRef]:
+        """``axioms`` in this context, in their order."""
+        missing = [a for a in axioms if a.name not in self.translated]
+        if missing:
+            for axiom, formula in zip(missing, _formulas(tuple(missing)), strict=True):
+                self.translated[axiom.name] = formula.translate(self.ctx)
+        return [self.translated[a.name] for a in axioms]
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A rule's z3 encoding and relevant axioms (in the global context), or why it cannot be encoded: computed
@@ -119,7 +141,7 @@ def prepare(rule: Rule, axioms: tuple[Axiom, ...] = AXIOMS) -> Prepared:
 
 def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ...] = AXIOMS,
                guard_s: float | None = DEFAULT_GUARD_S, relevant_only: bool = True,
-               prepared: Prepared | None = None) -> ProofResult:
+               prepared: Prepared | None = None, context: ProofContext | None = None) -> ProofResult:
     """Prove every mapped output of ``rule`` equal under the axioms and the rule's where conditions.
 
     With ``relevant_only`` z3 gets the axioms relevant to the rule (``verifier.relevance``) first, and all of
@@ -128,7 +150,8 @@ def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ..
     ``rlimit`` z3 resource units (shared by all outputs). ``sat`` gives "refuted" (a model of the axioms where
     the rule fails: usually only a sign that an axiom is missing); a spent budget gives "unknown"; the
     wall-clock ``guard_s`` gives "timeout". ``rlimit_used`` counts every attempt. ``prepared`` (from
-    ``prepare(rule, axioms)``) skips the encoding; the answer is the same.
+    ``prepare(rule, axioms)``) skips the encoding; the answer is the same. ``context`` is the candidate's z3
+    context (default: a fresh one): the answer depends on the proofs made in it before, never on others.
     """
     start = time.monotonic()
     if prepared is None:
@@ -137,21 +160,19 @@ def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ..
         return ProofResult("unsupported", time.monotonic() - start, prepared.unsupported)
     enc = prepared.enc
     relevant = prepared.relevant if relevant_only else axioms
-    first = _prove_with(enc, rlimit, relevant, guard_s, start)
+    context = ProofContext() if context is None else context
+    first = _prove_with(enc, rlimit, relevant, guard_s, start, context)
     if first.status != "refuted" or len(relevant) == len(axioms):
         return first
     # a model of some axioms need not be one of all of them: only the full set may refute
-    again = _prove_with(enc, rlimit, axioms, guard_s, start)
+    again = _prove_with(enc, rlimit, axioms, guard_s, start, context)
     return ProofResult(again.status, again.seconds, f"{again.reason} (with every axiom: the {len(relevant)} "
                        f"relevant ones gave a countermodel)", first.rlimit_used + again.rlimit_used)
 
 
 def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float | None,
-                start: float) -> ProofResult:
-    # A fresh context per rule: z3's search depends on the terms its context already holds (their ids order
-    # the instantiations), so in a shared context whether a rule is proved within its budget would depend on
-    # which rules were proved before it.
-    ctx = z3.Context()
+                start: float, context: ProofContext) -> ProofResult:
+    ctx = context.ctx
     fired = threading.Event()
 
     def interrupt() -> None:
@@ -163,7 +184,7 @@ def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float
         watchdog.daemon = True
         watchdog.start()
     try:
-        result = _prove_goals(enc, ctx, axioms, start, rlimit, fired)
+        result = _prove_goals(enc, context, axioms, start, rlimit, fired)
     finally:
         if watchdog is not None:
             watchdog.cancel()
@@ -173,11 +194,12 @@ def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float
     return result
 
 
-def _prove_goals(enc: Any, ctx: Any, axioms: tuple[Axiom, ...], start: float, rlimit: int,
+def _prove_goals(enc: Any, context: ProofContext, axioms: tuple[Axiom, ...], start: float, rlimit: int,
                  guard_fired: threading.Event) -> ProofResult:
-    formulas = [f.translate(ctx) for f in _formulas(axioms)]
+    ctx = context.ctx
+    formulas = context.formulas(axioms)
     hypotheses = [h.translate(ctx) for h in enc.hypotheses]
-    used = 0
+    base, used = context.count, 0  # the context's count before this proof, and what this proof spent
 
     def result(status: str, reason: str) -> ProofResult:
         return ProofResult(status, time.monotonic() - start, reason, used)
@@ -200,7 +222,8 @@ def _prove_goals(enc: Any, ctx: Any, axioms: tuple[Axiom, ...], start: float, rl
                     answer = solver.check()
                 except z3.Z3Exception as exc:  # e.g. z3's memory limit in a verifier worker
                     return result("unknown", f"output {s} -> {d}: z3 failed: {exc}")
-                used = max(used, rlimit_count(solver))
+                context.count = max(context.count, rlimit_count(solver))
+                used = context.count - base
                 if answer == z3.sat and not mbqi:
                     answer = z3.unknown  # E-matching alone does not instantiate enough to refute
                 if answer != z3.unknown or guard_fired.is_set():

@@ -128,6 +128,10 @@ class ShapeFacts(Protocol):
 #: The facts an application of the op guarantees about its inputs' shapes in a valid graph, as terms of
 #: ``ShapeFacts`` (the z3 side of the numpy shape rule): (shape terms, attributes, input tensors) -> facts.
 Facts = Callable[[ShapeFacts, Mapping[str, Any], Sequence[Any]], list[Any]]
+#: The numeric check's repair of a random draw the shape rule refused: (input shapes, attributes, the input
+#: positions it may change) -> input shapes the rule accepts, or None when it knows none. The positions are the
+#: rule inputs no earlier op of the draw read, so a change cannot undo what an earlier op checked.
+Fit = Callable[[Sequence[Shape], Attrs, frozenset[int]], list[Shape] | None]
 #: Turns a menu entry into attributes on the operand shapes, or None when the entry does not apply there.
 MenuResolver = Callable[[dict[str, Any], Sequence[Shape]], dict[str, Any] | None]
 
@@ -188,6 +192,9 @@ class OpDef:
     # the ONNX domain of ``onnx_types``: "" (the standard operators) or an ONNX Runtime contrib domain
     # ("com.microsoft") for a fused kernel whose meaning is its decomposition
     domain: str = ""
+    # how the numeric check repairs a draw of input shapes this op refuses (None: elementwise ops give a free
+    # operand another operand's shape, see ``fit_inputs``; other ops keep the draw)
+    fit: Fit | None = None
 
     def channel_params_along(self, axis: int) -> tuple[int, ...]:
         """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``
@@ -197,6 +204,18 @@ class OpDef:
     def __post_init__(self) -> None:
         if self.family and self.family not in FAMILIES:
             raise ValueError(f"{self.name}: family {self.family!r} is not one of {FAMILIES}")
+
+    def fit_inputs(self, shapes: Sequence[Shape], attrs: Attrs, free: frozenset[int]) -> list[Shape] | None:
+        """Input shapes near ``shapes`` that the shape rule may accept, changing only the positions in ``free``
+        (see ``Fit``); None when the op knows no repair."""
+        if not free:
+            return None
+        if self.fit is not None:
+            return self.fit(shapes, attrs, free)
+        fixed = [s for i, s in enumerate(shapes) if i not in free]
+        if not self.elementwise or not fixed:
+            return None
+        return [fixed[0] if i in free else s for i, s in enumerate(shapes)]
 
     def role(self, position: int) -> Role:
         """What input ``position`` holds (see ``Role``)."""

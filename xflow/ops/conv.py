@@ -158,6 +158,23 @@ def conv_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     return [(x[0], w[0]) + window_output("conv", x[2:], w[2:], attrs["strides"], attrs["pads"])]
 
 
+def conv_fit(shapes: Sequence[Shape], attrs: Attrs, free: frozenset[int]) -> list[Shape] | None:
+    """A free kernel's input channels (and output channels, a multiple of the group) fitted to the image, or a free
+    image's channels to the kernel; a free bias to the kernel's output channels."""
+    x, w = tuple(shapes[0]), tuple(shapes[1])
+    group = attrs["group"]
+    if len(x) != 4 or len(w) != 4 or group < 1:
+        return None
+    if 1 in free and x[1] % group == 0:
+        w = (w[0] if w[0] % group == 0 else group * max(1, w[0] // group), x[1] // group, *w[2:])
+    elif 0 in free and w[0] % group == 0:
+        x = (x[0], w[1] * group, *x[2:])
+    out = [x, w, *shapes[2:]]
+    if len(shapes) > 2 and 2 in free:
+        out[2] = (w[0],)
+    return out
+
+
 def _conv_linear(xp, a, attrs):
     x, w = a[0], a[1]
     group = attrs["group"]
@@ -338,7 +355,7 @@ CONV = OpDef(
            AttrSpec("act", "none", ("none", "relu"), z3="choice", sample=one_of("none", "relu"))),
     shape=conv_shape, kernel=_conv, int_kernel=_conv_int, decode=decode_conv, encode=encode_conv,
     doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv",
-    roles=("image", "kernel", "bias"), facts=conv_facts, family="convolution",
+    roles=("image", "kernel", "bias"), facts=conv_facts, family="convolution", fit=conv_fit,
     menu=Menu(tuple({"strides": (s, s), "padding": p, "act": a, "group": g}
                     for s in (1, 2) for p in ("same", "valid") for a in ("none", "relu") for g in ("1", "depthwise"))
               # the paddings exports make explicit before strided convs (a Pad node to fold into the conv)

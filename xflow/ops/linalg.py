@@ -39,6 +39,18 @@ def matmul_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     return [batch + (a[-2], b[-1])]
 
 
+def matmul_fit(shapes: Sequence[Shape], attrs: Attrs, free: frozenset[int]) -> list[Shape] | None:
+    """A free operand's inner dim fitted to the other's."""
+    a, b = tuple(shapes[0]), tuple(shapes[1])
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if 1 in free:
+        return [a, b[:-2] + (a[-1], b[-1])]
+    if 0 in free:
+        return [a[:-1] + (b[-2],), b]
+    return None
+
+
 def _matmul(xp, a, attrs):
     return [xp.matmul(a[0], a[1])]
 
@@ -145,7 +157,7 @@ MATMUL = OpDef(
     flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * ins[0][-1],
     doc="batched matrix multiply (numpy.matmul semantics, rank >= 2)", z3_symbol="matmul",
     roles=("matrix", "matrix"),
-    facts=matmul_facts, menu=Menu(arity=2), family="matrix")
+    facts=matmul_facts, menu=Menu(arity=2), family="matrix", fit=matmul_fit)
 
 TRANSPOSE = OpDef(
     name="transpose", onnx_types=("Transpose",), min_inputs=1, max_inputs=1,

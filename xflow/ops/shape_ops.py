@@ -39,6 +39,17 @@ def concat_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     return [first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1:]]
 
 
+def concat_fit(shapes: Sequence[Shape], attrs: Attrs, free: frozenset[int]) -> list[Shape] | None:
+    """Free inputs given a fixed input's dims off the axis (the first input's when all are free), keeping their own
+    size along it."""
+    axis = attrs["axis"]
+    reference = next((tuple(s) for i, s in enumerate(shapes) if i not in free), tuple(shapes[0]))
+    if not 0 <= axis < len(reference):
+        return None
+    return [reference[:axis] + (s[axis] if axis < len(s) else reference[axis],) + reference[axis + 1:]
+            if i in free else s for i, s in enumerate(shapes)]
+
+
 def _axis_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
     axis = attrs.get("axis")
     if axis is None:
@@ -82,6 +93,15 @@ def split_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     if any(s < 0 for s in sizes) or sum(sizes) != x[axis]:
         raise ShapeError(f"split: sizes {sizes} do not add up to dim {x[axis]} of {x}")
     return [x[:axis] + (s,) + x[axis + 1:] for s in sizes]
+
+
+def split_fit(shapes: Sequence[Shape], attrs: Attrs, free: frozenset[int]) -> list[Shape] | None:
+    """A free input's dim along the axis made the sizes' sum."""
+    (x,) = shapes
+    axis, sizes = attrs["axis"], attrs["split"]
+    if 0 not in free or not 0 <= axis < len(x):
+        return None
+    return [tuple(x[:axis]) + (sum(sizes),) + tuple(x[axis + 1:])]
 
 
 def split_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> list[Any]:
@@ -289,7 +309,7 @@ CONCAT = OpDef(
     attrs=(AXIS,),
     shape=concat_shape, kernel=lambda xp, a, attrs: [xp.concatenate(list(a), axis=attrs["axis"])],
     decode=decode_concat, encode=encode_concat, doc="concatenate along axis", z3_symbol="concat",
-    facts=concat_facts, menu=Menu(({"axis": 0}, {"axis": 1}), arity=2), family="layout")
+    facts=concat_facts, menu=Menu(({"axis": 0}, {"axis": 1}), arity=2), family="layout", fit=concat_fit)
 
 SPLIT = OpDef(
     name="split", onnx_types=("Split",), min_inputs=1, max_inputs=1,
@@ -297,7 +317,7 @@ SPLIT = OpDef(
     shape=split_shape, kernel=_split, decode=decode_split,
     encode=encode_split, num_outputs=lambda attrs: len(attrs["split"]), doc="split along axis into sizes",
     z3_symbol="split", facts=split_facts, menu=Menu(({"axis": 0}, {"axis": 1}), resolve=_menu_halves),
-    family="layout")
+    family="layout", fit=split_fit)
 
 RESHAPE = OpDef(
     name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1,

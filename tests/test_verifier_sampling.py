@@ -1,0 +1,78 @@
+"""The numeric check's draws fitted to the ops that refuse them; proofs that depend on their candidate only."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
+from verifier import numeric_check
+from verifier.batch import GENERATION_ROUNDS, verify_candidate
+from verifier.prove import GENERATION_RLIMIT
+from xflow.ops import OPS, ShapeError
+from xflow.ops.base import OpDef
+from xflow.rules import parse_rule
+
+#: Kernels concatenated along their output channels before a conv = the convs' outputs concatenated: the kernel
+#: is read by the concat first (a layout op), so it is drawn as a kernel only because it reaches the conv's
+#: kernel position, and its input channels meet the image only when drawn to.
+CONCAT_KERNELS = {
+    "name": "conv_of_concatenated_kernels",
+    "doc": "conv(x, concat(k, k)) -> concat(conv(x, k), conv(x, k))",
+    "inputs": {"x": "any", "k": "const"},
+    "src": [{"op": "concat", "in": ["k", "k"], "out": ["kk"], "attrs": {"axis": 0}},
+            {"op": "conv", "in": ["x", "kk"], "out": ["y"], "attrs": {"group": 1, "act": "none"}}],
+    "dst": [{"op": "conv", "in": ["x", "k"], "out": ["c"], "attrs": {"group": 1, "act": "none"}},
+            {"op": "concat", "in": ["c", "c"], "out": ["z"], "attrs": {"axis": 1}}],
+    "outputs": {"y": "z"},
+}
+
+
+def test_draws_are_fitted_to_the_op_that_refuses_them(monkeypatch):
+    rule = parse_rule(CONCAT_KERNELS)
+    fitted = numeric_check(rule, trials=20, attempts=25)
+    assert fitted.ok and fitted.trials_run == 20, fitted
+    monkeypatch.setattr(OpDef, "fit_inputs", lambda self, shapes, attrs, free: None)
+    unfitted = numeric_check(rule, trials=20, attempts=25)
+    assert unfitted.trials_run < 15, unfitted  # an image's channels meet a drawn kernel's about once in three
+
+
+@pytest.mark.parametrize(("op", "shapes", "attrs", "free"), [
+    ("conv", [(1, 4, 5, 5), (2, 1, 3, 3)], {"group": 2}, {1}),  # kernel to the image
+    ("conv", [(1, 4, 5, 5), (2, 1, 3, 3)], {"group": 1}, {0}),  # image to the kernel
+    ("conv", [(1, 4, 5, 5), (3, 1, 1, 1), (1,)], {"group": 2}, {1, 2}),  # output channels a multiple of the group
+    ("split", [(2, 3, 5)], {"axis": 1, "split": (2, 2)}, {0}),
+    ("concat", [(2, 3), (4, 5, 1)], {"axis": 1}, {1}),
+    ("matmul", [(2, 3, 4), (5, 6)], {}, {1}),
+    ("matmul", [(2, 3, 4), (5, 6)], {}, {0}),
+    ("add", [(2, 3), (4, 5)], {}, {1}),
+])
+def test_a_fitted_draw_is_accepted_and_changes_only_free_inputs(op, shapes, attrs, free):
+    entry = OPS[op]
+    normal = entry.normalize_attrs(attrs)
+    with pytest.raises(ShapeError):
+        entry.infer(shapes, normal)
+    fitted = entry.fit_inputs(shapes, normal, frozenset(free))
+    assert fitted is not None
+    entry.infer(fitted, normal)  # accepted
+    assert all(tuple(fitted[i]) == tuple(s) for i, s in enumerate(shapes) if i not in free)
+
+
+def test_no_fit_without_a_free_input():
+    entry = OPS["conv"]
+    normal = entry.normalize_attrs({"group": 1})
+    assert entry.fit_inputs([(1, 4, 5, 5), (2, 1, 3, 3)], normal, frozenset()) is None
+
+
+def test_a_candidates_answer_and_count_do_not_depend_on_the_proofs_before_it():
+    """All of a candidate's proofs share one z3 context of its own: proving others first in the same process
+    changes neither its status nor the resource units it spends."""
+    def run(candidate: dict) -> tuple[str, int]:
+        outcome = verify_candidate({**candidate, "variants": [candidate]}, GENERATION_RLIMIT,
+                                   rounds=GENERATION_ROUNDS)
+        return outcome.status, outcome.rlimit_used
+
+    first = run(CONCAT_SPLIT_CANCEL)
+    for other in (MATMUL_MERGE, CONV_RELU_FOLD, CONCAT_KERNELS):
+        run(other)
+    assert run(CONCAT_SPLIT_CANCEL) == first
+    assert first[0] == "proved" and first[1] > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -228,7 +229,7 @@ class OpDef:
                 return spec
         raise KeyError(f"{self.name} has no attribute {name!r}")
 
-    @property
+    @cached_property
     def attr_names(self) -> frozenset[str]:
         """Names of the attributes this op takes."""
         return frozenset(a.name for a in self.attrs)
@@ -257,7 +258,7 @@ class OpDef:
         if not self.min_inputs <= len(shapes) <= self.max_inputs:
             raise ShapeError(f"{self.name}: takes {self.min_inputs}..{self.max_inputs} inputs, got {len(shapes)}")
         try:
-            return [tuple(as_dim(d) for d in s) for s in self.shape(shapes, attrs)]
+            return [tuple(d if type(d) is int else as_dim(d) for d in s) for s in self.shape(shapes, attrs)]
         except TypeError as exc:
             raise ShapeError(f"{self.name}: shapes {list(shapes)} undecided for some sizes ({exc})") from None
 

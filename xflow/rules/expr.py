@@ -67,9 +67,19 @@ class Expr:
         """Pattern tensors whose shapes are read."""
         return frozenset(_names(self.tree, tensors=True))
 
+    @cached_property
+    def _compiled(self) -> Callable[[ShapeEnv], Any]:
+        return _compile(self.tree, self.source)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"source": self.source}  # what is derived from it (a closure among them) is derived again
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "source", state["source"])
+
     def evaluate(self, env: ShapeEnv) -> Any:
         """The value of the expression in ``env``."""
-        return _eval(self.tree, env, self.source)
+        return self._compiled(env)
 
 
 def _check(node: ast.AST, source: str) -> None:
@@ -107,53 +117,78 @@ def _names(tree: ast.AST, tensors: bool) -> set[str]:
     return found
 
 
-def _eval(node: ast.AST, env: ShapeEnv, source: str) -> Any:
+Compiled = Callable[[ShapeEnv], Any]
+
+
+def _compile(node: ast.AST, source: str) -> Compiled:
+    """``node`` as a closure over an environment: an expression is evaluated at every match and every numeric
+    instance, and walking its tree each time was most of what evaluating it cost."""
     match node:
         case ast.Constant(value=value):
-            return value
+            return lambda env: value
         case ast.Name(id=name):
-            if name not in env.variables:
-                raise ExprError(f"{source!r}: variable {name!r} is not bound")
-            return env.variables[name]
+            def variable(env: ShapeEnv) -> Any:
+                try:
+                    return env.variables[name]
+                except KeyError:
+                    raise ExprError(f"{source!r}: variable {name!r} is not bound") from None
+            return variable
         case ast.Tuple(elts=elts) | ast.List(elts=elts):
-            return tuple(_eval(e, env, source) for e in elts)
+            parts = [_compile(e, source) for e in elts]
+            return lambda env: tuple(p(env) for p in parts)
         case ast.UnaryOp(op=ast.USub(), operand=operand):
-            return -_eval(operand, env, source)
+            inner = _compile(operand, source)
+            return lambda env: -inner(env)
         case ast.UnaryOp(op=ast.Not(), operand=operand):
-            return not _eval(operand, env, source)
+            inner = _compile(operand, source)
+            return lambda env: not inner(env)
         case ast.BinOp(left=left, op=op, right=right):
-            return _BINOPS[type(op)](_eval(left, env, source), _eval(right, env, source))
+            fn, lhs, rhs = _BINOPS[type(op)], _compile(left, source), _compile(right, source)
+            return lambda env: fn(lhs(env), rhs(env))
         case ast.BoolOp(op=ast.And(), values=values):
-            return all(_eval(v, env, source) for v in values)
+            parts = [_compile(v, source) for v in values]
+            return lambda env: all(p(env) for p in parts)
         case ast.BoolOp(op=ast.Or(), values=values):
-            return any(_eval(v, env, source) for v in values)
+            parts = [_compile(v, source) for v in values]
+            return lambda env: any(p(env) for p in parts)
         case ast.Compare(left=left, ops=ops, comparators=comparators):
-            current = _eval(left, env, source)
-            for op, right in zip(ops, comparators, strict=True):
-                value = _eval(right, env, source)
-                if not _CMPOPS[type(op)](current, value):
-                    return False
-                current = value
-            return True
+            first = _compile(left, source)
+            steps = [(_CMPOPS[type(op)], _compile(right, source)) for op, right in zip(ops, comparators, strict=True)]
+
+            def compare(env: ShapeEnv) -> bool:
+                current = first(env)
+                for fn, right in steps:
+                    value = right(env)
+                    if not fn(current, value):
+                        return False
+                    current = value
+                return True
+            return compare
         case ast.IfExp(test=test, body=body, orelse=orelse):
-            return _eval(body if _eval(test, env, source) else orelse, env, source)
+            cond, yes, no = _compile(test, source), _compile(body, source), _compile(orelse, source)
+            return lambda env: yes(env) if cond(env) else no(env)
         case ast.Subscript(value=value, slice=index):
-            container = _eval(value, env, source)
+            container = _compile(value, source)
             if isinstance(index, ast.Slice):
-                parts = [None if p is None else _eval(p, env, source) for p in (index.lower, index.upper, index.step)]
-                return container[slice(*parts)]
-            return container[_eval(index, env, source)]
+                bounds = [None if p is None else _compile(p, source) for p in (index.lower, index.upper, index.step)]
+                return lambda env: container(env)[slice(*(None if b is None else b(env) for b in bounds))]
+            key = _compile(index, source)
+            return lambda env: container(env)[key(env)]
+        case ast.Call(func=ast.Name(id=fname), args=args) if fname in _SHAPE_FUNCS:
+            tensor = args[0].id  # type: ignore[attr-defined]
+
+            def shape_of(env: ShapeEnv) -> tuple[Any, ...]:
+                try:
+                    return env.shapes[tensor]
+                except KeyError:
+                    raise ExprError(f"{source!r}: tensor {tensor!r} has no known shape") from None
+            if fname == "rank":
+                return lambda env: len(shape_of(env))
+            if fname == "shape":
+                return lambda env: tuple(shape_of(env))
+            at = _compile(args[1], source)
+            return lambda env: shape_of(env)[at(env)]
         case ast.Call(func=ast.Name(id=fname), args=args):
-            if fname in _SHAPE_FUNCS:
-                tensor = args[0].id  # type: ignore[attr-defined]
-                if tensor not in env.shapes:
-                    raise ExprError(f"{source!r}: tensor {tensor!r} has no known shape")
-                shape = env.shapes[tensor]
-                if fname == "rank":
-                    return len(shape)
-                if fname == "shape":
-                    return tuple(shape)
-                index = _eval(args[1], env, source)
-                return shape[index]
-            return _PURE_FUNCS[fname](*(_eval(a, env, source) for a in args))
+            fn, parts = _PURE_FUNCS[fname], [_compile(a, source) for a in args]
+            return lambda env: fn(*(p(env) for p in parts))
     raise ExprError(f"{source!r}: cannot evaluate {ast.unparse(node)}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
-from verifier import numeric_check
+from verifier import numeric_check, prove
 from verifier.batch import GENERATION_ROUNDS, verify_candidate
-from verifier.prove import GENERATION_RLIMIT
+from verifier.prove import GENERATION_RLIMIT, ProofContext, prove_rule
 from xflow.ops import OPS, ShapeError
 from xflow.ops.base import OpDef
 from xflow.rules import parse_rule
@@ -76,3 +76,30 @@ def test_a_candidates_answer_and_count_do_not_depend_on_the_proofs_before_it():
         run(other)
     assert run(CONCAT_SPLIT_CANCEL) == first
     assert first[0] == "proved" and first[1] > 0
+
+
+class _FiresAtOnce:
+    """A wall-clock guard that fires as soon as it is started, whatever the machine's speed."""
+
+    def __init__(self, seconds: float, callback) -> None:
+        self.callback, self.daemon = callback, True
+
+    def start(self) -> None:
+        self.callback()
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_a_proof_after_the_wall_clock_guard_fired_starts_from_a_fresh_context(monkeypatch):
+    """What a stopped proof left in the candidate's context depends on the load: the next proof must not see it."""
+    rule = parse_rule(MATMUL_MERGE)
+    context = ProofContext()
+    with monkeypatch.context() as patch:
+        patch.setattr(prove.threading, "Timer", _FiresAtOnce)
+        stopped = prove_rule(rule, context=context)
+    assert stopped.status in ("timeout", "proved"), stopped  # z3 may have begun its check before the interrupt
+    after = prove_rule(rule, context=context)
+    alone = prove_rule(rule, context=ProofContext())
+    assert after.status == alone.status == "proved"
+    assert after.rlimit_used == alone.rlimit_used

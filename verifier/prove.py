@@ -111,6 +111,11 @@ class ProofContext:
     #: the context's resource count so far (z3 counts per context, across its solvers)
     count: int = 0
 
+    def renew(self) -> None:
+        """A fresh context in place of this one: after the wall-clock guard stopped a proof, what the context holds
+        depends on how far z3 got, so the candidate's later proofs must not see it."""
+        self.ctx, self.translated, self.count = z3.Context(), {}, 0
+
     def formulas(self, axioms: tuple[Axiom, ...]) -> list[z3.BoolRef]:
         """``axioms`` in this context, in their order."""
         missing = [a for a in axioms if a.name not in self.translated]
@@ -188,6 +193,8 @@ def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float
     finally:
         if watchdog is not None:
             watchdog.cancel()
+    if fired.is_set():
+        context.renew()
     if fired.is_set() and not result.proved:
         return ProofResult("timeout", result.seconds, f"wall-clock guard ({guard_s:g} s) stopped z3 after "
                            f"{result.rlimit_used} of {rlimit} resource units", result.rlimit_used)

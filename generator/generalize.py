@@ -64,21 +64,29 @@ def _dims(a: str, b: str, offset: int) -> str:
 
 
 def _size_choices(pieces: list[tuple[str, str, int]], tensors: list[Tensor], rank: int, offset: int,
-                  src_vars: list[str], split: str) -> list[str]:
+                  src_vars: list[str], split: str, found: dict[str, tuple[int, ...]], sizes: tuple[int, ...]
+                  ) -> list[str]:
     """Candidate expressions for the sizes of a 2-way split along ``offset`` (negative) of the rank-``rank``
     tensor ``split``: a source split variable, the pieces of a concat, or two inputs' dims. A piece never has
-    the split tensor's own size (the other piece would be empty), so no choice names ``split``."""
-    choices = list(src_vars)
-    choices += [_dims(a, b, off) for a, b, off in pieces if split not in (a, b)]
+    the split tensor's own size (the other piece would be empty), so no choice names ``split``. Only the choices
+    giving the split's own ``sizes`` on the shapes the pair was found on (``found``) are kept: any other one
+    makes a variant that no instance near those shapes satisfies, which the verifier could only call
+    unchecked."""
+    dims = [(a, b, off) for a, b, off in pieces if split not in (a, b)]
     same_rank = [t.name for t in tensors if t.rank == rank and t.name != split]
-    choices += [_dims(a, b, offset) for a, b in itertools.permutations(same_rank, 2)]
-    choices += [_dims(a, a, offset) for a in same_rank]
-    return list(dict.fromkeys(choices))
+    dims += [(a, b, offset) for a, b in itertools.permutations(same_rank, 2)]
+    dims += [(a, a, offset) for a in same_rank]
+    fitting = [_dims(a, b, off) for a, b, off in dims
+               if -len(found[a]) <= off < 0 and -len(found[b]) <= off < 0
+               and (found[a][off], found[b][off]) == tuple(sizes)]
+    return list(dict.fromkeys([*src_vars, *fitting]))
 
 
-def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: dict[tuple[str, str], str],
-                 source: bool, general: bool, inputs: list[Tensor], pieces: list[tuple[str, str, int]],
-                 split_vars: list[str], n_inputs: int) -> _Side:
+def _render_side(graph: Graph, names: list[str], shapes: list[tuple[int, ...]],
+                 variables: dict[tuple[str, str], str], source: bool, general: bool, inputs: list[Tensor],
+                 pieces: list[tuple[str, str, int]], split_vars: list[str], n_inputs: int,
+                 found: dict[str, tuple[int, ...]]) -> _Side:
+    ranks = [len(shape) for shape in shapes]
     nodes: list[dict[str, Any]] = []
     where: list[str] = []
     slots: list[tuple[dict[str, Any], str, list[str]]] = []
@@ -111,7 +119,8 @@ def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: di
                         where.append(f"rank({a}) == rank({b})")
             elif general and OPS[op].attr(key).z3 == "sizes" and len(value) == 2:
                 offset = attrs["axis"] - rank
-                choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars, first)
+                choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars, first, found,
+                                        value)
                 if source:
                     name = f"sz{index}"
                     rendered[key] = f"?{name}"
@@ -129,11 +138,15 @@ def _render_side(graph: Graph, names: list[str], ranks: list[int], variables: di
 
 
 def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: dict[str, int],
-             used: list[str], tensor_ranks: tuple[list[int], list[int]], variables: dict[tuple[str, str], str],
+             used: list[str], tensor_shapes: tuple[list[tuple[int, ...]], list[tuple[int, ...]]],
+             variables: dict[tuple[str, str], str],
              outputs: dict[str, str], base: dict[str, Any]) -> list[dict[str, Any]]:
     """Rule JSON variants of one pair, most general first (see the module doc)."""
     src_names = tensor_names(src, input_names, "s")
     dst_names = tensor_names(dst, input_names, "d")
+    # every tensor's shape where the pair was found (the inputs have one name and shape on both sides)
+    found = {**dict(zip(src_names, tensor_shapes[0], strict=True)),
+             **dict(zip(dst_names, tensor_shapes[1], strict=True))}
     inputs = [Tensor(n, input_ranks[n]) for n in used]
     rank_pins = [f"rank({n}) == {input_ranks[n]}" for n in used]
     out: list[dict[str, Any]] = []
@@ -141,8 +154,10 @@ def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: 
         pieces: list[tuple[str, str, int]] = []
         split_vars: list[str] = []
         n = len(input_names)
-        s = _render_side(src, src_names, tensor_ranks[0], variables, True, general, inputs, pieces, split_vars, n)
-        d = _render_side(dst, dst_names, tensor_ranks[1], variables, False, general, inputs, pieces, split_vars, n)
+        s = _render_side(src, src_names, tensor_shapes[0], variables, True, general, inputs, pieces, split_vars, n,
+                         found)
+        d = _render_side(dst, dst_names, tensor_shapes[1], variables, False, general, inputs, pieces, split_vars, n,
+                         found)
         slots = s.size_slots + d.size_slots
         combos = itertools.islice(itertools.product(*(choices for _, _, choices in slots)), MAX_SIZE_COMBOS)
         for combo in combos:

@@ -84,14 +84,12 @@ def _generalizable(pair: Pair, mapping, ops: tuple[str, ...], attr: str, alterna
     return value if checked else None
 
 
-def _ranks(graph: Graph) -> list[int]:
-    ranks = [len(INPUT_SHAPE[n]) for n in INPUT_NAMES]
-    shapes = [INPUT_SHAPE[n] for n in INPUT_NAMES]
+def _shapes(graph: Graph) -> list[tuple[int, ...]]:
+    """Every tensor's shape on the enumeration shapes: the inputs', then each op's outputs."""
+    shapes = [tuple(INPUT_SHAPE[n]) for n in INPUT_NAMES]
     for op, attrs, ins in graph:
-        for out in OPS[op].infer([shapes[t] for t in ins], attrs):
-            shapes.append(tuple(out))
-            ranks.append(len(out))
-    return ranks
+        shapes.extend(tuple(out) for out in OPS[op].infer([shapes[t] for t in ins], attrs))
+    return shapes
 
 
 @functools.lru_cache(maxsize=4)
@@ -141,5 +139,5 @@ def pair_to_rule(pair: Pair, seed: int, max_ops: int,
     outputs = {src_names[x]: dst_names[y] for x, y in mapping}
     ranks = {n: len(INPUT_SHAPE[n]) for n in used}
     found = with_group_variable(variants(pair.a.graph, pair.b.graph, INPUT_NAMES, ranks, used,
-                                         (_ranks(pair.a.graph), _ranks(pair.b.graph)), variables, outputs, base))
+                                         (_shapes(pair.a.graph), _shapes(pair.b.graph)), variables, outputs, base))
     return {**found[0], "variants": found}

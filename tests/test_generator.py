@@ -237,6 +237,19 @@ def test_split_sizes_never_name_the_split_tensor_itself():
     from generator.generalize import Tensor, _size_choices
 
     inputs = [Tensor("x1", 2), Tensor("x2", 2), Tensor("x3", 2)]
-    choices = _size_choices([("x1", "x2", -1), ("x2", "x3", -1)], inputs, 2, -1, [], "x1")
+    found = {"x1": (4, 4), "x2": (4, 2), "x3": (4, 2)}
+    choices = _size_choices([("x1", "x2", -1), ("x2", "x3", -1)], inputs, 2, -1, [], "x1", found, (2, 2))
     assert choices and not any("x1" in c for c in choices)
     assert "(dim(x2, -1), dim(x3, -1))" in choices and "(dim(x2, -1), dim(x2, -1))" in choices
+
+
+def test_split_sizes_are_only_those_giving_the_found_split():
+    """A size expression that does not give the split's own sizes on the shapes the pair was found on (here x3 is
+    3 wide, so x2 and x3 do not make the (2, 2) split of a 4-wide x1) makes a variant no instance near those
+    shapes satisfies: it is not offered; a source split variable always is."""
+    from generator.generalize import Tensor, _size_choices
+
+    inputs = [Tensor("x1", 2), Tensor("x2", 2), Tensor("x3", 2)]
+    found = {"x1": (4, 4), "x2": (4, 2), "x3": (4, 3)}
+    choices = _size_choices([], inputs, 2, -1, ["sz0"], "x1", found, (2, 2))
+    assert choices == ["sz0", "(dim(x2, -1), dim(x2, -1))"]

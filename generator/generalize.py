@@ -82,11 +82,9 @@ def _size_choices(pieces: list[tuple[str, str, int]], tensors: list[Tensor], ran
     return list(dict.fromkeys([*src_vars, *fitting]))
 
 
-def _render_side(graph: Graph, names: list[str], shapes: list[tuple[int, ...]],
-                 variables: dict[tuple[str, str], str], source: bool, general: bool, inputs: list[Tensor],
-                 pieces: list[tuple[str, str, int]], split_vars: list[str], n_inputs: int,
-                 found: dict[str, tuple[int, ...]]) -> _Side:
-    ranks = [len(shape) for shape in shapes]
+def _render_side(graph: Graph, names: list[str], variables: dict[tuple[str, str], str], source: bool,
+                 general: bool, inputs: list[Tensor], pieces: list[tuple[str, str, int]], split_vars: list[str],
+                 n_inputs: int, found: dict[str, tuple[int, ...]]) -> _Side:
     nodes: list[dict[str, Any]] = []
     where: list[str] = []
     slots: list[tuple[dict[str, Any], str, list[str]]] = []
@@ -98,7 +96,7 @@ def _render_side(graph: Graph, names: list[str], shapes: list[tuple[int, ...]],
         node: dict[str, Any] = {"op": op, "in": [names[o] for o in operands], "out": outs}
         rendered: dict[str, Any] = {}
         first = names[operands[0]] if operands else ""
-        rank = ranks[operands[0]] if operands else 0
+        rank = len(found[first]) if operands else 0
         for key, value in attrs.items():
             var = variables.get((op, key))
             if var:
@@ -154,10 +152,8 @@ def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: 
         pieces: list[tuple[str, str, int]] = []
         split_vars: list[str] = []
         n = len(input_names)
-        s = _render_side(src, src_names, tensor_shapes[0], variables, True, general, inputs, pieces, split_vars, n,
-                         found)
-        d = _render_side(dst, dst_names, tensor_shapes[1], variables, False, general, inputs, pieces, split_vars, n,
-                         found)
+        s = _render_side(src, src_names, variables, True, general, inputs, pieces, split_vars, n, found)
+        d = _render_side(dst, dst_names, variables, False, general, inputs, pieces, split_vars, n, found)
         slots = s.size_slots + d.size_slots
         combos = itertools.islice(itertools.product(*(choices for _, _, choices in slots)), MAX_SIZE_COMBOS)
         for combo in combos:

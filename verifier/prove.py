@@ -118,10 +118,9 @@ class ProofContext:
 
     def formulas(self, axioms: tuple[Axiom, ...]) -> list[z3.BoolRef]:
         """``axioms`` in this context, in their order."""
-        missing = [a for a in axioms if a.name not in self.translated]
-        if missing:
-            for axiom, formula in zip(missing, _formulas(tuple(missing)), strict=True):
-                self.translated[axiom.name] = formula.translate(self.ctx)
+        missing = tuple(a for a in axioms if a.name not in self.translated)
+        for axiom, formula in zip(missing, _formulas(missing), strict=True):
+            self.translated[axiom.name] = formula.translate(self.ctx)
         return [self.translated[a.name] for a in axioms]
 
 
@@ -195,9 +194,9 @@ def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float
             watchdog.cancel()
     if fired.is_set():
         context.renew()
-    if fired.is_set() and not result.proved:
-        return ProofResult("timeout", result.seconds, f"wall-clock guard ({guard_s:g} s) stopped z3 after "
-                           f"{result.rlimit_used} of {rlimit} resource units", result.rlimit_used)
+        if not result.proved:
+            return ProofResult("timeout", result.seconds, f"wall-clock guard ({guard_s:g} s) stopped z3 after "
+                               f"{result.rlimit_used} of {rlimit} resource units", result.rlimit_used)
     return result
 
 

@@ -68,7 +68,7 @@ class Expr:
         return frozenset(_names(self.tree, tensors=True))
 
     @cached_property
-    def _compiled(self) -> Callable[[ShapeEnv], Any]:
+    def _compiled(self) -> Compiled:
         return _compile(self.tree, self.source)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -13,8 +13,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verifier.numeric import XP, numeric_check
+import numpy as np
+
+from verifier.numeric import BACKEND_ENV, array_module, numeric_check
 from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, prepare, prove_rule
+from xflow.errors import XflowError
 from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
@@ -45,7 +48,7 @@ class Outcome:
 
 
 def _backend_name() -> str:
-    return "cupy" if XP.__name__ == "cupy" else "numpy"
+    return "cupy" if array_module().__name__ == "cupy" else "numpy"
 
 
 #: The budgets (z3 resource units) every numerically checked variant of a candidate is tried on in turn before
@@ -270,6 +273,18 @@ def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None,
     return args[0], _work(args[1])
 
 
+def check_backend(executor: Executor | None, jobs: int = 1) -> None:
+    """Fail at once, with one line, when the numeric check's backend (``XFLOW_NUMERIC_BACKEND``) cannot be had or
+    cannot run in the local worker processes ``executor`` (or, without one, ``jobs``) would start; commands call
+    it before any work."""
+    xp = array_module()
+    if executor is not None:
+        jobs = executor.jobs if isinstance(executor, LocalExecutor) else 1
+    if jobs > 1 and xp is not np:
+        raise XflowError(None, f"{BACKEND_ENV}={xp.__name__} needs --jobs 1: local worker processes run under an "
+                         f"address-space limit of {WORKER_MEMORY_BYTES // 2**30} GiB, too small for CUDA to start in")
+
+
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimit: int = DEFAULT_RLIMIT,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None,
@@ -280,6 +295,7 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimi
     limited to ``WORKER_MEMORY_BYTES``; on a cluster ``executor`` each proof is a task declaring that much
     memory, rerun by the cluster when its worker is lost. A candidate whose worker dies (for good) is "unknown"
     (reason ``WORKER_DIED``)."""
+    check_backend(executor, jobs)
     work = [(c, rlimit, trials, seed, guard_s, rounds, replay, wide_trials) for c in candidates]
     outcomes: dict[int, Outcome] = {}
 

@@ -3,33 +3,61 @@
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
 import onnx
 
+from xflow.errors import XflowError
 from xflow.ops import OPS, ShapeError
 from xflow.ops.base import pick
 from xflow.rewrite.match import evaluate_template
 from xflow.rules.expr import Expr, ExprError, ShapeEnv
 from xflow.rules.model import PatternNode, Rule, Var
 
+#: Environment variable choosing the numeric check's array module: ``numpy`` (the default) or ``cupy``. numpy even
+#: where a GPU works: the check runs many small float64 ops on tensors of a few hundred elements, where a kernel
+#: launch costs more than the arithmetic, and the local verifier workers run under an address-space limit that CUDA
+#: cannot start in. An environment variable, not an option, so that worker processes inherit the parent's choice.
+BACKEND_ENV = "XFLOW_NUMERIC_BACKEND"
+BACKENDS = ("numpy", "cupy")
 
-def _pick_backend() -> Any:
-    """cupy when it imports and a real call succeeds, else numpy (decided once, at import)."""
+
+def _working_cupy() -> Any:
+    """The cupy module when it imports and a real call on the GPU succeeds, else None."""
     try:
         import cupy  # type: ignore[import-not-found]
 
         if float(cupy.asnumpy(cupy.arange(3, dtype=cupy.float64).sum())) != 3.0:
-            return np
+            return None
         return cupy
     except Exception:  # noqa: BLE001 - any failure means no usable GPU
+        return None
+
+
+def pick_backend(choice: str) -> Any:
+    """The array module for ``choice`` (numpy or cupy); an XflowError when it cannot be had."""
+    if choice == "numpy":
         return np
+    if choice != "cupy":
+        raise XflowError(None, f"{BACKEND_ENV}={choice!r}: expected {' or '.join(BACKENDS)}")
+    cupy = _working_cupy()
+    if cupy is None:
+        raise XflowError(None, f"{BACKEND_ENV}=cupy, but cupy does not import or finds no working GPU")
+    return cupy
 
 
-XP = _pick_backend()
+@cache
+def _backend_for(choice: str) -> Any:
+    return pick_backend(choice)
+
+
+def array_module() -> Any:
+    """The numeric check's array module, as ``XFLOW_NUMERIC_BACKEND`` chooses (numpy unless it says cupy)."""
+    return _backend_for(os.environ.get(BACKEND_ENV) or "numpy")
 
 
 @dataclass(frozen=True)
@@ -332,7 +360,7 @@ def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, at
     near_found = None
     if found_on is not None and set(found_on) == set(rule.inputs):
         near_found = {name: tuple(shape) for name, shape in found_on.items()}
-    xp = XP if xp is None else xp
+    xp = array_module() if xp is None else xp
     rng = np.random.default_rng(seed)
     roles = _roles(rule)
     anchors = _channel_anchors(rule)
@@ -361,4 +389,4 @@ def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, at
     return NumericResult(True, worst, seen, run, "" if run >= trials else f"only {run} valid instances")
 
 
-__all__ = ["NumericResult", "XP", "numeric_check"]
+__all__ = ["BACKEND_ENV", "BACKENDS", "NumericResult", "array_module", "numeric_check", "pick_backend"]

@@ -114,6 +114,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     """
     from generator.rule_file import RuleFileOptions, write_rule_file
     from generator.run import format_table
+    from verifier.batch import check_backend
     from xflow.executor import make_executor
 
     check_writable(out_path)
@@ -123,6 +124,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
                               keep_independent_batching, save_path, candidates_path, keep_compositions)
     engine = make_executor(executor, jobs, address)
     try:
+        check_backend(engine)
         result = write_rule_file(options, _progress_line(not quiet and sys.stderr.isatty()), engine)
     finally:
         engine.close()

@@ -89,7 +89,7 @@ def _pad(src: str, out: str, spatial: tuple[int, int, int, int]) -> dict:
 #: concat on axis 0 or 1 (pad_concat_*), the pieces in their order; enlarging a difference of kernels of
 #: one shape is the difference of the enlarged kernels (enlarge_ewsub), not for a 1x1 kernel broadcast against a 3x3
 #: one (enlarged, it sits at the center only); an explicit pad before a conv adds to the conv's pads
-#: (conv_pad_into_pads_*), at the end where it was at the end.
+#: (conv_pad_into_pads_*), at the end where it was at the end; a conv is linear in kernels of one shape only.
 FALSE_PADDING_RULES = [
     {"name": "pad_concat_pieces_swapped_false", "inputs": {"a": "any", "b": "any"},
      "src": [{"op": "concat", "in": ["a", "b"], "out": ["c"], "attrs": {"axis": 1}}, _pad("c", "p", (1, 1, 1, 1))],
@@ -106,6 +106,19 @@ FALSE_PADDING_RULES = [
      "outputs": {"e": "f"},
      "where": ["rank(w) == 4", "rank(v) == 4", "dim(w, 2) == 3", "dim(w, 3) == 3", "dim(v, 2) == 1",
                "dim(v, 3) == 1"], "provenance": {"found_on": {"w": [2, 2, 3, 3], "v": [2, 2, 1, 1]}}},
+    # conv(x, w) + conv(x, v) = conv(x, w + v) for kernels of one shape (conv_ewadd_weight's guard), not for a 1x1
+    # kernel broadcast against a 3x3 one: at a stride as large as the image both outputs are 1x1, the 1x1 kernel
+    # reads one pixel, the broadcast sum nine (a shipped rule, g3_c910ab3475, was proved without the guard)
+    {"name": "conv_sum_of_broadcast_kernels_false", "inputs": {"x": "any", "w": "const", "v": "const"},
+     "src": [{"op": "conv", "in": ["x", "w"], "out": ["a"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}},
+             {"op": "conv", "in": ["x", "v"], "out": ["b"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}},
+             {"op": "add", "in": ["a", "b"], "out": ["c"]}],
+     "dst": [{"op": "add", "in": ["w", "v"], "out": ["s"]},
+             {"op": "conv", "in": ["x", "s"], "out": ["d"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}}],
+     "outputs": {"c": "d"},
+     "where": ["rank(x) == 4", "dim(x, 2) == 3", "dim(x, 3) == 3", "rank(w) == 4", "dim(w, 2) == 1",
+               "dim(w, 3) == 1", "rank(v) == 4", "dim(v, 2) == 3", "dim(v, 3) == 3"],
+     "provenance": {"found_on": {"x": [1, 2, 3, 3], "w": [2, 2, 1, 1], "v": [2, 2, 3, 3]}}},
     {"name": "pad_into_conv_at_the_wrong_end_false", "inputs": {"x": "any", "w": "const"},
      "src": [_pad("x", "p", (0, 0, 1, 1)),
              {"op": "conv", "in": ["p", "w"], "out": ["y"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}}],

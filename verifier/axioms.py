@@ -832,10 +832,13 @@ def _build() -> list[Axiom]:
                                                                          _cv("y", "w", act="none")),
           ("x", "y", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)})),
+        # kernels of one shape: a broadcast sum (a 1x1 kernel plus a 3x3 one) convolves as the larger kernel,
+        # while the 1x1 kernel's own output has another size (equal at some strides, so both sides type-check)
         A("conv_ewadd_weight", _cv("x", _add("w", "v"), act="none"), _add(_cv("x", "w", act="none"),
                                                                           _cv("x", "v", act="none")),
           ("x", "w", "v"), CONV_PARAMS,
-          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)})),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d)}),
+          guard=lambda e: e.same_shape("w", "v")),
         A("conv_smul_input", _cv(_smul("x", "s"), "w", act="none"), _smul(_cv("x", "w", act="none"), "s"),
           ("x", "w", "s"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "s": _scalar(rng)})),
@@ -1195,6 +1198,15 @@ def _build() -> list[Axiom]:
         # axioms' guards need to see through a square
         L("dim_ewmul_self", ("dim", P("i"), _mul("x", "x")), ("dim", P("i"), "x"), ("x",), ("i",),
           lambda rng: (lambda d: {**d, "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),
+        # (x + x and a scalar multiple keep x's shape: what the guard of conv_ewadd_weight needs to see through
+        # conv(x, w + w) and conv(x, w + s * w))
+        L("dim_ewadd_self", ("dim", P("i"), _add("x", "x")), ("dim", P("i"), "x"), ("x",), ("i",),
+          lambda rng: (lambda d: {**d, "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),
+        L("rank_smul", ("rank", None, _smul("x", "s")), ("rank", None, "x"), ("x", "s"), (),
+          lambda rng: {**_same("x")(rng), "s": _scalar(rng)}, shape=True),
+        L("dim_smul", ("dim", P("i"), _smul("x", "s")), ("dim", P("i"), "x"), ("x", "s"), ("i",),
+          lambda rng: (lambda d: {**d, "s": _scalar(rng), "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)),
+          shape=True),
         L("dim_pow", ("dim", P("i"), ("pow", {"exponent": P("e")}, "x")), ("dim", P("i"), "x"), ("x",), ("i", "e"),
           lambda rng: (lambda d: {"x": np.abs(d["x"]) + 0.1, "e": _pick(rng, [2.0, 3.0, 0.5]),
                                   "i": int(rng.integers(d["x"].ndim))})(_same("x")(rng)), shape=True),

@@ -89,7 +89,8 @@ def _pad(src: str, out: str, spatial: tuple[int, int, int, int]) -> dict:
 #: concat on axis 0 or 1 (pad_concat_*), the pieces in their order; enlarging a difference of kernels of
 #: one shape is the difference of the enlarged kernels (enlarge_ewsub), not for a 1x1 kernel broadcast against a 3x3
 #: one (enlarged, it sits at the center only); an explicit pad before a conv adds to the conv's pads
-#: (conv_pad_into_pads_*), at the end where it was at the end; a conv is linear in kernels of one shape only.
+#: (conv_pad_into_pads_*), at the end where it was at the end; a conv is linear in kernels, and in images, of one shape
+#: only.
 FALSE_PADDING_RULES = [
     {"name": "pad_concat_pieces_swapped_false", "inputs": {"a": "any", "b": "any"},
      "src": [{"op": "concat", "in": ["a", "b"], "out": ["c"], "attrs": {"axis": 1}}, _pad("c", "p", (1, 1, 1, 1))],
@@ -119,6 +120,19 @@ FALSE_PADDING_RULES = [
      "where": ["rank(x) == 4", "dim(x, 2) == 3", "dim(x, 3) == 3", "rank(w) == 4", "dim(w, 2) == 1",
                "dim(w, 3) == 1", "rank(v) == 4", "dim(v, 2) == 3", "dim(v, 3) == 3"],
      "provenance": {"found_on": {"x": [1, 2, 3, 3], "w": [2, 2, 1, 1], "v": [2, 2, 3, 3]}}},
+    # and linear in images of one shape only (conv_ewadd_input's guard): a 1x1 image broadcast against a 5x5 one
+    # convolves at every window, while its own conv, padded, reads it once (shipped rules g3_abbb15a92e and
+    # g3_185565f2d0 were proved without the guard)
+    {"name": "conv_sum_of_broadcast_images_false", "inputs": {"x": "any", "y": "any", "w": "const"},
+     "src": [{"op": "conv", "in": ["x", "w"], "out": ["a"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}},
+             {"op": "conv", "in": ["y", "w"], "out": ["b"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}},
+             {"op": "add", "in": ["a", "b"], "out": ["c"]}],
+     "dst": [{"op": "add", "in": ["x", "y"], "out": ["s"]},
+             {"op": "conv", "in": ["s", "w"], "out": ["d"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}}],
+     "outputs": {"c": "d"},
+     "where": ["rank(x) == 4", "dim(x, 2) == 5", "dim(x, 3) == 5", "rank(y) == 4", "dim(y, 2) == 1",
+               "dim(y, 3) == 1", "rank(w) == 4", "dim(w, 2) == 3", "dim(w, 3) == 3"],
+     "provenance": {"found_on": {"x": [1, 2, 5, 5], "y": [1, 2, 1, 1], "w": [2, 2, 3, 3]}}},
     {"name": "pad_into_conv_at_the_wrong_end_false", "inputs": {"x": "any", "w": "const"},
      "src": [_pad("x", "p", (0, 0, 1, 1)),
              {"op": "conv", "in": ["p", "w"], "out": ["y"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}}],

@@ -513,6 +513,11 @@ def _t(x: Any) -> Any:
     return ("transpose", T10, x)
 
 
+def _same_image(e: Any) -> Any:
+    """x and y are images of one shape (rank 4, every dim equal): finite, so a rule's where clauses can state it."""
+    return e.And(e.rank("x") == 4, e.rank("y") == 4, *(e.dim("x", i) == e.dim("y", i) for i in range(4)))
+
+
 def _add(a: Any, b: Any) -> Any:
     return ("add", {}, a, b)
 
@@ -797,7 +802,8 @@ def _build() -> list[Axiom]:
         A("conv_ewsub_input", _cv(_sub("x", "y"), "w", act="none"), _sub(_cv("x", "w", act="none"),
                                                                          _cv("y", "w", act="none")),
           ("x", "y", "w"), CONV_PARAMS,
-          _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)})),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)}),
+          guard=lambda e: _same_image(e)),
         A("concat_ewsub", _cat(P("ax"), _sub("a", "b"), _sub("c", "d")), _sub(_cat(P("ax"), "a", "c"),
                                                                              _cat(P("ax"), "b", "d")),
           ("a", "b", "c", "d"), ("ax",),
@@ -828,10 +834,13 @@ def _build() -> list[Axiom]:
         A("transpose_ewmul", _t(_mul("x", "y")), _mul(_t("x"), _t("y")), ("x", "y"), (), _mat_gen("x:ab y:ab")),
         A("transpose_smul", _t(_smul("x", "s")), _smul(_t("x"), "s"), ("x", "s"), (), _mat_gen("x:ab s:s")),
         # -- conv
+        # (images of one shape: an image broadcast against a larger one, say 1x1 against 5x5, convolves at every
+        # window of the larger one, while its own conv, padded, reads it at one position)
         A("conv_ewadd_input", _cv(_add("x", "y"), "w", act="none"), _add(_cv("x", "w", act="none"),
                                                                          _cv("y", "w", act="none")),
           ("x", "y", "w"), CONV_PARAMS,
-          _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)})),
+          _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)}),
+          guard=lambda e: _same_image(e)),
         # kernels of one shape: a broadcast sum (a 1x1 kernel plus a 3x3 one) convolves as the larger kernel,
         # while the 1x1 kernel's own output has another size (equal at some strides, so both sides type-check)
         A("conv_ewadd_weight", _cv("x", _add("w", "v"), act="none"), _add(_cv("x", "w", act="none"),

@@ -85,6 +85,24 @@ def _pad(src: str, out: str, spatial: tuple[int, int, int, int]) -> dict:
     return {"op": "pad", "in": [src], "out": [out], "attrs": {"pads": [0, 0, top, left, 0, 0, bottom, right]}}
 
 
+def _conv_sum_false(name: str, images: tuple[str, ...], kernels: tuple[str, ...], found_on: dict[str, list[int]],
+                    pads: int, stride: int) -> dict:
+    """conv(a, k) + conv(b, l) -> one conv of the summed operands (the images or the kernels, whichever are two),
+    on 4-d inputs of the spatial sizes of ``found_on``."""
+    attrs = {"pads": [pads] * 4, "strides": [stride, stride]}
+    pairs = [(i, k) for i in images for k in kernels]
+    summed, image, kernel = (images, "s", kernels[0]) if len(images) == 2 else (kernels, images[0], "s")
+    return {"name": name, "inputs": {**dict.fromkeys(images, "any"), **dict.fromkeys(kernels, "const")},
+            "src": [*({"op": "conv", "in": [i, k], "out": [f"c{n}"], "attrs": attrs} for n, (i, k) in enumerate(pairs)),
+                    {"op": "add", "in": ["c0", "c1"], "out": ["c"]}],
+            "dst": [{"op": "add", "in": list(summed), "out": ["s"]},
+                    {"op": "conv", "in": [image, kernel], "out": ["d"], "attrs": attrs}],
+            "outputs": {"c": "d"},
+            "where": [cond for t, shape in found_on.items()
+                      for cond in (f"rank({t}) == 4", f"dim({t}, 2) == {shape[2]}", f"dim({t}, 3) == {shape[3]}")],
+            "provenance": {"found_on": found_on}}
+
+
 #: False rules of the families the unknowns' axioms added, each next to a true one: zero padding commutes with a
 #: concat on axis 0 or 1 (pad_concat_*), the pieces in their order; enlarging a difference of kernels of
 #: one shape is the difference of the enlarged kernels (enlarge_ewsub), not for a 1x1 kernel broadcast against a 3x3
@@ -110,29 +128,13 @@ FALSE_PADDING_RULES = [
     # conv(x, w) + conv(x, v) = conv(x, w + v) for kernels of one shape (conv_ewadd_weight's guard), not for a 1x1
     # kernel broadcast against a 3x3 one: at a stride as large as the image both outputs are 1x1, the 1x1 kernel
     # reads one pixel, the broadcast sum nine (a shipped rule, g3_c910ab3475, was proved without the guard)
-    {"name": "conv_sum_of_broadcast_kernels_false", "inputs": {"x": "any", "w": "const", "v": "const"},
-     "src": [{"op": "conv", "in": ["x", "w"], "out": ["a"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}},
-             {"op": "conv", "in": ["x", "v"], "out": ["b"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}},
-             {"op": "add", "in": ["a", "b"], "out": ["c"]}],
-     "dst": [{"op": "add", "in": ["w", "v"], "out": ["s"]},
-             {"op": "conv", "in": ["x", "s"], "out": ["d"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}}],
-     "outputs": {"c": "d"},
-     "where": ["rank(x) == 4", "dim(x, 2) == 3", "dim(x, 3) == 3", "rank(w) == 4", "dim(w, 2) == 1",
-               "dim(w, 3) == 1", "rank(v) == 4", "dim(v, 2) == 3", "dim(v, 3) == 3"],
-     "provenance": {"found_on": {"x": [1, 2, 3, 3], "w": [2, 2, 1, 1], "v": [2, 2, 3, 3]}}},
+    _conv_sum_false("conv_sum_of_broadcast_kernels_false", ("x",), ("w", "v"),
+                    {"x": [1, 2, 3, 3], "w": [2, 2, 1, 1], "v": [2, 2, 3, 3]}, pads=0, stride=3),
     # and linear in images of one shape only (conv_ewadd_input's guard): a 1x1 image broadcast against a 5x5 one
     # convolves at every window, while its own conv, padded, reads it once (shipped rules g3_abbb15a92e and
     # g3_185565f2d0 were proved without the guard)
-    {"name": "conv_sum_of_broadcast_images_false", "inputs": {"x": "any", "y": "any", "w": "const"},
-     "src": [{"op": "conv", "in": ["x", "w"], "out": ["a"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}},
-             {"op": "conv", "in": ["y", "w"], "out": ["b"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}},
-             {"op": "add", "in": ["a", "b"], "out": ["c"]}],
-     "dst": [{"op": "add", "in": ["x", "y"], "out": ["s"]},
-             {"op": "conv", "in": ["s", "w"], "out": ["d"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}}],
-     "outputs": {"c": "d"},
-     "where": ["rank(x) == 4", "dim(x, 2) == 5", "dim(x, 3) == 5", "rank(y) == 4", "dim(y, 2) == 1",
-               "dim(y, 3) == 1", "rank(w) == 4", "dim(w, 2) == 3", "dim(w, 3) == 3"],
-     "provenance": {"found_on": {"x": [1, 2, 5, 5], "y": [1, 2, 1, 1], "w": [2, 2, 3, 3]}}},
+    _conv_sum_false("conv_sum_of_broadcast_images_false", ("x", "y"), ("w",),
+                    {"x": [1, 2, 5, 5], "y": [1, 2, 1, 1], "w": [2, 2, 3, 3]}, pads=1, stride=1),
     {"name": "pad_into_conv_at_the_wrong_end_false", "inputs": {"x": "any", "w": "const"},
      "src": [_pad("x", "p", (0, 0, 1, 1)),
              {"op": "conv", "in": ["p", "w"], "out": ["y"], "attrs": {"pads": [1, 1, 1, 1], "strides": [1, 1]}}],

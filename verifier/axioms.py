@@ -803,7 +803,7 @@ def _build() -> list[Axiom]:
                                                                          _cv("y", "w", act="none")),
           ("x", "y", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)}),
-          guard=lambda e: _same_image(e)),
+          guard=_same_image),
         A("concat_ewsub", _cat(P("ax"), _sub("a", "b"), _sub("c", "d")), _sub(_cat(P("ax"), "a", "c"),
                                                                              _cat(P("ax"), "b", "d")),
           ("a", "b", "c", "d"), ("ax",),
@@ -840,7 +840,7 @@ def _build() -> list[Axiom]:
                                                                          _cv("y", "w", act="none")),
           ("x", "y", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "y": _img(rng, d), "w": _ker(rng, d)}),
-          guard=lambda e: _same_image(e)),
+          guard=_same_image),
         # kernels of one shape: a broadcast sum (a 1x1 kernel plus a 3x3 one) convolves as the larger kernel,
         # while the 1x1 kernel's own output has another size (equal at some strides, so both sides type-check)
         A("conv_ewadd_weight", _cv("x", _add("w", "v"), act="none"), _add(_cv("x", "w", act="none"),

@@ -47,10 +47,6 @@ class Outcome:
     statuses: list[str] = field(default_factory=list)
 
 
-def _backend_name() -> str:
-    return "cupy" if array_module().__name__ == "cupy" else "numpy"
-
-
 #: The budgets (z3 resource units) every numerically checked variant of a candidate is tried on in turn before
 #: the last round: each variant gets a cheap attempt before any gets an expensive one, so a pinned variant z3
 #: settles at once is not kept waiting behind a general one it cannot settle. Absolute, not fractions of the
@@ -137,7 +133,7 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
                 provenance["z3"] = {"status": "proved", "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
                                     "variant": index}
                 provenance["numeric"] = {"max_abs_err": numeric.max_abs_err, "trials": numeric.trials_run,
-                                         "backend": _backend_name(), "dtype": "float64",
+                                         "backend": array_module().__name__, "dtype": "float64",
                                          "shapes": [{k: list(v) for k, v in s.items()} for s in numeric.shapes]}
                 outcome.rule = {**raw, "provenance": provenance}
                 outcome.status, outcome.variant = "proved", index

@@ -38,8 +38,10 @@ def _working_cupy() -> Any:
         return None
 
 
+@cache
 def pick_backend(choice: str) -> Any:
-    """The array module for ``choice`` (numpy or cupy); an XflowError when it cannot be had."""
+    """The array module for ``choice`` (numpy or cupy); an XflowError when it cannot be had. Decided once per
+    choice: trying cupy starts a GPU context."""
     if choice == "numpy":
         return np
     if choice != "cupy":
@@ -50,14 +52,9 @@ def pick_backend(choice: str) -> Any:
     return cupy
 
 
-@cache
-def _backend_for(choice: str) -> Any:
-    return pick_backend(choice)
-
-
 def array_module() -> Any:
     """The numeric check's array module, as ``XFLOW_NUMERIC_BACKEND`` chooses (numpy unless it says cupy)."""
-    return _backend_for(os.environ.get(BACKEND_ENV) or "numpy")
+    return pick_backend(os.environ.get(BACKEND_ENV) or "numpy")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import z3
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
 from verifier import AXIOMS, check_consistency, encode_rule, numeric_check, prove_rule, verify_rule
-from verifier.axioms import Axiom, _same
+from verifier.axioms import FIRST_AXIS, Axiom, _same
 from verifier.encode import Unsupported
 from xflow.rules import parse_rule
 
@@ -130,6 +130,33 @@ def test_axiom_holds_numerically(axiom: Axiom):
     for _ in range(3):
         assert axiom.check(rng) <= 1e-9
     assert isinstance(axiom.formula(), z3.QuantifierRef)
+
+
+@pytest.mark.parametrize("axiom", AXIOMS, ids=lambda a: a.name)
+def test_axiom_holds_off_its_generator(axiom: Axiom):
+    """Operands of other shapes (broadcasting ones above all) either break the guard, are ill formed, or
+    satisfy the axiom: an unguarded linearity axiom over a broadcasting op proved false rules."""
+    rng = np.random.default_rng(sum(map(ord, axiom.name)) + 1)
+    results = [axiom.check_perturbed(rng) for _ in range(1000)]
+    holes = [r for r in results if r is not None and r > 1e-6]
+    assert not holes, f"{len(holes)} of {sum(r is not None for r in results)} instances differ"
+    assert any(r is not None for r in results)
+
+
+@pytest.mark.parametrize("lhs, rhs, tensors", [
+    # reducesum over axis 0 of a broadcast sum counts the smaller operand once per row
+    (("reducesum", FIRST_AXIS, ("add", {}, "x", "y")),
+     ("add", {}, ("reducesum", FIRST_AXIS, "x"), ("reducesum", FIRST_AXIS, "y")), ("x", "y")),
+    # where(c, x, x) takes c's shape where c is the larger
+    (("where", {}, "c", "x", "x"), "x", ("c", "x")),
+    # concatenating broadcast differences: (1,) - (2,) and (2,) - (1,) give 4 elements, the other side 3
+    (("concat", {"axis": 0}, ("sub", {}, "a", "b"), ("sub", {}, "c", "d")),
+     ("sub", {}, ("concat", {"axis": 0}, "a", "c"), ("concat", {"axis": 0}, "b", "d")), ("a", "b", "c", "d")),
+])
+def test_perturbed_check_finds_an_unguarded_axiom(lhs, rhs, tensors):
+    unguarded = Axiom("unguarded", lhs, rhs, tensors, (), _same(" ".join(tensors)))
+    rng = np.random.default_rng(0)
+    assert any((r := unguarded.check_perturbed(rng)) is not None and r > 1e-6 for _ in range(1000))
 
 
 def test_axioms_consistent():

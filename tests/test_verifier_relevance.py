@@ -143,7 +143,50 @@ FALSE_PADDING_RULES = [
 ]
 
 
-@pytest.mark.parametrize("raw", FALSE_PADDING_RULES, ids=lambda r: r["name"])
+def _pinned(found_on: dict[str, list[int]]) -> list[str]:
+    """where clauses holding each input to its rank and dims in ``found_on``."""
+    return [cond for t, shape in found_on.items()
+            for cond in (f"rank({t}) == {len(shape)}", *(f"dim({t}, {i}) == {d}" for i, d in enumerate(shape)))]
+
+
+def _linear_false(name: str, op: str, attrs: dict, operands: tuple[str, ...], found_on: dict[str, list[int]]) -> dict:
+    """op(x) + op(y) -> op(x + y) (``operands`` read by op after the ones summed: a kernel and a bias), on the
+    broadcasting shapes of ``found_on``."""
+    rest = list(operands)
+    return {"name": name, "inputs": {"x": "any", "y": "any", **dict.fromkeys(rest, "const")},
+            "src": [{"op": op, "in": ["x", *rest], "out": ["a"], "attrs": attrs},
+                    {"op": op, "in": ["y", *rest], "out": ["b"], "attrs": attrs},
+                    {"op": "add", "in": ["a", "b"], "out": ["c"]}],
+            "dst": [{"op": "add", "in": ["x", "y"], "out": ["s"]},
+                    {"op": op, "in": ["s", *rest], "out": ["d"], "attrs": attrs}],
+            "outputs": {"c": "d"}, "where": _pinned(found_on), "provenance": {"found_on": found_on}}
+
+
+#: False rules an unguarded linearity axiom over a broadcasting op proved (found by
+#: ``Axiom.check_perturbed``; the shipped g3_6c4143f153 and g3_aabe71d98f were of the first and last form).
+FALSE_BROADCAST_RULES = [
+    # avgpool of a sum: a 1-row image broadcast against a 5-row one is pooled once per row on one side only
+    _linear_false("avgpool_of_broadcast_sum_false", "avgpool",
+                  {"kernel": [3, 3], "pads": [1, 1, 1, 1], "strides": [1, 1], "count_include_pad": 1}, (),
+                  {"x": [1, 1, 5, 5], "y": [1, 1, 1, 5]}),
+    # reducesum over axis 0 counts a broadcast operand once per row of the other
+    _linear_false("reducesum_of_broadcast_sum_false", "reducesum", {"axes": [0], "keepdims": 1}, (),
+                  {"x": [2, 3], "y": [1, 3]}),
+    # conv with a bias, linear in kernel and bias together for kernels of one shape only
+    {"name": "conv_bias_sum_of_broadcast_kernels_false",
+     "inputs": {"x": "any", "w": "const", "v": "const", "b": "const", "c": "const"},
+     "src": [{"op": "conv", "in": ["x", "w", "b"], "out": ["p"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}},
+             {"op": "conv", "in": ["x", "v", "c"], "out": ["q"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}},
+             {"op": "add", "in": ["p", "q"], "out": ["r"]}],
+     "dst": [{"op": "add", "in": ["w", "v"], "out": ["k"]}, {"op": "add", "in": ["b", "c"], "out": ["e"]},
+             {"op": "conv", "in": ["x", "k", "e"], "out": ["z"], "attrs": {"pads": [0, 0, 0, 0], "strides": [3, 3]}}],
+     "outputs": {"r": "z"},
+     "where": _pinned({"x": [1, 2, 3, 3], "w": [2, 2, 1, 1], "v": [2, 2, 3, 3], "b": [2], "c": [2]}),
+     "provenance": {"found_on": {"x": [1, 2, 3, 3], "w": [2, 2, 1, 1], "v": [2, 2, 3, 3], "b": [2], "c": [2]}}},
+]
+
+
+@pytest.mark.parametrize("raw", [*FALSE_PADDING_RULES, *FALSE_BROADCAST_RULES], ids=lambda r: r["name"])
 def test_false_rules_of_the_padding_families_are_not_proved(raw):
     """Every axiom together does not prove them (and the numeric check refutes each)."""
     from verifier import numeric_check

@@ -262,6 +262,59 @@ class Axiom:
             return float("inf")
         return float(np.max(np.abs(lhs - rhs))) if lhs.size else 0.0
 
+    def check_perturbed(self, rng: np.random.Generator) -> float | None:
+        """Instantiate off the generator's pattern: its draw with the shapes of one or two tensors moved toward
+        broadcasting (dims set to 1, leading dims dropped or added, other sizes or ranks, another operand's
+        shape), and half the time one Int parameter redrawn. Return the max abs difference where the guard
+        holds and both sides are well formed (inf for sides of other shapes), None otherwise. The generators
+        draw what the author had in mind; a missing guard shows on the instances they never make (operands
+        that broadcast)."""
+        values = self.gen(rng)
+        arrays = [name for name in self.tensors if isinstance(values.get(name), np.ndarray)]
+        moved = rng.permutation(len(arrays))[:int(rng.integers(1, 3))] if arrays else []
+        shapes = [values[name].shape for name in arrays]
+        for name in (arrays[int(i)] for i in moved):  # one or two operands: more are seldom well formed
+            array = values[name]
+            low = 0.05 if array.size and np.all(array >= 0) else -1.0  # keep a positive operand positive
+            shape = (shapes[int(rng.integers(len(shapes)))] if rng.random() < 0.25  # another operand's
+                     else _perturbed_shape(rng, array.shape))
+            values[name] = rng.uniform(low, 1.0, size=shape)
+        ints = [name for name in self.params
+                if isinstance(values.get(name), int | np.integer) and not isinstance(values[name], bool)]
+        if ints and rng.random() < 0.5:
+            values[ints[int(rng.integers(len(ints)))]] = int(rng.integers(-2, 8))
+        env = NumEnv(values)
+        try:
+            if self.guard is not None and not self.guard(env):
+                return None
+            lhs, rhs = _eval_num(self.lhs, env), _eval_num(self.rhs, env)
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError):  # ShapeError is a ValueError
+            return None  # ill formed: no claim there
+        if self.shape:
+            return 0.0 if lhs == rhs else float("inf")
+        lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+        if lhs.shape != rhs.shape:
+            return float("inf")
+        if not lhs.size or not np.all(np.isfinite(lhs)):
+            return None
+        return float(np.max(np.abs(lhs - rhs)))
+
+
+def _perturbed_shape(rng: np.random.Generator, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` moved toward broadcasting or elsewhere: some dims 1, leading dims dropped or added, fresh."""
+    kind, dims = int(rng.integers(5)), list(shape)
+    if kind == 0:
+        dims = [1 if rng.random() < 0.5 else d for d in dims]
+    elif kind == 1 and dims:
+        dims = dims[int(rng.integers(1, len(dims) + 1)):]
+    elif kind == 2:
+        dims = [int(d) for d in rng.integers(1, 3, size=int(rng.integers(1, 3)))] + dims
+    elif kind == 3:
+        dims = [int(d) for d in rng.integers(1, 6, size=int(rng.integers(0, 5)))]
+    else:
+        dims = [int(d) for d in rng.integers(1, 7, size=len(dims))]
+    return tuple(dims)
+
 
 # ---- generators --------------------------------------------------------------------------------
 
@@ -808,7 +861,8 @@ def _build() -> list[Axiom]:
                                                                              _cat(P("ax"), "b", "d")),
           ("a", "b", "c", "d"), ("ax",),
           lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
-              _concat_gen("a c")(rng))),
+              _concat_gen("a c")(rng)),
+          guard=lambda e: e.And(e.same_shape("a", "b"), e.same_shape("c", "d"))),
         # x - x is the zero tensor of x's shape: any two such differences of one shape are equal (with the
         # distributive axioms above this makes 0 * y, 0 @ y, conv(0, w), ... zeros too). One multi-pattern
         # over both differences; the guard compares their shapes at every index.
@@ -922,7 +976,8 @@ def _build() -> list[Axiom]:
           _add(_cvb("x", "w", "b", act="none"), _cvb("x", "v", "c", act="none")),
           ("x", "w", "v", "b", "c"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "v": _ker(rng, d),
-                                    "b": _vec(rng, d["m"]), "c": _vec(rng, d["m"])})),
+                                    "b": _vec(rng, d["m"]), "c": _vec(rng, d["m"])}),
+          guard=lambda e: e.And(e.same_shape("w", "v"), e.same_shape("b", "c"))),
         A("conv_bias_smul_weight", _cvb("x", _smul("w", "s"), _smul("b", "s"), act="none"),
           _smul(_cvb("x", "w", "b", act="none"), "s"), ("x", "w", "b", "s"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d), "b": _vec(rng, d["m"]),
@@ -974,12 +1029,14 @@ def _build() -> list[Axiom]:
                                                                              _cat(P("ax"), "b", "d")),
           ("a", "b", "c", "d"), ("ax",),
           lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
-              _concat_gen("a c")(rng))),
+              _concat_gen("a c")(rng)),
+          guard=lambda e: e.And(e.same_shape("a", "b"), e.same_shape("c", "d"))),
         A("concat_ewmul", _cat(P("ax"), _mul("a", "b"), _mul("c", "d")), _mul(_cat(P("ax"), "a", "c"),
                                                                              _cat(P("ax"), "b", "d")),
           ("a", "b", "c", "d"), ("ax",),
           lambda rng: (lambda d: {**d, "b": _arr(rng, *d["a"].shape), "d": _arr(rng, *d["c"].shape)})(
-              _concat_gen("a c")(rng))),
+              _concat_gen("a c")(rng)),
+          guard=lambda e: e.And(e.same_shape("a", "b"), e.same_shape("c", "d"))),
         A("concat_smul", _cat(P("ax"), _smul("a", "s"), _smul("b", "s")), _smul(_cat(P("ax"), "a", "b"), "s"),
           ("a", "b", "s"), ("ax",), _concat_gen("a b", scalar="s")),
         A("concat_relu", _cat(P("ax"), _relu("a"), _relu("b")), _relu(_cat(P("ax"), "a", "b")), ("a", "b"),
@@ -1025,7 +1082,7 @@ def _build() -> list[Axiom]:
           _cat(1, ("maxpool", POOL, "x"), ("maxpool", POOL, "b")), ("x", "b"), POOL_PARAMS, _pool_gen),
         A("maxpool_relu", ("maxpool", POOL, _relu("x")), _relu(("maxpool", POOL, "x")), ("x",), POOL_PARAMS, _pool_gen),
         A("avgpool_ewadd", ("avgpool", AVG, _add("x", "y")), _add(("avgpool", AVG, "x"), ("avgpool", AVG, "y")),
-          ("x", "y"), (*POOL_PARAMS, "cip"), _pool_gen),
+          ("x", "y"), (*POOL_PARAMS, "cip"), _pool_gen, guard=lambda e: e.same_shape("x", "y")),
         # -- zero padding is linear, and the zero tensor (x - x) stays zero under ops that map 0 to 0
         *(L(f"pad_{op}", ("pad", {"pads": P("pp"), "value": 0.0}, (op, {}, "x", "y")),
             (op, {}, ("pad", {"pads": P("pp"), "value": 0.0}, "x"), ("pad", {"pads": P("pp"), "value": 0.0}, "y")),
@@ -1135,13 +1192,15 @@ def _build() -> list[Axiom]:
         L("exp_ewadd", _un("exp", _add("x", "y")), _mul(_un("exp", "x"), _un("exp", "y")), ("x", "y"), (),
           _same("x y")),
         L("erf_odd", _un("erf", _un("neg", "x")), _un("neg", _un("erf", "x")), ("x",), (), _same("x")),
-        L("where_same", _where("c", "x", "x"), "x", ("c", "x"), (), _masked("x")),
+        L("where_same", _where("c", "x", "x"), "x", ("c", "x"), (), _masked("x"),
+          guard=lambda e: e.same_shape(_where("c", "x", "x"), "x")),
         L("where_ewmul", _mul(_where("c", "x", "y"), "z"), _where("c", _mul("x", "z"), _mul("y", "z")),
           ("c", "x", "y", "z"), (), _masked("x y z")),
         L("squeeze_unsqueeze", ("squeeze", {"axes": (0,)}, ("unsqueeze", {"axes": (0,)}, "x")), "x", ("x",), (),
           _same("x")),
         *(L(f"{op}_ewadd", (op, FIRST_AXIS, _add("x", "y")), _add((op, FIRST_AXIS, "x"), (op, FIRST_AXIS, "y")),
-            ("x", "y"), (), _same("x y")) for op in ("reducesum", "reducemean")),
+            ("x", "y"), (), _same("x y"), guard=lambda e: e.same_shape("x", "y"))
+          for op in ("reducesum", "reducemean")),
         L("smul_ewmul_scalars", _smul("x", _mul("s", "t")), _smul(_smul("x", "s"), "t"), ("x", "s", "t"), (),
           lambda rng: {**_same("x")(rng), "s": _scalar(rng), "t": _scalar(rng)}),
         L("clip_relu", ("clip", {"min": 0.0, "max": math.inf}, "x"), _relu("x"), ("x",), (), _same("x")),

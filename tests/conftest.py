@@ -2,6 +2,7 @@
 hypothesis profiles the fuzz runs under."""
 
 import os
+import shutil
 import tempfile
 
 from hypothesis import settings
@@ -30,4 +31,18 @@ _no_local_constants()
 
 def pytest_configure(config) -> None:  # noqa: ANN001 - pytest's Config
     """Point $XDG_CACHE_HOME (inherited by subprocesses) at a fresh folder for this test run."""
-    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="xflow-test-cache-")
+    config.xflow_cache_home = tempfile.mkdtemp(prefix="xflow-test-cache-")
+    config.xflow_cache_home_before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = config.xflow_cache_home
+
+
+def pytest_unconfigure(config) -> None:  # noqa: ANN001 - pytest's Config
+    """Remove the run's cache folder (no scratch left in /tmp) and restore $XDG_CACHE_HOME."""
+    folder = getattr(config, "xflow_cache_home", None)
+    if folder is None:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    if config.xflow_cache_home_before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = config.xflow_cache_home_before

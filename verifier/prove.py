@@ -36,7 +36,7 @@ FIRST_ATTEMPT_RLIMIT = 100_000
 DEFAULT_GUARD_S = 1200.0
 
 __all__ = ["DEFAULT_GUARD_S", "DEFAULT_RLIMIT", "GENERATION_RLIMIT", "NumericResult", "ProofResult", "VerifyResult",
-           "numeric_check", "prove_rule", "verify_rule"]
+           "numeric_check", "prove_rule", "vacuous", "verify_rule"]
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,24 @@ def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ..
     again = _prove_with(enc, rlimit, axioms, guard_s, start, context)
     return ProofResult(again.status, again.seconds, f"{again.reason} (with every axiom: the {len(relevant)} "
                        f"relevant ones gave a countermodel)", first.rlimit_used + again.rlimit_used)
+
+
+def vacuous(rule: Rule, rlimit: int = 200_000, prepared: Prepared | None = None) -> bool:
+    """Whether ``rule``'s hypotheses (its ops' shape facts, where conditions and kept output types) are
+    inconsistent with its relevant axioms within ``rlimit`` units: z3 then proves anything of it, so its proof
+    says nothing (contradictory where conditions, or axioms that contradict each other on its terms)."""
+    prepared = prepare(rule) if prepared is None else prepared
+    if prepared.relevant is None:
+        return False
+    context = ProofContext()
+    formulas = context.formulas(prepared.relevant)
+    hypotheses = [h.translate(context.ctx) for h in prepared.enc.hypotheses]
+    for mbqi in (False, True):
+        solver = make_solver(formulas, mbqi, rlimit, context.ctx)
+        solver.add(*hypotheses)
+        if solver.check() == z3.unsat:
+            return True
+    return False
 
 
 def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float | None,

@@ -208,3 +208,34 @@ def test_node_suite_round_trip(reuse_protos: bool) -> None:
     assert not failures, f"{len(failures)} of {len(cases)} node-suite cases fail:\n" + "\n".join(failures)
     assert counts["checked"] >= MIN_CHECKED, counts
     assert decoded >= MIN_DECODED, f"only {decoded} cases decode any node into the op table"
+
+
+def test_decoded_cases_compute_what_onnx_runtime_computes() -> None:
+    """The verifier proves rules about the op table's kernels, so a decoded node must mean what its ONNX node
+    computes: every case whose nodes all decode, evaluated with the kernels on the suite's inputs, gives ONNX
+    Runtime's outputs (shapes, dtypes, values within float32 rounding)."""
+    from onnx import numpy_helper
+
+    from xflow.ops import OPS
+
+    cases, _ = suite()
+    failures, evaluated = [], 0
+    for case in cases:
+        graph = graph_from_model(case.model)
+        if any(n.is_opaque for n in graph.nodes):
+            continue
+        evaluated += 1
+        values = {**case.feeds, **{name: np.asarray(c.array) if c.array is not None else numpy_helper.to_array(c.proto)
+                                   for name, c in graph.constants.items()}}
+        with np.errstate(all="ignore"):
+            for node in graph.nodes:
+                outs = OPS[node.op].evaluate(np, [values[i] for i in node.inputs], node.attrs)
+                values.update(zip(node.outputs, (np.asarray(v) for v in outs), strict=True))
+        for k, (want, got) in enumerate(zip(case.expected, (values[o] for o in graph.outputs), strict=True)):
+            want = np.asarray(want)
+            if want.shape != got.shape or want.dtype != got.dtype or not (
+                    np.allclose(got, want, rtol=1e-4, atol=1e-5, equal_nan=True) if want.dtype.kind in "fc"
+                    else np.array_equal(got, want)):
+                failures.append(f"{case.name} output {k}: {_describe(want)} vs {_describe(got)}")
+    assert not failures, "\n".join(failures)
+    assert evaluated >= 100, evaluated

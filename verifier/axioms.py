@@ -833,7 +833,7 @@ def _build() -> list[Axiom]:
         A("ewmul_distrib_ewadd", _mul(_add("x", "y"), "z"), _add(_mul("x", "z"), _mul("y", "z")),
           ("x", "y", "z"), (), _same("x y z")),
         A("smul_assoc", _smul(_smul("x", "s"), "t"), _smul("x", _smul("s", "t")), ("x", "s", "t"), (),
-          lambda rng: {**_same("x")(rng), "s": _scalar(rng), "t": _scalar(rng).reshape(1)}),
+          lambda rng: (lambda s: {**_same("x")(rng), "s": s, "t": _arr(rng, *s.shape)})(_scalar(rng))),
         A("smul_distrib_ewadd", _smul(_add("x", "y"), "s"), _add(_smul("x", "s"), _smul("y", "s")),
           ("x", "y", "s"), (), lambda rng: {**_same("x y")(rng), "s": _scalar(rng)}),
         A("smul_ewmul", _mul(_smul("x", "s"), "y"), _smul(_mul("x", "y"), "s"), ("x", "y", "s"), (),

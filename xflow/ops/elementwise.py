@@ -26,10 +26,13 @@ def same_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
 
 
 def scalar_mul_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
-    """smul(x, s): s must hold exactly one element and rank <= 1."""
+    """smul(x, s): s must hold exactly one element and rank <= 1, and not outrank x (ONNX's Mul of a rank-0 x
+    and a one-element vector is a vector: smul keeps x's shape, so that case is not an smul)."""
     s = shapes[1]
     if len(s) > 1 or int(np.prod(s, dtype=np.int64)) != 1:
         raise ShapeError(f"smul: scalar operand must have one element and rank <= 1, got {s}")
+    if len(s) > len(shapes[0]):
+        raise ShapeError(f"smul: scalar operand {s} outranks the tensor {tuple(shapes[0])}")
     return [tuple(shapes[0])]
 
 

@@ -105,9 +105,11 @@ def decode_transpose(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | 
 
 
 def encode_transpose(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
-    """ONNX Transpose with an explicit perm."""
+    """ONNX Transpose with an explicit perm (none for a scalar: an attribute cannot be an empty list, and the
+    default, reversed, perm of no dims is the empty one)."""
+    perm = list(node.attrs["perm"])
     return [onnx.helper.make_node("Transpose", list(node.inputs), list(node.outputs),
-                                  name=node.name or ctx.fresh_name("Transpose"), perm=list(node.attrs["perm"]))]
+                                  name=node.name or ctx.fresh_name("Transpose"), **({"perm": perm} if perm else {}))]
 
 
 def decode_gemm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:

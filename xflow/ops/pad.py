@@ -28,6 +28,8 @@ def pad_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """Each dim grows by its begin and end pads (ONNX order: all begins, then all ends)."""
     (x,) = shapes
     pads = attrs["pads"]
+    if not x:
+        raise ShapeError("pad: a scalar has no dims to pad (ONNX Runtime refuses it)")
     if len(pads) != 2 * len(x) or any(p < 0 for p in pads):
         raise ShapeError(f"pad: pads {pads} are not 2 x rank {len(x)} non-negative values")
     return [tuple(d + pads[i] + pads[i + len(x)] for i, d in enumerate(x))]

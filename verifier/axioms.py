@@ -265,18 +265,20 @@ class Axiom:
     def check_perturbed(self, rng: np.random.Generator) -> float | None:
         """Instantiate off the generator's pattern: its draw with the shapes of one or two tensors moved toward
         broadcasting (dims set to 1, leading dims dropped or added, other sizes or ranks, another operand's
-        shape), and half the time one Int parameter redrawn. Return the max abs difference where the guard
-        holds and both sides are well formed (inf for sides of other shapes), None otherwise. The generators
-        draw what the author had in mind; a missing guard shows on the instances they never make (operands
-        that broadcast)."""
+        shape, or the two trading shapes), and half the time one Int parameter redrawn. Return the max abs
+        difference where the guard holds and both sides are well formed (inf for sides of other shapes), None
+        otherwise. The generators draw what the author had in mind; a missing guard shows on the instances
+        they never make (operands that broadcast)."""
         values = self.gen(rng)
         arrays = [name for name in self.tensors if isinstance(values.get(name), np.ndarray)]
-        moved = rng.permutation(len(arrays))[:int(rng.integers(1, 3))] if arrays else []
-        shapes = [values[name].shape for name in arrays]
-        for name in (arrays[int(i)] for i in moved):  # one or two operands: more are seldom well formed
+        moved = [arrays[int(i)] for i in rng.permutation(len(arrays))[:int(rng.integers(1, 3))]]
+        shapes = {name: values[name].shape for name in arrays}
+        swap = len(moved) == 2 and rng.random() < 0.25  # two operands trade shapes (pieces of other lengths)
+        for k, name in enumerate(moved):  # one or two operands: more are seldom well formed
             array = values[name]
             low = 0.05 if array.size and np.all(array >= 0) else -1.0  # keep a positive operand positive
-            shape = (shapes[int(rng.integers(len(shapes)))] if rng.random() < 0.25  # another operand's
+            shape = (shapes[moved[1 - k]] if swap
+                     else shapes[arrays[int(rng.integers(len(arrays)))]] if rng.random() < 0.25  # another's
                      else _perturbed_shape(rng, array.shape))
             values[name] = rng.uniform(low, 1.0, size=shape)
         ints = [name for name in self.params

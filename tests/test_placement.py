@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -442,6 +443,18 @@ def test_spread_plans_span_the_simulated_range_without_repeats(branchy):
     others = [sim.run(p).seconds for p in pool if p != pool[0]]
     assert len({tuple(p) for p in chosen}) == len(chosen) == 4 and pool[0] not in chosen
     assert times == sorted(times) and times[0] == min(others) and times[-1] == max(others)
+
+
+def test_spread_plans_space_neighbours_by_one_ratio():
+    """Where most random placements crowd together, the test set still spreads evenly over the range (log scale):
+    quantiles would put three of five placements inside the crowd, a few per cent apart."""
+    class Times:
+        def run(self, plan):
+            return SimpleNamespace(seconds=plan[0])
+
+    crowd = [[1.0 + 0.01 * k] for k in range(20)]
+    chosen = spread_plans(Times(), [*crowd, [0.5], [2.0], [4.0], [8.0]], 5, exclude=[])
+    assert [p[0] for p in chosen] == [0.5, 1.0, 2.0, 4.0, 8.0]
 
 
 def test_kendall_tau():

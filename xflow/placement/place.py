@@ -249,9 +249,9 @@ def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel |
                        pool: int = 400) -> dict:
     """Measure placements with the executor, fit the simulator on some, and report Kendall's tau between
     simulated and measured times on others. Fit set: every single-device placement plus ``fit_placements``
-    random ones. Test set: ``placements`` others, drawn from ``pool`` random placements at evenly spaced
-    quantiles of the fitted simulator's times (chosen before any of them is measured), so that they differ
-    by more than the measurement noise. Each set is timed interleaved (``rounds`` rounds of ``runs`` runs of
+    random ones. Test set: ``placements`` others, drawn from ``pool`` random placements at times of the fitted
+    simulator evenly spaced on a log scale (``spread_plans``, chosen before any of them is measured), so that
+    they differ by more than the measurement noise. Each set is timed interleaved (``rounds`` rounds of ``runs`` runs of
     every placement, ``Executor.measure_interleaved``). Also reported: tau before the fit, and the
     measurements' own split-half tau (odd against even rounds), the most any simulator could reach on this
     machine at this load."""
@@ -289,15 +289,22 @@ def validate_simulator(graph: Graph, topology: Topology, cost_model: CostModel |
 
 
 def spread_plans(sim: Simulator, candidates: list[list[int]], count: int, exclude: list[list[int]]) -> list[list[int]]:
-    """``count`` distinct placements out of ``candidates`` (none of ``exclude``) at evenly spaced quantiles of
-    ``sim``'s step times: from the fastest to the slowest, so that neighbours differ as much as they can."""
+    """``count`` distinct placements out of ``candidates`` (none of ``exclude``) from the fastest to the slowest of
+    ``sim``'s step times, each the nearest to one of ``count`` times evenly spaced on a log scale: neighbours then
+    differ by about one ratio. (Evenly spaced quantiles crowd them where most random placements fall, a few per
+    cent apart, within the measurement noise.)"""
     seen = {tuple(p) for p in exclude}
     unique = []
     for p in candidates:
         if tuple(p) not in seen:
             seen.add(tuple(p))
             unique.append(p)
-    ranked = sorted(unique, key=lambda p: sim.run(p).seconds)
-    if len(ranked) <= count:
-        return ranked
-    return [ranked[i] for i in np.linspace(0, len(ranked) - 1, count).round().astype(int)]
+    times = [sim.run(p).seconds for p in unique]
+    order = sorted(range(len(unique)), key=lambda i: times[i])
+    if len(order) <= count:
+        return [unique[i] for i in order]
+    logs = np.log([times[i] for i in order])
+    chosen: set[int] = set()
+    for target in np.linspace(logs[0], logs[-1], count):
+        chosen.add(min((k for k in range(len(order)) if k not in chosen), key=lambda k: (abs(logs[k] - target), k)))
+    return [unique[order[k]] for k in sorted(chosen)]

@@ -416,6 +416,47 @@ def test_cuda_topology_without_a_gpu_is_a_clear_error(branchy):
         Executor(problem, load_topology("cpu+cuda"))
 
 
+def test_confirm_plan_keeps_whichever_measures_faster(branchy):
+    """The simulator's choice timed for real against the fastest baseline: both measured in interleaved rounds,
+    the faster kept; nothing to confirm where the choice is that baseline, or where this machine cannot run
+    the topology."""
+    from xflow.placement.executor import can_run
+    from xflow.placement.place import confirm_plan
+
+    _, problem = branchy
+    topo = load_topology("cpu")
+    plans = {"single:cpu0": [0] * problem.size, "rl": [i % 2 for i in range(problem.size)]}
+    baselines = {"single:cpu0": 1.0}
+    confirmed = confirm_plan(problem, topo, plans, baselines, "rl", rounds=3)
+    measured = confirmed["measured"]
+    assert set(measured) == {"rl", "single:cpu0"} and all(t > 0 for t in measured.values())
+    assert confirmed["kept"] == min(measured, key=lambda k: measured[k]) and confirmed["rounds"] == 3
+    assert confirm_plan(problem, topo, plans, baselines, "single:cpu0", rounds=3) is None
+    assert not can_run(load_topology("4xgpu-pcie"))
+    assert confirm_plan(problem, load_topology("4xgpu-pcie"), {"a": [0] * problem.size, "b": [1] * problem.size},
+                        {"a": 1.0}, "b", rounds=3) is None
+
+
+def test_place_confirms_on_the_cpu_topology_only_when_asked(branchy):
+    """``--confirm`` sets the rounds; the plan records the measurement and holds the plan kept."""
+    from xflow.placement.options import CONFIRM_ROUNDS, PlaceSettings
+
+    assert PlaceSettings(confirm=True).options(2, "cpu").confirm_rounds == CONFIRM_ROUNDS
+    assert PlaceSettings().options(2, "cpu").confirm_rounds == 0
+    graph, _ = branchy
+    # a simulator that charges nothing for crossing devices picks a split plan; the real executor decides
+    free = SimParams(transfer_overhead=0.0, segment_overhead=0.0)
+    result = place(graph, None, load_topology("cpu"), PlaceOptions(time_limit=2, sim_params=free, confirm_rounds=2))
+    confirmed, baselines = result.plan.rl.get("confirmed"), result.plan.baselines
+    if confirmed is None:  # nothing to confirm: the simulator's choice is the fastest baseline itself
+        assert result.plan.chosen == min(baselines, key=lambda k: baselines[k])
+    else:
+        assert result.plan.chosen == confirmed["kept"] == min(confirmed["measured"],
+                                                              key=lambda k: confirmed["measured"][k])
+    assert "confirmed" not in place(graph, None, load_topology("cpu"),
+                                    PlaceOptions(time_limit=1, sim_params=free)).plan.rl
+
+
 # ---- calibration ---------------------------------------------------------------------------------
 def test_interleaved_measurement_times_every_placement_each_round(branchy):
     _, problem = branchy

@@ -101,6 +101,11 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
     echo(f"{plan.model} on {plan.topology.name} ({plan.env}, {plan.rl.get('groups', '?')} groups):")
     for name, seconds in rows.items():
         echo(f"  {'*' if name == plan.chosen else ' '} {name:<20} {fmt(seconds)}")
+    confirmed = plan.rl.get("confirmed")
+    if confirmed:
+        times = ", ".join(f"{name} {fmt(seconds)}" for name, seconds in confirmed["measured"].items())
+        echo(f"  measured here ({confirmed['rounds']} interleaved rounds, {confirmed['seconds']:.1f} s): {times}; "
+             f"kept {confirmed['kept']}")
 
 
 def _settings_flags(func: Callable) -> Callable:

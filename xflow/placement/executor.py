@@ -84,6 +84,12 @@ def segment_model(graph: Graph, segment: Segment) -> onnx.ModelProto:
     return model
 
 
+def can_run(topology: Topology) -> bool:
+    """Whether this machine can run ``topology`` for real: every device a CPU, or CUDA where it works."""
+    kinds = {d.kind for d in topology.devices}
+    return kinds <= {"cpu"} or (kinds <= {"cpu", "cuda"} and cuda_available())
+
+
 def cuda_available() -> bool:
     """True when onnxruntime can really run a CUDA session here (a tiny probe, not the provider list)."""
     try:

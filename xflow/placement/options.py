@@ -12,6 +12,8 @@ from xflow.placement.simulator import SimParams
 from xflow.placement.train import TrainOptions
 
 TRANSFER_STEPS = 600  # about 90 s for four zoo models on one core of a shared 2-core machine
+#: Interleaved rounds in which ``xflow place`` times its plan against the fastest baseline (``--confirm``).
+CONFIRM_ROUNDS = 10
 
 
 @dataclass
@@ -35,7 +37,9 @@ class PlaceOptions:
     ``transfer_hint``: what a policy trained by ``train_across`` reads besides the graph ("" nothing,
     ``HINT_FASTEST_BASELINE`` the fastest baseline's placement; see ``Policy.hint``); ``transfer_decoder``:
     how it draws a placement (``DECODER_SCHEDULE`` group by group reading the partial schedule, the default;
-    "" every group independently, the policies written before; see ``Policy.decoder``)."""
+    "" every group independently, the policies written before; see ``Policy.decoder``). ``confirm_rounds`` > 0,
+    planning in the simulator on a topology this machine runs: the plan is timed for real against the fastest
+    baseline over that many interleaved rounds and the faster kept (the simulator's few per cent can be a loss)."""
 
     env: str = "sim"
     train: TrainOptions = field(default_factory=TrainOptions)
@@ -55,6 +59,7 @@ class PlaceOptions:
     fine_tune: bool = False
     transfer_hint: str = ""
     transfer_decoder: str = DECODER_SCHEDULE
+    confirm_rounds: int = 0
 
 
 def flag(help_text: str, name: str = "", choices: tuple[str, ...] = (), switch: str = "", metavar: str = "") -> dict:
@@ -87,6 +92,10 @@ class PlaceSettings:
     warm_start: bool = field(default=True, metadata=flag(
         "Start RL by imitating the fastest baseline's placement (then REINFORCE), or from a fresh policy.",
         switch="--warm-start/--fresh-start"))
+    confirm: bool = field(default=False, metadata=flag(
+        "On a topology this machine runs (cpu; cpu+cuda where CUDA works), planning in the simulator: time the "
+        "plan against the fastest baseline for real (10 interleaved rounds, after --time-limit) and keep the "
+        "faster.", switch="--confirm/--trust-simulator"))
     calibration: str | None = field(default=None, metadata=flag(
         "Simulator parameters from `xflow place-calibrate --out`.", metavar="FILE"))
     policy: str | None = field(default=None, metadata=flag(
@@ -115,6 +124,7 @@ class PlaceSettings:
         return PlaceOptions(
             env=self.env, max_groups=self.max_groups, time_limit=self.time_limit, warm_start=self.warm_start,
             improve_sweeps=PlaceOptions.improve_sweeps if self.improve else 0,
+            confirm_rounds=CONFIRM_ROUNDS if self.confirm else 0,
             sim_params=read_calibration(self.calibration) if self.calibration else SimParams(),
             policy=policy, fine_tune=self.fine_tune, zero_shot_samples=self.zero_shot_samples,
             transfer_steps=self.steps or TRANSFER_STEPS,

@@ -149,6 +149,11 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
     chosen = min(candidates, key=lambda k: candidates[k])
     seconds = clock() - started
     rl["planning_seconds"] = round(seconds, 3)
+    if opts.env == "sim" and opts.confirm_rounds > 0:  # after the time limit: a real check, not planning
+        confirmed = confirm_plan(problem, topology, plans, baselines, chosen, opts.confirm_rounds, opts.train.seed)
+        if confirmed is not None:
+            rl["confirmed"] = confirmed
+            chosen = confirmed["kept"]
     plan = make_plan(name, problem, topology, opts.env, plans[chosen], candidates[chosen], chosen,
                      baselines=baselines, rl=rl,
                      extra={"feasible": bool(candidates[chosen] < INFEASIBLE_SECONDS),
@@ -156,6 +161,28 @@ def place(graph: Graph, cost_model: CostModel | None, topology: Topology, option
                             "nodes": problem.size, "cost_model": getattr(cost_model, "name", "analytic"),
                             "cost_seconds": round(cost_seconds, 3)})
     return PlacementResult(plan, policy, curve, seconds, cost_seconds)
+
+
+def confirm_plan(problem: Problem, topology: Topology, plans: dict[str, list[int]], baselines: dict[str, float],
+                 chosen: str, rounds: int, seed: int = 0) -> dict | None:
+    """Time the ``chosen`` plan against the fastest baseline for real (``rounds`` interleaved rounds,
+    ``Executor.measure_interleaved``) where this machine runs ``topology`` and the two differ: the measured
+    step times (seconds) by name and ``kept``, the faster. None where there is nothing to confirm."""
+    from xflow.placement.executor import Executor, can_run
+
+    fastest = min(baselines, key=lambda k: baselines[k])
+    if chosen == fastest or list(plans[chosen]) == list(plans[fastest]) or not can_run(topology):
+        return None
+    started = time.perf_counter()
+    executor = Executor(problem, topology, runs=5, seed=seed)
+    try:
+        plan_time, baseline_time = (m.seconds for m in executor.measure_interleaved(
+            [plans[chosen], plans[fastest]], rounds, seed))
+    finally:
+        executor.close()
+    return {"measured": {chosen: plan_time, fastest: baseline_time}, "rounds": rounds,
+            "kept": chosen if plan_time <= baseline_time else fastest,
+            "seconds": round(time.perf_counter() - started, 3)}
 
 
 def train_across(graphs: dict[str, Graph], topology: Topology, options: PlaceOptions | None = None,

@@ -214,8 +214,6 @@ def test_decoded_cases_compute_what_onnx_runtime_computes() -> None:
     """The verifier proves rules about the op table's kernels, so a decoded node must mean what its ONNX node
     computes: every case whose nodes all decode, evaluated with the kernels on the suite's inputs, gives ONNX
     Runtime's outputs (shapes, dtypes, values within float32 rounding)."""
-    from onnx import numpy_helper
-
     from xflow.ops import OPS
 
     cases, _ = suite()
@@ -225,8 +223,7 @@ def test_decoded_cases_compute_what_onnx_runtime_computes() -> None:
         if any(n.is_opaque for n in graph.nodes):
             continue
         evaluated += 1
-        values = {**case.feeds, **{name: np.asarray(c.array) if c.array is not None else numpy_helper.to_array(c.proto)
-                                   for name, c in graph.constants.items()}}
+        values = {**case.feeds, **{name: c.value() for name, c in graph.constants.items()}}
         with np.errstate(all="ignore"):
             for node in graph.nodes:
                 outs = OPS[node.op].evaluate(np, [values[i] for i in node.inputs], node.attrs)

@@ -7,10 +7,12 @@ import pytest
 import z3
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
+from tests.test_ops import _random_case
+from tests.test_verifier_speed import _Shapes
 from verifier import AXIOMS, check_consistency, encode_rule, numeric_check, prove_rule, verify_rule
-from verifier.axioms import FIRST_AXIS, Axiom, _perturbed_shape, _same
+from verifier.axioms import FIRST_AXIS, Axiom, _same
 from verifier.encode import Unsupported
-from xflow.ops import OPS, ShapeError
+from xflow.ops import OPS
 from xflow.rules import parse_rule
 
 GOOD = [MATMUL_MERGE, CONV_RELU_FOLD, CONCAT_SPLIT_CANCEL]
@@ -160,62 +162,18 @@ def test_perturbed_check_finds_an_unguarded_axiom(lhs, rhs, tensors):
     assert any((r := unguarded.check_perturbed(rng)) is not None and r > 1e-6 for _ in range(1000))
 
 
-class _ConcreteShapes:
-    """The op table's ``ShapeFacts`` on concrete shape tuples."""
-
-    rank = staticmethod(len)
-    dim = staticmethod(lambda t, i: t[i])
-    symbolic = staticmethod(lambda v: False)
-    int = staticmethod(int)
-    both = staticmethod(lambda *facts: all(facts))
-
-
-def _drawn_attrs(rng: np.random.Generator, op, shapes: list[tuple[int, ...]]) -> dict:
-    """Attributes from the op table's sampling domain (pads, which has none, drawn here)."""
-    attrs: dict = {}
-    for spec in op.attrs:
-        if spec.name == "pads" and spec.sample is None:
-            attrs["pads"] = tuple(int(v) for v in rng.integers(0, 3, size=2 * len(shapes[0])))
-        elif spec.sample is not None:
-            value = spec.sample(rng, shapes, attrs, 2 if op.name == "split" else 1)
-            if value is None:
-                return {}
-            attrs[spec.name] = value
-    return op.normalize_attrs(attrs)
-
-
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.facts is not None))
 def test_op_facts_hold_wherever_its_shape_rule_accepts(name: str):
     """The z3 facts an op guarantees (``OpDef.facts``, hypotheses of every proof) are the numpy shape rule's: on
     shapes drawn by role, moved toward broadcasting and repaired by the op's fit, every fact holds wherever the
     shape rule accepts."""
-    from verifier.numeric import _shape
-
-    op, rng = OPS[name], np.random.default_rng(sum(map(ord, name)))
-    accepted = 0
+    rng, accepted = np.random.default_rng(sum(map(ord, name))), 0
     for _ in range(1500):
-        n = int(rng.integers(op.min_inputs, min(op.max_inputs, op.min_inputs + 2) + 1))
-        shapes = [_shape(rng, op.role(p), wide=bool(rng.integers(2))) for p in range(n)]
-        if op.channel_params and len(shapes[0]) > 1:  # per-channel vectors sized to the image, as in models
-            for pos in op.channel_params:
-                shapes[pos] = (shapes[0][1],)
-        if rng.random() < 0.5:
-            shapes[int(rng.integers(n))] = _perturbed_shape(rng, shapes[int(rng.integers(n))])
-        try:
-            attrs = _drawn_attrs(rng, op, shapes)
-            if not attrs and op.attrs:
-                continue
-            try:
-                op.infer(shapes, attrs)
-            except ShapeError:
-                shapes = op.fit_inputs(shapes, attrs, frozenset(range(1, n)))
-                if shapes is None:
-                    continue
-                op.infer(shapes, attrs)
-        except (ShapeError, ValueError, KeyError, IndexError, TypeError, ZeroDivisionError):
+        if (drawn := _random_case(rng, name)) is None:
             continue
+        shapes, node = drawn
         accepted += 1
-        assert all(op.facts(_ConcreteShapes, attrs, shapes)), (shapes, attrs)
+        assert all(OPS[name].facts(_Shapes, node.attrs, shapes)), (shapes, node.attrs)
     assert accepted >= 20
 
 

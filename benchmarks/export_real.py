@@ -7,11 +7,15 @@ Not a test and not a project dependency: it needs torch and transformers in a se
     /tmp/exp/bin/python benchmarks/export_real.py --out build/real
     xflow bench build/real/*.onnx --seconds 30
 
-Models are built from their default configs with random weights (``from_config``; nothing is
-downloaded): BERT-base and GPT-2 (batch 1, sequence 128), ViT-base, ConvNeXt-tiny, MobileNetV2, EfficientNet-B0
-and Swin-tiny (batch 1, 224x224), exported with the TorchScript exporter at opset 17 with every dim fixed, or
-with ``--dynamic`` with a dynamic batch (``dim_param`` ``batch``) and, for token inputs, a dynamic sequence
-length (``seq``) on the inputs and the output (``dynamic_axes``; the traced sizes stay the export's example)::
+Models are built from their default configs (nothing is downloaded), with weights like a trained checkpoint's:
+transformers initializes every bias, every norm's shift and Swin's relative-position tables to zeros and every
+norm's scale to ones, which a trained model never has and which the constant-folding peers delete (an Add of zeros,
+a LayerNorm's unit scale), so each float parameter gets seeded noise of scale 0.02 on top and each BatchNorm running
+statistics away from 0 and 1 (``--init-weights`` exports transformers' own initialization instead).
+BERT-base and GPT-2 (batch 1, sequence 128), ViT-base, ConvNeXt-tiny, MobileNetV2, EfficientNet-B0 and Swin-tiny
+(batch 1, 224x224), exported with the TorchScript exporter at opset 17 with every dim fixed, or with ``--dynamic``
+with a dynamic batch (``dim_param`` ``batch``) and, for token inputs, a dynamic sequence length (``seq``) on the
+inputs and the output (``dynamic_axes``; the traced sizes stay the export's example)::
 
     /tmp/exp/bin/python benchmarks/export_real.py --dynamic --out build/real-dyn --only bert_base gpt2
 """
@@ -35,6 +39,22 @@ class _FirstOutput(torch.nn.Module):
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
         out = self.model(*args, return_dict=False)
         return out[0]
+
+
+def perturb_weights(model: torch.nn.Module, seed: int = 0, scale: float = 0.02) -> None:
+    """Move every float parameter off its initial value by seeded noise, and BatchNorm statistics off 0 and 1.
+
+    Trained checkpoints have no all-zero biases or all-one norm scales; the export should not either."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for tensor in model.parameters():
+            if tensor.dtype.is_floating_point:
+                tensor.add_(scale * torch.randn(tensor.shape, generator=generator, dtype=tensor.dtype))
+        for name, buffer in model.named_buffers():
+            if name.endswith("running_mean"):
+                buffer.add_(scale * torch.randn(buffer.shape, generator=generator, dtype=buffer.dtype))
+            elif name.endswith("running_var"):
+                buffer.mul_(0.5 + torch.rand(buffer.shape, generator=generator, dtype=buffer.dtype))
 
 
 def _models() -> dict[str, tuple[torch.nn.Module, tuple[torch.Tensor, ...], list[str]]]:
@@ -75,6 +95,8 @@ def main() -> int:
     parser.add_argument("--out", default="build/real", help="folder for the .onnx files")
     parser.add_argument("--only", nargs="*", help="export only these models")
     parser.add_argument("--dynamic", action="store_true", help="dynamic batch (and sequence) axes")
+    parser.add_argument("--init-weights", action="store_true",
+                        help="keep transformers' initialization (zero biases, unit norm scales)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for name, (model, inputs, input_names) in _models().items():
@@ -82,6 +104,8 @@ def main() -> int:
             continue
         path = os.path.join(args.out, f"{name}.onnx")
         start = time.perf_counter()
+        if not args.init_weights:
+            perturb_weights(model)
         with torch.no_grad():
             torch.onnx.export(_FirstOutput(model.eval()), inputs, path, input_names=input_names,
                               output_names=["output"], opset_version=17, dynamo=False,

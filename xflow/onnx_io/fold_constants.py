@@ -10,7 +10,7 @@ The values are computed by ONNX's reference evaluator, node by node."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -54,6 +54,9 @@ def fold_constants(model: onnx.ModelProto, types: Mapping[str, TensorType], know
     # not taken against them (the expanded AffineGrid fails so): only constant nodes fold there
     control_flow = any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                        for n in model.graph.node for a in n.attribute)
+    # in a model with dynamic inputs a Shape does not fold, but the dims of it that are static do: a Gather or
+    # Slice of a Shape reading only those (Swin's window sizes beside a dynamic batch)
+    static_dims = fold_shapes and not control_flow and not _fixed_dims(model)
     fold_shapes = fold_shapes and _fixed_dims(model) and not control_flow
     opsets = list(model.opset_import)
     graph_outputs = {vi.name for vi in model.graph.output}
@@ -63,17 +66,52 @@ def fold_constants(model: onnx.ModelProto, types: Mapping[str, TensorType], know
         for name in node.input:
             consumers.setdefault(name, set()).add(node.op_type if node.domain in DEFAULT_DOMAINS else "")
     values: dict[str, np.ndarray] = {}
+    shapes_of: dict[str, onnx.NodeProto] = {}  # output of a Shape node that did not fold -> the node
     for node in model.graph.node:
         if node.domain not in DEFAULT_DOMAINS or any(o in graph_outputs for o in node.output):
             continue
+        if static_dims and node.op_type == "Shape" and len(node.input) == 1:
+            shapes_of[node.output[0]] = node
         if any(o in captured or not consumers.get(o, set()) <= readers for o in node.output):
             continue
         if control_flow and node.op_type not in ("Constant", "ConstantOfShape"):
             continue
         folded = _fold_node(node, types, known, values, fold_shapes, opsets)
+        if folded is None and node.op_type in ("Gather", "Slice") and node.input[0] in shapes_of:
+            folded = _fold_static_dims(node, shapes_of[node.input[0]], types, known, values, opsets)
         if folded is not None and all(_agrees(value, types.get(name)) for name, value in folded.items()):
             values.update(folded)
     return values
+
+
+def _static_dims(shape_node: onnx.NodeProto, types: Mapping[str, TensorType]) -> tuple[int | None, ...] | None:
+    """The dims a Shape node outputs (its ``start``/``end`` applied), each an int where it is static, or None
+    where the rank of its input is unknown."""
+    t = types.get(shape_node.input[0])
+    if t is None or t.shape is None:
+        return None
+    dims = tuple(d if isinstance(d, int) and d >= 0 else None for d in t.shape)
+    attrs = {a.name: a.i for a in shape_node.attribute}
+    return dims[slice(attrs.get("start", 0), attrs.get("end", len(dims)))]
+
+
+def _fold_static_dims(node: onnx.NodeProto, shape_node: onnx.NodeProto, types: Mapping[str, TensorType],
+                      known: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray],
+                      opsets: list[onnx.OperatorSetIdProto]) -> dict[str, np.ndarray] | None:
+    """The value of a Gather or Slice of a Shape's output that reads only static dims: the node is run on a
+    stand-in vector whose dynamic dims are -1, and folds only when no -1 is read. The stand-in's positions are
+    the Shape's, so indices (negative ones too) select exactly what they select at run time."""
+    dims = _static_dims(shape_node, types)
+    if dims is None:
+        return None
+    feeds = _known_feeds(node.input[1:], known, values)
+    if feeds is None:
+        return None
+    feeds[node.input[0]] = np.array([-1 if d is None else d for d in dims], dtype=np.int64)
+    folded = _evaluate(node, feeds, opsets)
+    if folded is None or any(np.any(v < 0) for v in folded.values()):
+        return None
+    return folded
 
 
 def _agrees(value: np.ndarray, declared: TensorType | None) -> bool:
@@ -87,6 +125,20 @@ def _agrees(value: np.ndarray, declared: TensorType | None) -> bool:
         return True
     return len(declared.shape) == value.ndim and all(d is None or d == v for d, v in zip(declared.shape, value.shape,
                                                                                         strict=True))
+
+
+def _known_feeds(names: Sequence[str], known: Mapping[str, np.ndarray], values: Mapping[str, np.ndarray]
+                 ) -> dict[str, np.ndarray] | None:
+    """The values of a node's (present) inputs, folded or known; None when one is not."""
+    feeds: dict[str, np.ndarray] = {}
+    for name in names:
+        if not name:
+            continue
+        value = values.get(name, known.get(name))
+        if value is None:
+            return None
+        feeds[name] = value
+    return feeds
 
 
 def _fold_node(node: onnx.NodeProto, types: Mapping[str, TensorType], known: Mapping[str, np.ndarray],
@@ -103,14 +155,9 @@ def _fold_node(node: onnx.NodeProto, types: Mapping[str, TensorType], known: Map
     if node.op_type not in SHAPE_ARITHMETIC or any(sub.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                                                    for sub in node.attribute):
         return None
-    feeds: dict[str, np.ndarray] = {}
-    for name in node.input:
-        if not name:
-            continue
-        value = values.get(name, known.get(name))
-        if value is None:
-            return None
-        feeds[name] = value
+    feeds = _known_feeds(node.input, known, values)
+    if feeds is None:
+        return None
     if node.op_type != "ConstantOfShape":
         out_types = [types.get(o) for o in node.output if o]
         if any(t is None or t.dtype in FLOAT_DTYPES for t in out_types):

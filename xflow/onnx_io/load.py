@@ -184,8 +184,11 @@ def _symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> dict[str, T
             quiet.setLevel(level)
     except Exception:  # noqa: BLE001 - best effort, as ONNX's own inference: unknown dims stay unknown
         return {}
-    if inferred is None:
-        return {}
+    return {} if inferred is None else _value_types(inferred)
+
+
+def _value_types(inferred: onnx.ModelProto) -> dict[str, TensorType]:
+    """The types an inferred model states for its values and outputs (where it knows the rank)."""
     found: dict[str, TensorType] = {}
     for vi in itertools.chain(inferred.graph.value_info, inferred.graph.output):
         t = _type_from_value_info(vi)
@@ -282,12 +285,14 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
     decode = decoder_for(proto.domain, proto.op_type)
     if decode is None or not proto.input:
         return None
-    names = [n for n in (*proto.input, *proto.output) if n]
-    for name in names:  # every dim known: an int, or an expression over the inputs' symbols
-        t = ctx.types.get(name)
-        if t is None or t.shape is None or any(d is None for d in t.shape):
+    for name in (n for n in proto.input if n):  # every dim known: an int, or an expression over the inputs' symbols
+        if not _runtime_dims(ctx.types.get(name), ctx.symbols):
             return None
-        if not t.is_static and not set(free_symbols(t.shape)) <= ctx.symbols:
+    # an output's dims may be unknown to inference (a fresh symbol, as after a Reshape to -1 of a dynamic
+    # input): the op table's shape rule then gives them, over the inputs' symbols
+    for name in (n for n in proto.output if n):
+        t = ctx.types.get(name)
+        if t is None or t.shape is None:
             return None
     # the algebra computes on float tensors (and the bool masks comparisons make for Where); integer
     # computations (shapes, indices) stay opaque unless they fold to constants first
@@ -308,8 +313,14 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
             for name, shape in zip(n.outputs, out_shapes, strict=True):
                 produced[name] = TensorType(dtype, shape)
         for name in proto.output:
-            if name and not ctx.types[name].same_as(produced.get(name)):
-                raise ShapeError(f"decoded type {produced.get(name)} differs from ONNX's {ctx.types[name]}")
+            if not name:
+                continue
+            declared, found = ctx.types[name], produced.get(name)
+            if _runtime_dims(declared, ctx.symbols):
+                if not declared.same_as(found):
+                    raise ShapeError(f"decoded type {found} differs from ONNX's {declared}")
+            elif not (_runtime_dims(found, ctx.symbols) and _compatible(declared, found, ctx.symbols)):
+                raise ShapeError(f"decoded type {found} does not refine ONNX's {declared}")
     except (ShapeError, KeyError, ValueError, IndexError, TypeError):  # TypeError: a dim a decoder needs as a number
         for name in ctx.added[mark:]:
             ctx.types.pop(name, None)
@@ -321,6 +332,27 @@ def _decode_node(proto: onnx.NodeProto, ctx: _Decoder) -> list[Node] | None:
         origin = Origin(proto, len(nodes))
         nodes = [Node(n.op, n.inputs, n.outputs, n.attrs, n.name, origin) for n in nodes]
     return nodes
+
+
+def _runtime_dims(t: TensorType | None, symbols: set[str]) -> bool:
+    """True when every dim of ``t`` is known: an int, or an expression over symbols a run can read."""
+    if t is None or t.shape is None or any(d is None for d in t.shape):
+        return False
+    return t.is_static or set(free_symbols(t.shape)) <= symbols
+
+
+def _compatible(declared: TensorType, found: TensorType | None, symbols: set[str]) -> bool:
+    """True when ``found`` refines an inferred type with unknown dims: the same element type and rank, and
+    the same dim wherever the inferred one is known."""
+    if found is None or found.shape is None or declared.shape is None or found.dtype != declared.dtype \
+            or len(found.shape) != len(declared.shape):
+        return False
+    for d, f in zip(declared.shape, found.shape, strict=True):
+        if d is None or not (is_static(d) or set(free_symbols((d,))) <= symbols):
+            continue
+        if not TensorType(declared.dtype, (d,)).same_as(TensorType(declared.dtype, (f,))):
+            return False
+    return True
 
 
 def proto_dtype(proto: onnx.NodeProto, ctx: _Decoder) -> int:
@@ -379,11 +411,29 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
         named = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
         types.update((name, t) for name, t in symbolic_types(model).items()
                      if name in unknown and _says_more(t, types.get(name), named))
+    named_symbols = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
     known = {name: c.value() for name, c in constants.items()
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
     captured = {name for n in model.graph.node for name in _subgraph_captures(n)}
     readers = {op_type for domain, op_type in DECODERS if not domain}
     folded = fold_constants(model, types, known, fold_shapes, readers, captured)
+    if fold_shapes and named_symbols:
+        # With dynamic inputs, the static dims of a shape fold (fold_constants) and what they parameterize (a
+        # Pad's pads, a Reshape's target) then gives its output static dims, whose shapes fold in turn: to a
+        # fixed point, each round one more shape inference with the values known so far.
+        # ONNX Runtime's symbolic inference (without merging symbols) then follows the -1s and computed targets
+        # beside the dynamic dims (Swin's ``64*batch`` windows) that ONNX's inference leaves unknown.
+        def refinements(inferred: dict[str, TensorType]) -> dict[str, TensorType]:
+            return {name: t for name, t in inferred.items() if name not in folded and
+                    set(free_symbols(t.shape)) <= named_symbols and _says_more(t, types.get(name), named_symbols)}
+
+        for _ in range(MAX_INFERENCE_ROUNDS):
+            given = _with_values(model, folded)
+            refined = refinements(_onnx_types(given)) or refinements(_symbolic_inference(given, auto_merge=False))
+            if not refined:
+                break
+            types.update(refined)
+            folded = fold_constants(model, types, known, fold_shapes, readers, captured)
     for name, value in folded.items():  # the nodes stay (load/save is lossless); decoders read their values
         if name not in types or not types[name].is_static:
             types[name] = Constant.from_array(value).type
@@ -415,6 +465,33 @@ def _inference_model(model: onnx.ModelProto) -> onnx.ModelProto:
     big = {t.name for t in model.graph.initializer
            if t.data_location != onnx.TensorProto.EXTERNAL and elements(t) > INLINE_ELEMENTS}
     return weights_as_inputs(model, big) if big else model
+
+
+#: Most rounds of shape inference with folded values (each one lets the next shapes fold)
+MAX_INFERENCE_ROUNDS = 16
+
+
+def _with_values(model: onnx.ModelProto, folded: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """The model as shape inference sees it (``_inference_model``) with the folded values as initializers and
+    the nodes that compute them left out: in a model with dynamic inputs, a Pad's pads or a Reshape's target
+    that folded from static dims (``fold_constants``) gives inference its output dims this way."""
+    base = _inference_model(model)
+    given = onnx.ModelProto()
+    copy_fields(base, given, skip=("graph",))
+    copy_fields(base.graph, given.graph, skip=("node", "initializer"))
+    given.graph.initializer.extend(t for t in base.graph.initializer if t.name not in folded)
+    given.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items())
+    given.graph.node.extend(n for n in base.graph.node if not (n.output and all(o in folded for o in n.output if o)))
+    return given
+
+
+def _onnx_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+    """Value types from ONNX's shape inference with data propagation; {} when it fails."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - best effort: unknown shapes just keep nodes opaque
+        return {}
+    return _value_types(inferred)
 
 
 def _without_nodes(model: onnx.ModelProto) -> onnx.ModelProto:

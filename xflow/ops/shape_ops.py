@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 import onnx
+import sympy
 
 from xflow.ir import Attrs, Node, Shape
-from xflow.ir.dims import equal, free_symbols, is_static, product
+from xflow.ir.dims import as_dim, divides, equal, free_symbols, is_static, product
 from xflow.ops._runtime_dims import runtime_shape, writable
 from xflow.ops.base import (
     AttrSpec,
@@ -256,7 +257,29 @@ def decode_reshape(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | No
     allowzero = int(onnx_attrs(proto).get("allowzero", 0))
     if allowzero and (target is None or 0 in target.tolist()):
         return None
+    if target is not None and not all(is_static(d) for d in out):
+        # inference may not know what a -1 stands for beside a symbolic dim (Swin's windows, ``-1`` for
+        # ``64*batch``): the constant target says it; the loader checks it against whatever inference knows
+        out = resolved_target(shape, [int(t) for t in target.reshape(-1)]) or out
     return [make_node(proto, RESHAPE, proto.input[:1], proto.output, {"shape": tuple(out)})]
+
+
+def resolved_target(x: Shape, target: Sequence[int]) -> Shape | None:
+    """The dims of an ONNX Reshape (``allowzero`` 0) of a value of dims ``x`` to the constant ``target``: 0
+    copies the input's dim, -1 is the rest of the elements; None when the -1 does not divide exactly for every
+    value of the symbols (or the target is malformed)."""
+    if target.count(-1) > 1 or any(t < -1 for t in target) or any(t == 0 and i >= len(x) for i, t in
+                                                                   enumerate(target)):
+        return None
+    dims = [x[i] if t == 0 else t for i, t in enumerate(target)]
+    if -1 not in dims:
+        return tuple(dims)
+    rest = product([d for d in dims if not (is_static(d) and d == -1)])
+    total = product(x)
+    if not divides(rest, total):
+        return None
+    quotient = as_dim(sympy.cancel(sympy.sympify(total) / sympy.sympify(rest)))
+    return tuple(quotient if is_static(d) and d == -1 else d for d in dims)
 
 
 def encode_reshape(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:

@@ -8,8 +8,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.test_dynamic_reshapes import RELU_BEFORE_RESHAPE, computing_opaque
-from xflow.ir.dims import symbol
+from xflow.ir import TensorType
+from xflow.ir.dims import dims_of, symbol
 from xflow.onnx_io import graph_from_model, save, to_model_proto
+from xflow.onnx_io.fold_constants import fold_constants
 from xflow.ops.shape_ops import resolved_target
 from xflow.rewrite import apply_match, find_matches
 from xflow.rules import parse_rule
@@ -115,3 +117,35 @@ def test_resolved_target_copies_zeros_and_divides_the_rest() -> None:
     assert resolved_target((batch, 6, 5), [0, -1]) == (batch, 30)
     assert resolved_target((batch, 6), [5, -1]) is None  # 6*batch/5 is not a dim for every batch
     assert resolved_target((batch, 6), [-1, -1]) is None
+
+
+def _folded(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> dict[str, np.ndarray]:
+    """The values ``fold_constants`` finds in a model of ``x: [batch, 6, 5, 8]`` with these nodes (each output
+    read by a Reshape's target, so that folding it is wanted)."""
+    graph = helper.make_graph(
+        [*nodes, *[helper.make_node("Reshape", ["x", n.output[0]], [f"r{k}"]) for k, n in enumerate(nodes)]],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", SIDE, 5, CHANNELS])],
+        [helper.make_tensor_value_info(f"r{k}", TensorProto.FLOAT, None) for k in range(len(nodes))], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {vi.name: TensorType(vi.type.tensor_type.elem_type, dims_of(vi))
+             for vi in [*inferred.graph.input, *inferred.graph.value_info]}
+    known = {t.name: numpy_helper.to_array(t) for t in inits}
+    return fold_constants(model, types, known, True, {"Reshape"})
+
+
+def test_only_static_dims_of_a_shape_fold() -> None:
+    shape = helper.make_node("Shape", ["x"], ["s"])
+    tail = helper.make_node("Shape", ["x"], ["t"], start=1)
+    folded = _folded(
+        [shape, tail,
+         helper.make_node("Gather", ["s", "last"], ["g_last"], axis=0),            # -1: the static 8
+         helper.make_node("Gather", ["s", "first"], ["g_batch"], axis=0),          # the batch: never
+         helper.make_node("Slice", ["s", "one", "three"], ["hw"]),                 # [6, 5]
+         helper.make_node("Slice", ["s", "zero", "two"], ["bh"]),                  # reads the batch: never
+         helper.make_node("Gather", ["t", "first"], ["t0"], axis=0)],              # Shape(start=1)[0]: 6
+        [_int64("last", -1), _int64("first", 0), _int64("zero", [0]), _int64("one", [1]), _int64("two", [2]),
+         _int64("three", [3])])
+    assert folded["g_last"].tolist() == CHANNELS and folded["hw"].tolist() == [SIDE, 5]
+    assert folded["t0"].tolist() == SIDE
+    assert "g_batch" not in folded and "bh" not in folded and "s" not in folded and "t" not in folded

@@ -407,11 +407,10 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
         types.update((name, t) for name, t in observed_types(model, types).items() if name in unknown)
         unknown = {name for name in unknown if not (name in types and types[name].is_static)}
-    if unknown:  # still dynamic: derived dims (batch*seq, seq+1) from ORT's symbolic inference
-        named = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
-        types.update((name, t) for name, t in symbolic_types(model).items()
-                     if name in unknown and _says_more(t, types.get(name), named))
     named_symbols = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
+    if unknown:  # still dynamic: derived dims (batch*seq, seq+1) from ORT's symbolic inference
+        types.update((name, t) for name, t in symbolic_types(model).items()
+                     if name in unknown and _says_more(t, types.get(name), named_symbols))
     known = {name: c.value() for name, c in constants.items()
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
     captured = {name for n in model.graph.node for name in _subgraph_captures(n)}

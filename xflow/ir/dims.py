@@ -101,17 +101,23 @@ def equal(a: Dim, b: Dim) -> bool:
 def divides(a: Dim, b: Dim) -> bool:
     """True when ``a`` divides ``b`` for every value of the symbols (shown by ``b / a`` being a polynomial
     with integer coefficients; anything else, even a true but unproven case, is False)."""
+    return exact_quotient(b, a) is not None
+
+
+def exact_quotient(b: Dim, a: Dim) -> Dim | None:
+    """``b / a`` when it is a polynomial with integer coefficients in the symbols (so a dim for every value of
+    them), else None (even where it is one but that is not shown)."""
     if isinstance(a, int) and isinstance(b, int):
-        return a != 0 and b % a == 0
+        return b // a if a != 0 and b % a == 0 else None
     if sympy.sympify(a) == 0:
-        return False
+        return None
     quotient = sympy.cancel(sympy.sympify(b) / sympy.sympify(a))
     symbols = sorted(quotient.free_symbols, key=lambda s: s.name)
     if not symbols:
-        return bool(quotient.is_Integer)
+        return int(quotient) if quotient.is_Integer else None
     if not quotient.is_polynomial(*symbols):
-        return False
-    return all(c.is_Integer for c in sympy.Poly(quotient, *symbols).coeffs())
+        return None
+    return quotient if all(c.is_Integer for c in sympy.Poly(quotient, *symbols).coeffs()) else None
 
 
 #: a polynomial's terms: (integer coefficient, ((symbol name, power), ...)); () for the constant term

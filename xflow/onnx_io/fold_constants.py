@@ -56,8 +56,9 @@ def fold_constants(model: onnx.ModelProto, types: Mapping[str, TensorType], know
                        for n in model.graph.node for a in n.attribute)
     # in a model with dynamic inputs a Shape does not fold, but the dims of it that are static do: a Gather or
     # Slice of a Shape reading only those (Swin's window sizes beside a dynamic batch)
-    static_dims = fold_shapes and not control_flow and not _fixed_dims(model)
-    fold_shapes = fold_shapes and _fixed_dims(model) and not control_flow
+    fixed = _fixed_dims(model)
+    static_dims = fold_shapes and not control_flow and not fixed
+    fold_shapes = fold_shapes and fixed and not control_flow
     opsets = list(model.opset_import)
     graph_outputs = {vi.name for vi in model.graph.output}
     readers = set(readers) | SHAPE_ARITHMETIC | {"Shape", "Size"}

@@ -14,7 +14,7 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
-from xflow.ir.dims import concrete, dims_of, free_symbols, is_static, symbol_sources
+from xflow.ir.dims import concrete, dims_of, equal, free_symbols, is_static, symbol_sources
 from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
@@ -350,7 +350,7 @@ def _compatible(declared: TensorType, found: TensorType | None, symbols: set[str
     for d, f in zip(declared.shape, found.shape, strict=True):
         if d is None or not (is_static(d) or set(free_symbols((d,))) <= symbols):
             continue
-        if not TensorType(declared.dtype, (d,)).same_as(TensorType(declared.dtype, (f,))):
+        if not equal(d, f):
             return False
     return True
 
@@ -387,8 +387,9 @@ def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
 
 
 def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: bool = True) -> Graph:
+    inference = _inference_model(model)  # also what the rounds on static dims below infer from
     try:
-        inferred = onnx.shape_inference.infer_shapes(_inference_model(model), strict_mode=False,
+        inferred = onnx.shape_inference.infer_shapes(inference, strict_mode=False,
                                                      data_prop=True)
     except Exception:  # shape inference is best effort: unknown shapes just keep nodes opaque
         inferred = model
@@ -427,7 +428,7 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
                     set(free_symbols(t.shape)) <= named_symbols and _says_more(t, types.get(name), named_symbols)}
 
         for _ in range(MAX_INFERENCE_ROUNDS):
-            given = _with_values(model, folded)
+            given = _with_values(inference, folded)
             refined = refinements(_onnx_types(given)) or refinements(_symbolic_inference(given, auto_merge=False))
             if not refined:
                 break
@@ -470,11 +471,10 @@ def _inference_model(model: onnx.ModelProto) -> onnx.ModelProto:
 MAX_INFERENCE_ROUNDS = 16
 
 
-def _with_values(model: onnx.ModelProto, folded: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """The model as shape inference sees it (``_inference_model``) with the folded values as initializers and
-    the nodes that compute them left out: in a model with dynamic inputs, a Pad's pads or a Reshape's target
-    that folded from static dims (``fold_constants``) gives inference its output dims this way."""
-    base = _inference_model(model)
+def _with_values(base: onnx.ModelProto, folded: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """The model as shape inference sees it (``base``: ``_inference_model``'s) with the folded values as
+    initializers and the nodes that compute them left out: in a model with dynamic inputs, a Pad's pads or a
+    Reshape's target that folded from static dims (``fold_constants``) gives inference its output dims this way."""
     given = onnx.ModelProto()
     copy_fields(base, given, skip=("graph",))
     copy_fields(base.graph, given.graph, skip=("node", "initializer"))

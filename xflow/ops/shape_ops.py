@@ -7,10 +7,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-import sympy
 
 from xflow.ir import Attrs, Node, Shape
-from xflow.ir.dims import as_dim, divides, equal, free_symbols, is_static, product
+from xflow.ir.dims import as_dim, equal, exact_quotient, free_symbols, is_static, product
 from xflow.ops._runtime_dims import runtime_shape, writable
 from xflow.ops.base import (
     AttrSpec,
@@ -274,12 +273,10 @@ def resolved_target(x: Shape, target: Sequence[int]) -> Shape | None:
     dims = [x[i] if t == 0 else t for i, t in enumerate(target)]
     if -1 not in dims:
         return tuple(dims)
-    rest = product([d for d in dims if not (is_static(d) and d == -1)])
-    total = product(x)
-    if not divides(rest, total):
+    quotient = exact_quotient(product(x), product([d for d in dims if not (is_static(d) and d == -1)]))
+    if quotient is None:
         return None
-    quotient = as_dim(sympy.cancel(sympy.sympify(total) / sympy.sympify(rest)))
-    return tuple(quotient if is_static(d) and d == -1 else d for d in dims)
+    return tuple(as_dim(quotient) if is_static(d) and d == -1 else d for d in dims)
 
 
 def encode_reshape(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:

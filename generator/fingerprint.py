@@ -27,7 +27,7 @@ from generator.enumerate import (
     resolve,
     tensor_fp,
 )
-from xflow.ops import OPS
+from xflow.ops import OPS, ShapeError
 
 N_IN = len(INPUTS)
 INPUT_NAMES = tuple(name for name, _, _, _ in INPUTS)
@@ -226,12 +226,29 @@ class BucketArrays:
                 for a, b in itertools.pairwise(cuts) if b > a]
 
 
+_OP_REPR: dict[tuple[str, Any, tuple[int, ...]], str] = {}
+
+
+def graph_repr(graph: Graph) -> str:
+    """``repr(graph)``, from cached reprs of its ops (the pairing sorts every bucket by it)."""
+    parts = []
+    for op in graph:
+        text = _OP_REPR.get(op)
+        if text is None:
+            text = _OP_REPR[op] = repr(op)
+        parts.append(text)
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
 def decode_buckets(arrays: BucketArrays) -> Iterator[tuple[int, list[Entry]]]:
     """(fingerprint, decoded entries in a deterministic order) per bucket of ``arrays``."""
     bounds = arrays.bounds()
+    codes = arrays.codes.tobytes()  # one conversion for all rows: row by row it cost as much as the decoding
+    outs = arrays.outs.tolist()
+    width = arrays.codes.shape[1] if arrays.codes.ndim == 2 else CODE_WIDTH
     for start, end in itertools.pairwise(bounds.tolist()):
-        entries = [decode(bytes(arrays.codes[i]), arrays.outs[i]) for i in range(start, end)]
-        yield int(arrays.fps[start]), sorted(entries, key=lambda e: repr(e.graph))
+        entries = [decode(codes[i * width:(i + 1) * width], outs[i]) for i in range(start, end)]
+        yield int(arrays.fps[start]), sorted(entries, key=lambda e: graph_repr(e.graph))
 
 
 def pack(visits: Sequence[Visit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -288,19 +305,68 @@ def match_outputs(a: Entry, b: Entry) -> list[tuple[int, int]] | None:
     return [(t, free[f].pop(0)) for t, f in zip(a.outputs, a.output_fps, strict=True)]
 
 
+#: Most tensors a ``MemoEvaluator`` keeps (then it starts over): a few hundred bytes each.
+MEMO_TENSORS = 200_000
+
+
+class MemoEvaluator:
+    """Every tensor of a graph on fixed inputs, memoized by canonical text: the pairs a worker checks share
+    most of their subexpressions (the same conv of an input appears in thousands of graphs). With
+    ``check_shapes``, each op's shape rule is applied first and a graph it rejects has no values."""
+
+    def __init__(self, inputs: Sequence[np.ndarray], integer: bool, limit: int = MEMO_TENSORS,
+                 check_shapes: bool = False) -> None:
+        self.inputs = list(inputs)
+        self.integer = integer
+        self.limit = limit
+        self.check_shapes = check_shapes
+        self.memo: dict[str, list[np.ndarray] | None] = {}
+
+    def values(self, graph: Graph) -> tuple[list[np.ndarray], list[str]] | None:
+        """(every tensor of the graph, inputs first; their canonical texts), or None when ``check_shapes``
+        and an op's shape rule rejects its operands."""
+        texts = expressions(graph)
+        values = list(self.inputs)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            for op, attrs, operands in graph:
+                key = texts[len(values)]  # the first output's text names the application
+                if key in self.memo:
+                    outs = self.memo[key]
+                else:
+                    outs = self._apply(op, attrs, [values[t] for t in operands])
+                    if len(self.memo) >= self.limit:
+                        self.memo.clear()
+                    self.memo[key] = outs
+                if outs is None:
+                    return None
+                values.extend(outs)
+        return values, texts
+
+    def _apply(self, op: str, attrs: Any, args: list[np.ndarray]) -> list[np.ndarray] | None:
+        entry = OPS[op]
+        if self.check_shapes:
+            try:
+                entry.infer([a.shape for a in args], attrs)
+            except ShapeError:
+                return None
+        kernel = entry.evaluate_int if self.integer else entry.evaluate
+        return [np.asarray(o) for o in kernel(np, args, attrs)]
+
+
 class FloatChecker:
     """Re-test candidate pairs on seeded float64 inputs in [-1, 1]."""
 
     def __init__(self, seed: int = 0) -> None:
         rng = np.random.default_rng(seed + 1_000_003)
         self.inputs = [rng.uniform(-1.0, 1.0, size=shape) for _, _, _, shape in INPUTS]
+        self.evaluator = MemoEvaluator(self.inputs, integer=False)
 
     def check(self, pair: Pair) -> bool:
         mapping = match_outputs(pair.a, pair.b)
         if mapping is None:
             return False
-        va = evaluate(pair.a.graph, self.inputs, integer=False)
-        vb = evaluate(pair.b.graph, self.inputs, integer=False)
+        va, _ = self.evaluator.values(pair.a.graph)  # type: ignore[misc]
+        vb, _ = self.evaluator.values(pair.b.graph)  # type: ignore[misc]
         for ta, tb in mapping:
             x, y = np.asarray(va[ta], dtype=np.float64), np.asarray(vb[tb], dtype=np.float64)
             if x.shape != y.shape or not np.all(np.isfinite(x)) or not np.all(np.isfinite(y)):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +136,7 @@ def _render_side(graph: Graph, names: list[str], variables: dict[tuple[str, str]
 
 
 def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: dict[str, int],
-             used: list[str], tensor_shapes: tuple[list[tuple[int, ...]], list[tuple[int, ...]]],
+             used: list[str], tensor_shapes: tuple[Sequence[tuple[int, ...]], Sequence[tuple[int, ...]]],
              variables: dict[tuple[str, str], str],
              outputs: dict[str, str], base: dict[str, Any]) -> list[dict[str, Any]]:
     """Rule JSON variants of one pair, most general first (see the module doc)."""

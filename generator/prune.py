@@ -13,12 +13,13 @@
 
 from __future__ import annotations
 
+import functools
 from itertools import permutations, product
 
 import numpy as np
 
 from generator.enumerate import INPUTS, IntEvaluator, tensor_fp
-from generator.fingerprint import N_IN, Entry, Pair, evaluate, expressions, match_outputs
+from generator.fingerprint import N_IN, Entry, MemoEvaluator, Pair, evaluate, expressions, match_outputs
 from xflow.ops import OPS
 
 _FAMILIES: dict[str, list[str]] = {}
@@ -26,6 +27,7 @@ for _name, _fam, _, _ in INPUTS:
     _FAMILIES.setdefault(_fam, []).append(_name)
 
 
+@functools.lru_cache(maxsize=1024)
 def _renamings(used: frozenset[int]) -> list[list[str]]:
     names = [n for n, _, _, _ in INPUTS]
     families = [members for members in _FAMILIES.values()
@@ -46,13 +48,14 @@ def _text(entry: Entry, names: list[str]) -> str:
 
 def renaming_key(pair: Pair) -> tuple[str, str]:
     """The pair's canonical text, minimal over renamings of inputs within their families."""
-    best: tuple[str, str] | None = None
-    for names in _renamings(pair.a.inputs_used | pair.b.inputs_used):
-        key = (_text(pair.a, names), _text(pair.b, names))
-        if best is None or key < best:
-            best = key
-    assert best is not None
-    return best
+    return renaming_keys(pair)[0]
+
+
+def renaming_keys(pair: Pair) -> tuple[tuple[str, str], tuple[str, str]]:
+    """``renaming_key`` of the pair and of the pair reversed (b -> a), from one pass over the renamings."""
+    texts = [(_text(pair.a, names), _text(pair.b, names))
+             for names in _renamings(pair.a.inputs_used | pair.b.inputs_used)]
+    return min(texts), min((b, a) for a, b in texts)
 
 
 def _producers(entry: Entry) -> dict[int, tuple[int, int]]:
@@ -71,6 +74,7 @@ class CommonSubgraph:
     def __init__(self, seed: int = 0) -> None:
         self.inputs = IntEvaluator(seed).inputs
         self.rng = np.random.default_rng(seed + 7)
+        self.evaluator = MemoEvaluator(self.inputs, integer=True)
 
     def reason(self, pair: Pair) -> str | None:
         """Why the pair is redundant ("root" or "common"), or None to keep it."""
@@ -78,9 +82,8 @@ class CommonSubgraph:
         mapping = match_outputs(a, b)
         if mapping is None:
             return "mismatch"
-        va = evaluate(a.graph, self.inputs, integer=True)
-        vb = evaluate(b.graph, self.inputs, integer=True)
-        ta_text, tb_text = expressions(a.graph), expressions(b.graph)
+        va, ta_text = self.evaluator.values(a.graph)  # type: ignore[misc]
+        vb, tb_text = self.evaluator.values(b.graph)  # type: ignore[misc]
         if any(ta_text[x] == tb_text[y] for x, y in mapping):
             return "root"  # an output both sides compute alike: the pair without it is smaller
         if self._root_implied(a, b, mapping, va, vb, ta_text, tb_text):

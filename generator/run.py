@@ -1,26 +1,28 @@
 """Generate substitution rules: enumerate, fingerprint, pair, re-check, prune, emit.
 
-``python -m generator.run --max-ops 2 --out rules.json`` writes an xflow rule file and prints the table
-of counts and times (TASO's Table 3).
+``python -m generator.run --max-ops 2 --out candidates.json`` writes the candidates (for ``xflow
+generate-rules --candidates``) and prints the table of counts and times (TASO's Table 3).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from generator.enumerate import APPLICATIONS, INPUT_SET, NO_OPERAND, enumerate_graphs
+from generator.enumerate import INPUT_SET, NO_OPERAND, enumerate_graphs
 from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
 from generator.generalize import canonical_key, dedupe
-from generator.prune import CommonSubgraph, renaming_key
-from generator.to_rules import pair_to_rule, rule_variables
+from generator.prune import CommonSubgraph, renaming_keys
+from generator.to_rules import attribute_evaluator, pair_to_rule, rule_variables
 from xflow.executor import Executor, LocalExecutor
 
 Progress = Callable[[str, int, float], None]
@@ -43,6 +45,21 @@ class GenerationResult:
     table: list[tuple[str, int, float]] = field(default_factory=list)
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for a step of the generator: each step builds millions of small
+    acyclic objects (graphs, pairs, rule dicts) that a collection scans over and over and never frees (a fifth
+    to a third of the walk's and the pairing's time went to it). Cycles made meanwhile are collected once it
+    resumes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _partition(jobs: int, index: int) -> Callable[[int], bool]:
     return lambda key: key % jobs == index
 
@@ -50,11 +67,12 @@ def _partition(jobs: int, index: int) -> Callable[[int], bool]:
 def _walk(args: tuple[int, int, int, int]) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     max_ops, seed, jobs, index = args
     count, kept = 0, []
-    for v in enumerate_graphs(max_ops, seed, first_ops=_partition(jobs, index)):
-        count += 1
-        if v.inputs_used:
-            kept.append(v)
-    return count, pack(kept)
+    with collector_paused():
+        for v in enumerate_graphs(max_ops, seed, first_ops=_partition(jobs, index)):
+            count += 1
+            if v.inputs_used:
+                kept.append(v)
+        return count, pack(kept)
 
 
 WalkPart = tuple[int, int, int, int, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]
@@ -68,11 +86,12 @@ def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.nda
     kept_tensors, multi_output_tensors = set(tensors.tolist()), set(multi.tolist())
     fewer = dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True))
     stats: dict[str, int] = {}
-    rows = [v for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
-                                        keep_last=wanted.__contains__, fewer_ops=fewer,
-                                        kept_tensors=kept_tensors, multi_output_tensors=multi_output_tensors)
-            if len(v.graph) == max_ops and v.inputs_used]
-    return stats, pack(rows)
+    with collector_paused():
+        rows = [v for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
+                                            keep_last=wanted.__contains__, fewer_ops=fewer,
+                                            kept_tensors=kept_tensors, multi_output_tensors=multi_output_tensors)
+                if len(v.graph) == max_ops and v.inputs_used]
+        return stats, pack(rows)
 
 
 def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,31 +124,51 @@ def _chunks(items: list[Any], parts: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[int, int, list[tuple[tuple[str, str], Pair]]]:
-    """Pair the graphs of some buckets and re-check the pairs on floats: (raw candidate pairs, pairs of
-    distinct graphs, (input-renaming key, pair) of each pair that passes, in fingerprint order). Only pairs
-    whose larger side has at least ``min_ops`` ops are kept (the others are a smaller run's)."""
+@dataclass(frozen=True)
+class PartCounts:
+    """What one part of the pairing kept at each step (see ``_pair_and_check``)."""
+
+    raw: int
+    distinct: int
+    uncommon: int
+    checked: int
+
+
+Keys = tuple[tuple[str, str], tuple[str, str]]
+
+
+def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCounts, list[tuple[Keys, Pair]]]:
+    """Pair the graphs of some buckets, prune the pairs with a common subgraph and re-check the rest on floats:
+    (the counts, (input-renaming keys of the pair and of its reverse, pair) of each pair kept, in fingerprint
+    order). Only pairs whose larger
+    side has at least ``min_ops`` ops are kept (the others are a smaller run's). The cheap common-subgraph test
+    on ints comes first: it drops six pairs in seven, so the float re-check and the renaming key run on the
+    seventh only, and only kept pairs travel back to the parent."""
     seed, star, arrays, min_ops = args
-    raw, pairs = bucket_pairs(arrays, star=star)
-    pairs = [p for p in pairs if len(p.a.graph) >= min_ops]
-    checker = FloatChecker(seed)
-    return raw, len(pairs), [(renaming_key(p), p) for p in pairs if checker.check(p)]
+    with collector_paused():
+        raw, pairs = bucket_pairs(arrays, star=star)
+        pairs = [p for p in pairs if len(p.a.graph) >= min_ops]
+        common = CommonSubgraph(seed)
+        uncommon = [p for p in pairs if common.reason(p) is None]
+        checker = FloatChecker(seed)
+        checked = [p for p in uncommon if checker.check(p)]
+        return PartCounts(raw, len(pairs), len(uncommon), len(checked)), [(renaming_keys(p), p) for p in checked]
 
 
-def _emit(args: tuple[int, int, list[Pair]]) -> tuple[int, list[dict[str, Any]]]:
-    """(pairs without a common subgraph, their rules in both directions)."""
-    seed, max_ops, pairs = args
-    cs = CommonSubgraph(seed)
-    kept = [p for p in pairs if cs.reason(p) is None]
+def _emit(args: tuple[int, int, list[tuple[Keys, Pair]]]) -> list[dict[str, Any]]:
+    """The rules of kept pairs (given with their renaming keys both ways), in both directions."""
+    seed, max_ops, keyed = args
     # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
     # input takes more ops), so the search gets both and the cost model decides.
     rules = []
-    for p in kept:
-        variables = rule_variables(p, seed)  # the same both ways: evaluated once
-        rules.append(pair_to_rule(p, seed, max_ops, variables))
-        if p.b.graph:
-            rules.append(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables))
-    return len(kept), rules
+    evaluator = attribute_evaluator(seed)
+    with collector_paused():
+        for (forward, backward), p in keyed:
+            variables = rule_variables(p, seed, evaluator)  # the same both ways: evaluated once
+            rules.append(pair_to_rule(p, seed, max_ops, variables, forward))
+            if p.b.graph:
+                rules.append(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables, backward))
+    return rules
 
 
 def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None,
@@ -150,9 +189,10 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
     pool = LocalExecutor(jobs) if executor is None else executor
     jobs = pool.jobs
     try:
-        if max_ops >= WIDE_FROM:
-            return _generate_wide(max_ops, seed, jobs, pool, step, table, progress)
-        return _generate(max_ops, seed, jobs, pool, step, table)
+        with collector_paused():  # the parent collects pairs and rules the same way
+            if max_ops >= WIDE_FROM:
+                return _generate_wide(max_ops, seed, jobs, pool, step, table, progress)
+            return _generate(max_ops, seed, jobs, pool, step, table)
     finally:
         if own:
             pool.close()
@@ -215,42 +255,41 @@ def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: in
     t = time.perf_counter()
     star = max_ops >= STAR_FROM
     parts = max(1, jobs * 8)
-    # pairing and the float re-check run together in the workers, part by part (a part never cuts a bucket)
-    raw = distinct = checked = 0
-    by_key: dict[tuple[str, str], Pair] = {}
-    for part_raw, part_pairs, part_checked in pool.imap(_pair_and_check,
-                                                        [(seed, star, a, min_ops) for a in colliding.parts(parts)],
-                                                        memory_bytes=PART_MEMORY_BYTES):
-        raw, distinct, checked = raw + part_raw, distinct + part_pairs, checked + len(part_checked)
-        for k, p in part_checked:
-            by_key.setdefault(k, p)
+    # pairing, pruning and the float re-check run together in the workers, part by part (a part never cuts a
+    # bucket); the parent keeps the first pair of each renaming key, in fingerprint order
+    totals = PartCounts(0, 0, 0, 0)
+    by_key: dict[tuple[str, str], tuple[Keys, Pair]] = {}
+    for counts, part_kept in pool.imap(_pair_and_check, [(seed, star, a, min_ops) for a in colliding.parts(parts)],
+                                       memory_bytes=PART_MEMORY_BYTES):
+        totals = PartCounts(*(x + y for x, y in zip(astuple(totals), astuple(counts), strict=True)))
+        for keys, p in part_kept:
+            by_key.setdefault(keys[0], (keys, p))
     del colliding
-    t = step("candidates (equal fingerprint)", raw, t)
+    t = step("candidates (equal fingerprint)", totals.raw, t)
     step("after trivial (same graph)" + (", star" if star else "")
-         + (f", {min_ops} ops on one side" if min_ops else ""), distinct, t)
-    step("after float re-check", checked, t)
-    pairs = [by_key[k] for k in sorted(by_key)]
-    t = step("after input renaming", len(pairs), t)
+         + (f", {min_ops} ops on one side" if min_ops else ""), totals.distinct, t)
+    step("after common subgraph", totals.uncommon, t)
+    step("after float re-check", totals.checked, t)
+    keyed = [by_key[k] for k in sorted(by_key)]
+    t = step("after input renaming", len(keyed), t)
     del by_key
     # Streamed: the emitted rules (with all their variants) are the largest objects of the run, so ``dedupe``
     # consumes them as the chunks arrive and only the best rule per shape-generic key is ever held.
-    work = [(seed, max_ops, c) for c in _chunks(pairs, parts)]
-    del pairs
-    counts = {"kept": 0, "emitted": 0}
+    work = [(seed, max_ops, c) for c in _chunks(keyed, parts)]
+    del keyed
+    emitted = [0]
 
     def fresh_rules() -> Iterator[dict[str, Any]]:
         names: set[str] = set()
-        for kept, rules in pool.imap(_emit, work, memory_bytes=PART_MEMORY_BYTES):
-            counts["kept"] += kept
+        for rules in pool.imap(_emit, work, memory_bytes=PART_MEMORY_BYTES):
             for r in rules:
                 if r["name"] not in names:
                     names.add(r["name"])
-                    counts["emitted"] += 1
+                    emitted[0] += 1
                     yield r
 
     unique = dedupe(fresh_rules(), key=lambda r: canonical_key(r["variants"][0]))
-    t = step("after common subgraph", counts["kept"], t)
-    t = step("rules emitted (both directions)", counts["emitted"], t)
+    t = step("rules emitted (both directions)", emitted[0], t)
     step("after generalized dedupe", len(unique), t)
     return GenerationResult(unique, table)
 
@@ -265,16 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-ops", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--out", help="write an xflow rule file here")
+    parser.add_argument("--out", help="write the (unverified) candidates here, for `xflow generate-rules --candidates`")
     args = parser.parse_args(argv)
     result = generate(args.max_ops, args.seed, args.jobs,
                       progress=lambda n, c, s: print(f"{n:<34} {c:>10} {s:>9.2f} s", file=sys.stderr))
     if args.out:
-        from xflow.rules import rules_from_json
-        from xflow.rules.io import dump_rules
+        # Candidates, not rules: a candidate's variants are only rules once the verifier has picked one.
+        from generator.rule_file import save_candidates
 
-        dump_rules(rules_from_json(result.rules), args.out,
-                   meta={"generator": {"max_ops": args.max_ops, "seed": args.seed, "menu": len(APPLICATIONS)}})
+        save_candidates(args.out, result.rules, args.max_ops, args.seed)
     print(format_table(result.table))
     return 0
 

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from generator.enumerate import INPUTS, Graph, IntEvaluator, tensor_fp
-from generator.fingerprint import Pair, expressions, match_outputs
+from generator.fingerprint import MemoEvaluator, Pair, expressions, match_outputs
 from generator.generalize import tensor_names, variants
 from generator.group_variable import with_group_variable
 from generator.prune import renaming_key
 from xflow.ir import Attrs
-from xflow.ops import OPS, ShapeError
+from xflow.ops import OPS
 
 
 def _generalizable_attrs() -> tuple[tuple[str, tuple[str, ...], str, tuple[Any, ...]], ...]:
@@ -46,22 +46,8 @@ def _substitute(graph: Graph, ops: tuple[str, ...], attr: str, value: Any) -> Gr
                  for op, attrs, ins in graph)
 
 
-def _try_eval(graph: Graph, inputs: list[np.ndarray]) -> list[np.ndarray] | None:
-    values = list(inputs)
-    shapes = [tuple(v.shape) for v in values]
-    with np.errstate(over="ignore"):
-        for op, attrs, ins in graph:
-            try:
-                out_shapes = OPS[op].infer([shapes[t] for t in ins], attrs)
-            except ShapeError:
-                return None
-            outs = OPS[op].evaluate_int(np, [values[t] for t in ins], attrs)
-            values.extend(np.asarray(o) for o in outs)
-            shapes.extend(tuple(s) for s in out_shapes)
-    return values
-
-
-def _generalizable(pair: Pair, mapping, ops: tuple[str, ...], attr: str, alternatives, inputs) -> Any:
+def _generalizable(pair: Pair, mapping, ops: tuple[str, ...], attr: str, alternatives, evaluator: MemoEvaluator
+                   ) -> Any:
     """The shared value of ``attr`` when it can become a variable, else None."""
     vals_a = [attrs[attr] for op, attrs, _ in pair.a.graph if op in ops and attr in attrs]
     vals_b = [attrs[attr] for op, attrs, _ in pair.b.graph if op in ops and attr in attrs]
@@ -72,24 +58,27 @@ def _generalizable(pair: Pair, mapping, ops: tuple[str, ...], attr: str, alterna
     for alt in alternatives:
         if alt == value:
             continue
-        va = _try_eval(_substitute(pair.a.graph, ops, attr, alt), inputs)
-        vb = _try_eval(_substitute(pair.b.graph, ops, attr, alt), inputs)
-        if va is None and vb is None:
+        found_a = evaluator.values(_substitute(pair.a.graph, ops, attr, alt))
+        found_b = evaluator.values(_substitute(pair.b.graph, ops, attr, alt))
+        if found_a is None and found_b is None:
             continue
-        if va is None or vb is None:
+        if found_a is None or found_b is None:
             return None
+        va, vb = found_a[0], found_b[0]
         if any(va[x].shape != vb[y].shape or tensor_fp(va[x]) != tensor_fp(vb[y]) for x, y in mapping):
             return None
         checked += 1
     return value if checked else None
 
 
-def _shapes(graph: Graph) -> list[tuple[int, ...]]:
-    """Every tensor's shape on the enumeration shapes: the inputs', then each op's outputs."""
+@functools.lru_cache(maxsize=8192)
+def _shapes(graph: Graph) -> tuple[tuple[int, ...], ...]:
+    """Every tensor's shape on the enumeration shapes: the inputs', then each op's outputs (cached: a pair's
+    rule is made in both directions, and a bucket's smallest graph is in all of its pairs)."""
     shapes = [tuple(INPUT_SHAPE[n]) for n in INPUT_NAMES]
     for op, attrs, ins in graph:
         shapes.extend(tuple(out) for out in OPS[op].infer([shapes[t] for t in ins], attrs))
-    return shapes
+    return tuple(shapes)
 
 
 @functools.lru_cache(maxsize=4)
@@ -98,25 +87,32 @@ def _int_inputs(seed: int) -> list[np.ndarray]:
     return IntEvaluator(seed).inputs
 
 
-def rule_variables(pair: Pair, seed: int) -> dict[tuple[str, str], str]:
+def attribute_evaluator(seed: int) -> MemoEvaluator:
+    """The evaluator ``rule_variables`` tries other attribute values with (shape rules checked); one shared by
+    many pairs saves re-evaluating the subexpressions they share."""
+    return MemoEvaluator(_int_inputs(seed), integer=True, check_shapes=True)
+
+
+def rule_variables(pair: Pair, seed: int, evaluator: MemoEvaluator | None = None) -> dict[tuple[str, str], str]:
     """(op, attribute) -> variable name, for the attributes the pair's equality does not depend on. The same
-    for the pair in either direction."""
+    for the pair in either direction. ``evaluator``: ``attribute_evaluator(seed)``, shared across calls."""
     mapping = match_outputs(pair.a, pair.b)
     assert mapping is not None
-    inputs = _int_inputs(seed)
+    evaluator = attribute_evaluator(seed) if evaluator is None else evaluator
     variables: dict[tuple[str, str], str] = {}
     for var, ops, attr, alternatives in GENERALIZABLE:
-        if _generalizable(pair, mapping, ops, attr, alternatives, inputs) is not None:
+        if _generalizable(pair, mapping, ops, attr, alternatives, evaluator) is not None:
             for op in ops:
                 variables[(op, attr)] = var
     return variables
 
 
-def pair_to_rule(pair: Pair, seed: int, max_ops: int,
-                 variables: dict[tuple[str, str], str] | None = None) -> dict[str, Any]:
+def pair_to_rule(pair: Pair, seed: int, max_ops: int, variables: dict[tuple[str, str], str] | None = None,
+                 key: tuple[str, str] | None = None) -> dict[str, Any]:
     """The candidate of one pair (``pair.a`` is the source): a JSON rule with its shape-generic ``variants``
     (most general first, see ``generator.generalize``) under the key ``"variants"``. ``variables`` is
-    ``rule_variables(pair, seed)`` when the caller has it (from the pair in the other direction)."""
+    ``rule_variables(pair, seed)`` when the caller has it (from the pair in the other direction), ``key`` its
+    ``renaming_key``."""
     mapping = match_outputs(pair.a, pair.b)
     assert mapping is not None
     if variables is None:
@@ -124,7 +120,7 @@ def pair_to_rule(pair: Pair, seed: int, max_ops: int,
     src_names = tensor_names(pair.a.graph, INPUT_NAMES, "s")
     dst_names = tensor_names(pair.b.graph, INPUT_NAMES, "d")
     used = [INPUT_NAMES[i] for i in sorted(pair.a.inputs_used)]
-    key = renaming_key(pair)
+    key = renaming_key(pair) if key is None else key
     digest = hashlib.sha1(f"{key[0]} => {key[1]}".encode()).hexdigest()[:10]
     ta, tb = expressions(pair.a.graph), expressions(pair.b.graph)
     doc = " ; ".join(sorted(ta[t] for t in pair.a.outputs)) + " -> " + " ; ".join(sorted(tb[t] for t in pair.b.outputs))

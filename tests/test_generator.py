@@ -253,3 +253,42 @@ def test_split_sizes_are_only_those_giving_the_found_split():
     found = {"x1": (4, 4), "x2": (4, 2), "x3": (4, 3)}
     choices = _size_choices([], inputs, 2, -1, ["sz0"], "x1", found, (2, 2))
     assert choices == ["sz0", "(dim(x2, -1), dim(x2, -1))"]
+
+
+def test_memoized_evaluation_gives_every_tensor_the_plain_evaluation_does():
+    """The pairing's checks evaluate through a memo keyed by canonical text (shared subexpressions computed
+    once); a wrong hit would pair or prune the wrong graphs. A small limit makes the memo start over too."""
+    from generator.enumerate import IntEvaluator
+    from generator.fingerprint import FloatChecker, MemoEvaluator, expressions
+
+    graphs = [v.graph for v in enumerate_graphs(2, seed=0)][::29]
+    for inputs, integer in ((IntEvaluator(0).inputs, True), (FloatChecker(0).inputs, False)):
+        memo = MemoEvaluator(inputs, integer=integer, limit=50)
+        for graph in graphs * 2:  # the second pass reads the memo
+            found = memo.values(graph)
+            assert found is not None
+            values, texts = found
+            assert texts == expressions(graph)
+            plain = evaluate(graph, inputs, integer=integer)
+            assert len(values) == len(plain)
+            assert all(np.array_equal(a, b, equal_nan=not integer) for a, b in zip(values, plain, strict=True))
+
+
+def test_checked_evaluation_has_no_values_where_a_shape_rule_rejects_the_operands():
+    from generator.enumerate import IntEvaluator
+    from generator.fingerprint import MemoEvaluator
+
+    memo = MemoEvaluator(IntEvaluator(0).inputs, integer=True, check_shapes=True)
+    assert memo.values((("matmul", Attrs(), (IDX["x1"], IDX["i1"])),)) is None  # (4, 4) @ (1, 4, 7, 7)
+    assert memo.values((("matmul", Attrs(), (IDX["x1"], IDX["w1"])),)) is not None
+
+
+def test_renaming_keys_of_a_pair_and_of_its_reverse():
+    from generator.fingerprint import Pair
+    from generator.prune import renaming_key, renaming_keys
+
+    _, pairs = candidate_pairs(Buckets().extend(enumerate_graphs(2, seed=0)))
+    for p in pairs[::50]:
+        forward, backward = renaming_keys(p)
+        assert forward == renaming_key(p)
+        assert backward == renaming_key(Pair(p.b, p.a, p.fingerprint))

@@ -119,6 +119,14 @@ def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:
     return buckets
 
 
+def _drained(items: list[Any]) -> Iterator[Any]:
+    """The items, each dropped from the list as it is handed out: a task's pairs are not held once it is sent
+    (they were a tenth of the parent's peak, reached when the emitted rules accumulate)."""
+    items.reverse()
+    while items:
+        yield items.pop()
+
+
 def _chunks(items: list[Any], parts: int) -> list[list[Any]]:
     size = max(1, -(-len(items) // parts))
     return [items[i:i + size] for i in range(0, len(items), size)]
@@ -281,7 +289,7 @@ def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: in
 
     def fresh_rules() -> Iterator[dict[str, Any]]:
         names: set[str] = set()
-        for rules in pool.imap(_emit, work, memory_bytes=PART_MEMORY_BYTES):
+        for rules in pool.imap(_emit, _drained(work), memory_bytes=PART_MEMORY_BYTES):
             for r in rules:
                 if r["name"] not in names:
                     names.add(r["name"])

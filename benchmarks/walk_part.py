@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from generator.enumerate import enumerate_graphs
-from generator.run import _collect, _partition, fewest_ops
+from generator.run import _collect, _partition, collector_paused, fewest_ops
 from xflow.executor import LocalExecutor
 
 
@@ -71,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         profiler.enable()
     started = time.process_time()
     try:
-        for v in enumerate_graphs(args.max_ops, 0, first_ops=_partition(args.parts, args.index), stats=stats,
-                                  keep_last=kept.__contains__, **filters):
-            if len(v.graph) == args.max_ops and v.inputs_used:
-                rows.append(v.code)
+        with collector_paused():  # as the run's workers walk
+            for v in enumerate_graphs(args.max_ops, 0, first_ops=_partition(args.parts, args.index), stats=stats,
+                                      keep_last=kept.__contains__, **filters):
+                if len(v.graph) == args.max_ops and v.inputs_used:
+                    rows.append(v.code)
     except _Stop:
         pass
     cpu = time.process_time() - started

@@ -56,19 +56,7 @@ class Pair:
 def evaluate(graph: Graph, inputs: Sequence[np.ndarray], integer: bool,
              override: Mapping[str, np.ndarray] | None = None) -> list[np.ndarray]:
     """Every tensor of the graph (inputs first). ``override`` replaces tensors by their canonical text."""
-    values = list(inputs)
-    texts = expressions(graph) if override else None
-    with np.errstate(over="ignore", invalid="ignore"):
-        for op, attrs, operands in graph:
-            entry = OPS[op]
-            args = [values[t] for t in operands]
-            outs = entry.evaluate_int(np, args, attrs) if integer else entry.evaluate(np, args, attrs)
-            start = len(values)
-            for k, o in enumerate(outs):
-                if texts is not None and texts[start + k] in override:
-                    o = override[texts[start + k]]
-                values.append(np.asarray(o))
-    return values
+    return MemoEvaluator(inputs, integer, limit=0).values(graph, override)[0]  # type: ignore[index]
 
 
 _OP_TEXT: dict[tuple[str, Any], tuple[str, bool, int]] = {}
@@ -245,7 +233,7 @@ def decode_buckets(arrays: BucketArrays) -> Iterator[tuple[int, list[Entry]]]:
     bounds = arrays.bounds()
     codes = arrays.codes.tobytes()  # one conversion for all rows: row by row it cost as much as the decoding
     outs = arrays.outs.tolist()
-    width = arrays.codes.shape[1] if arrays.codes.ndim == 2 else CODE_WIDTH
+    width = arrays.codes.shape[1]
     for start, end in itertools.pairwise(bounds.tolist()):
         entries = [decode(codes[i * width:(i + 1) * width], outs[i]) for i in range(start, end)]
         yield int(arrays.fps[start]), sorted(entries, key=lambda e: graph_repr(e.graph))
@@ -310,9 +298,10 @@ MEMO_TENSORS = 200_000
 
 
 class MemoEvaluator:
-    """Every tensor of a graph on fixed inputs, memoized by canonical text: the pairs a worker checks share
-    most of their subexpressions (the same conv of an input appears in thousands of graphs). With
-    ``check_shapes``, each op's shape rule is applied first and a graph it rejects has no values."""
+    """Every tensor of a graph on fixed inputs, memoized by canonical text (``limit`` tensors at most, then it
+    starts over; 0: no memo): the pairs a worker checks share most of their subexpressions (the same conv of an
+    input appears in thousands of graphs). With ``check_shapes``, each op's shape rule is applied first and a
+    graph it rejects has no values."""
 
     def __init__(self, inputs: Sequence[np.ndarray], integer: bool, limit: int = MEMO_TENSORS,
                  check_shapes: bool = False) -> None:
@@ -322,23 +311,30 @@ class MemoEvaluator:
         self.check_shapes = check_shapes
         self.memo: dict[str, list[np.ndarray] | None] = {}
 
-    def values(self, graph: Graph) -> tuple[list[np.ndarray], list[str]] | None:
+    def values(self, graph: Graph, override: Mapping[str, np.ndarray] | None = None
+               ) -> tuple[list[np.ndarray], list[str]] | None:
         """(every tensor of the graph, inputs first; their canonical texts), or None when ``check_shapes``
-        and an op's shape rule rejects its operands."""
+        and an op's shape rule rejects its operands. ``override`` replaces tensors by their canonical text;
+        the memo is then left alone (a tensor downstream of a replaced one has its usual text)."""
         texts = expressions(graph)
         values = list(self.inputs)
+        memo = self.memo if self.limit and not override else None
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             for op, attrs, operands in graph:
-                key = texts[len(values)]  # the first output's text names the application
-                if key in self.memo:
-                    outs = self.memo[key]
+                start = len(values)
+                key = texts[start]  # the first output's text names the application
+                if memo is not None and key in memo:
+                    outs = memo[key]
                 else:
                     outs = self._apply(op, attrs, [values[t] for t in operands])
-                    if len(self.memo) >= self.limit:
-                        self.memo.clear()
-                    self.memo[key] = outs
+                    if memo is not None:
+                        if len(memo) >= self.limit:
+                            memo.clear()
+                        memo[key] = outs
                 if outs is None:
                     return None
+                if override:
+                    outs = [override.get(texts[start + k], o) for k, o in enumerate(outs)]
                 values.extend(outs)
         return values, texts
 

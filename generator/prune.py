@@ -19,7 +19,7 @@ from itertools import permutations, product
 import numpy as np
 
 from generator.enumerate import INPUTS, IntEvaluator, tensor_fp
-from generator.fingerprint import N_IN, Entry, MemoEvaluator, Pair, evaluate, expressions, match_outputs
+from generator.fingerprint import N_IN, Entry, MemoEvaluator, Pair, expressions, match_outputs
 from xflow.ops import OPS
 
 _FAMILIES: dict[str, list[str]] = {}
@@ -96,8 +96,8 @@ class CommonSubgraph:
             shape = va[ta_text.index(text)].shape
             info = np.iinfo(np.int64)
             fresh = self.rng.integers(info.min, info.max, size=shape, dtype=np.int64, endpoint=True)
-            ga = evaluate(a.graph, self.inputs, integer=True, override={text: fresh})
-            gb = evaluate(b.graph, self.inputs, integer=True, override={text: fresh})
+            ga, _ = self.evaluator.values(a.graph, override={text: fresh})  # type: ignore[misc]
+            gb, _ = self.evaluator.values(b.graph, override={text: fresh})  # type: ignore[misc]
             if all(tensor_fp(ga[x]) == tensor_fp(gb[y]) for x, y in mapping):
                 return "common"
         return None

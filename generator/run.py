@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -141,6 +141,10 @@ class PartCounts:
     uncommon: int
     checked: int
 
+    def __add__(self, other: PartCounts) -> PartCounts:
+        return PartCounts(self.raw + other.raw, self.distinct + other.distinct, self.uncommon + other.uncommon,
+                          self.checked + other.checked)
+
 
 Keys = tuple[tuple[str, str], tuple[str, str]]
 
@@ -148,10 +152,9 @@ Keys = tuple[tuple[str, str], tuple[str, str]]
 def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCounts, list[tuple[Keys, Pair]]]:
     """Pair the graphs of some buckets, prune the pairs with a common subgraph and re-check the rest on floats:
     (the counts, (input-renaming keys of the pair and of its reverse, pair) of each pair kept, in fingerprint
-    order). Only pairs whose larger
-    side has at least ``min_ops`` ops are kept (the others are a smaller run's). The cheap common-subgraph test
-    on ints comes first: it drops six pairs in seven, so the float re-check and the renaming key run on the
-    seventh only, and only kept pairs travel back to the parent."""
+    order). Only pairs whose larger side has at least ``min_ops`` ops are kept (the others are a smaller run's).
+    The cheap common-subgraph test on ints comes first: it drops six pairs in seven, so the float re-check and
+    the renaming key run on the seventh only, and only kept pairs travel back to the parent."""
     seed, star, arrays, min_ops = args
     with collector_paused():
         raw, pairs = bucket_pairs(arrays, star=star)
@@ -269,7 +272,7 @@ def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: in
     by_key: dict[tuple[str, str], tuple[Keys, Pair]] = {}
     for counts, part_kept in pool.imap(_pair_and_check, [(seed, star, a, min_ops) for a in colliding.parts(parts)],
                                        memory_bytes=PART_MEMORY_BYTES):
-        totals = PartCounts(*(x + y for x, y in zip(astuple(totals), astuple(counts), strict=True)))
+        totals += counts
         for keys, p in part_kept:
             by_key.setdefault(keys[0], (keys, p))
     del colliding

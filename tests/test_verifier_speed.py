@@ -27,6 +27,11 @@ ZERO_PRODUCT = _rule([{"op": "sub", "in": ["i1", "i1"], "out": ["s0"]},
                      [{"op": "sub", "in": ["i1", "i1"], "out": ["d0"]},
                       {"op": "matmul", "in": ["d0", "d0"], "out": ["d1"]}],
                      {"i1": "any"}, {"s1": "d1"})
+#: The same zero squared by a second product, x * (x - x) -> ((x - x) @ (x - x)) @ ((x - x) @ (x - x)): its proof
+#: needs about a million units.
+ZERO_PRODUCT_SQUARED = {**ZERO_PRODUCT,
+                        "dst": [*ZERO_PRODUCT["dst"], {"op": "matmul", "in": ["d1", "d1"], "out": ["d2"]}],
+                        "outputs": {"s1": "d2"}}
 #: A stride-2 conv whose extra bottom/right pad row is never read where the output keeps its size.
 END_PADS = _rule([{"op": "conv", "in": ["i1", "kd"], "out": ["s0"],
                    "attrs": {"act": "none", "group": "?cg", "pads": [1, 1, 1, 1], "strides": [2, 2]}}],
@@ -68,11 +73,11 @@ def test_pads_that_move_the_windows_are_refuted():
 
 
 def test_a_larger_budget_proves_what_the_generation_budget_leaves_unknown():
-    """x * (x - x) -> (x - x) @ (x - x) needs about a million units: unknown at generate-rules' default, proved at
-    verify-rules' (``--rlimit`` raises the first), the same count both times."""
-    small = verify_candidate(ZERO_PRODUCT, rlimit=GENERATION_RLIMIT)
+    """ZERO_PRODUCT_SQUARED needs about a million units: unknown at generate-rules' default, proved at verify-rules'
+    (``--rlimit`` raises the first), the same count both times."""
+    small = verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=GENERATION_RLIMIT)
     assert small.status == "unknown" and small.rlimit_used >= GENERATION_RLIMIT, small
-    large = [verify_candidate(ZERO_PRODUCT, rlimit=DEFAULT_RLIMIT) for _ in range(2)]
+    large = [verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=DEFAULT_RLIMIT) for _ in range(2)]
     assert [o.status for o in large] == ["proved", "proved"]
     assert large[0].rlimit_used == large[1].rlimit_used
     assert GENERATION_RLIMIT < large[0].rlimit_used < DEFAULT_RLIMIT
@@ -131,13 +136,13 @@ def test_conv_facts_hold_exactly_where_its_shape_rule_accepts():
 def test_a_proof_verify_rules_would_not_repeat_is_checked_on_its_schedule():
     """With ``replay`` (generate-rules), a variant proved by a call larger than verify-rules' first round is
     proved again as verify-rules would: still proved here, and those units are counted; without it they are not."""
-    plain = verify_candidate(END_PADS, rlimit=300_000, rounds=(1_000,))
-    replayed = verify_candidate(END_PADS, rlimit=300_000, rounds=(1_000,), replay=True)
+    plain = verify_candidate(ZERO_PRODUCT, rlimit=300_000, rounds=(1_000,))
+    replayed = verify_candidate(ZERO_PRODUCT, rlimit=300_000, rounds=(1_000,), replay=True)
     assert plain.status == replayed.status == "proved"
-    again = verify_candidate(END_PADS)  # verify-rules' budget and rounds
+    again = verify_candidate(ZERO_PRODUCT)  # verify-rules' budget and rounds
     assert replayed.rlimit_used == plain.rlimit_used + again.rlimit_used
-    cheap = verify_candidate(END_PADS, rlimit=300_000, replay=True)  # proved in the first round: nothing to replay
-    assert cheap.rlimit_used == verify_candidate(END_PADS, rlimit=300_000).rlimit_used
+    cheap = verify_candidate(ZERO_PRODUCT, rlimit=300_000, replay=True)  # proved in the first round: no replay
+    assert cheap.rlimit_used == verify_candidate(ZERO_PRODUCT, rlimit=300_000).rlimit_used
 
 
 def _conv(src: str, kernel: str, out: str, stride: int) -> dict:
@@ -165,4 +170,5 @@ def test_a_candidate_z3_leaves_unknown_is_checked_on_more_shapes():
     assert wide.status == "refuted" and "wider numeric check" in wide.reason, wide
     assert wide.rlimit_used == plain.rlimit_used
     # a true candidate z3 cannot settle stays unknown
-    assert verify_candidate(ZERO_PRODUCT, rlimit=GENERATION_RLIMIT, wide_trials=WIDE_TRIALS).status == "unknown"
+    assert verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=GENERATION_RLIMIT,
+                            wide_trials=WIDE_TRIALS).status == "unknown"

@@ -318,9 +318,11 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
                                                    if roles.get(name) == "variance"
                                                    else rng.uniform(-1.0, 1.0, size=shapes[name]))
                                   for name in rule.inputs}
-        _run(xp, src, values)
-        dst_values = dict(values)
-        _run(xp, dst, dst_values)
+        # a division by zero or the root of a negative is no error here: a non-finite output is judged below
+        with np.errstate(all="ignore"):
+            _run(xp, src, values)
+            dst_values = dict(values)
+            _run(xp, dst, dst_values)
     except (ShapeError, ExprError, IndexError, TypeError, ZeroDivisionError, KeyError, ValueError) as exc:
         if isinstance(exc, _Cannot):
             raise

@@ -20,6 +20,7 @@ own attribute values: a conservative test (more general compositions are not loo
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
@@ -289,19 +290,43 @@ def _subterms(outputs: Sequence[Term]) -> tuple[dict[str, Term], dict[str, set[s
 
 
 class RuleIndex:
-    """Rules by the head of their first left-hand output (a subterm can only match rules of its own head)."""
+    """Rules by the head of their first left-hand output and the heads of its arguments (a subterm can only match
+    rules of its own head whose op arguments have the heads of its arguments, in either order where the op is
+    commutative). Heads alone left thousands of rules to try at every subterm once a file holds tens of thousands."""
 
     def __init__(self, rules: Sequence[TermRule]) -> None:
         self.by_head: dict[str, list[TermRule]] = {}
+        #: (head, the argument heads, None for a variable) -> (position in ``by_head[head]``, rule)
+        self.by_args: dict[tuple[str, tuple[str | None, ...]], list[tuple[int, TermRule]]] = {}
         for r in rules:
-            if not r.lhs[0].is_input:
-                self.by_head.setdefault(r.lhs[0].head, []).append(r)
+            first = r.lhs[0]
+            if not first.is_input:
+                bucket = self.by_head.setdefault(first.head, [])
+                key = (first.head, tuple(None if a.is_input else a.head for a in first.args))
+                self.by_args.setdefault(key, []).append((len(bucket), r))
+                bucket.append(r)
+
+    def candidates(self, subject: Term) -> list[TermRule]:
+        """The rules whose first left-hand output may match ``subject``, in ``by_head``'s order (a superset of
+        those that do: only heads are compared)."""
+        heads = [a.head for a in subject.args]
+        orders = [heads]
+        if len(heads) == 2 and heads[0] != heads[1] and OPS[subject.head.split("[", 1)[0]].commutative:
+            orders.append(heads[::-1])
+        found: dict[int, TermRule] = {}
+        for order in orders:
+            for combo in itertools.product(*((h, None) for h in order)):
+                for position, rule in self.by_args.get((subject.head, combo), ()):
+                    found[position] = rule
+        return [found[p] for p in sorted(found)]
 
     def rewrites(self, state: tuple[Term, ...], before: tuple[int, str]) -> Iterator[tuple[Term, ...]]:
         """Every state one rule earlier than ``before`` makes of ``state``."""
         terms, readers = _subterms(state)
         for first in terms.values():
-            for rule in self.by_head.get(first.head, ()):
+            if first.is_input:
+                continue
+            for rule in self.candidates(first):
                 if rule.order >= before:
                     continue
                 for binding, covered in _match(rule.lhs[0], first, {}):

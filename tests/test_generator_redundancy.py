@@ -85,3 +85,19 @@ def test_parts_on_workers_give_the_same_report():
             f"{T}({T}(matmul[](x2,x1)))", "matmul[](x2,x1)"]}
     finally:
         executor.close()
+
+
+def test_the_index_offers_the_rules_of_a_subterm_s_argument_heads_in_either_order_of_a_commutative_op():
+    from generator.redundancy import RuleIndex, parse_side, term_rule
+
+    rules = [term_rule(rule(name, doc)) for name, doc in [
+        ("a_relu_first", "add[](relu[](x1),x2) -> add[](x2,relu[](x1))"),
+        ("b_any", "add[](x1,x2) -> add[](x2,x1)"),
+        ("c_neg_first", "add[](neg[](x1),x2) -> sub[](x2,x1)"),
+        ("d_matmul", "matmul[](relu[](x1),x2) -> matmul[](relu[](x1),x2)")]]
+    index = RuleIndex(rules)
+    subject = parse_side("add[](x2,relu[](x1))")[0]
+    assert [r.name for r in index.candidates(subject)] == ["a_relu_first", "b_any"]
+    # not commutative: the argument heads must come in the pattern's order
+    assert [r.name for r in index.candidates(parse_side("matmul[](x2,relu[](x1))")[0])] == []
+    assert [r.name for r in index.candidates(parse_side("matmul[](relu[](x1),x2)")[0])] == ["d_matmul"]

@@ -242,7 +242,7 @@ def _match(pattern: Term, subject: Term, binding: Binding, covered: frozenset[st
     if pattern.head != subject.head or pattern.slot != subject.slot or len(pattern.args) != len(subject.args):
         return
     orders = [subject.args]
-    if len(subject.args) == 2 and OPS[pattern.head.split("[", 1)[0]].commutative \
+    if len(subject.args) == 2 and _head_op(pattern.head)[0].commutative \
             and subject.args[0].text != subject.args[1].text:
         orders.append(subject.args[::-1])
     for args in orders:
@@ -295,23 +295,20 @@ class RuleIndex:
     commutative). Heads alone left thousands of rules to try at every subterm once a file holds tens of thousands."""
 
     def __init__(self, rules: Sequence[TermRule]) -> None:
-        self.by_head: dict[str, list[TermRule]] = {}
-        #: (head, the argument heads, None for a variable) -> (position in ``by_head[head]``, rule)
+        #: (head, the argument heads, None for a variable) -> (position in ``rules``, rule)
         self.by_args: dict[tuple[str, tuple[str | None, ...]], list[tuple[int, TermRule]]] = {}
-        for r in rules:
+        for position, r in enumerate(rules):
             first = r.lhs[0]
             if not first.is_input:
-                bucket = self.by_head.setdefault(first.head, [])
                 key = (first.head, tuple(None if a.is_input else a.head for a in first.args))
-                self.by_args.setdefault(key, []).append((len(bucket), r))
-                bucket.append(r)
+                self.by_args.setdefault(key, []).append((position, r))
 
     def candidates(self, subject: Term) -> list[TermRule]:
-        """The rules whose first left-hand output may match ``subject``, in ``by_head``'s order (a superset of
-        those that do: only heads are compared)."""
+        """The rules whose first left-hand output may match ``subject``, in the order they were given (a superset
+        of those that do: only heads are compared)."""
         heads = [a.head for a in subject.args]
         orders = [heads]
-        if len(heads) == 2 and heads[0] != heads[1] and OPS[subject.head.split("[", 1)[0]].commutative:
+        if len(heads) == 2 and heads[0] != heads[1] and _head_op(subject.head)[0].commutative:
             orders.append(heads[::-1])
         found: dict[int, TermRule] = {}
         for order in orders:

@@ -15,13 +15,17 @@ search's matcher refuses such a match); every occurrence of a rewritten subterm 
 graph shares equal values). Attributes must be equal as written, so a rule only composes on the instance's
 own attribute values: a conservative test (more general compositions are not looked for). Lifted rules
 (bias, batchnorm: their inputs are not the enumeration's) are neither tested nor used.
+
+The last step of a composition is not tried forwards from every state the earlier steps reach (thousands, each
+matched by thousands of rules once a file holds tens of thousands): the states one rule takes to the goal are
+found once, backwards from the goal, and looked up (``composition``).
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
@@ -70,6 +74,8 @@ class TermRule:
     lhs: tuple[Term, ...]
     rhs: tuple[Term, ...]
     size: int  # op applications on both sides
+    #: the right-hand output of each left-hand output, in ``lhs`` order (see ``_rhs_for``)
+    paired_rhs: tuple[Term, ...] = field(compare=False, default=())
 
     @property
     def order(self) -> tuple[int, str]:
@@ -219,7 +225,7 @@ def term_rule(rule: Mapping[str, Any]) -> TermRule | None:
         lhs, rhs = parse_side(lhs_text), parse_side(rhs_text)
     except DocError:
         return None
-    return TermRule(rule["name"], lhs, rhs, len(_apps(lhs)) + len(_apps(rhs)))
+    return TermRule(rule["name"], lhs, rhs, len(_apps(lhs)) + len(_apps(rhs)), _rhs_for(lhs, rhs))
 
 
 # ---- matching and rewriting -----------------------------------------------------------------------------
@@ -289,23 +295,46 @@ def _subterms(outputs: Sequence[Term]) -> tuple[dict[str, Term], dict[str, set[s
     return terms, readers
 
 
-class RuleIndex:
-    """Rules by the head of their first left-hand output and the heads of its arguments (a subterm can only match
-    rules of its own head whose op arguments have the heads of its arguments, in either order where the op is
-    commutative). Heads alone left thousands of rules to try at every subterm once a file holds tens of thousands."""
+def _first_lhs(rule: TermRule) -> Term | None:
+    return rule.lhs[0]
 
-    def __init__(self, rules: Sequence[TermRule]) -> None:
+
+def reversible(rule: TermRule) -> bool:
+    """Whether the rule can be applied backwards, its right side matched and its left side built from that match:
+    every right-hand output an op application (a bare variable would match everywhere), and every variable of the
+    left side bound by the right (``x * 0 -> 0`` cannot say which ``x`` it came from)."""
+    return not any(t.is_input for t in rule.rhs) \
+        and frozenset().union(*map(_variables, rule.lhs)) <= frozenset().union(*map(_variables, rule.rhs))
+
+
+def _variables(term: Term) -> frozenset[str]:
+    if term.is_input:
+        return frozenset((term.head,))
+    return frozenset().union(*(_variables(a) for a in term.args))
+
+
+def _reverse_pattern(rule: TermRule) -> Term | None:
+    return rule.paired_rhs[0] if reversible(rule) else None
+
+
+class RuleIndex:
+    """Rules by the head of one pattern term (by default their first left-hand output) and the heads of its arguments
+    (a subterm can only match rules of its own head whose op arguments have the heads of its arguments, in either
+    order where the op is commutative). Heads alone left thousands of rules to try at every subterm once a file holds
+    tens of thousands. ``pattern`` picks the indexed term of a rule (None: the rule is not indexed)."""
+
+    def __init__(self, rules: Sequence[TermRule], pattern: Callable[[TermRule], Term | None] = _first_lhs) -> None:
         #: (head, the argument heads, None for a variable) -> (position in ``rules``, rule)
         self.by_args: dict[tuple[str, tuple[str | None, ...]], list[tuple[int, TermRule]]] = {}
         for position, r in enumerate(rules):
-            first = r.lhs[0]
-            if not first.is_input:
+            first = pattern(r)
+            if first is not None and not first.is_input:
                 key = (first.head, tuple(None if a.is_input else a.head for a in first.args))
                 self.by_args.setdefault(key, []).append((position, r))
 
     def candidates(self, subject: Term) -> list[TermRule]:
-        """The rules whose first left-hand output may match ``subject``, in the order they were given (a superset
-        of those that do: only heads are compared)."""
+        """The rules whose indexed term may match ``subject``, in the order they were given (a superset of those
+        that do: only heads are compared)."""
         heads = [a.head for a in subject.args]
         orders = [heads]
         if len(heads) == 2 and heads[0] != heads[1] and _head_op(subject.head)[0].commutative:
@@ -321,41 +350,80 @@ class RuleIndex:
         """Every state one rule earlier than ``before`` makes of ``state``."""
         terms, readers = _subterms(state)
         for first in terms.values():
-            if first.is_input:
-                continue
             for rule in self.candidates(first):
+                if rule.order < before:
+                    yield from _rewrites_at(rule, state, terms, readers, first)
+
+    def reverse_rewrites(self, state: tuple[Term, ...], before: tuple[int, str]
+                         ) -> Iterator[tuple[TermRule, tuple[Term, ...]]]:
+        """(rule, the state it came from) for each way a reversible rule earlier than ``before`` may have made
+        ``state`` in one step (the index must be keyed by right sides: ``pattern=_reverse_pattern``). Each
+        occurrence of the matched subterm goes back together; a candidate only: the forward step is what
+        counts (``step_reaches``)."""
+        terms, _ = _subterms(state)
+        for subject in terms.values():
+            for rule in self.candidates(subject):
                 if rule.order >= before:
                     continue
-                for binding, covered in _match(rule.lhs[0], first, {}):
-                    yield from self._complete(rule, state, terms, readers, [first], binding, covered)
-
-    def _complete(self, rule: TermRule, state: tuple[Term, ...], terms: dict[str, Term],
-                  readers: dict[str, set[str]], roots: list[Term], binding: Binding, covered: frozenset[str]
-                  ) -> Iterator[tuple[Term, ...]]:
-        k = len(roots)
-        if k < len(rule.lhs):
-            for subject in terms.values():
-                if any(subject.text == r.text for r in roots):
-                    continue
-                for extended, more in _match(rule.lhs[k], subject, binding, covered):
-                    yield from self._complete(rule, state, terms, readers, [*roots, subject], extended, more)
-            return
-        root_texts = {r.text for r in roots}
-        for text in covered - root_texts:
-            if not readers.get(text, set()) <= covered:
-                return  # an inner value read outside the match: the search's matcher refuses it
-        table = {s.text: _instantiate(r, binding) for s, r in zip(roots, _rhs_for(rule), strict=True)}
-        yield tuple(sorted((_replace(t, table) for t in state), key=lambda t: t.text))
+                for binding, _covered in _match(rule.paired_rhs[0], subject, {}):
+                    for new in _reverse_complete(rule, state, terms, [subject], binding):
+                        yield rule, new
 
 
-def _rhs_for(rule: TermRule) -> tuple[Term, ...]:
+def _reverse_complete(rule: TermRule, state: tuple[Term, ...], terms: dict[str, Term], roots: list[Term],
+                      binding: Binding) -> Iterator[tuple[Term, ...]]:
+    """The states ``rule`` taken backwards makes of ``state``, its right-hand outputs matched at ``roots`` so far."""
+    k = len(roots)
+    if k < len(rule.paired_rhs):
+        for subject in terms.values():
+            if all(subject.text != r.text for r in roots):
+                for extended, _covered in _match(rule.paired_rhs[k], subject, binding):
+                    yield from _reverse_complete(rule, state, terms, [*roots, subject], extended)
+        return
+    table = {s.text: _instantiate(t, binding) for s, t in zip(roots, rule.lhs, strict=True)}
+    yield tuple(sorted((_replace(t, table) for t in state), key=lambda t: t.text))
+
+
+def _rewrites_at(rule: TermRule, state: tuple[Term, ...], terms: dict[str, Term], readers: dict[str, set[str]],
+                 first: Term) -> Iterator[tuple[Term, ...]]:
+    """The states ``rule`` makes of ``state`` with its first left-hand output matched at ``first``."""
+    for binding, covered in _match(rule.lhs[0], first, {}):
+        yield from _complete(rule, state, terms, readers, [first], binding, covered)
+
+
+def _complete(rule: TermRule, state: tuple[Term, ...], terms: dict[str, Term], readers: dict[str, set[str]],
+              roots: list[Term], binding: Binding, covered: frozenset[str]) -> Iterator[tuple[Term, ...]]:
+    k = len(roots)
+    if k < len(rule.lhs):
+        for subject in terms.values():
+            if any(subject.text == r.text for r in roots):
+                continue
+            for extended, more in _match(rule.lhs[k], subject, binding, covered):
+                yield from _complete(rule, state, terms, readers, [*roots, subject], extended, more)
+        return
+    root_texts = {r.text for r in roots}
+    for text in covered - root_texts:
+        if not readers.get(text, set()) <= covered:
+            return  # an inner value read outside the match: the search's matcher refuses it
+    table = {s.text: _instantiate(r, binding) for s, r in zip(roots, rule.paired_rhs, strict=True)}
+    yield tuple(sorted((_replace(t, table) for t in state), key=lambda t: t.text))
+
+
+def step_reaches(rule: TermRule, state: tuple[Term, ...], goal: str) -> bool:
+    """Whether one application of ``rule`` to ``state`` gives the state whose text is ``goal``."""
+    terms, readers = _subterms(state)
+    return any(_side_text(new) == goal for first in terms.values() if not first.is_input
+               for new in _rewrites_at(rule, state, terms, readers, first))
+
+
+def _rhs_for(lhs: tuple[Term, ...], rhs: tuple[Term, ...]) -> tuple[Term, ...]:
     """The right-hand output of each left-hand output, in ``lhs`` order: the one of equal value on the
     enumeration's int inputs (the doc lists each side sorted, not paired)."""
-    if len(rule.lhs) == 1:
-        return rule.rhs
-    free = list(rule.rhs)
+    if len(lhs) == 1:
+        return rhs
+    free = list(rhs)
     out = []
-    for t in rule.lhs:
+    for t in lhs:
         pick = next((i for i, r in enumerate(free) if _value_fp(r) == _value_fp(t)), 0)
         out.append(free.pop(pick))
     return tuple(out)
@@ -390,15 +458,40 @@ def _side_text(terms: Sequence[Term]) -> str:
     return " ; ".join(sorted(t.text for t in terms))
 
 
-def composition(rule: TermRule, index: RuleIndex, depth: int = DEFAULT_DEPTH) -> list[tuple[Term, ...]] | None:
-    """The states from ``rule``'s left side to its right side through earlier rules (None: not composed)."""
+@dataclass(frozen=True)
+class CompositionIndexes:
+    """The rules a composition may use, indexed three ways: by left sides (the forward steps), by right sides (the
+    reversible rules, for the last step taken backwards from the goal) and the irreversible rules alone by left
+    sides (their last step can only be taken forwards)."""
+
+    forward: RuleIndex
+    backward: RuleIndex
+    irreversible: RuleIndex
+
+    @classmethod
+    def of(cls, rules: Sequence[TermRule]) -> CompositionIndexes:
+        """The three indexes of ``rules`` (in ``rule_order``)."""
+        return cls(RuleIndex(rules), RuleIndex(rules, _reverse_pattern),
+                   RuleIndex([r for r in rules if not reversible(r)]))
+
+
+def composition(rule: TermRule, indexes: CompositionIndexes, depth: int = DEFAULT_DEPTH
+                ) -> list[tuple[Term, ...]] | None:
+    """The states from ``rule``'s left side to its right side through earlier rules (None: not composed).
+
+    Breadth first for ``depth - 1`` steps; the last step meets the goal: the states one reversible rule takes
+    to the goal are found once, backwards from it, and each frontier state is looked up among them (then the
+    step is replayed forwards, so only a real rewrite counts), while the irreversible rules are tried forwards
+    from each. This finds what trying every rule forwards from every frontier state finds, at the cost of two
+    levels instead of one level per frontier state; the one difference is a step whose right side already
+    occurs in the state elsewhere (taken back, both occurrences go back together), left not composed."""
     goal = _side_text(rule.rhs)
     frontier: dict[str, tuple[tuple[Term, ...], list[tuple[Term, ...]]]] = {_side_text(rule.lhs): (rule.lhs, [])}
     seen = set(frontier)
-    for _ in range(depth):
+    for _ in range(depth - 1):
         nxt: dict[str, tuple[tuple[Term, ...], list[tuple[Term, ...]]]] = {}
         for state, path in frontier.values():
-            for new in index.rewrites(state, rule.order):
+            for new in indexes.forward.rewrites(state, rule.order):
                 text = _side_text(new)
                 if text == goal:
                     return [*path, new]
@@ -407,7 +500,14 @@ def composition(rule: TermRule, index: RuleIndex, depth: int = DEFAULT_DEPTH) ->
                     nxt[text] = (new, [*path, new])
         frontier = nxt
         if not frontier:
-            break
+            return None
+    back: dict[str, list[TermRule]] = {}
+    for earlier, state in indexes.backward.reverse_rewrites(rule.rhs, rule.order):
+        back.setdefault(_side_text(state), []).append(earlier)
+    for text, (state, path) in frontier.items():
+        if any(step_reaches(earlier, state, goal) for earlier in back.get(text, ())) \
+                or any(_side_text(new) == goal for new in indexes.irreversible.rewrites(state, rule.order)):
+            return [*path, rule.rhs]
     return None
 
 
@@ -424,10 +524,10 @@ class RedundancyReport:
 def _paths(args: tuple[list[TermRule], list[int], int]) -> list[list[str] | None]:
     """The composing path (states as text) of each of ``usable[i]`` for i in ``part``, or None."""
     usable, part, depth = args
-    index = RuleIndex(usable)
+    indexes = CompositionIndexes.of(usable)
     out: list[list[str] | None] = []
     for i in part:
-        path = composition(usable[i], index, depth)
+        path = composition(usable[i], indexes, depth)
         out.append(None if path is None else [_side_text(s) for s in path])
     return out
 

@@ -114,6 +114,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     # Lifts of the proved conv rules to the forms models have (biased convs, conv + BatchNormalization),
     # each verified in turn: a lift of a rule that is not proved is seldom true, so only these are tried.
     t = time.perf_counter()
+    show("lifting the proved rules (bias, batchnorm)")
     lifted = lift_candidates([o.rule for o in outcomes if o.rule is not None])
     table.append(("lifts of proved rules (bias, batchnorm)", len(lifted), round(time.perf_counter() - t, 3)))
     # no wider numeric check for lifts: on 150 lifts of the <= 2-op rules it refuted none and cost half as much
@@ -123,6 +124,8 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     proved, left_out = split_batching(proved, options.keep_independent_batching)
     table.append(("proved, left out: independent batching", len(left_out), 0.0))
     t = time.perf_counter()
+    if not options.keep_compositions:
+        show(f"leaving out compositions of smaller rules among {len(proved)} proved")
     proved, composed = split_compositions(proved, options.keep_compositions, executor)
     table.append(("proved, left out: compositions of smaller rules", len(composed), round(time.perf_counter() - t, 3)))
     shipped = [{**r, "name": final_name(r, options.max_ops)} for r in proved]

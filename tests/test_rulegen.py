@@ -224,3 +224,33 @@ def test_matmul_merge_of_a_shared_input_is_proved_for_activations_of_any_rank():
     assert not any(w.startswith("rank(x1) ==") for w in rule["where"]), rule["where"]
     bert_like = parse_rule(rule)
     assert bert_like.inputs["x1"] == "any"
+
+
+def test_generate_rules_without_a_terminal_writes_a_line_per_step_to_stderr(tmp_path):
+    """Written to a log (no terminal), the progress is whole lines, one per step, not a line rewritten in place."""
+    result = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--jobs", "1", "--out",
+                                       str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert "\r" not in result.stderr
+    for step in ("graphs enumerated: ", "verifying 1/", "lifting the proved rules",
+                 "leaving out compositions of smaller rules among "):
+        assert sum(line.startswith(step) for line in lines) == 1, (step, lines)
+    assert "rules shipped" in result.stdout and "rules shipped" not in result.stderr
+    quiet = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--jobs", "1", "-q", "--out",
+                                      str(tmp_path / "q.json")])
+    assert quiet.exit_code == 0 and quiet.stderr == "" and quiet.stdout == ""
+
+
+def test_progress_lines_within_a_step_are_throttled(capsys):
+    from xflow.cli_rules import ProgressLine
+
+    show = ProgressLine(tty=False, every_s=3600.0)
+    for text in ("verifying 1/3: 0 proved", "verifying 2/3: 1 proved", "verifying lifts: 1/2: 1 proved",
+                 "verifying lifts: 2/2: 2 proved"):
+        show(text)
+    assert capsys.readouterr().err.splitlines() == ["verifying 1/3: 0 proved", "verifying lifts: 1/2: 1 proved"]
+    every = ProgressLine(tty=False, every_s=0.0)
+    every("verifying 1/3: 0 proved")
+    every("verifying 2/3: 1 proved")
+    assert len(capsys.readouterr().err.splitlines()) == 2

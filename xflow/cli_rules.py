@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -13,12 +16,30 @@ from xflow.cli_common import check_writable, user_errors
 from xflow.errors import XflowError
 
 
-def _progress_line(enabled: bool):  # noqa: ANN202 - a small closure
-    def show(text: str) -> None:
-        if enabled:
-            click.echo(f"\r{text:<78}", err=True, nl=False)
+@dataclass
+class ProgressLine:
+    """``generate-rules``' progress on stderr. On a terminal, one line rewritten in place; elsewhere (a log file, CI)
+    a line whenever the step changes and at most one every ``every_s`` seconds within a step, so that an hour-long
+    run written to a log is not silent until its table."""
 
-    return show
+    tty: bool
+    every_s: float = 60.0
+    step: str | None = None  # the last line written, up to its first digit
+    written_at: float = float("-inf")
+
+    def __call__(self, text: str) -> None:
+        if self.tty:
+            click.echo(f"\r{text:<78}", err=True, nl=False)
+            return
+        step = re.split(r"\d", text, maxsplit=1)[0]
+        now = time.monotonic()
+        if step != self.step or now - self.written_at >= self.every_s:
+            click.echo(text, err=True)
+            self.step, self.written_at = step, now
+
+
+def _no_progress(_text: str) -> None:
+    return None
 
 
 def _default_rlimit() -> int:
@@ -125,7 +146,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     engine = make_executor(executor, jobs, address)
     try:
         check_backend(engine)
-        result = write_rule_file(options, _progress_line(not quiet and sys.stderr.isatty()), engine)
+        result = write_rule_file(options, _no_progress if quiet else ProgressLine(sys.stderr.isatty()), engine)
     finally:
         engine.close()
     if quiet:

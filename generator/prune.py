@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import functools
+import zlib
 from itertools import permutations, product
 
 import numpy as np
@@ -73,7 +74,7 @@ class CommonSubgraph:
 
     def __init__(self, seed: int = 0) -> None:
         self.inputs = IntEvaluator(seed).inputs
-        self.rng = np.random.default_rng(seed + 7)
+        self.seed = seed
         self.evaluator = MemoEvaluator(self.inputs, integer=True)
 
     def reason(self, pair: Pair) -> str | None:
@@ -95,7 +96,10 @@ class CommonSubgraph:
         for text in sorted(common):
             shape = va[ta_text.index(text)].shape
             info = np.iinfo(np.int64)
-            fresh = self.rng.integers(info.min, info.max, size=shape, dtype=np.int64, endpoint=True)
+            # drawn from the seed and the subterm's text alone: a generator shared by the part's pairs made the
+            # draw depend on the pairs before it, so the kept pairs depended on how the run was cut (--jobs)
+            rng = np.random.default_rng([self.seed + 7, zlib.crc32(text.encode())])
+            fresh = rng.integers(info.min, info.max, size=shape, dtype=np.int64, endpoint=True)
             ga, _ = self.evaluator.values(a.graph, override={text: fresh})  # type: ignore[misc]
             gb, _ = self.evaluator.values(b.graph, override={text: fresh})  # type: ignore[misc]
             if all(tensor_fp(ga[x]) == tensor_fp(gb[y]) for x, y in mapping):

@@ -292,3 +292,41 @@ def test_renaming_keys_of_a_pair_and_of_its_reverse():
         forward, backward = renaming_keys(p)
         assert forward == renaming_key(p)
         assert backward == renaming_key(Pair(p.b, p.a, p.fingerprint))
+
+
+def test_the_common_subgraph_test_draws_the_same_fresh_tensor_whatever_came_before():
+    """The fresh tensor that replaces a common subterm depends on the seed and the subterm alone: drawn from one
+    generator per part, it depended on the pairs checked before in that part, so the ≤ 3-op candidates changed
+    with --jobs (the number of parts)."""
+    from generator.enumerate import enumerate_graphs
+    from generator.fingerprint import N_IN, Buckets, candidate_pairs, expressions
+    from generator.prune import CommonSubgraph
+
+    pairs = candidate_pairs(Buckets(0).extend(enumerate_graphs(2, 0)))[1]
+    with_common = [p for p in pairs if set(expressions(p.a.graph)[N_IN:]) & set(expressions(p.b.graph)[N_IN:])]
+    drawn: list[list[bytes]] = []
+
+    class Recording(CommonSubgraph):
+        def __init__(self) -> None:
+            super().__init__(0)
+            values = self.evaluator.values
+
+            def recorded(graph, override=None):
+                if override:
+                    drawn[-1].extend(v.tobytes() for v in override.values())
+                return values(graph, override)
+
+            self.evaluator.values = recorded  # type: ignore[method-assign]
+
+    target = next(p for p in with_common if CommonSubgraph(0).reason(p) in (None, "common"))
+    reasons, targets = [], []
+    for before in ([], with_common[:50]):
+        checker = Recording()
+        drawn.append([])  # the draws of the pairs checked before
+        for p in before:
+            checker.reason(p)
+        drawn.append([])
+        reasons.append(checker.reason(target))
+        targets.append(drawn[-1])
+    assert targets[0] and targets[0] == targets[1]
+    assert reasons[0] == reasons[1]

@@ -412,7 +412,7 @@ def _complete(rule: TermRule, state: tuple[Term, ...], terms: dict[str, Term], r
 def step_reaches(rule: TermRule, state: tuple[Term, ...], goal: str) -> bool:
     """Whether one application of ``rule`` to ``state`` gives the state whose text is ``goal``."""
     terms, readers = _subterms(state)
-    return any(_side_text(new) == goal for first in terms.values() if not first.is_input
+    return any(_side_text(new) == goal for first in terms.values()
                for new in _rewrites_at(rule, state, terms, readers, first))
 
 

@@ -103,7 +103,8 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
 
         outcomes = verify_candidates(batch, rlimit=options.rlimit, trials=options.trials, seed=options.seed,
                                      progress=on_outcome, guard_s=options.guard_s, executor=executor,
-                                     rounds=GENERATION_ROUNDS, replay=True, wide_trials=wide_trials)
+                                     rounds=GENERATION_ROUNDS, replay=True, wide_trials=wide_trials,
+                                     same_theorems=True)
         seconds = round(time.perf_counter() - t, 3)
         result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
         for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):

@@ -9,7 +9,7 @@ the candidate's rule, with its provenance filled in. A candidate no variant of w
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 
 from verifier.numeric import BACKEND_ENV, array_module, numeric_check
 from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, prepare, prove_rule
+from verifier.theorem import TheoremKey, same_theorem_groups, theorem_key
 from xflow.errors import XflowError
 from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
@@ -47,6 +48,8 @@ class Outcome:
     rlimit_used: int = 0
     reason: str = ""
     statuses: list[str] = field(default_factory=list)
+    #: each parsed variant's final status when the candidate is not proved (refuted, unknown, unchecked, ...)
+    variant_statuses: dict[int, str] = field(default_factory=dict)
 
 
 #: The budgets (z3 resource units) every numerically checked variant of a candidate is tried on in turn before
@@ -65,7 +68,8 @@ GENERATION_ROUNDS = (20_000, 100_000)
 
 def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, trials: int = 3,
                      seed: int = 0, guard_s: float | None = DEFAULT_GUARD_S,
-                     rounds: tuple[int, ...] = ESCALATION, replay: bool = False, wide_trials: int = 0) -> Outcome:
+                     rounds: tuple[int, ...] = ESCALATION, replay: bool = False, wide_trials: int = 0,
+                     same_theorems: dict[TheoremKey, tuple[str, str]] | None = None) -> Outcome:
     """The first variant of ``candidate`` that is checked numerically on ``trials`` shapes and proved.
 
     A variant is checked numerically before z3 first sees it (a counterexample settles it for nothing), and only
@@ -80,7 +84,12 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     than verify-rules' first round (z3's model-based instantiation then ran at a limit verify-rules' schedule
     never uses, and z3's search is not monotone in it) is proved again as ``verify-rules`` would, and is the
     candidate's rule only when that proves it too: a generated file re-verifies. With ``wide_trials`` a candidate
-    z3 leaves unknown is checked on that many more shapes per variant before it is reported (``_refute_wider``)."""
+    z3 leaves unknown is checked on that many more shapes per variant before it is reported (``_refute_wider``).
+
+    ``same_theorems`` maps a variant's ``theorem_key`` to the status (refuted or unknown) and name of an earlier
+    variant stating the same theorem (a candidate's reverse, ``verify_group``): such a variant is settled with that
+    status, neither checked nor proved again. Only what is not proved is taken over, so a written rule is always
+    proved in its own right."""
     variants = candidate.get("variants") or [candidate]
     outcome = Outcome(candidate["name"], "unchecked")
     parsed: list[tuple[int, dict[str, Any], Any]] = []
@@ -91,13 +100,25 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
         except RuleError as exc:
             outcome.statuses.append(f"malformed: {exc}")
     numerics: dict[int, Any] = {}  # variant -> its numeric result when it passed, None when it did not
+    final = outcome.variant_statuses
 
     def passes(index: int, raw: dict[str, Any], rule: Any) -> bool:
         if index not in numerics:
             numerics[index] = _checked(rule, raw, trials, seed, outcome)
+            if numerics[index] is None:
+                final[index] = outcome.statuses[-1].split(":", 1)[0]
         return numerics[index] is not None
 
     settled: set[int] = set()
+    taken_over_unknown = False  # a variant left unknown elsewhere: the wider check cannot refute the candidate
+    for index, raw, _ in parsed if same_theorems else ():
+        earlier = same_theorems.get(theorem_key(raw))
+        if earlier is not None:
+            status, source = earlier
+            settled.add(index)
+            final[index] = status
+            outcome.statuses.append(f"{status}: the same theorem as {source}, {status} there")
+            taken_over_unknown |= status == "unknown"
     encoded: dict[int, Any] = {}  # each variant encoded once, whatever the number of rounds it takes part in
     context: ProofContext | None = None  # one z3 context for all the candidate's proofs, made at the first
     for step in (*(s for s in rounds if s < rlimit), None):
@@ -125,6 +146,7 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
             outcome.statuses.append(f"{proof.status}: {proof.reason}")
             if proof.status in ("refuted", "unsupported"):
                 settled.add(index)
+                final[index] = proof.status
             if proof.proved and replay and budget > ESCALATION[0] and not _replays(raw, trials, seed, guard_s, outcome):
                 settled.add(index)  # proved on a schedule verify-rules does not repeat: not written
                 continue
@@ -145,10 +167,36 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
         break
     outcome.status = _worst(outcome.statuses)
     outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
-    if outcome.status == "unknown" and wide_trials:
-        _refute_wider(outcome, [(rule, raw) for index, raw, rule in parsed if numerics.get(index) is not None
-                                and index not in settled], wide_trials, seed)
+    for index, _, _ in parsed:
+        final.setdefault(index, "unknown")  # tried within the whole budget, or never reached before it was spent
+    if outcome.status == "unknown" and wide_trials and not taken_over_unknown:
+        wider = [index for index, _, _ in parsed if numerics.get(index) is not None and index not in settled]
+        _refute_wider(outcome, [(rule, raw) for index, raw, rule in parsed if index in wider], wide_trials, seed)
+        if outcome.status == "refuted":
+            final.update(dict.fromkeys(wider, "refuted"))
     return outcome
+
+
+def verify_group(group: Sequence[dict[str, Any]], rlimit: int = DEFAULT_RLIMIT, trials: int = 3, seed: int = 0,
+                 guard_s: float | None = DEFAULT_GUARD_S, rounds: tuple[int, ...] = ESCALATION,
+                 replay: bool = False, wide_trials: int = 0) -> list[Outcome]:
+    """``verify_candidate`` of each candidate of ``group`` (candidates stating the same theorem, a rule and its
+    reverse: ``same_theorem_groups``) in turn; a variant that an earlier candidate of the group, not proved, left
+    refuted or unknown is taken over instead of verified again. A refutation holds for the same theorem either
+    way round; an unknown is a bet: z3's search follows the order terms reach it, so the other direction could
+    be proved within the budget, but seldom is, and trying costs the whole budget again."""
+    known: dict[TheoremKey, tuple[str, str]] = {}
+    outcomes = []
+    for candidate in group:
+        outcome = verify_candidate(candidate, rlimit, trials, seed, guard_s, rounds, replay, wide_trials, known)
+        outcomes.append(outcome)
+        if outcome.status == "proved":
+            continue  # its variants before the proved one were not given the whole budget
+        variants = candidate.get("variants") or [candidate]
+        for index, status in outcome.variant_statuses.items():
+            if status in ("refuted", "unknown"):
+                known.setdefault(theorem_key(variants[index]), (status, f"{candidate['name']}'s variant {index}"))
+    return outcomes
 
 
 def _refute_wider(outcome: Outcome, variants: list[tuple[Any, dict[str, Any]]], trials: int, seed: int) -> None:
@@ -206,8 +254,11 @@ def _worst(statuses: list[str]) -> str:
     return "unchecked"
 
 
-def _work(args: tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool, int]) -> Outcome:
-    return verify_candidate(*args)
+Work = tuple[tuple[dict[str, Any], ...], int, int, int, float | None, tuple[int, ...], bool, int]
+
+
+def _work(args: Work) -> list[Outcome]:
+    return verify_group(*args)
 
 
 #: Address-space limit of a verifier worker: a candidate whose proof search or numeric check grows past it
@@ -266,8 +317,7 @@ def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int
             run_guarded(fn, work, [i], 1, True, on_result)
 
 
-def _work_at(args: tuple[int, tuple[dict[str, Any], int, int, int, float | None, tuple[int, ...], bool, int]]
-             ) -> tuple[int, Outcome]:
+def _work_at(args: tuple[int, Work]) -> tuple[int, list[Outcome]]:
     return args[0], _work(args[1])
 
 
@@ -288,36 +338,34 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimi
                       progress: Callable[[int, Outcome], None] | None = None,
                       guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None,
                       rounds: tuple[int, ...] = ESCALATION, replay: bool = False,
-                      wide_trials: int = 0) -> list[Outcome]:
+                      wide_trials: int = 0, same_theorems: bool = False) -> list[Outcome]:
     """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in local worker processes, each
     limited to ``WORKER_MEMORY_BYTES``; on a cluster ``executor`` each proof is a task declaring that much
     memory, rerun by the cluster when its worker is lost. A candidate whose worker dies (for good) is "unknown"
-    (reason ``WORKER_DIED``)."""
+    (reason ``WORKER_DIED``). With ``same_theorems`` the candidates stating one theorem (a rule and its reverse)
+    are verified in one task, one after the other (``verify_group``); the groups depend on the candidates alone,
+    so the outcomes do not depend on ``jobs`` or the executor."""
     check_backend(executor, jobs)
-    work = [(c, rlimit, trials, seed, guard_s, rounds, replay, wide_trials) for c in candidates]
+    candidates = list(candidates)
+    groups = same_theorem_groups(candidates) if same_theorems else [(i,) for i in range(len(candidates))]
+    work: list[Work] = [(tuple(candidates[i] for i in group), rlimit, trials, seed, guard_s, rounds, replay,
+                         wide_trials) for group in groups]
     outcomes: dict[int, Outcome] = {}
 
-    def record(i: int, outcome: Outcome | None) -> None:
-        outcomes[i] = outcome if outcome is not None else _died(work[i][0])
-        if progress is not None:
-            progress(len(outcomes), outcomes[i])
+    def record(g: int, result: list[Outcome] | None) -> None:
+        for i, candidate, outcome in zip(groups[g], work[g][0], result or [None] * len(groups[g]), strict=True):
+            outcomes[i] = outcome if outcome is not None else _died(candidate)
+            if progress is not None:
+                progress(len(outcomes), outcomes[i])
 
     if executor is not None and not isinstance(executor, LocalExecutor):
-        for i, outcome in executor.imap_unordered(_work_at, list(enumerate(work)), memory_bytes=WORKER_MEMORY_BYTES,
-                                                  failed=lambda item: (item[0], None)):
-            record(i, outcome)
-        return [outcomes[i] for i in range(len(work))]
-    jobs = executor.jobs if executor is not None else jobs
-    if jobs <= 1:
-        return _collect((_work(w) for w in work), progress)
-    run_guarded(_work, work, list(range(len(work))), jobs, False, record)
-    return [outcomes[i] for i in range(len(work))]
-
-
-def _collect(results: Iterator[Outcome], progress: Callable[[int, Outcome], None] | None) -> list[Outcome]:
-    out = []
-    for i, outcome in enumerate(results):
-        out.append(outcome)
-        if progress is not None:
-            progress(i + 1, outcome)
-    return out
+        for g, result in executor.imap_unordered(_work_at, list(enumerate(work)), memory_bytes=WORKER_MEMORY_BYTES,
+                                                 failed=lambda item: (item[0], None)):
+            record(g, result)
+    elif (executor.jobs if executor is not None else jobs) <= 1:
+        for g, item in enumerate(work):
+            record(g, _work(item))
+    else:
+        run_guarded(_work, work, list(range(len(work))), executor.jobs if executor is not None else jobs, False,
+                    record)
+    return [outcomes[i] for i in range(len(candidates))]

@@ -354,16 +354,26 @@ class RuleIndex:
                 if rule.order < before:
                     yield from _rewrites_at(rule, state, terms, readers, first)
 
-    def reverse_rewrites(self, state: tuple[Term, ...], before: tuple[int, str]
+    def tagged_rewrites(self, state: tuple[Term, ...]) -> Iterator[tuple[tuple[int, str], tuple[Term, ...]]]:
+        """(the rule's order, the state) for every state one rule of the index makes of ``state``: ``rewrites``
+        of every ``before`` at once, in the same order (``rewrites(state, before)`` is the subsequence of the
+        rules earlier than ``before``)."""
+        terms, readers = _subterms(state)
+        for first in terms.values():
+            for rule in self.candidates(first):
+                for new in _rewrites_at(rule, state, terms, readers, first):
+                    yield rule.order, new
+
+    def reverse_rewrites(self, state: tuple[Term, ...], before: tuple[int, str] | None
                          ) -> Iterator[tuple[TermRule, tuple[Term, ...]]]:
         """(rule, the state it came from) for each way a reversible rule earlier than ``before`` may have made
         ``state`` in one step (the index must be keyed by right sides: ``pattern=_reverse_pattern``). Each
         occurrence of the matched subterm goes back together; a candidate only: the forward step is what
-        counts (``step_reaches``)."""
+        counts (``step_reaches``). ``before`` None: every rule of the index."""
         terms, _ = _subterms(state)
         for subject in terms.values():
             for rule in self.candidates(subject):
-                if rule.order >= before:
+                if before is not None and rule.order >= before:
                     continue
                 for binding, _covered in _match(rule.paired_rhs[0], subject, {}):
                     for new in _reverse_complete(rule, state, terms, [subject], binding):
@@ -475,8 +485,60 @@ class CompositionIndexes:
                    RuleIndex([r for r in rules if not reversible(r)]))
 
 
-def composition(rule: TermRule, indexes: CompositionIndexes, depth: int = DEFAULT_DEPTH
-                ) -> list[tuple[Term, ...]] | None:
+@dataclass
+class SideCache:
+    """The first forward level of a left side and the backward steps of a right side, computed once for all the
+    rules that share the side (a class of m equal graphs gives m - 1 rules from each; the ``x - x`` families,
+    hundreds). Kept unfiltered, each step tagged with its rule's order, and filtered per rule: a rule sees exactly
+    the steps, in the order, that the index gives it (``RuleIndex.tagged_rewrites``). Only the sides of more than
+    one rule are kept, each until the last of its rules is ``release``d."""
+
+    uses: dict[str, int]  # "lhs:" / "rhs:" + a side's text -> rules left that will read it
+    steps: dict[str, list[Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rules: Sequence[TermRule]) -> SideCache:
+        """A cache for testing ``rules``: the sides more than one of them has."""
+        counts: dict[str, int] = {}
+        for r in rules:
+            for key in (f"lhs:{_side_text(r.lhs)}", f"rhs:{_side_text(r.rhs)}"):
+                counts[key] = counts.get(key, 0) + 1
+        return cls({k: n for k, n in counts.items() if n > 1})
+
+    def _read(self, key: str, compute: Callable[[], Iterator[Any]]) -> list[Any] | None:
+        if key not in self.uses:
+            return None
+        found = self.steps.get(key)
+        if found is None:
+            found = self.steps[key] = list(compute())
+        return found
+
+    def release(self, rule: TermRule) -> None:
+        """``rule`` is tested: a side none of the rules still to test has is let go."""
+        for key in (f"lhs:{_side_text(rule.lhs)}", f"rhs:{_side_text(rule.rhs)}"):
+            if key in self.uses:
+                self.uses[key] -= 1
+                if not self.uses[key]:
+                    del self.uses[key]
+                    self.steps.pop(key, None)
+
+    def first_level(self, index: RuleIndex, rule: TermRule) -> Iterator[tuple[Term, ...]]:
+        """``index.rewrites(rule.lhs, rule.order)``."""
+        steps = self._read(f"lhs:{_side_text(rule.lhs)}", lambda: index.tagged_rewrites(rule.lhs))
+        if steps is None:
+            return index.rewrites(rule.lhs, rule.order)
+        return (new for order, new in steps if order < rule.order)
+
+    def last_step(self, index: RuleIndex, rule: TermRule) -> Iterator[tuple[TermRule, tuple[Term, ...]]]:
+        """``index.reverse_rewrites(rule.rhs, rule.order)``."""
+        steps = self._read(f"rhs:{_side_text(rule.rhs)}", lambda: index.reverse_rewrites(rule.rhs, None))
+        if steps is None:
+            return index.reverse_rewrites(rule.rhs, rule.order)
+        return ((earlier, state) for earlier, state in steps if earlier.order < rule.order)
+
+
+def composition(rule: TermRule, indexes: CompositionIndexes, depth: int = DEFAULT_DEPTH,
+                cache: SideCache | None = None) -> list[tuple[Term, ...]] | None:
     """The states from ``rule``'s left side to its right side through earlier rules (None: not composed).
 
     Breadth first for ``depth - 1`` steps; the last step meets the goal: the states one reversible rule takes
@@ -484,14 +546,17 @@ def composition(rule: TermRule, indexes: CompositionIndexes, depth: int = DEFAUL
     step is replayed forwards, so only a real rewrite counts), while the irreversible rules are tried forwards
     from each. This finds what trying every rule forwards from every frontier state finds, at the cost of two
     levels instead of one level per frontier state; the one difference is a step whose right side already
-    occurs in the state elsewhere (taken back, both occurrences go back together), left not composed."""
+    occurs in the state elsewhere (taken back, both occurrences go back together), left not composed. ``cache``
+    shares the first level and the last step among rules of one side (the same answer and path)."""
     goal = _side_text(rule.rhs)
     frontier: dict[str, tuple[tuple[Term, ...], list[tuple[Term, ...]]]] = {_side_text(rule.lhs): (rule.lhs, [])}
     seen = set(frontier)
-    for _ in range(depth - 1):
+    for level in range(depth - 1):
         nxt: dict[str, tuple[tuple[Term, ...], list[tuple[Term, ...]]]] = {}
         for state, path in frontier.values():
-            for new in indexes.forward.rewrites(state, rule.order):
+            steps = (cache.first_level(indexes.forward, rule) if level == 0 and cache is not None
+                     else indexes.forward.rewrites(state, rule.order))
+            for new in steps:
                 text = _side_text(new)
                 if text == goal:
                     return [*path, new]
@@ -502,7 +567,9 @@ def composition(rule: TermRule, indexes: CompositionIndexes, depth: int = DEFAUL
         if not frontier:
             return None
     back: dict[str, list[TermRule]] = {}
-    for earlier, state in indexes.backward.reverse_rewrites(rule.rhs, rule.order):
+    last = (cache.last_step(indexes.backward, rule) if cache is not None
+            else indexes.backward.reverse_rewrites(rule.rhs, rule.order))
+    for earlier, state in last:
         back.setdefault(_side_text(state), []).append(earlier)
     for text, (state, path) in frontier.items():
         if any(step_reaches(earlier, state, goal) for earlier in back.get(text, ())) \
@@ -525,11 +592,27 @@ def _paths(args: tuple[list[TermRule], list[int], int]) -> list[list[str] | None
     """The composing path (states as text) of each of ``usable[i]`` for i in ``part``, or None."""
     usable, part, depth = args
     indexes = CompositionIndexes.of(usable)
-    out: list[list[str] | None] = []
-    for i in part:
-        path = composition(usable[i], indexes, depth)
-        out.append(None if path is None else [_side_text(s) for s in path])
-    return out
+    rules = [usable[i] for i in part]
+    cache = SideCache.of(rules)
+    found: dict[int, list[str] | None] = {}
+    # rules of one left side one after the other: its first level is kept only while they are tested
+    for k in sorted(range(len(rules)), key=lambda k: _side_text(rules[k].lhs)):
+        path = composition(rules[k], indexes, depth, cache)
+        cache.release(rules[k])
+        found[k] = None if path is None else [_side_text(s) for s in path]
+    return [found[k] for k in range(len(rules))]
+
+
+def _parts(usable: Sequence[TermRule], jobs: int) -> list[list[int]]:
+    """``usable``'s positions cut into ``jobs`` parts, the rules of one left side in one part (they share its first
+    level), the sides dealt in turn."""
+    by_side: dict[str, list[int]] = {}
+    for i, r in enumerate(usable):
+        by_side.setdefault(_side_text(r.lhs), []).append(i)
+    parts: list[list[int]] = [[] for _ in range(jobs)]
+    for k, side in enumerate(sorted(by_side)):
+        parts[k % jobs].extend(by_side[side])
+    return [sorted(p) for p in parts if p]
 
 
 def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH,
@@ -540,7 +623,7 @@ def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_D
     as_terms = {r["name"]: term_rule(r) for r in rules}
     usable = [t for t in as_terms.values() if t is not None]
     jobs = getattr(executor, "jobs", 1)
-    parts = [list(range(k, len(usable), jobs)) for k in range(jobs)] if usable else []
+    parts = _parts(usable, jobs)
     paths: dict[int, list[str] | None] = {}
     results = (executor.imap(_paths, [(usable, p, depth) for p in parts]) if jobs > 1
                else map(_paths, [(usable, p, depth) for p in parts]))

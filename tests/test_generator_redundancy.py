@@ -152,3 +152,41 @@ def test_meeting_the_goal_finds_what_trying_every_rule_forwards_finds():
     met = [composition(r, indexes) is not None for r in sample]
     assert met == [forwards(r) for r in sample]
     assert sum(met) > 300  # hundreds of compositions among them: not an agreement on "none"
+
+
+def test_rules_of_one_side_share_its_steps_and_get_the_same_paths():
+    """On the ≤ 2-op candidates the first level of a left side and the last step into a right side, computed once for
+    all the rules sharing the side (``SideCache``), give every rule the path it gets alone; the cache keeps a side
+    only until its last rule is tested; the report does not depend on how the rules are cut into parts."""
+    from generator.redundancy import (
+        CompositionIndexes,
+        SideCache,
+        _side_text,
+        composition,
+        find_compositions,
+        term_rule,
+    )
+    from generator.run import generate
+    from xflow.executor import LocalExecutor
+
+    candidates = generate(max_ops=2).rules
+    terms = [t for t in map(term_rule, candidates) if t is not None]
+    indexes = CompositionIndexes.of(terms)
+    cache = SideCache.of(terms)
+    shared = sum(n - 1 for n in cache.uses.values())
+    assert shared > 1000  # rules that read a side another rule computed: not a cache that is never hit
+
+    def text(path):
+        return None if path is None else [_side_text(s) for s in path]
+
+    alone = [text(composition(r, indexes)) for r in terms]
+    by_name = {}
+    for r in sorted(terms, key=lambda r: _side_text(r.lhs)):
+        by_name[r.name] = text(composition(r, indexes, cache=cache))
+        cache.release(r)
+    assert [by_name[r.name] for r in terms] == alone
+    assert sum(p is not None for p in alone) > 300
+    assert not cache.uses and not cache.steps  # every side read by its last rule and let go
+    one = find_compositions(candidates)
+    two = find_compositions(candidates, executor=LocalExecutor(2))
+    assert (one.kept, one.dropped) == (two.kept, two.dropped)

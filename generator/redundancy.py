@@ -348,21 +348,18 @@ class RuleIndex:
 
     def rewrites(self, state: tuple[Term, ...], before: tuple[int, str]) -> Iterator[tuple[Term, ...]]:
         """Every state one rule earlier than ``before`` makes of ``state``."""
-        terms, readers = _subterms(state)
-        for first in terms.values():
-            for rule in self.candidates(first):
-                if rule.order < before:
-                    yield from _rewrites_at(rule, state, terms, readers, first)
+        return (new for _, new in self.tagged_rewrites(state, before))
 
-    def tagged_rewrites(self, state: tuple[Term, ...]) -> Iterator[tuple[tuple[int, str], tuple[Term, ...]]]:
-        """(the rule's order, the state) for every state one rule of the index makes of ``state``: ``rewrites``
-        of every ``before`` at once, in the same order (``rewrites(state, before)`` is the subsequence of the
-        rules earlier than ``before``)."""
+    def tagged_rewrites(self, state: tuple[Term, ...], before: tuple[int, str] | None = None
+                        ) -> Iterator[tuple[tuple[int, str], tuple[Term, ...]]]:
+        """(the rule's order, the state) for every state one rule earlier than ``before`` (None: any rule of the
+        index) makes of ``state``; with ``before`` the subsequence of what None gives, in the same order."""
         terms, readers = _subterms(state)
         for first in terms.values():
             for rule in self.candidates(first):
-                for new in _rewrites_at(rule, state, terms, readers, first):
-                    yield rule.order, new
+                if before is None or rule.order < before:
+                    for new in _rewrites_at(rule, state, terms, readers, first):
+                        yield rule.order, new
 
     def reverse_rewrites(self, state: tuple[Term, ...], before: tuple[int, str] | None
                          ) -> Iterator[tuple[TermRule, tuple[Term, ...]]]:
@@ -501,7 +498,7 @@ class SideCache:
         """A cache for testing ``rules``: the sides more than one of them has."""
         counts: dict[str, int] = {}
         for r in rules:
-            for key in (f"lhs:{_side_text(r.lhs)}", f"rhs:{_side_text(r.rhs)}"):
+            for key in _side_keys(r):
                 counts[key] = counts.get(key, 0) + 1
         return cls({k: n for k, n in counts.items() if n > 1})
 
@@ -515,7 +512,7 @@ class SideCache:
 
     def release(self, rule: TermRule) -> None:
         """``rule`` is tested: a side none of the rules still to test has is let go."""
-        for key in (f"lhs:{_side_text(rule.lhs)}", f"rhs:{_side_text(rule.rhs)}"):
+        for key in _side_keys(rule):
             if key in self.uses:
                 self.uses[key] -= 1
                 if not self.uses[key]:
@@ -524,17 +521,22 @@ class SideCache:
 
     def first_level(self, index: RuleIndex, rule: TermRule) -> Iterator[tuple[Term, ...]]:
         """``index.rewrites(rule.lhs, rule.order)``."""
-        steps = self._read(f"lhs:{_side_text(rule.lhs)}", lambda: index.tagged_rewrites(rule.lhs))
+        steps = self._read(_side_keys(rule)[0], lambda: index.tagged_rewrites(rule.lhs))
         if steps is None:
             return index.rewrites(rule.lhs, rule.order)
         return (new for order, new in steps if order < rule.order)
 
     def last_step(self, index: RuleIndex, rule: TermRule) -> Iterator[tuple[TermRule, tuple[Term, ...]]]:
         """``index.reverse_rewrites(rule.rhs, rule.order)``."""
-        steps = self._read(f"rhs:{_side_text(rule.rhs)}", lambda: index.reverse_rewrites(rule.rhs, None))
+        steps = self._read(_side_keys(rule)[1], lambda: index.reverse_rewrites(rule.rhs, None))
         if steps is None:
             return index.reverse_rewrites(rule.rhs, rule.order)
         return ((earlier, state) for earlier, state in steps if earlier.order < rule.order)
+
+
+def _side_keys(rule: TermRule) -> tuple[str, str]:
+    """``SideCache``'s keys of the rule's left and right sides."""
+    return f"lhs:{_side_text(rule.lhs)}", f"rhs:{_side_text(rule.rhs)}"
 
 
 def composition(rule: TermRule, indexes: CompositionIndexes, depth: int = DEFAULT_DEPTH,

@@ -103,3 +103,39 @@ def test_a_proof_after_the_wall_clock_guard_fired_starts_from_a_fresh_context(mo
     alone = prove_rule(rule, context=ProofContext())
     assert after.status == alone.status == "proved"
     assert after.rlimit_used == alone.rlimit_used
+
+
+#: A stride-2 depthwise conv's output multiplied by its own 3 x 3 kernel as a matrix, compared at two end paddings
+#: (a <= 3-op candidate): the product exists only where the conv's output is as wide as the kernel is tall, so few
+#: draws near the found shapes are valid (2 in the first 500).
+RARELY_VALID = {
+    "name": "g3_6dce1a93de",
+    "doc": "conv(matmul(dwconv(i1, kd), kd), k31) at two end paddings of the depthwise conv",
+    "inputs": {"i1": "any", "k31": "const", "kd": "const"},
+    "provenance": {"found_on": {"i1": [1, 4, 7, 7], "k31": [4, 4, 3, 1], "kd": [4, 1, 3, 3]}},
+    "src": [{"op": "conv", "in": ["i1", "kd"], "out": ["s0"],
+             "attrs": {"act": "none", "group": 4, "pads": [0, 0, 0, 0], "strides": [2, 2]}},
+            {"op": "matmul", "in": ["s0", "kd"], "out": ["s1"]},
+            {"op": "conv", "in": ["s1", "k31"], "out": ["s2"],
+             "attrs": {"act": "none", "group": 1, "pads": [1, 0, 1, 0], "strides": [1, 1]}}],
+    "dst": [{"op": "conv", "in": ["i1", "kd"], "out": ["d0"],
+             "attrs": {"act": "none", "group": 4, "pads": [0, 0, 1, 1], "strides": [2, 2]}},
+            {"op": "conv", "in": ["d0", "k31"], "out": ["d1"],
+             "attrs": {"act": "none", "group": 1, "pads": [1, 0, 1, 0], "strides": [1, 1]}},
+            {"op": "matmul", "in": ["d1", "kd"], "out": ["d2"]}],
+    "outputs": {"s2": "d2"},
+}
+
+
+def test_a_rarely_valid_variant_is_drawn_longer_not_left_unchecked():
+    from verifier.batch import ATTEMPTS, Outcome, _checked
+
+    rule = parse_rule(RARELY_VALID)
+    found_on = RARELY_VALID["provenance"]["found_on"]
+    first = numeric_check(rule, trials=3, seed=0, attempts=ATTEMPTS, found_on=found_on)
+    assert first.ok and 0 < first.trials_run < 3, first  # what the first draws give: too few to count
+    outcome = Outcome(RARELY_VALID["name"], "unchecked")
+    checked = _checked(rule, RARELY_VALID, 3, 0, outcome)
+    assert checked is not None and checked.ok and checked.trials_run >= 3, outcome.statuses
+    verified = verify_candidate(RARELY_VALID, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
+    assert verified.status != "unchecked", verified.statuses

@@ -64,14 +64,15 @@ def _dims(a: str, b: str, offset: int) -> str:
 
 
 def _size_choices(pieces: list[tuple[str, str, int]], tensors: list[Tensor], rank: int, offset: int,
-                  src_vars: list[str], split: str, found: dict[str, tuple[int, ...]], sizes: tuple[int, ...]
-                  ) -> list[str]:
+                  src_vars: dict[str, tuple[int, ...]], split: str, found: dict[str, tuple[int, ...]],
+                  sizes: tuple[int, ...]) -> list[str]:
     """Candidate expressions for the sizes of a 2-way split along ``offset`` (negative) of the rank-``rank``
-    tensor ``split``: a source split variable, the pieces of a concat, or two inputs' dims. A piece never has
-    the split tensor's own size (the other piece would be empty), so no choice names ``split``. Only the choices
-    giving the split's own ``sizes`` on the shapes the pair was found on (``found``) are kept: any other one
-    makes a variant that no instance near those shapes satisfies, which the verifier could only call
-    unchecked."""
+    tensor ``split``: a source split variable (``src_vars``: each with its sizes where the pair was found), the
+    pieces of a concat, or two inputs' dims. A piece never has the split tensor's own size (the other piece would
+    be empty), so no choice names ``split``. Only the choices giving the split's own ``sizes`` on the shapes the
+    pair was found on (``found``) are kept, the source's variables too: any other one makes a variant that no
+    instance near those shapes satisfies (a source split of twice the channels reused on the target's input),
+    which the verifier could only call unchecked."""
     dims = [(a, b, off) for a, b, off in pieces if split not in (a, b)]
     same_rank = [t.name for t in tensors if t.rank == rank and t.name != split]
     dims += [(a, b, offset) for a, b in itertools.permutations(same_rank, 2)]
@@ -79,12 +80,13 @@ def _size_choices(pieces: list[tuple[str, str, int]], tensors: list[Tensor], ran
     fitting = [_dims(a, b, off) for a, b, off in dims
                if -len(found[a]) <= off < 0 and -len(found[b]) <= off < 0
                and (found[a][off], found[b][off]) == tuple(sizes)]
-    return list(dict.fromkeys([*src_vars, *fitting]))
+    same_sizes = [name for name, found_sizes in src_vars.items() if found_sizes == tuple(sizes)]
+    return list(dict.fromkeys([*same_sizes, *fitting]))
 
 
 def _render_side(graph: Graph, names: list[str], variables: dict[tuple[str, str], str], source: bool,
-                 general: bool, inputs: list[Tensor], pieces: list[tuple[str, str, int]], split_vars: list[str],
-                 n_inputs: int, found: dict[str, tuple[int, ...]]) -> _Side:
+                 general: bool, inputs: list[Tensor], pieces: list[tuple[str, str, int]],
+                 split_vars: dict[str, tuple[int, ...]], n_inputs: int, found: dict[str, tuple[int, ...]]) -> _Side:
     nodes: list[dict[str, Any]] = []
     where: list[str] = []
     slots: list[tuple[dict[str, Any], str, list[str]]] = []
@@ -117,12 +119,12 @@ def _render_side(graph: Graph, names: list[str], variables: dict[tuple[str, str]
                         where.append(f"rank({a}) == rank({b})")
             elif general and OPS[op].attr(key).z3 == "sizes" and len(value) == 2:
                 offset = attrs["axis"] - rank
-                choices = _size_choices(pieces, inputs, rank, offset, [] if source else split_vars, first, found,
+                choices = _size_choices(pieces, inputs, rank, offset, {} if source else split_vars, first, found,
                                         value)
                 if source:
                     name = f"sz{index}"
                     rendered[key] = f"?{name}"
-                    split_vars.append(name)
+                    split_vars[name] = tuple(value)
                     slots.append((node, key, [f"{name} == {c}" for c in choices] + [""]))
                 else:
                     rendered[key] = None
@@ -150,7 +152,7 @@ def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: 
     out: list[dict[str, Any]] = []
     for general, pinned in ((True, False), (True, True), (False, True)):
         pieces: list[tuple[str, str, int]] = []
-        split_vars: list[str] = []
+        split_vars: dict[str, tuple[int, ...]] = {}
         n = len(input_names)
         s = _render_side(src, src_names, variables, True, general, inputs, pieces, split_vars, n, found)
         d = _render_side(dst, dst_names, variables, False, general, inputs, pieces, split_vars, n, found)

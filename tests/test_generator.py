@@ -238,7 +238,7 @@ def test_split_sizes_never_name_the_split_tensor_itself():
 
     inputs = [Tensor("x1", 2), Tensor("x2", 2), Tensor("x3", 2)]
     found = {"x1": (4, 4), "x2": (4, 2), "x3": (4, 2)}
-    choices = _size_choices([("x1", "x2", -1), ("x2", "x3", -1)], inputs, 2, -1, [], "x1", found, (2, 2))
+    choices = _size_choices([("x1", "x2", -1), ("x2", "x3", -1)], inputs, 2, -1, {}, "x1", found, (2, 2))
     assert choices and not any("x1" in c for c in choices)
     assert "(dim(x2, -1), dim(x3, -1))" in choices and "(dim(x2, -1), dim(x2, -1))" in choices
 
@@ -246,12 +246,14 @@ def test_split_sizes_never_name_the_split_tensor_itself():
 def test_split_sizes_are_only_those_giving_the_found_split():
     """A size expression that does not give the split's own sizes on the shapes the pair was found on (here x3 is
     3 wide, so x2 and x3 do not make the (2, 2) split of a 4-wide x1) makes a variant no instance near those
-    shapes satisfies: it is not offered; a source split variable always is."""
+    shapes satisfies: it is not offered. Nor is a source split variable of other sizes there (a source split of a
+    conv's 8 channels into (4, 4) reused for the (2, 2) split of its 4-channel input: the variant can never be
+    instantiated, and the generalized dedupe kept it in place of a good one)."""
     from generator.generalize import Tensor, _size_choices
 
     inputs = [Tensor("x1", 2), Tensor("x2", 2), Tensor("x3", 2)]
     found = {"x1": (4, 4), "x2": (4, 2), "x3": (4, 3)}
-    choices = _size_choices([], inputs, 2, -1, ["sz0"], "x1", found, (2, 2))
+    choices = _size_choices([], inputs, 2, -1, {"sz0": (2, 2), "sz1": (4, 4)}, "x1", found, (2, 2))
     assert choices == ["sz0", "(dim(x2, -1), dim(x2, -1))"]
 
 

@@ -23,8 +23,6 @@ from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
 
 ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid ones
-#: Draws for a variant the first ``ATTEMPTS`` found valid fewer than ``trials`` times (``verify-rules``' number).
-RARE_ATTEMPTS = 4000
 #: Instances drawn per variant by the wider check of a candidate z3 could not settle (``wide_trials`` valid ones).
 WIDE_ATTEMPTS = 2000
 #: ``generate-rules``' wider check: valid instances per variant of a candidate z3 left unknown (twice as many where
@@ -240,8 +238,9 @@ def _checked(rule: Any, raw: dict[str, Any], trials: int, seed: int, outcome: Ou
         numeric = numeric_check(rule, trials=trials, seed=seed, attempts=ATTEMPTS, found_on=found_on)
         if numeric.ok and 0 < numeric.trials_run < trials:
             # instantiable but seldom valid (a conv output multiplied by a kernel as a matrix is valid at few
-            # sizes): drawn as long as verify-rules draws, not left unchecked (the same seed: the first draws repeat)
-            numeric = numeric_check(rule, trials=trials, seed=seed, attempts=RARE_ATTEMPTS, found_on=found_on)
+            # sizes): drawn as long as verify-rules draws (numeric_check's default), not left unchecked (the same
+            # seed: the first draws repeat)
+            numeric = numeric_check(rule, trials=trials, seed=seed, found_on=found_on)
     except MemoryError:
         outcome.statuses.append("unknown: out of memory in the numeric check")
         return None

@@ -353,6 +353,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         for operands in operand_tuples(op, level):
             if entry.commutative and operands[0] > operands[1]:
                 continue
+            if entry.constant_on_equal_inputs and operands[0] == operands[1]:
+                continue
             all_weights = all(weight[t] for t in operands)
             if entry.weights_only and operands and not all_weights:
                 continue

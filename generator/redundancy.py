@@ -215,17 +215,23 @@ def _apps(terms: Sequence[Term]) -> set[tuple[str, tuple[str, ...]]]:
     return seen
 
 
+def _term_rule_of(name: str, doc: str) -> TermRule:
+    """The rule ``name`` of an enumerated instance's ``doc`` as terms (DocError when it is not one)."""
+    lhs_text, _, rhs_text = doc.partition(" -> ")
+    lhs, rhs = parse_side(lhs_text), parse_side(rhs_text)
+    return TermRule(name, lhs, rhs, len(_apps(lhs)) + len(_apps(rhs)), _rhs_for(lhs, rhs))
+
+
 def term_rule(rule: Mapping[str, Any]) -> TermRule | None:
     """The rule as terms, or None when its doc is not an enumerated instance (a lifted rule)."""
     doc = rule.get("doc", "")
-    lhs_text, sep, rhs_text = doc.partition(" -> ")
+    lhs_text, sep, _ = doc.partition(" -> ")
     if not sep or ":" in lhs_text.split("(")[0]:
         return None
     try:
-        lhs, rhs = parse_side(lhs_text), parse_side(rhs_text)
+        return _term_rule_of(rule["name"], doc)
     except DocError:
         return None
-    return TermRule(rule["name"], lhs, rhs, len(_apps(lhs)) + len(_apps(rhs)), _rhs_for(lhs, rhs))
 
 
 # ---- matching and rewriting -----------------------------------------------------------------------------
@@ -590,9 +596,12 @@ class RedundancyReport:
     untested: list[str]
 
 
-def _paths(args: tuple[list[TermRule], list[int], int]) -> list[list[str] | None]:
-    """The composing path (states as text) of each of ``usable[i]`` for i in ``part``, or None."""
-    usable, part, depth = args
+def _paths(args: tuple[list[tuple[str, str]], list[int], int]) -> list[list[str] | None]:
+    """The composing path (states as text) of each of ``usable[i]`` for i in ``part``, or None; ``usable`` as
+    (name, doc) pairs, made terms here: terms a worker unpickles are scattered over its heap, and the rewriting,
+    which chases their pointers, ran a fifth slower on them than on terms it built itself."""
+    named, part, depth = args
+    usable = [_term_rule_of(name, doc) for name, doc in named]
     indexes = CompositionIndexes.of(usable)
     rules = [usable[i] for i in part]
     cache = SideCache.of(rules)
@@ -623,12 +632,14 @@ def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_D
     ``executor`` (``xflow.executor``) of several jobs the rules are tested in that many parts at once (each test
     depends only on the rule and the index, so the report is the same)."""
     as_terms = {r["name"]: term_rule(r) for r in rules}
+    docs = {r["name"]: r["doc"] for r in rules}
     usable = [t for t in as_terms.values() if t is not None]
     jobs = getattr(executor, "jobs", 1)
     parts = _parts(usable, jobs)
     paths: dict[int, list[str] | None] = {}
-    results = (executor.imap(_paths, [(usable, p, depth) for p in parts]) if jobs > 1
-               else map(_paths, [(usable, p, depth) for p in parts]))
+    named = [(t.name, docs[t.name]) for t in usable]
+    results = (executor.imap(_paths, [(named, p, depth) for p in parts]) if jobs > 1
+               else map(_paths, [(named, p, depth) for p in parts]))
     for part, found in zip(parts, results, strict=True):
         paths.update(zip(part, found, strict=True))
     position = {id(t): i for i, t in enumerate(usable)}

@@ -151,7 +151,7 @@ def test_meeting_the_goal_finds_what_trying_every_rule_forwards_finds():
     sample = terms[::3]
     met = [composition(r, indexes) is not None for r in sample]
     assert met == [forwards(r) for r in sample]
-    assert sum(met) > 300  # hundreds of compositions among them: not an agreement on "none"
+    assert sum(met) > 100  # over a hundred compositions among them: not an agreement on "none"
 
 
 def test_rules_of_one_side_share_its_steps_and_get_the_same_paths():
@@ -174,7 +174,7 @@ def test_rules_of_one_side_share_its_steps_and_get_the_same_paths():
     indexes = CompositionIndexes.of(terms)
     cache = SideCache.of(terms)
     shared = sum(n - 1 for n in cache.uses.values())
-    assert shared > 1000  # rules that read a side another rule computed: not a cache that is never hit
+    assert shared > 500  # rules that read a side another rule computed: not a cache that is never hit
 
     def text(path):
         return None if path is None else [_side_text(s) for s in path]

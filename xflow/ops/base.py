@@ -173,6 +173,11 @@ class OpDef:
     elementwise: bool = False
     linear: bool = False  # op(a + b, ...) = op(a, ...) + op(b, ...) over its non-scalar inputs together
     weights_only: bool = False  # applied only to constants (enlarge, TASO's constant tensors)
+    # op(x, x) is one constant whatever x is (sub: zeros, div: ones wherever it is defined): the generator never
+    # applies it to one tensor twice. Such a graph computes a constant the long way, no model does that, and
+    # every zero of a shape has one fingerprint, so each pairs with all the others: 42% of the proved <= 3-op
+    # rules held a sub(x, x) and none could fire on a model
+    constant_on_equal_inputs: bool = False
     # its output is its first input, unchanged (Identity): a source node of this op over a constant passes the
     # constant on, so new nodes reading it fold as if they read the constant (``fold_constants``)
     forwards_input: bool = False

@@ -20,6 +20,7 @@ DIV = OpDef(
     name="div", onnx_types=("Div",), min_inputs=2, max_inputs=2, attrs=(), shape=broadcast_shape,
     kernel=lambda xp, a, attrs: [a[0] / a[1]], int_kernel=_div_int, decode=simple_decoder(lambda: DIV, 2),
     encode=simple_encoder("Div"), doc="ewdiv: element-wise division with broadcasting", elementwise=True,
-    z3_symbol="ewdiv", family="elementwise", menu=Menu(arity=2, same_shapes=True, activations_only=True))
+    z3_symbol="ewdiv", constant_on_equal_inputs=True, family="elementwise",
+    menu=Menu(arity=2, same_shapes=True, activations_only=True))
 
 OPS = (DIV,)

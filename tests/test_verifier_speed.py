@@ -172,3 +172,53 @@ def test_a_candidate_z3_leaves_unknown_is_checked_on_more_shapes():
     # a true candidate z3 cannot settle stays unknown
     assert verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=GENERATION_RLIMIT,
                             wide_trials=WIDE_TRIALS).status == "unknown"
+
+
+def _bn_conv(src: str, out: str, pads: list) -> list:
+    conv = {"op": "conv", "in": [src, "k11"], "out": [f"{out}_conv"],
+            "attrs": {"act": "none", "group": "?cg", "pads": pads, "strides": [2, 2]}}
+    norm = {"op": "batchnorm", "in": [f"{out}_conv", "bn_scale_k11", "bn_shift_k11", "bn_mean_k11", "bn_var_k11"],
+            "out": [out], "attrs": {"epsilon": "?eps"}}
+    return [conv, norm]
+
+
+#: A batchnorm lift of the <= 3-op run (g3_52beb31c49): x * x and x ** 2 under a strided 1x1 conv and a
+#: batchnorm, at two end paddings. In a fresh process generate-rules' second call proves it in 56k units, after
+#: its first call (20k) failed in the same z3 context; verify-rules, from a fresh context, does not within 10M.
+BN_AFTER_A_FAILED_CALL = {
+    "name": "g3_52beb31c49", "doc": "batchnorm lift: conv(x * x) twice -> conv(x ** 2) at two end paddings",
+    "inputs": {"i1": "any", "k11": "const", "bn_scale_k11": "const", "bn_shift_k11": "const",
+               "bn_mean_k11": "const", "bn_var_k11": "const"},
+    "provenance": {"found_on": {"i1": [1, 4, 7, 7], "k11": [4, 4, 1, 1], "bn_scale_k11": [4],
+                                "bn_shift_k11": [4], "bn_mean_k11": [4], "bn_var_k11": [4]}},
+    "src": [{"op": "mul", "in": ["i1", "i1"], "out": ["s0"]}, *_bn_conv("s0", "s1", [0, 0, 0, 0]),
+            *_bn_conv("s0", "s2", [0, 0, 0, 0])],
+    "dst": [{"op": "pow", "in": ["i1"], "out": ["d0"], "attrs": {"exponent": 2.0}},
+            *_bn_conv("d0", "d1", [0, 0, 0, 0]), *_bn_conv("d0", "d2", [0, 0, 1, 1])],
+    "outputs": {"s1": "d1", "s2": "d2"}}
+
+
+def _fresh_process_outcomes() -> None:
+    """Print generate-rules' outcome of BN_AFTER_A_FAILED_CALL without and with ``replay``, and verify-rules'."""
+    from verifier.batch import GENERATION_ROUNDS
+
+    for replay in (False, True):
+        outcome = verify_candidate(BN_AFTER_A_FAILED_CALL, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
+                                   replay=replay)
+        print(outcome.status, outcome.statuses[0].split(":")[0])
+    print(verify_candidate(BN_AFTER_A_FAILED_CALL).status)
+
+
+@pytest.mark.slow
+def test_a_proof_after_a_failed_call_in_its_context_is_checked_on_verify_rules_schedule():
+    """z3's search follows the order of the terms its context holds, so a proof found after another call in the
+    same context may not repeat from a fresh one: generate-rules (``replay``) proves it again as verify-rules
+    would, and does not write it when that fails. Its file then re-verifies. Run in a fresh process: which of
+    these calls proves it also depends on what the process proved before."""
+    import subprocess
+    import sys
+
+    code = "import test_verifier_speed as t; t._fresh_process_outcomes()"
+    out = subprocess.run([sys.executable, "-c", code], cwd=__file__.rsplit("/", 1)[0], capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    assert out[:3] == ["proved unknown", "unknown unknown", "unknown"]  # proved by the second call only

@@ -82,8 +82,11 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
 
     With ``replay`` (``generate-rules``: a small budget and other ``rounds``) a variant proved by a call larger
     than verify-rules' first round (z3's model-based instantiation then ran at a limit verify-rules' schedule
-    never uses, and z3's search is not monotone in it) is proved again as ``verify-rules`` would, and is the
-    candidate's rule only when that proves it too: a generated file re-verifies. With ``wide_trials`` a candidate
+    never uses, and z3's search is not monotone in it), or by a call after others in the candidate's context
+    (their terms are still there, and z3's search follows the terms' order: a batchnorm lift proved at 56k units
+    after an attempt of 20k failed again at verify-rules' 10M from a fresh context), is proved again as
+    ``verify-rules`` would, and is the candidate's rule only when that proves it too: a generated file
+    re-verifies. With ``wide_trials`` a candidate
     z3 leaves unknown is checked on that many more shapes per variant before it is reported (``_refute_wider``).
 
     ``same_theorems`` maps a variant's ``theorem_key`` to the status (refuted or unknown) and name of an earlier
@@ -139,6 +142,7 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
                 budget = left if position == len(open_) - 1 else max(1, left // 2)
             if index not in encoded:
                 encoded[index] = prepare(rule)
+            first_call = context is None  # no earlier attempt has left its terms in the context
             context = ProofContext() if context is None else context
             proof = prove_rule(rule, budget, guard_s=guard_s, prepared=encoded[index], context=context)
             outcome.z3_seconds += proof.seconds
@@ -147,7 +151,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
             if proof.status in ("refuted", "unsupported"):
                 settled.add(index)
                 final[index] = proof.status
-            if proof.proved and replay and budget > ESCALATION[0] and not _replays(raw, trials, seed, guard_s, outcome):
+            if proof.proved and replay and (budget > ESCALATION[0] or not first_call) \
+                    and not _replays(raw, trials, seed, guard_s, outcome):
                 settled.add(index)  # proved on a schedule verify-rules does not repeat: not written
                 continue
             if proof.proved:

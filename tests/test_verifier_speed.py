@@ -217,8 +217,9 @@ def test_a_proof_after_a_failed_call_in_its_context_is_checked_on_verify_rules_s
     these calls proves it also depends on what the process proved before."""
     import subprocess
     import sys
+    from pathlib import Path
 
     code = "import test_verifier_speed as t; t._fresh_process_outcomes()"
-    out = subprocess.run([sys.executable, "-c", code], cwd=__file__.rsplit("/", 1)[0], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parent, capture_output=True,
                          text=True, check=True).stdout.split("\n")
     assert out[:3] == ["proved unknown", "unknown unknown", "unknown"]  # proved by the second call only

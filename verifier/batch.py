@@ -86,8 +86,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     (their terms are still there, and z3's search follows the terms' order: a batchnorm lift proved at 56k units
     after an attempt of 20k failed again at verify-rules' 10M from a fresh context), is proved again as
     ``verify-rules`` would, and is the candidate's rule only when that proves it too: a generated file
-    re-verifies. With ``wide_trials`` a candidate
-    z3 leaves unknown is checked on that many more shapes per variant before it is reported (``_refute_wider``).
+    re-verifies. With ``wide_trials`` a candidate z3 leaves unknown is checked on that many more shapes per
+    variant before it is reported (``_refute_wider``).
 
     ``same_theorems`` maps a variant's ``theorem_key`` to the status (refuted or unknown) and name of an earlier
     variant stating the same theorem (a candidate's reverse, ``verify_group``): such a variant is settled with that

@@ -164,19 +164,38 @@ def test_perturbed_check_finds_an_unguarded_axiom(lhs, rhs, tensors):
     assert any((r := unguarded.check_perturbed(rng)) is not None and r > 1e-6 for _ in range(1000))
 
 
-@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.facts is not None))
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items()
+                                        if op.facts is not None or op.output_facts is not None))
 def test_op_facts_hold_wherever_its_shape_rule_accepts(name: str):
-    """The z3 facts an op guarantees (``OpDef.facts``, hypotheses of every proof) are the numpy shape rule's: on
-    shapes drawn by role, moved toward broadcasting and repaired by the op's fit, every fact holds wherever the
-    shape rule accepts."""
+    """The z3 facts an op guarantees (``OpDef.facts`` and ``output_facts``, hypotheses of every proof) are the
+    numpy shape rule's: on shapes drawn by role, moved toward broadcasting and repaired by the op's fit, every
+    fact holds wherever the shape rule accepts, the output facts on the shapes it gives."""
+    op = OPS[name]
     rng, accepted = np.random.default_rng(sum(map(ord, name))), 0
     for _ in range(1500):
         if (drawn := _random_case(rng, name)) is None:
             continue
         shapes, node = drawn
         accepted += 1
-        assert all(OPS[name].facts(_Shapes, node.attrs, shapes)), (shapes, node.attrs)
+        assert op.facts is None or all(op.facts(_Shapes, node.attrs, shapes)), (shapes, node.attrs)
+        outs = op.infer(shapes, node.attrs)
+        assert op.output_facts is None or all(op.output_facts(_Shapes, node.attrs, shapes, outs)), (
+            shapes, node.attrs, outs)
     assert accepted >= 20
+
+
+def test_window_output_facts_pin_the_output_size():
+    """The facts give the output size exactly: a size one off breaks them, for conv and for both pools."""
+    geometry = {"strides": (2, 1), "pads": (1, 0, 0, 1)}
+    pool = {"kernel": (3, 2)}
+    for name, shapes, window in (("conv", [(1, 2, 7, 6), (4, 2, 3, 2)], {}), ("maxpool", [(1, 2, 7, 6)], pool),
+                                 ("avgpool", [(1, 2, 7, 6)], pool)):
+        attrs = OPS[name].normalize_attrs({**geometry, **window})
+        out = OPS[name].infer(shapes, attrs)
+        facts = OPS[name].output_facts
+        assert out[0][2:] == (3, 6) and all(facts(_Shapes, attrs, shapes, out))
+        assert not all(facts(_Shapes, attrs, shapes, [(*out[0][:2], 4, 6)]))
+        assert not all(facts(_Shapes, attrs, shapes, [(*out[0][:2], 3, 5)]))
 
 
 def test_axioms_consistent():

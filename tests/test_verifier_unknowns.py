@@ -64,7 +64,9 @@ def test_conv_and_pool_facts_bound_variable_pads_and_strides():
     enc = encode_rule(parse_rule(PAD_INTO_PADS))
     text = " ".join(str(h) for h in enc.hypotheses)
     assert all(f"cp_{i} >= 0" in text for i in range(4))
-    assert "strides" not in text and ">= 1" not in text  # the strides are literal here
+    # the strides are literal here: no fact bounds them (a window's size >= 1 is an output fact's)
+    assert "strides" not in text
+    assert all(str(h).startswith("dim(") for h in enc.hypotheses if str(h).endswith(">= 1"))
     facts = OPS["maxpool"].facts(_Shapes, {"pads": (z3.Int("p"),) * 4, "strides": (z3.Int("s"),) * 2},
                                  [(1, 2, 5, 5)])
     assert any(str(f) == "p >= 0" for f in facts) and any(str(f) == "s >= 1" for f in facts)
@@ -120,3 +122,48 @@ def test_the_wider_check_draws_enough_to_refute_a_candidate_that_holds_for_one_k
                                wide_trials=WIDE_TRIALS)
     assert outcome.status == "refuted" and "wider numeric check" in outcome.reason, outcome
     assert outcome.rlimit_used == plain.rlimit_used  # the wider check costs no z3 units
+
+
+def _window(op: str, src: str, out: str, strides: list[int]) -> dict:
+    if op == "conv":
+        return {"op": "conv", "in": [src, "k13"], "out": [out],
+                "attrs": {"act": "relu", "group": 1, "pads": [0, 0, 0, 0], "strides": strides}}
+    return {"op": "maxpool", "in": [src], "out": [out],
+            "attrs": {"kernel": [3, 3], "pads": [1, 1, 1, 1], "strides": strides}}
+
+
+def _stride_moved(op: str, kernel_size: int | None = None) -> dict:
+    """The generator's candidate: a 1x1 conv after a stride-2 window op -> the 1x1 conv at stride 2 (end pads
+    1, never read where the outputs keep one size) after the window at stride 1. The kernel k11 is a rule input
+    of no pinned size; ``kernel_size`` pins one."""
+    inputs = {"i1": "any", "k11": "const", **({"k13": "const"} if op == "conv" else {})}
+    one_by_one = {"act": "none", "group": 1}
+    where = [f"dim(k11, {axis}) == {kernel_size}" for axis in (2, 3)] if kernel_size else []
+    return _rule([_window(op, "i1", "s0", [2, 2]),
+                  {"op": "conv", "in": ["s0", "k11"], "out": ["s1"],
+                   "attrs": {**one_by_one, "pads": [0, 0, 0, 0], "strides": [1, 1]}}],
+                 [_window(op, "i1", "d0", [1, 1]),
+                  {"op": "conv", "in": ["d0", "k11"], "out": ["d1"],
+                   "attrs": {**one_by_one, "pads": [0, 0, 1, 1], "strides": [2, 2]}}],
+                 inputs, {"s1": "d1"}, where)
+
+
+@pytest.mark.parametrize("op", ["conv", "maxpool"])
+def test_a_stride_moved_across_a_1x1_conv_is_proved_from_the_window_arithmetic(op):
+    """Equal output sizes pin the kernel k11 to 1x1 only through conv's output-size arithmetic (its output facts);
+    with them and the stride-through-1x1 axioms the candidate is proved within the generation budget."""
+    from verifier.encode import encode_rule
+
+    rule = parse_rule(_stride_moved(op))
+    assert prove_rule(rule, GENERATION_RLIMIT).status == "proved"
+    text = " ".join(str(h) for h in encode_rule(rule).hypotheses)
+    assert "dim(in_k11, 2)" in text  # the output facts name the kernel's window
+
+
+def test_a_stride_moved_across_a_3x3_conv_never_applies():
+    """The same candidate with a 3x3 kernel pinned: its two outputs never have one size (the facts say so), so it
+    is vacuous, where the 1x1 one is not."""
+    from verifier.prove import vacuous
+
+    assert vacuous(parse_rule(_stride_moved("maxpool", kernel_size=3)))
+    assert not vacuous(parse_rule(_stride_moved("maxpool", kernel_size=1)))

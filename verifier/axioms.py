@@ -357,6 +357,7 @@ def _conv_shapes(rng, group_choices=(1, 2)) -> dict[str, Any]:
 
 
 STRIDES = (P("sh"), P("sw"))
+ONE = (1, 1)
 #: A conv's or pool's pads with other end pads ``qb``, ``qr`` (bottom, right).
 END_PADS = (P("pt"), P("pl"), P("qb"), P("qr"))
 PADS = (P("pt"), P("pl"), P("pb"), P("pr"))
@@ -690,6 +691,27 @@ def _biased_gen(group_choices=(1, 2), second: bool = False, other_image: bool = 
     return _conv_gen(extra, group_choices)
 
 
+def _pointwise_after_gen(inner: str) -> Callable[[np.random.Generator], dict[str, Any]]:
+    """An ``inner`` instance ("conv", "conv_bias" or a pool) over an image ``x`` at strides ``sh``, ``sw``, and a
+    1x1 unpadded conv ``u`` (group ``g2``, act ``act2``, bias ``c``) over its output: the instance of the
+    stride-hoisting axioms."""
+    def gen(rng):
+        if inner.startswith("conv"):
+            d = _conv_shapes(rng)
+            d.update(x=_img(rng, d), w=_ker(rng, d))
+            d["b"] = _vec(rng, d["w"].shape[0])
+            channels = d["m"]
+        else:
+            d = _pool_gen(rng)
+            channels = d["x"].shape[1]
+        g2 = _pick(rng, [1, channels])
+        m2 = g2 * _pick(rng, [1, 2])
+        d.update(g2=g2, act2=_pick(rng, ["none", "relu"]), u=_arr(rng, m2, channels // g2, 1, 1),
+                 c=_vec(rng, m2))
+        return d
+    return gen
+
+
 def _bn_params(rng, c: int, suffix: str = "") -> dict[str, Any]:
     return {f"s{suffix}": _vec(rng, c), f"t{suffix}": _vec(rng, c), f"m{suffix}": _vec(rng, c),
             f"v{suffix}": _vec(rng, c, positive=True)}
@@ -918,6 +940,20 @@ def _build() -> list[Axiom]:
                 _cv("x", "w", *bias), _cv("x", "w", *bias, pads=END_PADS))),
             multi=True)
           for suffix, bias, gen in (("", (), _end_pads_gen), ("_bias", ("b",), _biased_end_pads_gen))),
+        # a stride moves across a 1x1 unpadded conv: such a conv is the same map at every pixel, so subsampling
+        # its input is subsampling its output, and a strided conv or pool is its stride-1 form subsampled
+        # (same pads: the windows start at 0, s, 2s, ... either way, and there are as many)
+        *(A(f"stride_through_1x1{suffix}_after_{name}",
+            _cv(inner(ONE), "u", *bias, act=P("act2"), group=P("g2"), pads=(0, 0, 0, 0), strides=STRIDES),
+            _cv(inner(STRIDES), "u", *bias, act=P("act2"), group=P("g2"), pads=(0, 0, 0, 0), strides=ONE),
+            (*tensors, "u", *bias), (*params, "act2", "g2"), _pointwise_after_gen(name),
+            guard=lambda e: e.And(e.dim("u", 2) == 1, e.dim("u", 3) == 1))
+          for name, inner, tensors, params in (
+              ("conv", lambda s: _cv("x", "w", strides=s), ("x", "w"), (*CONV_PARAMS, "act")),
+              ("conv_bias", lambda s: _cvb("x", "w", "b", strides=s), ("x", "w", "b"), (*CONV_PARAMS, "act")),
+              ("avgpool", lambda s: ("avgpool", {**AVG, "strides": s}, "x"), ("x",), (*POOL_PARAMS, "cip")),
+              ("maxpool", lambda s: ("maxpool", {**POOL, "strides": s}, "x"), ("x",), POOL_PARAMS))
+          for suffix, bias in (("", ()), ("_bias", ("c",)))),
         A("conv_relu", _cv("x", "w", act="relu"), _relu(_cv("x", "w", act="none")), ("x", "w"), CONV_PARAMS,
           _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)})),
         A("conv_cpool_avgpool",
@@ -1374,7 +1410,7 @@ def _build() -> list[Axiom]:
           _lead_broadcast_gen, guard=lambda e: e.rank("x") > e.rank("y")),
     ]
     names = [a.name for a in ax]
-    assert len(names) == len(set(names)), "duplicate axiom names"
+    assert len(names) == len(set(names)), f"duplicate axiom names: {sorted({n for n in names if names.count(n) > 1})}"
     return ax
 
 

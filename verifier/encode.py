@@ -390,6 +390,7 @@ class _Z3Shapes:
     symbolic = staticmethod(_is_z3)
     int = staticmethod(_int)
     both = staticmethod(z3.And)
+    div = staticmethod(lambda a, b: a / b)  # z3's integer division (floor for the positive strides it meets)
 
 
 def well_formed(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef]) -> list[Any]:
@@ -399,6 +400,14 @@ def well_formed(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef]) -> l
     if facts is None:
         return []
     return [f for f in facts(_Z3Shapes, attrs, args) if not isinstance(f, bool)]
+
+
+def output_facts(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], outs: Sequence[z3.ExprRef]) -> list[Any]:
+    """Facts of the outputs' shapes of this application (the op table's ``output_facts``)."""
+    facts = OPS[op].output_facts
+    if facts is None:
+        return []
+    return [f for f in facts(_Z3Shapes, attrs, args, outs) if not isinstance(f, bool)]
 
 
 def _encode_nodes(nodes: Sequence[Any], variables: dict[str, Any], terms: dict[str, z3.ExprRef],
@@ -412,6 +421,8 @@ def _encode_nodes(nodes: Sequence[Any], variables: dict[str, Any], terms: dict[s
         if facts is not None:
             facts.extend(well_formed(node.op, attrs, args))
         outs = apply_op(node.op, attrs, args, n_out)
+        if facts is not None:
+            facts.extend(output_facts(node.op, attrs, args, outs))
         for name, term in zip(node.outputs, outs, strict=True):
             terms[name] = term
     return terms

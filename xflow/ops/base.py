@@ -125,10 +125,15 @@ class ShapeFacts(Protocol):
 
     def both(self, *facts: Any) -> Any: ...
 
+    def div(self, a: Any, b: Any) -> Any: ...
+
 
 #: The facts an application of the op guarantees about its inputs' shapes in a valid graph, as terms of
 #: ``ShapeFacts`` (the z3 side of the numpy shape rule): (shape terms, attributes, input tensors) -> facts.
 Facts = Callable[[ShapeFacts, Mapping[str, Any], Sequence[Any]], list[Any]]
+#: The facts an application guarantees about its outputs' shapes, in terms of its inputs' (the shape rule's
+#: output): (shape terms, attributes, input tensors, output tensors) -> facts. Only what z3 keeps linear.
+OutputFacts = Callable[[ShapeFacts, Mapping[str, Any], Sequence[Any], Sequence[Any]], list[Any]]
 #: The numeric check's repair of a random draw the shape rule refused: (input shapes, attributes, the input
 #: positions it may change) -> input shapes the rule accepts, or None when it knows none. The positions are the
 #: rule inputs no earlier op of the draw read, so a change cannot undo what an earlier op checked.
@@ -188,6 +193,7 @@ class OpDef:
     z3_symbol: str = ""
     roles: tuple[Role, ...] = ()  # per input position; positions beyond are "any"
     facts: Facts | None = None  # z3 facts beside the shape rule (None: none)
+    output_facts: OutputFacts | None = None  # z3 facts of the outputs' shapes (None: none)
     menu: Menu | None = None  # None: the generator does not enumerate this op
     family: str = ""  # one of FAMILIES, or "" (other)
     same_dtype_inputs: bool = True  # False: inputs may differ in element type (a scalar operand)

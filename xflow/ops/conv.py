@@ -136,6 +136,29 @@ def window_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -
     return [f.rank(args[0]) == 4, *pads_and_strides_facts(attrs)]
 
 
+def window_output_facts(f: ShapeFacts, window: Sequence[Any], attrs: Mapping[str, Any], image: Any,
+                        out: Any) -> list[Any]:
+    """The output of a window of ``window`` (kh, kw) over ``image``: 4-D, the image's batch, and per spatial axis
+    ``(size + pads - k) // stride + 1`` with the window inside the padded image (``window_output``). None for a
+    variable stride: a division by an unknown is not linear, and z3 would give up on every proof holding it."""
+    strides, pads = attrs.get("strides", ()), attrs.get("pads", ())
+    if len(strides) != 2 or len(pads) != 4 or any(f.symbolic(s) for s in strides):
+        return []
+    facts = [f.rank(out) == 4, f.dim(out, 0) == f.dim(image, 0)]
+    for axis in (0, 1):
+        padded = f.dim(image, 2 + axis) + pads[axis] + pads[axis + 2]
+        facts += [window[axis] >= 1, padded >= window[axis],
+                  f.dim(out, 2 + axis) == f.div(padded - window[axis], strides[axis]) + 1]
+    return facts
+
+
+def pool_output_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any],
+                      outs: Sequence[Any]) -> list[Any]:
+    """A pool's output: the image's channels, and the window's geometry (``window_output_facts``)."""
+    return [f.dim(outs[0], 1) == f.dim(args[0], 1),
+            *window_output_facts(f, attrs.get("kernel", ()), attrs, args[0], outs[0])]
+
+
 def pads_and_strides_facts(attrs: Mapping[str, Any]) -> list[Any]:
     """What ``window_output`` requires of a window's pads (non-negative) and strides (positive): facts about a
     rule's pads or strides when they are variables (literal ones give True, which the verifier drops)."""
@@ -211,6 +234,14 @@ def conv_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -> 
     if len(args) == 3:
         facts += [f.rank(args[2]) == 1, f.dim(args[2], 0) == f.dim(args[1], 0)]
     return facts
+
+
+def conv_output_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any],
+                      outs: Sequence[Any]) -> list[Any]:
+    """A conv's output: the kernel's output channels, and the window's geometry (``window_output_facts``): with
+    them z3 sees that equal output sizes pin a kernel's size (a stride moved across a conv needs it to be 1x1)."""
+    window = (f.dim(args[1], 2), f.dim(args[1], 3))
+    return [f.dim(outs[0], 1) == f.dim(args[1], 0), *window_output_facts(f, window, attrs, args[0], outs[0])]
 
 
 def _menu_conv(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any] | None:
@@ -355,7 +386,8 @@ CONV = OpDef(
            AttrSpec("act", "none", ("none", "relu"), z3="choice", sample=one_of("none", "relu"))),
     shape=conv_shape, kernel=_conv, int_kernel=_conv_int, decode=decode_conv, encode=encode_conv,
     doc="2-D convolution (NCHW, dilation 1, optional bias, fused relu)", z3_symbol="conv",
-    roles=("image", "kernel", "bias"), facts=conv_facts, family="convolution", fit=conv_fit,
+    roles=("image", "kernel", "bias"), facts=conv_facts, output_facts=conv_output_facts, family="convolution",
+    fit=conv_fit,
     menu=Menu(tuple({"strides": (s, s), "padding": p, "act": a, "group": g}
                     for s in (1, 2) for p in ("same", "valid") for a in ("none", "relu") for g in ("1", "depthwise"))
               # the paddings exports make explicit before strided convs (a Pad node to fold into the conv)

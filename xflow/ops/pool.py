@@ -30,6 +30,7 @@ from xflow.ops.conv import (
     accepts,
     decode_geometry,
     menu_padding,
+    pool_output_facts,
     sliding_windows,
     window_facts,
     window_output,
@@ -171,7 +172,7 @@ MAXPOOL = OpDef(
     name="maxpool", onnx_types=("MaxPool", "GlobalMaxPool"), min_inputs=1, max_inputs=1, attrs=_GEOMETRY,
     shape=pool_shape, kernel=_maxpool, decode=decode_maxpool, encode=_pool_encoder("MaxPool"),
     doc="2-D max pooling (padding never wins)", z3_symbol="maxpool", roles=("image",), facts=window_facts,
-    menu=_pool_menu(), family="pool")
+    output_facts=pool_output_facts, menu=_pool_menu(), family="pool")
 
 AVGPOOL = OpDef(
     name="avgpool", onnx_types=("AveragePool", "GlobalAveragePool"), min_inputs=1, max_inputs=1,
@@ -179,7 +180,7 @@ AVGPOOL = OpDef(
     kernel=_avgpool,
     int_kernel=_avgpool_int, decode=decode_avgpool, encode=_pool_encoder("AveragePool"),
     doc="2-D average pooling (count_include_pad as in ONNX)", z3_symbol="avgpool", roles=("image",),
-    facts=window_facts, menu=_pool_menu(count_include_pad=1), family="pool")
+    facts=window_facts, output_facts=pool_output_facts, menu=_pool_menu(count_include_pad=1), family="pool")
 
 OPS = (MAXPOOL, AVGPOOL)
 DECODERS = {"GlobalMaxPool": _global_decoder(MAXPOOL), "GlobalAveragePool": _global_decoder(AVGPOOL)}

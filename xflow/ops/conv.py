@@ -139,8 +139,8 @@ def window_facts(f: ShapeFacts, attrs: Mapping[str, Any], args: Sequence[Any]) -
 def window_output_facts(f: ShapeFacts, window: Sequence[Any], attrs: Mapping[str, Any], image: Any,
                         out: Any) -> list[Any]:
     """The output of a window of ``window`` (kh, kw) over ``image``: 4-D, the image's batch, and per spatial axis
-    ``(size + pads - k) // stride + 1`` with the window inside the padded image (``window_output``). None for a
-    variable stride: a division by an unknown is not linear, and z3 would give up on every proof holding it."""
+    ``(size + pads - k) // stride + 1`` with the window inside the padded image (``window_output``). No facts for
+    a variable stride: a division by an unknown is not linear, and z3 would give up on every proof holding it."""
     strides, pads = attrs.get("strides", ()), attrs.get("pads", ())
     if len(strides) != 2 or len(pads) != 4 or any(f.symbolic(s) for s in strides):
         return []

@@ -84,11 +84,11 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     With ``replay`` (``generate-rules``: a small budget and other ``rounds``) a variant proved by a call larger
     than verify-rules' first round (z3's model-based instantiation then ran at a limit verify-rules' schedule
     never uses, and z3's search is not monotone in it), or by a call after others in the candidate's context
-    (their terms are still there, and z3's search follows the terms' order: a batchnorm lift proved at 56k units
-    after an attempt of 20k failed again at verify-rules' 10M from a fresh context), is proved again as
-    ``verify-rules`` would in its first rounds (``_replays``), and is the candidate's rule only when that proves
-    it too: a generated file re-verifies. With ``wide_trials`` a candidate z3 leaves unknown is checked on that
-    many more shapes per variant before it is reported (``_refute_wider``).
+    (their terms are still there, and z3's search follows the terms' order: such a proof may not repeat from a
+    fresh context, ``test_a_proof_after_a_failed_call_in_its_context_is_checked_on_verify_rules_schedule``), is
+    proved again as ``verify-rules`` would in its first rounds (``_replays``), and is the candidate's rule only
+    when that proves it too: a generated file re-verifies. With ``wide_trials`` a candidate z3 leaves unknown is
+    checked on that many more shapes per variant before it is reported (``_refute_wider``).
 
     ``same_theorems`` maps a variant's ``theorem_key`` to the status (refuted or unknown) and name of an earlier
     variant stating the same theorem (a candidate's reverse, ``verify_group``): such a variant is settled with that

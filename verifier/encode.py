@@ -393,21 +393,13 @@ class _Z3Shapes:
     div = staticmethod(lambda a, b: a / b)  # z3's integer division (floor for the positive strides it meets)
 
 
-def well_formed(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef]) -> list[Any]:
-    """Facts the op's shape rule guarantees when this application exists in a valid graph (the op table's
-    ``facts``)."""
-    facts = OPS[op].facts
-    if facts is None:
-        return []
-    return [f for f in facts(_Z3Shapes, attrs, args) if not isinstance(f, bool)]
-
-
-def output_facts(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], outs: Sequence[z3.ExprRef]) -> list[Any]:
-    """Facts of the outputs' shapes of this application (the op table's ``output_facts``)."""
-    facts = OPS[op].output_facts
-    if facts is None:
-        return []
-    return [f for f in facts(_Z3Shapes, attrs, args, outs) if not isinstance(f, bool)]
+def table_facts(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], outs: Sequence[z3.ExprRef]) -> list[Any]:
+    """Facts the op's shape rule guarantees when this application exists in a valid graph: of its inputs (the op
+    table's ``facts``) and of its outputs (``output_facts``)."""
+    entry = OPS[op]
+    facts = [*(entry.facts(_Z3Shapes, attrs, args) if entry.facts else ()),
+             *(entry.output_facts(_Z3Shapes, attrs, args, outs) if entry.output_facts else ())]
+    return [f for f in facts if not isinstance(f, bool)]
 
 
 def _encode_nodes(nodes: Sequence[Any], variables: dict[str, Any], terms: dict[str, z3.ExprRef],
@@ -418,11 +410,9 @@ def _encode_nodes(nodes: Sequence[Any], variables: dict[str, Any], terms: dict[s
         n_out = len(node.outputs)
         attrs = {k: _template_value(t, node.op, k, n_out, variables, terms, source) for k, t in node.attrs.items()}
         args = [terms[i] for i in node.inputs]
-        if facts is not None:
-            facts.extend(well_formed(node.op, attrs, args))
         outs = apply_op(node.op, attrs, args, n_out)
         if facts is not None:
-            facts.extend(output_facts(node.op, attrs, args, outs))
+            facts.extend(table_facts(node.op, attrs, args, outs))
         for name, term in zip(node.outputs, outs, strict=True):
             terms[name] = term
     return terms

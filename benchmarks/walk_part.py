@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from generator.enumerate import enumerate_graphs
+from generator.enumerate import enumerate_graphs, output_multisets
 from generator.run import _collect, _partition, collector_paused, fewest_ops
 from xflow.executor import LocalExecutor
 
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         tensors, counts = fewest_ops(fps, codes, outs)
         several = outs[outs[:, 1] != 0]
         filters = {"fewer_ops": dict(zip(tensors.tolist(), counts.tolist(), strict=True)),
-                   "kept_tensors": set(np.unique(outs[outs != 0]).tolist()),
-                   "multi_output_tensors": set(np.unique(several[several != 0]).tolist())}
+                   "multi_output_tensors": set(np.unique(several[several != 0]).tolist()),
+                   "kept_multisets": output_multisets(outs)}
     stats: dict[str, int] = {}
     rows: list[bytes] = []
     profiler = cProfile.Profile() if args.profile else None

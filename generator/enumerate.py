@@ -186,7 +186,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                      keep_last: Callable[[int], bool] | None = None,
                      fewer_ops: Mapping[int, int] | None = None,
                      kept_tensors: Container[int] | None = None,
-                     multi_output_tensors: Container[int] | None = None) -> Iterator[Visit]:
+                     multi_output_tensors: Container[int] | None = None,
+                     kept_multisets: np.ndarray | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
 
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
@@ -201,10 +202,13 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats["reducible"]``
     counts the prefixes whose last op must read an inner value of such a part. ``kept_tensors`` (the output
     tensors of the graphs ``keep_last`` keeps) rejects most last ops by their new tensor alone, before the
-    graph's fingerprint is hashed. ``multi_output_tensors`` (the output tensors of the kept graphs of two
-    outputs or more): an output of the prefix outside it must be read by the last op, since a graph that leaves
-    it as an output has two outputs or more (``stats["open_output"]`` counts the prefixes no last op can
-    complete)."""
+    graph's fingerprint is hashed. ``multi_output_tensors`` (the output
+    tensors of the kept graphs of two outputs or more): an output of the prefix outside it must be read by the
+    last op, since a graph that leaves it as an output has two outputs or more (``stats["open_output"]`` counts
+    the prefixes no last op can complete). ``kept_multisets`` (``output_multisets`` of the kept graphs'
+    outputs) tries the last op on all its operand tuples at once: one array operation per prefix instead of a
+    Python step per application finds the few whose outputs' multiset hash is a kept graph's, and only those
+    are checked with ``keep_last`` (``walk_last``: the same graphs in the same order)."""
     ev = IntEvaluator(seed)
     n_in = len(INPUTS)
     shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
@@ -411,6 +415,168 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             out.append((operands, depends, attrs, out_shapes, is_w))
         return out
 
+    def applicable_of(app: Application, level: Level, level_key: tuple,
+                      tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]], live: list[int],
+                      required: int) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
+        applicable = tuple_cache.get((app.key, level_key))
+        if applicable is None:
+            if app.op not in tuples:
+                tuples[app.op] = level_tuples(app.op, level, live, required)
+            if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
+                tuple_cache.clear()
+            applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
+        return applicable
+
+    def last_outputs(app: Application, operands: tuple[int, ...], attrs: Attrs) -> list[int]:
+        """The fingerprints of the last op's outputs (memoized by the operands' fingerprints)."""
+        memo_key = (app.key, *map(fps.__getitem__, operands))
+        memo = evaluated.get(memo_key)
+        if memo is None:
+            with np.errstate(over="ignore"):
+                outs = OPS[app.op].evaluate_int(np, [values[t] for t in operands], attrs)
+            if len(evaluated) >= MEMO_ENTRIES:
+                evaluated.clear()
+            # the last op's outputs are never operands: only their fingerprints are kept
+            memo = evaluated[memo_key] = (None, [tensor_fp(o) for o in outs])
+        return memo[1]
+
+    def extend(app: Application, operands: tuple[int, ...], attrs: Attrs, out_shapes: list[tuple[int, ...]],
+               is_w: bool, outs: list[np.ndarray | None], new_fps: list[int], depth: int, live: list[int]
+               ) -> Iterator[Visit]:
+        """Apply the op, yield the graph, walk on from it (unless it is the last or repeats a tensor), undo."""
+        existing = set(fps)
+        duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
+        first = len(shapes)
+        index = len(graph)
+        for o, s, f in zip(outs, out_shapes, new_fps, strict=True):
+            shapes.append(tuple(s))
+            values.append(o)
+            fps.append(f)
+            weight.append(is_w)
+            consumers.append(0)
+            tensor_op.append(index)
+            readers.append(0)
+        cone = 1 << index
+        for t in operands:
+            consumers[t] += 1
+            readers[t] |= 1 << index
+            if t < n_in:
+                used[t] += 1
+            else:
+                cone |= op_cone[tensor_op[t]]
+        op_cone.append(cone)
+        graph.append((app.op, attrs, operands))
+        codes.append(op_code(app.key, operands))
+        op_keys.append((app.key, operands))
+        producers.append(first)
+        outputs = tuple(t for t in range(n_in, len(shapes)) if consumers[t] == 0)
+        out_fps = tuple(fps[t] for t in outputs)
+        counter[0] += 1
+        yield Visit(tuple(graph), graph_fp(list(out_fps)), outputs, out_fps,
+                    frozenset(i for i in range(n_in) if used[i]), b"".join(codes))
+        if duplicate:
+            st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
+        elif depth + 1 < max_ops:
+            yield from walk(depth + 1, reducible_parts(index, cone, live) if filtering_below else live)
+        # undo
+        producers.pop()
+        op_cone.pop()
+        for t in operands:
+            readers[t] &= ~(1 << index)
+        op_keys.pop()
+        graph.pop()
+        codes.pop()
+        for t in operands:
+            consumers[t] -= 1
+            if t < n_in:
+                used[t] -= 1
+        del shapes[first:], values[first:], fps[first:], weight[first:], consumers[first:]
+        del tensor_op[first:], readers[first:]
+
+    def last_rows(level: Level, level_key: tuple, live: list[int], required: int) -> _LastRows:
+        rows = last_cache.get(level_key)
+        if rows is None:
+            # not through ``tuple_cache``: its entries per menu entry would push out the upper levels'
+            tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}
+            for op in BY_OP:
+                tuples[op] = level_tuples(op, level, live, required)
+            found = [(app, *row) for app in APPLICATIONS for row in applications_of(app, tuples[app.op])]
+            if len(last_cache) >= TUPLE_CACHE_ENTRIES // 10:
+                last_cache.clear()
+            rows = last_cache[level_key] = _LastRows.of(found)
+        return rows
+
+    def walk_last(depth: int, live: list[int], level: Level, level_key: tuple, required: int,
+                  open_outputs: list[int]) -> Iterator[Visit]:
+        """The last op over all its candidate applications at once (``kept_multisets``): the applications
+        whose graph's outputs have a kept graph's multiset hash, found by array operations, checked one by one
+        with ``keep_last``, then yielded in the walk's order."""
+        table = last_rows(level, level_key, live, required)
+        if not table.rows:
+            return
+        tried = np.flatnonzero(table.tried(op_keys))
+        fps_now = np.array(fps, dtype=np.uint64)
+        first, second = table.first[tried], table.second[tried]
+        second_fps = np.where(second >= 0, fps_now[second], np.uint64(0))
+        memo_keys = list(zip(table.keys[tried].tolist(), fps_now[first].tolist(), second_fps.tolist(), strict=True))
+        # per row the output's fingerprint, or a tuple of them for an op of several outputs (split)
+        found: list[Any] = list(map(last_memo.get, memo_keys))
+        missing = [j for j, f in enumerate(found) if f is None]
+        if missing:
+            if len(last_memo) + len(missing) > MEMO_ENTRIES:
+                last_memo.clear()
+            with np.errstate(over="ignore"):
+                for j in missing:
+                    app, operands, _, attrs, _, _ = table.rows[tried[j]]
+                    outs = OPS[app.op].evaluate_int(np, [values[t] for t in operands], attrs)
+                    found[j] = last_memo[memo_keys[j]] = \
+                        tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs))
+        one = table.single[tried]
+        if one.all():
+            own = multiset_hash(np.array(found, dtype=np.uint64))
+        else:
+            own = np.zeros(len(tried), dtype=np.uint64)
+            at = np.flatnonzero(one)
+            own[at] = multiset_hash(np.array([found[j] for j in at.tolist()], dtype=np.uint64))
+            at = np.flatnonzero(~one)
+            several = [found[j] for j in at.tolist()]
+            width = max(map(len, several))
+            padded = np.array([(*f, *(0,) * (width - len(f))) for f in several], dtype=np.uint64)
+            own[at] = multiset_hash(padded).sum(axis=1, dtype=np.uint64)
+        # the multiset hash of the graph's outputs: the open outputs the last op does not read, and its own
+        mixed = multiset_hash(fps_now[open_outputs]).tolist() if open_outputs else []
+        for t, h in zip(open_outputs, mixed, strict=True):
+            own += np.where((first == t) | (second == t), np.uint64(0), np.uint64(h))
+        hashes = own.tolist()
+        survivors: dict[int, tuple[list[int], int]] = {}
+        # an equal hash is a candidate only: the graph's own fingerprint decides, as in the walk of one by one
+        for j in [j for j, h in enumerate(hashes) if h in multisets]:
+            i = int(tried[j])
+            new_fps = [found[j]] if one[j] else list(found[j])
+            rest = [fps[t] for t in open_outputs if t not in table.rows[i][1]]
+            fingerprint = graph_fp(rest + new_fps)
+            if keep_last(fingerprint):  # type: ignore[misc]
+                survivors[i] = (new_fps, fingerprint)
+        counts[0] += len(tried)
+        counts[1] += len(tried) - len(survivors)
+        if not survivors:
+            return
+        # the graph of each kept last op, built without applying it (nothing walks on from it)
+        prefix, code = tuple(graph), b"".join(codes)
+        existing = set(fps)
+        n = len(shapes)
+        for i in sorted(survivors):
+            app, operands, _, attrs, _, _ = table.rows[i]
+            new_fps, fingerprint = survivors[i]
+            if any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps):
+                st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
+            outputs = (*(t for t in open_outputs if t not in operands), *range(n, n + len(new_fps)))
+            inputs_used = frozenset(t for t in range(n_in) if used[t] or t in operands)
+            counter[0] += 1
+            yield Visit((*prefix, (app.op, attrs, operands)), fingerprint, outputs,
+                        (*(fps[t] for t in outputs[:-len(new_fps)]), *new_fps), inputs_used,
+                        code + op_code(app.key, operands))
+
     def walk(depth: int, live: list[int]) -> Iterator[Visit]:
         # The last op must join every component: a graph of independent parts only yields rules that are
         # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
@@ -435,16 +601,13 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         level_key = (tuple(shapes[n_in:]), tuple(weight[n_in:]), tuple(u > 0 for u in used),
                      tuple(level.masks) if components is not None else None,
                      producers[-1] if graph else len(shapes), tuple(live) if last else (), required)
+        if filtering and kept_multisets is not None and depth > 0:
+            yield from walk_last(depth, live, level, level_key, required, open_outputs)
+            return
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
-            applicable = tuple_cache.get((app.key, level_key))
-            if applicable is None:
-                if app.op not in tuples:
-                    tuples[app.op] = level_tuples(app.op, level, live if last else [], required)
-                if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
-                    tuple_cache.clear()
-                applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
+            applicable = applicable_of(app, level, level_key, tuples, live if last else [], required)
             # an op independent of the previous one must come after it in (menu key, operands) order
             before = last_key is not None and app.key < last_key[0]
             same = last_key is not None and app.key == last_key[0]
@@ -453,79 +616,35 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             for operands, depends, attrs, out_shapes, is_w in applicable:
                 if not depends and (before or (same and operands <= last_key[1])):
                     continue
-                key = (app.key, operands)
-                if on_path and key in op_keys:
+                if on_path and (app.key, operands) in op_keys:
                     continue
-                # three quarters of the applications repeat one already evaluated on other paths
-                memo_key = (app.key, *map(fps.__getitem__, operands))
-                memo = evaluated.get(memo_key)
-                if memo is None or (memo[0] is None and not last):
-                    with np.errstate(over="ignore"):
-                        outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
-                    if len(evaluated) >= MEMO_ENTRIES:
-                        evaluated.clear()
-                    # the last op's outputs are never operands: only their fingerprints are kept
-                    memo = evaluated[memo_key] = (None if last else outs, [tensor_fp(o) for o in outs])
-                outs, new_fps = memo
-                if outs is None:
-                    outs = [None] * len(new_fps)
                 counts[0] += 1
-                if filtering:
-                    if (kept_tensors is not None and not all(f in kept_tensors for f in new_fps)) or \
-                            not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands] + new_fps)):
-                        counts[1] += 1
-                        continue
-                existing = set(fps)
-                duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
-                # apply
-                first = len(shapes)
-                index = len(graph)
-                for o, s, f in zip(outs, out_shapes, new_fps, strict=True):
-                    shapes.append(tuple(s))
-                    values.append(o)
-                    fps.append(f)
-                    weight.append(is_w)
-                    consumers.append(0)
-                    tensor_op.append(index)
-                    readers.append(0)
-                cone = 1 << index
-                for t in operands:
-                    consumers[t] += 1
-                    readers[t] |= 1 << index
-                    if t < n_in:
-                        used[t] += 1
-                    else:
-                        cone |= op_cone[tensor_op[t]]
-                op_cone.append(cone)
-                graph.append((app.op, attrs, operands))
-                codes.append(op_code(app.key, operands))
-                op_keys.append(key)
-                producers.append(first)
-                outputs = tuple(t for t in range(n_in, len(shapes)) if consumers[t] == 0)
-                out_fps = tuple(fps[t] for t in outputs)
-                counter[0] += 1
-                yield Visit(tuple(graph), graph_fp(list(out_fps)), outputs, out_fps,
-                            frozenset(i for i in range(n_in) if used[i]), b"".join(codes))
-                if duplicate:
-                    st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
-                elif depth + 1 < max_ops:
-                    yield from walk(depth + 1, reducible_parts(index, cone, live) if filtering_below else live)
-                # undo
-                producers.pop()
-                op_cone.pop()
-                for t in operands:
-                    readers[t] &= ~(1 << index)
-                op_keys.pop()
-                graph.pop()
-                codes.pop()
-                for t in operands:
-                    consumers[t] -= 1
-                    if t < n_in:
-                        used[t] -= 1
-                del shapes[first:], values[first:], fps[first:], weight[first:], consumers[first:]
-                del tensor_op[first:], readers[first:]
+                if last:
+                    new_fps = last_outputs(app, operands, attrs)
+                    outs = [None] * len(new_fps)
+                    if filtering:
+                        if (kept_tensors is not None and not all(f in kept_tensors for f in new_fps)) or \
+                                not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands]
+                                                       + new_fps)):
+                            counts[1] += 1
+                            continue
+                else:
+                    # three quarters of the applications repeat one already evaluated on other paths
+                    memo_key = (app.key, *map(fps.__getitem__, operands))
+                    memo = evaluated.get(memo_key)
+                    if memo is None or memo[0] is None:
+                        with np.errstate(over="ignore"):
+                            outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
+                        if len(evaluated) >= MEMO_ENTRIES:
+                            evaluated.clear()
+                        memo = evaluated[memo_key] = (outs, [tensor_fp(o) for o in outs])
+                    outs, new_fps = memo
+                yield from extend(app, operands, attrs, out_shapes, is_w, outs, new_fps, depth, live)
 
     filtering_below = fewer_ops is not None and keep_last is not None
+    last_cache: dict[tuple, _LastRows] = {}
+    last_memo: dict[tuple[int, int, int], int] = {}
+    multisets = set(kept_multisets.tolist()) if kept_multisets is not None else set()
     yield from walk(0, [])
     if first_ops is None or first_ops(0):
         yield from _input_sets(fps[:n_in])
@@ -533,6 +652,72 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     st["applications"] = st.get("applications", 0) + counts[0]
     if counts[1]:
         st["not_kept"] = st.get("not_kept", 0) + counts[1]
+
+
+Row = tuple[Application, tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]
+
+
+@dataclass
+class _LastRows:
+    """The last op's candidate applications at one walk level (every menu entry's, in the walk's order:
+    (application, operands, reads the previous op, attributes, output shapes, all weights)) and the same as
+    arrays: menu key, first and second operand (-1: none), whether it reads the previous op, whether it has
+    one output."""
+
+    rows: list[Row]
+    keys: np.ndarray
+    first: np.ndarray
+    second: np.ndarray
+    depends: np.ndarray
+    single: np.ndarray
+
+    @staticmethod
+    def of(rows: list[Row]) -> _LastRows:
+        n = len(rows)
+        return _LastRows(rows, np.fromiter((r[0].key for r in rows), np.int64, n),
+                         np.fromiter((r[1][0] for r in rows), np.int64, n),
+                         np.fromiter((r[1][1] if len(r[1]) > 1 else -1 for r in rows), np.int64, n),
+                         np.fromiter((r[2] for r in rows), bool, n),
+                         np.fromiter((len(r[4]) == 1 for r in rows), bool, n))
+
+    def tried(self, op_keys: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:
+        """Which rows the walk tries after the ops ``op_keys``: an op independent of the previous one comes
+        after it in (menu key, operands) order, and no op repeats one of the graph."""
+        def padded(operands: tuple[int, ...]) -> tuple[int, int]:
+            return (operands[0] if operands else -1, operands[1] if len(operands) > 1 else -1)
+
+        last_key, last_operands = op_keys[-1]
+        a, b = padded(last_operands)
+        free = ~self.depends
+        skip = free & ((self.keys < last_key) | ((self.keys == last_key) & (
+            (self.first < a) | ((self.first == a) & (self.second <= b)))))
+        for key, operands in op_keys:
+            # an op of no operand is never a last op (it joins no component)
+            if operands:
+                first, second = padded(operands)
+                skip |= (self.keys == key) & (self.first == first) & (self.second == second)
+        return ~skip
+
+
+_MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+
+
+def multiset_hash(fingerprints: np.ndarray) -> np.ndarray:
+    """Each tensor fingerprint mixed (splitmix64's finalizer; 0 stays 0): the sum over a graph's outputs is
+    an order-independent hash of their multiset that arrays add up, where ``graph_fp`` hashes one at a time."""
+    x = fingerprints.astype(np.uint64)
+    x ^= x >> np.uint64(30)
+    x *= _MIX[0]
+    x ^= x >> np.uint64(27)
+    x *= _MIX[1]
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def output_multisets(outs: np.ndarray) -> np.ndarray:
+    """The sorted multiset hashes of graphs given as rows of output fingerprints padded with 0 (``pack``'s
+    ``outs``): ``enumerate_graphs``' ``kept_multisets``."""
+    return np.unique(multiset_hash(outs).sum(axis=1, dtype=np.uint64))
 
 
 def _input_sets(fps: list[int]) -> Iterator[Visit]:

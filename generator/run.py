@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from generator.enumerate import INPUT_SET, NO_OPERAND, enumerate_graphs
+from generator.enumerate import INPUT_SET, NO_OPERAND, enumerate_graphs, output_multisets
 from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
 from generator.generalize import canonical_key, dedupe
 from generator.prune import CommonSubgraph, renaming_keys
@@ -35,6 +35,8 @@ WIDE_FROM = 4
 #: Memory a task of enumeration, pairing or emission declares to a cluster scheduler (its parts are sized,
 #: 8 per worker, so that one stays well under this at 4 ops).
 PART_MEMORY_BYTES = 2**30
+#: The widest walk's kept graphs are packed into arrays this many at a time (millions in a part at 4 ops).
+PACK_EVERY = 50_000
 
 
 @dataclass
@@ -81,17 +83,23 @@ WalkPart = tuple[int, int, int, int, np.ndarray, tuple[np.ndarray, np.ndarray], 
 def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of ``kept`` and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
-    max_ops, seed, parts, index, kept, (fewer_fps, fewer_counts), tensors, multi = args
+    max_ops, seed, parts, index, kept, (fewer_fps, fewer_counts), multi, multisets = args
     wanted = set(kept.tolist())
-    kept_tensors, multi_output_tensors = set(tensors.tolist()), set(multi.tolist())
+    multi_output_tensors = set(multi.tolist())
     fewer = dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True))
     stats: dict[str, int] = {}
+    packed, rows = [], []
     with collector_paused():
-        rows = [v for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
-                                            keep_last=wanted.__contains__, fewer_ops=fewer,
-                                            kept_tensors=kept_tensors, multi_output_tensors=multi_output_tensors)
-                if len(v.graph) == max_ops and v.inputs_used]
-        return stats, pack(rows)
+        for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
+                                  keep_last=wanted.__contains__, fewer_ops=fewer,
+                                  multi_output_tensors=multi_output_tensors, kept_multisets=multisets):
+            if len(v.graph) == max_ops and v.inputs_used:
+                rows.append(v)
+                if len(rows) == PACK_EVERY:  # a packed row is a tenth of a graph's objects
+                    packed.append(pack(rows))
+                    rows = []
+        packed.append(pack(rows))
+        return stats, tuple(np.concatenate(arrays) for arrays in zip(*packed, strict=True))  # type: ignore[return-value]
 
 
 def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -236,10 +244,10 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     del smaller
     kept = np.unique(small_fps)
     fewer = fewest_ops(small_fps, small_codes, small_outs)
-    tensors = np.unique(small_outs[small_outs != 0])
     several = small_outs[small_outs[:, 1] != 0]
     multi = np.unique(several[several != 0])
-    parts = [(max_ops, seed, jobs * 8, i, kept, fewer, tensors, multi) for i in range(jobs * 8)]
+    multisets = output_multisets(small_outs)
+    parts = [(max_ops, seed, jobs * 8, i, kept, fewer, multi, multisets) for i in range(jobs * 8)]
     walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (stats, arrays) in enumerate(work, 1):

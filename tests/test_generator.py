@@ -344,3 +344,35 @@ def test_the_common_subgraph_test_draws_the_same_fresh_tensor_whatever_came_befo
         targets.append(drawn[-1])
     assert targets[0] and targets[0] == targets[1]
     assert reasons[0] == reasons[1]
+
+
+def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order():
+    """``kept_multisets`` tries the last op on all its operand tuples at once (array operations, a multiset hash
+    of the outputs) and builds a kept graph without applying its last op; the graphs it yields (every field),
+    their order and the walk's counts are those of the walk that tries them one by one, a last op of two outputs
+    (split) included."""
+    from generator.enumerate import output_multisets
+    from generator.fingerprint import pack
+    from generator.run import fewest_ops
+
+    small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
+    tensors, counts = fewest_ops(*small)
+    several = small[2][small[2][:, 1] != 0]
+    kept_fps = set(small[0].tolist())
+    filters = {"keep_last": kept_fps.__contains__,
+               "fewer_ops": dict(zip(tensors.tolist(), counts.tolist(), strict=True)),
+               "multi_output_tensors": set(several[several != 0].tolist())}
+    firsts = {BY_OP["neg"][0].key, BY_OP["split"][0].key}
+
+    def walk(**kw):
+        stats: dict[str, int] = {}
+        visits = list(enumerate_graphs(3, seed=0, first_ops=firsts.__contains__, stats=stats, **filters, **kw))
+        return visits, stats
+
+    one_by_one, stats = walk()
+    at_once, array_stats = walk(kept_multisets=output_multisets(small[2]))
+    assert at_once == one_by_one and array_stats == stats
+    widest = [v.code for v in at_once if len(v.graph) == 3]
+    split_last = {a.key for a in BY_OP["split"]}
+    assert len(widest) > 100 and any(code[6] in split_last for code in widest)
+    assert stats["not_kept"] > 10 * len(widest)

@@ -126,6 +126,8 @@ MIN_SPATIAL = 3
 MEMO_ENTRIES = 400_000
 #: Most operand-tuple lists one walk keeps for reuse by prefixes of equal shapes (then it starts over).
 TUPLE_CACHE_ENTRIES = 50_000
+#: Most walk levels whose last-op rows one walk keeps as arrays (``_LastRows``, a few kilobytes each).
+LAST_LEVEL_ENTRIES = 5_000
 NO_OPERAND = 255
 INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
 
@@ -501,7 +503,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             for op in BY_OP:
                 tuples[op] = level_tuples(op, level, live, required)
             found = [(app, *row) for app in APPLICATIONS for row in applications_of(app, tuples[app.op])]
-            if len(last_cache) >= TUPLE_CACHE_ENTRIES // 10:
+            if len(last_cache) >= LAST_LEVEL_ENTRIES:
                 last_cache.clear()
             rows = last_cache[level_key] = _LastRows.of(found)
         return rows

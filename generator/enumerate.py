@@ -187,7 +187,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                      stats: dict[str, int] | None = None,
                      keep_last: Callable[[int], bool] | None = None,
                      fewer_ops: Mapping[int, int] | None = None,
-                     kept_tensors: Container[int] | None = None,
                      multi_output_tensors: Container[int] | None = None,
                      kept_multisets: np.ndarray | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
@@ -202,10 +201,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     output below the last op whose ancestor ops outnumber ``fewer_ops`` of it, and whose other values only
     those ancestors read. Replacing that part by the smaller graph (a smaller rule) leaves a graph of fewer
     ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats["reducible"]``
-    counts the prefixes whose last op must read an inner value of such a part. ``kept_tensors`` (the output
-    tensors of the graphs ``keep_last`` keeps) rejects most last ops by their new tensor alone, before the
-    graph's fingerprint is hashed. ``multi_output_tensors`` (the output
-    tensors of the kept graphs of two outputs or more): an output of the prefix outside it must be read by the
+    counts the prefixes whose last op must read an inner value of such a part. ``multi_output_tensors`` (the
+    output tensors of the kept graphs of two outputs or more): an output of the prefix outside it must be read by the
     last op, since a graph that leaves it as an output has two outputs or more (``stats["open_output"]`` counts
     the prefixes no last op can complete). ``kept_multisets`` (``output_multisets`` of the kept graphs'
     outputs) tries the last op on all its operand tuples at once: one array operation per prefix instead of a
@@ -417,30 +414,18 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             out.append((operands, depends, attrs, out_shapes, is_w))
         return out
 
-    def applicable_of(app: Application, level: Level, level_key: tuple,
-                      tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]], live: list[int],
-                      required: int) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
-        applicable = tuple_cache.get((app.key, level_key))
-        if applicable is None:
-            if app.op not in tuples:
-                tuples[app.op] = level_tuples(app.op, level, live, required)
-            if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
-                tuple_cache.clear()
-            applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
-        return applicable
-
-    def last_outputs(app: Application, operands: tuple[int, ...], attrs: Attrs) -> list[int]:
-        """The fingerprints of the last op's outputs (memoized by the operands' fingerprints)."""
-        memo_key = (app.key, *map(fps.__getitem__, operands))
-        memo = evaluated.get(memo_key)
-        if memo is None:
-            with np.errstate(over="ignore"):
-                outs = OPS[app.op].evaluate_int(np, [values[t] for t in operands], attrs)
-            if len(evaluated) >= MEMO_ENTRIES:
-                evaluated.clear()
-            # the last op's outputs are never operands: only their fingerprints are kept
-            memo = evaluated[memo_key] = (None, [tensor_fp(o) for o in outs])
-        return memo[1]
+    def last_fps(app: Application, operands: tuple[int, ...], attrs: Attrs, memo_key: tuple[int, int, int]
+                 ) -> int | tuple[int, ...]:
+        """The fingerprint of the last op's output (a tuple of them for an op of several outputs), memoized by
+        (menu key, the operands' fingerprints, 0 for none): its outputs are never operands, so only their
+        fingerprints are kept. The caller ignores overflow (wrapping int64)."""
+        found = last_memo.get(memo_key)
+        if found is None:
+            if len(last_memo) >= MEMO_ENTRIES:
+                last_memo.clear()
+            outs = OPS[app.op].evaluate_int(np, [values[t] for t in operands], attrs)
+            found = last_memo[memo_key] = tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs))
+        return found
 
     def extend(app: Application, operands: tuple[int, ...], attrs: Attrs, out_shapes: list[tuple[int, ...]],
                is_w: bool, outs: list[np.ndarray | None], new_fps: list[int], depth: int, live: list[int]
@@ -523,16 +508,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         memo_keys = list(zip(table.keys[tried].tolist(), fps_now[first].tolist(), second_fps.tolist(), strict=True))
         # per row the output's fingerprint, or a tuple of them for an op of several outputs (split)
         found: list[Any] = list(map(last_memo.get, memo_keys))
-        missing = [j for j, f in enumerate(found) if f is None]
-        if missing:
-            if len(last_memo) + len(missing) > MEMO_ENTRIES:
-                last_memo.clear()
-            with np.errstate(over="ignore"):
-                for j in missing:
-                    app, operands, _, attrs, _, _ = table.rows[tried[j]]
-                    outs = OPS[app.op].evaluate_int(np, [values[t] for t in operands], attrs)
-                    found[j] = last_memo[memo_keys[j]] = \
-                        tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs))
+        with np.errstate(over="ignore"):
+            for j in [j for j, f in enumerate(found) if f is None]:
+                app, operands, _, attrs, _, _ = table.rows[tried[j]]
+                found[j] = last_fps(app, operands, attrs, memo_keys[j])
         one = table.single[tried]
         if one.all():
             own = multiset_hash(np.array(found, dtype=np.uint64))
@@ -595,7 +574,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 st["open_output"] = st.get("open_output", 0) + 1
                 return
         level = Level.of(shapes, components)
-        path_keys = {k for k, _ in op_keys}
         if last and live:
             st["reducible"] = st.get("reducible", 0) + 1
         # Everything the operand tuples depend on: prefixes of other ops with the same tensor shapes, kinds,
@@ -606,10 +584,17 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         if filtering and kept_multisets is not None and depth > 0:
             yield from walk_last(depth, live, level, level_key, required, open_outputs)
             return
+        path_keys = {k for k, _ in op_keys}
         for app in APPLICATIONS:
             if depth == 0 and first_ops is not None and not first_ops(app.key):
                 continue
-            applicable = applicable_of(app, level, level_key, tuples, live if last else [], required)
+            applicable = tuple_cache.get((app.key, level_key))
+            if applicable is None:
+                if app.op not in tuples:
+                    tuples[app.op] = level_tuples(app.op, level, live if last else [], required)
+                if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
+                    tuple_cache.clear()
+                applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
             # an op independent of the previous one must come after it in (menu key, operands) order
             before = last_key is not None and app.key < last_key[0]
             same = last_key is not None and app.key == last_key[0]
@@ -622,30 +607,32 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                     continue
                 counts[0] += 1
                 if last:
-                    new_fps = last_outputs(app, operands, attrs)
+                    memo_key = (app.key, fps[operands[0]] if operands else 0,
+                                fps[operands[1]] if len(operands) > 1 else 0)
+                    with np.errstate(over="ignore"):
+                        found = last_fps(app, operands, attrs, memo_key)
+                    new_fps = list(found) if isinstance(found, tuple) else [found]
                     outs = [None] * len(new_fps)
-                    if filtering:
-                        if (kept_tensors is not None and not all(f in kept_tensors for f in new_fps)) or \
-                                not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands]
-                                                       + new_fps)):
-                            counts[1] += 1
-                            continue
+                    if filtering and not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands]
+                                                            + new_fps)):
+                        counts[1] += 1
+                        continue
                 else:
                     # three quarters of the applications repeat one already evaluated on other paths
                     memo_key = (app.key, *map(fps.__getitem__, operands))
                     memo = evaluated.get(memo_key)
-                    if memo is None or memo[0] is None:
+                    if memo is None:
                         with np.errstate(over="ignore"):
                             outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
                         if len(evaluated) >= MEMO_ENTRIES:
                             evaluated.clear()
-                        memo = evaluated[memo_key] = (outs, [tensor_fp(o) for o in outs])
+                        memo = evaluated[memo_key] = outs, [tensor_fp(o) for o in outs]
                     outs, new_fps = memo
                 yield from extend(app, operands, attrs, out_shapes, is_w, outs, new_fps, depth, live)
 
     filtering_below = fewer_ops is not None and keep_last is not None
     last_cache: dict[tuple, _LastRows] = {}
-    last_memo: dict[tuple[int, int, int], int] = {}
+    last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
     multisets = set(kept_multisets.tolist()) if kept_multisets is not None else set()
     yield from walk(0, [])
     if first_ops is None or first_ops(0):

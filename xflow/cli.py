@@ -272,9 +272,9 @@ def zoo(name: str, out_path: str, small: bool, seed: int, dynamic: bool) -> None
 
 def _add_command_modules() -> None:
     """Commands of the later stages live in their own modules, one per area."""
-    from xflow import cli_bench, cli_place, cli_rules
+    from xflow import cli_bench, cli_denormals, cli_place, cli_rules
 
-    for module in (cli_rules, cli_bench, cli_place):
+    for module in (cli_rules, cli_bench, cli_place, cli_denormals):
         for command in module.COMMANDS:
             main.add_command(command)
 

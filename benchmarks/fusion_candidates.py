@@ -158,6 +158,17 @@ def _folded_scales() -> Iterator[dict[str, Any]]:
                 {k: v for k, v in found.items() if k != "b"}, where[:2])
 
 
+def _denormal_lifts() -> Iterator[dict[str, Any]]:
+    """Softmax probabilities scaled by 2**64 before the matmul that reads them and the other operand by 2**-64:
+    exact, and the masked probabilities (e**-100 under Swin's -100 window mask, float32 denormals that an x86 core
+    multiplies through a microcode assist) become normal numbers."""
+    src = [node("softmax", ["x"], "p", axis="?ax"), node("matmul", ["p", "v"], "y")]
+    dst = [node("softmax", ["x"], "q", axis="?ax"), node("pow2_scale", ["q"], "up", exponent=64),
+           node("pow2_scale", ["v"], "down", exponent=-64), node("matmul", ["up", "down"], "z")]
+    yield _rule("lift_softmax_out_of_denormals", {"x": "any", "v": "any"}, src, dst,
+                {"x": [2, 3, 4, 4], "v": [2, 3, 4, 5]}, [])
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
@@ -174,9 +185,11 @@ def main() -> None:
                            "a matmul's bias with a leading unit axis)")
     only.add_argument("--folded-scales", action="store_true",
                       help="only a per-column scale after a matmul folded into its weight (and bias)")
+    only.add_argument("--denormal-lifts", action="store_true",
+                      help="only softmax probabilities scaled out of the denormal range before their matmul")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
-             else all_candidates())
+             else list(_denormal_lifts()) if args.denormal_lifts else all_candidates())
     with open(args.out, "w", encoding="utf-8") as f:
         max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)
         json.dump({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": 0, "candidates": found}, f, indent=1)

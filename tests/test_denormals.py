@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from xflow.denormals import check_denormals, rank_test_p
+from xflow.denormals import NodeTime, _Child, _largest_savings, check_denormals, rank_test_p
 
 # float32's smallest normal is about 1.18e-38: this scale is a denormal, which a flushed session reads as zero
 DENORMAL = np.float32(1e-39)
@@ -54,6 +54,23 @@ def test_flushed_outputs_are_compared_with_the_default_ones(tmp_path: Path) -> N
     assert 0 < check.max_abs_diff["y"] < 1.2e-38
     plain = check_denormals(str(_model(tmp_path / "r.onnx", None)), threads=1, processes=2, seconds=0)
     assert plain.identical and plain.max_abs_diff == {"y": 0.0}
+
+
+def test_a_profiled_process_gives_each_nodes_kernel_time(tmp_path: Path) -> None:
+    child = _Child(str(_model(tmp_path / "m.onnx", DENORMAL)), threads=1, seconds=0, seed=0, shapes={},
+                   inputs_npz=None)
+    nodes = child.run(True, profile=str(tmp_path))["nodes"]
+    assert list(nodes) == ["Mul"] or [op for op, _ in nodes.values()] == ["Mul"]
+    assert all(ms >= 0 for _, ms in nodes.values())
+    assert not list(tmp_path.glob("profile*"))  # the profile file is read and removed
+
+
+def test_the_nodes_named_are_those_flushing_saved_most_in() -> None:
+    default = {"a": ["MatMul", 3.7], "b": ["Softmax", 1.2], "c": ["Add", 0.1], "gone": ["Mul", 5.0]}
+    flushed = {"a": ["MatMul", 0.4], "b": ["Softmax", 0.4], "c": ["Add", 0.2]}
+    assert _largest_savings(default, flushed, 5) == [NodeTime("a", "MatMul", 3.7, 0.4),
+                                                    NodeTime("b", "Softmax", 1.2, 0.4)]
+    assert _largest_savings(default, flushed, 1) == [NodeTime("a", "MatMul", 3.7, 0.4)]
 
 
 def test_the_rank_test_over_processes() -> None:

@@ -174,6 +174,8 @@ CASES = [
     case("fused_conv", (1, 3, 5, 6), (2, 3, 2, 3), (2,), activation="Tanh"),
     case("instancenorm", (2, 3, 4), (3,), (3,)), case("instancenorm", (1, 2, 3, 4), (2,), (2,), epsilon=1e-3),
     case("instancenorm", (2, 1, 5, 2, 2), (1,), (1,)),
+    case("pow2_scale", (2, 3, 4), exponent=64), case("pow2_scale", (5,), exponent=-64),
+    case("pow2_scale", (2, 3), exponent=3), case("pow2_scale", (), exponent=1),
 ]
 
 INVALID = [
@@ -224,6 +226,7 @@ INVALID = [
     case("pad", (2, 3), pads=(1, 1)), case("pad", (2,), pads=(-1, 0)), case("pad", (), pads=()),
     case("clip", (2,), (2,)), case("hardsigmoid", (2,), (2,)), case("gelu", (2,), approximate="fast"),
     case("instancenorm", (2, 3), (3,), (3,)), case("instancenorm", (2, 3, 4), (2,), (3,)),
+    case("pow2_scale", (2,), (2,), exponent=1), case("pow2_scale", exponent=1),
     case("skip_layernorm", (2, 3, 8), (2, 3, 4), (8,)), case("skip_layernorm", (8,), (8,), (8,)),
     case("skip_rmsnorm", (2, 3, 8), (2, 3, 8), (3,)), case("rmsnorm", (2, 3), (2,), axis=1),
     case("ms_gelu", (2,), (2,)), case("bias_gelu", (2, 3), (2,)), case("fast_gelu", (2, 3), (2, 3)),
@@ -453,8 +456,9 @@ def test_int_kernel(op: str, shapes: tuple[Shape, ...], attrs: dict[str, Any]) -
 
 def _decodable(op: str, shapes: tuple[Shape, ...], attrs: dict[str, Any]) -> bool:
     """True when every ONNX node the op encodes to has a decoder (constants have none) and the op is not
-    one applied to weights only (enlarge writes a Pad, which reads back as the general pad)."""
-    if OPS[op].weights_only:
+    one applied to weights only (enlarge writes a Pad, which reads back as the general pad) nor a power-of-two
+    scale (written as a Mul by a constant, which reads back as mul or smul: what it computes, not why)."""
+    if OPS[op].weights_only or op == "pow2_scale":
         return False
     node = make_node_for(op, shapes, attrs)
     protos = OPS[op].encode(node, TypedEncodeCtx(float_types(node, shapes)))

@@ -594,6 +594,23 @@ def _mm(a: Any, b: Any) -> Any:
     return ("matmul", {}, a, b)
 
 
+def _pow2(exponent: Any, x: Any) -> Any:
+    return ("pow2_scale", {"exponent": exponent}, x)
+
+
+#: exponents of 2 the pow2_scale axioms are checked at (2**64 lifts every float32 denormal well into the normals)
+POW2_EXPONENTS = (-64, -3, 0, 1, 5, 64)
+
+
+def _pow2_mm_gen(rng):
+    d = _batched_mm_gen(rng)
+    return {"x": d["x"], "y": d["y"], "k": _pick(rng, POW2_EXPONENTS)}
+
+
+def _pow2_gen(rng):
+    return {**_same("x")(rng), "a": _pick(rng, POW2_EXPONENTS), "b": _pick(rng, POW2_EXPONENTS)}
+
+
 def _cat(ax: Any, a: Any, b: Any) -> Any:
     return ("concat", {"axis": ax}, a, b)
 
@@ -1404,6 +1421,21 @@ def _build() -> list[Axiom]:
         # Linear before it, as ConvNeXt's gamma)
         L("ewmul_matmul_columns", _mul(_mm("x", "w"), "g"), _mm("x", _mul("w", "g")), ("x", "w", "g"), (),
           _column_scale_gen, guard=lambda e: e.And(e.rank("w") == 2, e.rank("g") == 1)),
+        # -- a power-of-two scale (xflow/ops/pow2_scale.py): powers compose, the zeroth is nothing, and it moves
+        # through a matmul from either operand (what lifts a softmax's denormal probabilities before the matmul
+        # reading them and scales the product back)
+        L("pow2_scale_compose", _pow2(P("a"), _pow2(P("b"), "x")), _pow2(F(lambda e: e.p("a") + e.p("b")), "x"),
+          ("x",), ("a", "b"), _pow2_gen),
+        L("pow2_scale_zero", _pow2(0, "x"), "x", ("x",), (), _same("x")),
+        A("matmul_pow2_scale_lhs", _mm(_pow2(P("k"), "x"), "y"), _pow2(P("k"), _mm("x", "y")), ("x", "y"), ("k",),
+          _pow2_mm_gen),
+        A("matmul_pow2_scale_rhs", _mm("x", _pow2(P("k"), "y")), _pow2(P("k"), _mm("x", "y")), ("x", "y"), ("k",),
+          _pow2_mm_gen),
+        L("rank_pow2_scale", ("rank", None, _pow2(P("k"), "x")), ("rank", None, "x"), ("x",), ("k",),
+          lambda rng: {**_same("x")(rng), "k": _pick(rng, POW2_EXPONENTS)}, shape=True),
+        L("dim_pow2_scale", ("dim", P("i"), _pow2(P("k"), "x")), ("dim", P("i"), "x"), ("x",), ("i", "k"),
+          lambda rng: (lambda d: {**d, "k": _pick(rng, POW2_EXPONENTS), "i": int(rng.integers(d["x"].ndim))})(
+              _same("x")(rng)), shape=True),
         # -- a leading unit axis on the lower-rank operand of a broadcasting add changes nothing: broadcasting
         # prepends it anyway (a bias of shape (n) written as (1, n); ORT's MatMulAddFusion takes only the first)
         L("ewadd_unsqueeze_lead", _add("x", ("unsqueeze", {"axes": (0,)}, "y")), _add("x", "y"), ("x", "y"), (),

@@ -22,10 +22,14 @@ from xflow.cli_common import check_writable, user_errors, write_json
 @click.option("--inputs", "inputs_npz", type=click.Path(), default=None,
               help="An .npz of input arrays (default: seeded random).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--where", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Where flushing is faster, name the nodes it saves the most time in (one profiled process a "
+                   "side; 0: none).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Every figure as JSON.")
 @user_errors
 def denormals(models: tuple[str, ...], threads: int | None, processes: int, seconds: float,
-              input_shapes: tuple[str, ...], inputs_npz: str | None, seed: int, json_path: str | None) -> None:
+              input_shapes: tuple[str, ...], inputs_npz: str | None, seed: int, where: int,
+              json_path: str | None) -> None:
     """Time each model in ONNX Runtime with and without flushing denormals to zero.
 
     Values below float32's smallest normal (1.2e-38) run many times slower on x86 cores; a softmax over scores
@@ -48,7 +52,8 @@ def denormals(models: tuple[str, ...], threads: int | None, processes: int, seco
         check_input_shapes(read_model(path), shapes, path)
     checks = []
     for path in models:
-        check = check_denormals(path, threads or os.cpu_count() or 1, processes, seconds, seed, shapes, inputs_npz)
+        check = check_denormals(path, threads or os.cpu_count() or 1, processes, seconds, seed, shapes, inputs_npz,
+                                where)
         checks.append(check)
         default, flushed = (f"{statistics.median(ms):.2f} ms" for ms in (check.default_ms, check.flushed_ms))
         moved = "bit for bit the same" if check.identical else \
@@ -57,6 +62,8 @@ def denormals(models: tuple[str, ...], threads: int | None, processes: int, seco
             click.echo(f"{path}: {check.speedup:.2f}x faster with {FLUSH_KEY}=1 ({flushed} against {default}, "
                        f"medians of {processes} processes each, rank test p = {check.p_value:.2g}); outputs on "
                        f"{check.inputs}: {moved}")
+            for node in check.nodes:
+                click.echo(f"  {node.op_type} {node.name}: {node.default_ms:.3f} -> {node.flushed_ms:.3f} ms a run")
         else:
             click.echo(f"{path}: not measurably faster with {FLUSH_KEY}=1 ({check.speedup:.3f}x: {flushed} against "
                        f"{default}, p = {check.p_value:.2g}); outputs on {check.inputs}: {moved}")

@@ -35,6 +35,18 @@ from xflow.errors import XflowError
 
 #: ONNX Runtime's session option: "1" sets flush-to-zero and denormals-are-zero on the session's threads.
 FLUSH_KEY = "session.set_denormal_as_zero"
+#: Profiled runs a side where flushing is faster (to name the nodes it saves time in).
+PROFILED_RUNS = 5
+
+
+@dataclass(frozen=True)
+class NodeTime:
+    """One node's mean kernel time per run in ONNX Runtime's profile (after its graph optimizations), both ways."""
+
+    name: str
+    op_type: str
+    default_ms: float
+    flushed_ms: float
 
 
 @dataclass
@@ -48,6 +60,8 @@ class DenormalCheck:
     flushed_ms: list[float] = field(default_factory=list)  # the same with FLUSH_KEY set
     max_abs_diff: dict[str, float] = field(default_factory=dict)  # per output, flushed against default
     identical: bool = True  # every output bit for bit the same
+    # where flushing was faster: the nodes it saved the most time in, from one profiled process a side
+    nodes: list[NodeTime] = field(default_factory=list)
 
     @property
     def speedup(self) -> float:
@@ -67,7 +81,8 @@ class DenormalCheck:
         """Every figure, the derived ones included."""
         return {"model": self.model, "threads": self.threads, "inputs": self.inputs, "default_ms": self.default_ms,
                 "flushed_ms": self.flushed_ms, "speedup": self.speedup, "p_value": self.p_value,
-                "faster": self.faster(), "max_abs_diff": self.max_abs_diff, "identical": self.identical}
+                "faster": self.faster(), "max_abs_diff": self.max_abs_diff, "identical": self.identical,
+                "nodes": [vars(node) for node in self.nodes]}
 
 
 def rank_test_p(low: list[float], high: list[float]) -> float:
@@ -87,21 +102,25 @@ def rank_test_p(low: list[float], high: list[float]) -> float:
 
 
 def check_denormals(path: str, threads: int, processes: int = 5, seconds: float = 2.0, seed: int = 0,
-                    shapes: Mapping[str, tuple[int, ...]] | None = None, inputs_npz: str | None = None
-                    ) -> DenormalCheck:
+                    shapes: Mapping[str, tuple[int, ...]] | None = None, inputs_npz: str | None = None,
+                    where: int = 5) -> DenormalCheck:
     """Time ``path`` in ``processes`` processes with denormals flushed and as many without, alternating (about
-    ``seconds`` of runs each), and compare the outputs of the first two; XflowError naming the file when ONNX
+    ``seconds`` of runs each), and compare the outputs of the first two; where flushing is faster, profile one
+    process a side and keep the ``where`` nodes it saved the most time in. XflowError naming the file when ONNX
     Runtime cannot run it."""
     check = DenormalCheck(path, threads, inputs_npz or f"seed {seed}")
+    child = _Child(path, threads, seconds, seed, shapes or {}, inputs_npz)
     with tempfile.TemporaryDirectory(prefix="xflow-denormals-") as scratch:
         outputs: dict[bool, str] = {}
         for k in range(2 * processes):
             flushed = k % 2 == 1
             save = os.path.join(scratch, f"out{int(flushed)}.npz") if k < 2 else None
-            times = _time_in_child(path, flushed, threads, seconds, seed, shapes or {}, inputs_npz, save)
-            (check.flushed_ms if flushed else check.default_ms).append(times)
+            (check.flushed_ms if flushed else check.default_ms).append(child.run(flushed, save=save)["median_ms"])
             if save:
                 outputs[flushed] = save
+        if where > 0 and check.faster():
+            profiles = [child.run(flushed, profile=scratch)["nodes"] for flushed in (False, True)]
+            check.nodes = _largest_savings(*profiles, where)
         with np.load(outputs[False]) as default, np.load(outputs[True]) as flushed_out:
             for name in default.files:
                 a, b = default[name], flushed_out[name]
@@ -115,17 +134,36 @@ def check_denormals(path: str, threads: int, processes: int = 5, seconds: float 
     return check
 
 
-def _time_in_child(path: str, flushed: bool, threads: int, seconds: float, seed: int,
-                   shapes: Mapping[str, tuple[int, ...]], inputs_npz: str | None, save: str | None) -> float:
-    command = [sys.executable, "-m", "xflow.denormals", path, "--threads", str(threads), "--seconds", str(seconds),
-               "--seed", str(seed)] + (["--flush"] if flushed else [])
-    command += [f"--input-shape={name}={'x'.join(map(str, dims))}" for name, dims in shapes.items()]
-    command += (["--inputs", inputs_npz] if inputs_npz else []) + (["--save", save] if save else [])
-    run = subprocess.run(command, capture_output=True, text=True, check=False)
-    if run.returncode != 0:
-        lines = run.stderr.strip().splitlines() or ["no message"]
-        raise XflowError(path, f"ONNX Runtime cannot run it: {lines[-1]}")
-    return float(json.loads(run.stdout)["median_ms"])
+def _largest_savings(default: Mapping[str, list], flushed: Mapping[str, list], count: int) -> list[NodeTime]:
+    """The ``count`` nodes whose kernel time fell the most from the default profile to the flushed one."""
+    both = [NodeTime(name, op, ms, flushed[name][1]) for name, (op, ms) in default.items() if name in flushed]
+    both.sort(key=lambda node: node.flushed_ms - node.default_ms)
+    return [node for node in both[:count] if node.flushed_ms < node.default_ms]
+
+
+@dataclass(frozen=True)
+class _Child:
+    """How to start one side's process (``python -m xflow.denormals``) for a model."""
+
+    path: str
+    threads: int
+    seconds: float
+    seed: int
+    shapes: Mapping[str, tuple[int, ...]]
+    inputs_npz: str | None
+
+    def run(self, flushed: bool, save: str | None = None, profile: str | None = None) -> dict:
+        """The process's JSON answer: its median run time, or with ``profile`` its nodes' kernel times."""
+        command = [sys.executable, "-m", "xflow.denormals", self.path, "--threads", str(self.threads),
+                   "--seconds", str(self.seconds), "--seed", str(self.seed)] + (["--flush"] if flushed else [])
+        command += [f"--input-shape={name}={'x'.join(map(str, dims))}" for name, dims in self.shapes.items()]
+        command += ["--inputs", self.inputs_npz] if self.inputs_npz else []
+        command += (["--save", save] if save else []) + (["--profile", profile] if profile else [])
+        run = subprocess.run(command, capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            lines = run.stderr.strip().splitlines() or ["no message"]
+            raise XflowError(self.path, f"ONNX Runtime cannot run it: {lines[-1]}")
+        return json.loads(run.stdout)
 
 
 def _child(argv: list[str]) -> int:
@@ -143,9 +181,13 @@ def _child(argv: list[str]) -> int:
     parser.add_argument("--input-shape", action="append", default=[])
     parser.add_argument("--inputs")
     parser.add_argument("--save")
+    parser.add_argument("--profile", help="a folder for ORT's profile: print each node's kernel time instead")
     args = parser.parse_args(argv)
     options = session_options(args.threads)
     options.add_session_config_entry(FLUSH_KEY, "1" if args.flush else "0")
+    if args.profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(args.profile, f"profile{int(args.flush)}")
     try:
         session = ort.InferenceSession(args.model, sess_options=options, providers=["CPUExecutionProvider"])
         if args.inputs:
@@ -165,6 +207,9 @@ def _child(argv: list[str]) -> int:
     if args.save:
         np.savez(args.save, **{o.name: v for o, v in zip(session.get_outputs(), outputs, strict=True)})
     session.run(None, feeds)  # a second warm-up run
+    if args.profile:
+        print(json.dumps({"nodes": _profiled_nodes(session, feeds, PROFILED_RUNS)}))
+        return 0
     times: list[float] = []
     started = time.perf_counter()
     while len(times) < 5 or time.perf_counter() - started < args.seconds:
@@ -173,6 +218,25 @@ def _child(argv: list[str]) -> int:
         times.append(time.perf_counter() - t0)
     print(json.dumps({"median_ms": 1e3 * statistics.median(times), "runs": len(times)}))
     return 0
+
+
+def _profiled_nodes(session, feeds: Mapping[str, np.ndarray], runs: int) -> dict[str, list]:  # noqa: ANN001
+    """Each node's op type and mean kernel milliseconds over ``runs`` runs (the warm-up runs included in the
+    profile are dropped: only the last ``runs`` occurrences of each node count)."""
+    for _ in range(runs):
+        session.run(None, feeds)
+    profile = session.end_profiling()
+    with open(profile, encoding="utf-8") as handle:
+        events = json.load(handle)
+    os.remove(profile)
+    durations: dict[str, list[float]] = {}
+    op_types: dict[str, str] = {}
+    for event in events:
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            name = event["name"].removesuffix("_kernel_time")
+            durations.setdefault(name, []).append(event["dur"] / 1e3)
+            op_types[name] = event["args"]["op_name"]
+    return {name: [op_types[name], statistics.fmean(ms[-runs:])] for name, ms in durations.items()}
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, wo
 from xflow.onnx_io.load import check_input_shapes, check_proto
 from xflow.onnx_io.profile import ShapePlan, shape_plan
 from xflow.onnx_io.save import EXTERNAL_THRESHOLD
+from xflow.ops import OPS
 from xflow.rewrite import fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
@@ -359,9 +360,12 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
     of its cost (different graphs only), the cheapest first sweeps from the input alone and applied to the
     best graph (``ROOT_SWEEP_FINALISTS``), then each branch's graph
     with the rules of its path applied at every match left (``complete_sweeps``), where that makes another
-    graph; each folded and simplified. None when the search found no rewrite."""
+    graph; and the best graph (the input, where the search found no rewrite) with each rule whose saving is in the
+    values applied at every match (``_value_sweep``); each folded and simplified. None when nothing is left."""
+    lifting = [rule for rule in rules if rule.gain_in_values] if options.measure else []
     if not result.steps:
-        return []
+        lifted = _value_sweep(Alternative(result.graph, result.best_cost, ()), lifting, coster)
+        return [_finalist(lifted, True)] if lifted is not None else []
     best = Alternative(result.graph, result.best_cost, result.steps)
     if not options.measure:
         return [_finalist(best)]  # nothing will time the others
@@ -401,7 +405,26 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
             continue
         seen.add(completed.graph.hash_sum)
         found.append(_finalist(Alternative(completed.graph, completed.cost, source.steps + completed.steps), True))
+    lifted = _value_sweep(best, lifting, coster)
+    if lifted is not None and lifted.graph.hash_sum not in seen:
+        found.append(_finalist(lifted, True))
     return found
+
+
+def _value_sweep(source: Alternative, rules: list[Rule], coster: GraphCoster) -> Alternative | None:
+    """``source`` with each rule whose saving is in the values (``Rule.gain_in_values``) applied at every match,
+    whatever the estimate says (costs measured on random inputs cannot see that saving; the end-to-end timing of
+    the finalists can); None when none applies, or where a new op would read a value of a type other than float32
+    or float64 (2**64 overflows float16)."""
+    swept = complete_sweeps(source.graph, source.cost, rules, coster, min_matches=1) if rules else None
+    if swept is None:
+        return None
+    graph = swept.graph
+    wide = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
+    if any(OPS[node.op].gain_in_values and graph.types[node.inputs[0]].dtype not in wide
+           for node in graph.nodes if node.op in OPS):
+        return None
+    return Alternative(graph, swept.cost, source.steps + swept.steps)
 
 
 def _finalist(source: Alternative, completed: bool = False) -> Finalist:

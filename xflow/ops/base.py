@@ -207,6 +207,10 @@ class OpDef:
     # how the numeric check repairs a draw of input shapes this op refuses (None: elementwise ops give a free
     # operand another operand's shape, see ``fit_inputs``; other ops keep the draw)
     fit: Fit | None = None
+    # what the op saves depends on the values it reads, not only on their shapes (a scale lifting denormals into
+    # the normal range, where the op after it runs at full speed): node costs measured on random inputs cannot see
+    # it, so a rule that adds this op is applied at every match and timed end to end (``pipeline.finalize``)
+    gain_in_values: bool = False
 
     def channel_params_along(self, axis: int) -> tuple[int, ...]:
         """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``

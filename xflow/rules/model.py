@@ -95,6 +95,13 @@ class Rule:
         return readable_name(self)
 
     @property
+    def gain_in_values(self) -> bool:
+        """Whether the target adds an op whose saving is in the values it reads (``OpDef.gain_in_values``): costs
+        measured on random inputs cannot see it, so the rule is applied everywhere and timed end to end."""
+        added = {n.op for n in self.dst} - {n.op for n in self.src}
+        return any(op in OPS and OPS[op].gain_in_values for op in added)
+
+    @property
     def variables(self) -> frozenset[str]:
         """Attribute variables bound by the source pattern."""
         return frozenset(v.name for n in self.src for t in n.attrs.values() for v in _vars(t))

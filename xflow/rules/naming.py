@@ -11,6 +11,8 @@ share one (the id tells them apart):
   into a new weight), and Y reads what they make (a layer scale folded into a matmul's weight);
 - ``unmerge-X``: the target has more X nodes than the source (the reverse of a merge);
 - ``fuse-Y-into-X``: the source's Y nodes are gone and the target has fewer nodes;
+- ``lift-denormals-before-Y``: the target is the source with ops whose saving is in the values added
+  (``OpDef.gain_in_values``: power-of-two scales), and Y reads what they make;
 - ``reorder-A-B``: both sides apply the same ops, in another order;
 - ``rewrite-A-B-to-C``: anything else.
 """
@@ -64,6 +66,11 @@ def readable_name(rule: Rule) -> str:
     for op in _ops(rule.dst):
         if dst[op] >= 2 and 1 <= src[op] < dst[op]:
             return f"unmerge-{op}"
+    lifts = [n for n in rule.dst if n.op in OPS and OPS[n.op].gain_in_values and not src[n.op]]
+    if lifts and Counter(n.op for n in rule.dst if n not in lifts) == src:
+        made = {o for n in lifts for o in n.outputs}
+        readers = [n.op for n in rule.dst if n not in lifts and made & set(n.inputs)]
+        return f"lift-denormals-before-{readers[0]}" if readers else "lift-denormals"
     gone = [op for op in _ops(rule.src) if op not in dst]
     kept = [op for op in _ops(rule.dst) if op in src]
     if gone and kept and len(rule.dst) < len(rule.src):

@@ -221,12 +221,12 @@ class _Swept:
 
 def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIndex, coster: GraphCoster,
            cap: int, deadline: float = float("inf"), rounds: int = 1, limit: float = 1.0,
-           targets: MatchTargets | None = None) -> _Swept | None:
+           targets: MatchTargets | None = None, min_applied: int = 2) -> _Swept | None:
     """Apply the matches of ``wanted`` (one rule's improving matches on ``parent``) in turn, each one
     whose nodes no earlier rewrite touched (so it is still a match, as ``derived_matches`` keeps it);
-    None when fewer than two apply. Repeated structure (BERT's layers, an RNN's steps, Inception's
-    blocks) then takes one step of the search instead of one per copy; the single-match children
-    stay, so the search can still take any one of them alone.
+    None when fewer than ``min_applied`` (two: one is a child of its own) apply. Repeated structure (BERT's
+    layers, an RNN's steps, Inception's blocks) then takes one step of the search instead of one per copy; the
+    single-match children stay, so the search can still take any one of them alone.
 
     With ``rounds`` > 1 the same rule is applied again, up to that many rounds in all, at the matches
     the previous round created that lower the cost: a pairwise rule (merge two matmuls sharing an
@@ -268,7 +268,7 @@ def _sweep(parent: Graph, parent_cost: float, wanted: list[Match], index: RuleIn
             applied.append(match)
         if len(applied) == applied_before:
             break
-    if len(applied) < 2:
+    if len(applied) < min_applied:
         return None
     return _Swept(graph, cost, tuple(applied), _change(parent, graph))
 
@@ -312,10 +312,11 @@ def _in_sweep_order(graph: Graph, improving: list[tuple[Match, float]]) -> list[
 
 def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: GraphCoster,
                     max_growth: float = 2.0, rounds: int = 2 * SWEEP_ROUNDS,
-                    time_limit: float = 10.0) -> Alternative | None:
+                    time_limit: float = 10.0, min_matches: int = 2) -> Alternative | None:
     """Apply each of ``rules`` in turn at every match it has in ``graph``, in rounds as a sweep does
     (copies of a structure paired alike, matches the last round created taken next), whatever the
-    estimated costs say; None when no rule applies twice. The steps are this completion's alone.
+    estimated costs say; None when no rule applies at ``min_matches`` places (a search result's rules already
+    took a lone match) or more. The steps are this completion's alone.
 
     A search result's rules stop where single-kernel costs stop falling: NasRNN's last merge of two
     [512,2048] h matmuls into one [512,4096] measures dearer than the pair it replaces, yet the
@@ -331,10 +332,10 @@ def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: Gr
             break
         index = RuleIndex([rule])
         matches = index.all_matches(graph)
-        if len(matches) < 2:
+        if len(matches) < min_matches:
             continue
         swept = _sweep(graph, cost, _in_sweep_order(graph, [(m, 0.0) for m in matches]), index, coster, cap,
-                       deadline, rounds, limit=float("inf"), targets=targets)
+                       deadline, rounds, limit=float("inf"), targets=targets, min_applied=min_matches)
         if swept is not None:
             graph, cost = swept.graph, swept.cost
             steps.extend(_step(m) for m in swept.applied)
@@ -381,9 +382,13 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
     graphs come back as ``alternatives``: best-first search with alpha drops a branch whose first sweep
     costs a little more even when it leads much further (NasRNN: batching the steps first, 2.9x when
     measured end to end, against merging each gate's matmuls first, 1.9x), and measured costs of single
-    kernels cannot always tell which, so ``xflow optimize`` times the alternatives end to end."""
+    kernels cannot always tell which, so ``xflow optimize`` times the alternatives end to end.
+
+    A rule whose saving is in the values (``Rule.gain_in_values``) is not searched: estimates from costs measured
+    on random inputs cannot see it (``xflow optimize`` times it end to end instead)."""
     start = time.perf_counter()
     targets = MatchTargets()
+    rules = [rule for rule in rules if not rule.gain_in_values]
     with _fewer_collections():
         result = _search(graph, rules, coster, limits, limits.time_limit, progress, targets)
         # one branch per rule: the strict and the plateau sweep of one rule start the same way

@@ -37,8 +37,9 @@ def _model(path: Path, scale: np.float32 | None) -> Path:
 
 
 def _ours(scratch: Path) -> list[Path]:
-    """What xflow left in a temporary folder (ONNX Runtime's import itself writes a ``.ses`` file there)."""
-    return [p for p in scratch.iterdir() if p.name != ".ses"]
+    """What the command left in a temporary folder: its scratch folders (the libraries it imports write files of
+    their own there: ONNX Runtime a ``.ses``, some builds a ``mat-debug-*.log``)."""
+    return [p for p in scratch.iterdir() if p.name.startswith("xflow-denormals-")]
 
 
 def _cli(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:

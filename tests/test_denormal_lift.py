@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from verifier import verify_rule
 from xflow.cost import AnalyticCost, GraphCoster
 from xflow.onnx_io import graph_from_model, to_model_proto
-from xflow.pipeline import OptimizeOptions, finalize
+from xflow.pipeline import OptimizeOptions, denormal_values, finalize
 from xflow.rewrite import apply_match, find_matches
 from xflow.rules import load_rules
 from xflow.runtime import session_options
@@ -25,10 +25,10 @@ RULES = os.path.join(os.path.dirname(__file__), "..", "rules", "denormal-lifts.j
 WINDOW = 49  # Swin's 7x7 windows
 
 
-def _masked_attention(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
-    """Scores plus a window mask of 0 and -100 (Swin's shifted windows), softmax, times the values."""
+def _masked_attention(dtype: int = TensorProto.FLOAT, masked: float = -100.0) -> onnx.ModelProto:
+    """Scores plus a window mask of 0 and ``masked`` (-100: Swin's shifted windows), softmax, times the values."""
     rng = np.random.default_rng(0)
-    mask = np.where(rng.random((1, 1, WINDOW, WINDOW)) < 0.5, -100.0, 0.0)
+    mask = np.where(rng.random((1, 1, WINDOW, WINDOW)) < 0.5, masked, 0.0)
     np.fill_diagonal(mask[0, 0], 0.0)
     shape = (2, 3, WINDOW, WINDOW)
     nodes = [helper.make_node("Add", ["s", "mask"], ["a"]), helper.make_node("Softmax", ["a"], ["p"], axis=-1),
@@ -81,12 +81,12 @@ def test_the_lift_keeps_the_scale_on_the_probabilities_and_the_outputs() -> None
     np.testing.assert_array_equal(_run(written, feeds), _run(model, feeds))
 
 
-def _finalists(model: onnx.ModelProto, measure: bool = True) -> list:
+def _finalists(model: onnx.ModelProto, measure: bool = True, probe=None) -> list:  # noqa: ANN001
     graph = graph_from_model(model)
     coster = GraphCoster(AnalyticCost())
     cost = coster.cost(graph)
     nothing = SearchReport(graph, cost, cost, (), StopReason.NO_RULES, 0, 0, 0.0)
-    return finalize(nothing, OptimizeOptions(measure=measure), coster, load_rules(RULES))
+    return finalize(nothing, OptimizeOptions(measure=measure), coster, load_rules(RULES), probe)
 
 
 def test_finalize_offers_the_lift_to_the_end_to_end_timing() -> None:
@@ -95,3 +95,19 @@ def test_finalize_offers_the_lift_to_the_end_to_end_timing() -> None:
     assert lifted.completed
     assert _finalists(_masked_attention(), measure=False) == []  # nothing would time it
     assert _finalists(_masked_attention(TensorProto.FLOAT16)) == []  # 2**64 overflows float16
+
+
+def test_the_lift_goes_only_where_the_run_holds_denormals(tmp_path) -> None:  # noqa: ANN001
+    """A run of the graph on the original's inputs tells which values hold denormals: the masked softmax's output
+    does, the scores and values do not, and with a mask of -10 nothing does; finalize lifts only matches reading
+    such a value (and all of them where nothing is known)."""
+    options = OptimizeOptions(threads=1)
+    graph = graph_from_model(_masked_attention())
+    probabilities = next(n.outputs[0] for n in graph.nodes if n.op == "softmax")
+    assert denormal_values(graph, [probabilities, "s", "v", "a"], _feeds(), options, str(tmp_path)) == {probabilities}
+    calm = graph_from_model(_masked_attention(masked=-10.0))
+    assert denormal_values(calm, [probabilities, "s", "v"], _feeds(), options, str(tmp_path)) == frozenset()
+    assert _finalists(_masked_attention(), probe=lambda g, names: frozenset()) == []
+    (lifted,) = _finalists(_masked_attention(), probe=lambda g, names: frozenset({probabilities}))
+    assert lifted.completed
+    assert len(_finalists(_masked_attention(), probe=lambda g, names: None)) == 1  # unknown: offered anyway

@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from xflow.onnx_io.load import check_input_shapes, check_proto
 from xflow.onnx_io.profile import ShapePlan, shape_plan
 from xflow.onnx_io.save import EXTERNAL_THRESHOLD
 from xflow.ops import OPS
-from xflow.rewrite import fold_constants
+from xflow.rewrite import Match, find_matches, fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
 from xflow.runtime import decide_ab, interleaved_times, make_session, median_latency, random_feeds
@@ -333,6 +333,40 @@ def search(graph: Graph, rules: list[Rule], coster: GraphCoster, options: Optimi
     return backtracking_search(graph, rules, coster, search_limits(options), progress)
 
 
+#: Which of the named values of a graph hold denormals when it runs on the original's inputs (None: not known).
+DenormalProbe = Callable[[Graph, Sequence[str]], "frozenset[str] | None"]
+
+
+def denormal_values(graph: Graph, names: Sequence[str], feeds: Mapping[str, np.ndarray], options: OptimizeOptions,
+                    scratch: str) -> frozenset[str] | None:
+    """Which of ``names`` (float values of ``graph``) hold a denormal (a nonzero element below its type's smallest
+    normal) when ``graph`` runs on ``feeds``: inputs and constants read as they are, the others from one ORT session
+    of the graph with them as outputs too. None when that cannot be run (weights in external data, or ORT refuses):
+    then nothing is known."""
+    wide = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
+    wanted = [n for n in dict.fromkeys(names) if (t := graph.types.get(n)) is not None and t.dtype in wide]
+    known = {n: feeds[n] if n in feeds else graph.constants[n].value() for n in wanted
+             if n in feeds or n in graph.constants}
+    computed = [n for n in wanted if n not in known]
+    if computed:
+        if not _fits_in_memory(graph):
+            return None  # written to a file for ORT (external or very large weights): not probed
+        model = to_model_proto(graph)
+        model.graph.output.extend(onnx.helper.make_tensor_value_info(n, graph.types[n].dtype, None)
+                                  for n in computed if n not in graph.outputs)
+        try:
+            session = make_session(model.SerializeToString(), options.provider, options.threads)
+            known |= dict(zip(computed, session.run(computed, dict(feeds)), strict=True))
+        except Exception:  # noqa: BLE001 - ORT's own types: unknown, so every match is kept
+            return None
+    return frozenset(n for n, v in known.items() if _holds_denormals(np.asarray(v)))
+
+
+def _holds_denormals(array: np.ndarray) -> bool:
+    magnitude = np.abs(array)
+    return bool(((magnitude > 0) & (magnitude < np.finfo(array.dtype).tiny)).any())
+
+
 # ---- finalize ----------------------------------------------------------------------------------------
 
 #: Alternatives estimated dearer than this times the best graph are not timed.
@@ -354,17 +388,18 @@ class Finalist:
     completed: bool = False  # made by ``complete_sweeps`` from a search result
 
 
-def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster,
-             rules: list[Rule]) -> list[Finalist]:
+def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster, rules: list[Rule],
+             probe: DenormalProbe | None = None) -> list[Finalist]:
     """The finalize stage: the best graph, then the other branches' best graphs within ``FINALIST_SPREAD``
     of its cost (different graphs only), the cheapest first sweeps from the input alone and applied to the
     best graph (``ROOT_SWEEP_FINALISTS``), then each branch's graph
     with the rules of its path applied at every match left (``complete_sweeps``), where that makes another
     graph; and the best graph (the input, where the search found no rewrite) with each rule whose saving is in the
-    values applied at every match (``_value_sweep``); each folded and simplified. None when nothing is left."""
+    values applied at every match whose values ``probe`` finds denormal (every match without a probe;
+    ``_value_sweep``); each folded and simplified. None when nothing is left."""
     lifting = [rule for rule in rules if rule.gain_in_values] if options.measure else []
     if not result.steps:
-        lifted = _value_sweep(Alternative(result.graph, result.best_cost, ()), lifting, coster)
+        lifted = _value_sweep(Alternative(result.graph, result.best_cost, ()), lifting, coster, probe)
         return [_finalist(lifted, True)] if lifted is not None else []
     best = Alternative(result.graph, result.best_cost, result.steps)
     if not options.measure:
@@ -405,18 +440,29 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
             continue
         seen.add(completed.graph.hash_sum)
         found.append(_finalist(Alternative(completed.graph, completed.cost, source.steps + completed.steps), True))
-    lifted = _value_sweep(best, lifting, coster)
+    lifted = _value_sweep(best, lifting, coster, probe)
     if lifted is not None and lifted.graph.hash_sum not in seen:
         found.append(_finalist(lifted, True))
     return found
 
 
-def _value_sweep(source: Alternative, rules: list[Rule], coster: GraphCoster) -> Alternative | None:
-    """``source`` with each rule whose saving is in the values (``Rule.gain_in_values``) applied at every match,
-    whatever the estimate says (costs measured on random inputs cannot see that saving; the end-to-end timing of
-    the finalists can); None when none applies, or where a new op would read a value of a type other than float32
-    or float64 (2**64 overflows float16)."""
-    swept = complete_sweeps(source.graph, source.cost, rules, coster, min_matches=1) if rules else None
+def _value_sweep(source: Alternative, rules: list[Rule], coster: GraphCoster,
+                 probe: DenormalProbe | None = None) -> Alternative | None:
+    """``source`` with each rule whose saving is in the values (``Rule.gain_in_values``) applied at every match
+    that reads a value holding denormals (``probe``; every match when it cannot tell), whatever the estimate says
+    (costs measured on random inputs cannot see that saving; the end-to-end timing of the finalists can); None when
+    none applies, or where a new op would read a value of a type other than float32 or float64 (2**64 overflows
+    float16)."""
+    if not rules:
+        return None
+    keep: Callable[[Match], bool] | None = None
+    if probe is not None:
+        bound = [value for rule in rules for match in find_matches(source.graph, rule)
+                 for value in match.values.values()]
+        held = probe(source.graph, bound) if bound else frozenset()
+        if held is not None:
+            keep = lambda match: any(value in held for value in match.values.values())  # noqa: E731
+    swept = complete_sweeps(source.graph, source.cost, rules, coster, rounds=1, min_matches=1, keep=keep)
     if swept is None:
         return None
     graph = swept.graph
@@ -779,13 +825,17 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
     rules: list[Rule] = load_rules(options.rules_path)
     coster = GraphCoster(profile_cost(cost_model or make_cost_model(options, graph), source.shapes))
     result = search(graph, rules, coster, options, progress)
-    finalists = finalize(result, options, coster, rules)
     original: OriginalRun | OriginalNotRunnable | None = None
-    if options.measure or (finalists and options.verify):
+    if options.measure or (result.steps and options.verify):
         try:
             original = run_original(source, options)
         except OriginalNotRunnable as exc:
             original = exc
+    probe = None
+    if isinstance(original, OriginalRun):
+        feeds = original.feeds
+        probe = lambda g, names: denormal_values(g, names, feeds, options, scratch)  # noqa: E731
+    finalists = finalize(result, options, coster, rules, probe)
     picked = None
     if len(finalists) > 1 and isinstance(original, OriginalRun):
         picked = select_by_latency(finalists, original.feeds, options, scratch)

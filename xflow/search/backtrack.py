@@ -312,11 +312,13 @@ def _in_sweep_order(graph: Graph, improving: list[tuple[Match, float]]) -> list[
 
 def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: GraphCoster,
                     max_growth: float = 2.0, rounds: int = 2 * SWEEP_ROUNDS,
-                    time_limit: float = 10.0, min_matches: int = 2) -> Alternative | None:
+                    time_limit: float = 10.0, min_matches: int = 2,
+                    keep: Callable[[Match], bool] | None = None) -> Alternative | None:
     """Apply each of ``rules`` in turn at every match it has in ``graph``, in rounds as a sweep does
     (copies of a structure paired alike, matches the last round created taken next), whatever the
     estimated costs say; None when no rule applies at ``min_matches`` places (a search result's rules already
-    took a lone match) or more. The steps are this completion's alone.
+    took a lone match) or more; with ``keep``, only the matches it keeps count. The steps are this completion's
+    alone.
 
     A search result's rules stop where single-kernel costs stop falling: NasRNN's last merge of two
     [512,2048] h matmuls into one [512,4096] measures dearer than the pair it replaces, yet the
@@ -331,7 +333,7 @@ def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: Gr
         if time.perf_counter() > deadline:
             break
         index = RuleIndex([rule])
-        matches = index.all_matches(graph)
+        matches = [m for m in index.all_matches(graph) if keep is None or keep(m)]
         if len(matches) < min_matches:
             continue
         swept = _sweep(graph, cost, _in_sweep_order(graph, [(m, 0.0) for m in matches]), index, coster, cap,

@@ -111,3 +111,21 @@ def test_the_lift_goes_only_where_the_run_holds_denormals(tmp_path) -> None:  # 
     (lifted,) = _finalists(_masked_attention(), probe=lambda g, names: frozenset({probabilities}))
     assert lifted.completed
     assert len(_finalists(_masked_attention(), probe=lambda g, names: None)) == 1  # unknown: offered anyway
+
+
+def test_optimize_says_which_values_hold_denormals(tmp_path) -> None:  # noqa: ANN001
+    """The run that decides where to lift also tells the user: the report lists the values, the summary says so
+    and points at ``xflow denormals``; on a mask of -10 it says nothing."""
+    import json
+    import subprocess
+    import sys
+
+    for masked, expected in ((-100.0, ["p"]), (-10.0, [])):
+        onnx.save(_masked_attention(masked=masked), tmp_path / "m.onnx")
+        run = subprocess.run([sys.executable, "-m", "xflow.cli", "optimize", str(tmp_path / "m.onnx"),
+                              str(tmp_path / "out.onnx"), "--threads", "1", "--cost-db", str(tmp_path / "c.sqlite"),
+                              "--report", str(tmp_path / "r.json")], capture_output=True, text=True, check=False,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert json.loads((tmp_path / "r.json").read_text())["values_with_denormals"] == expected
+        assert ("hold float denormals" in run.stdout) == bool(expected)

@@ -185,6 +185,10 @@ def _print_summary(report: Any) -> None:
                    f"{report.timed_runs} interleaved runs; faster in {report.faster_pairs} of the pairs, "
                    f"signed-rank p = {report.rank_test_p:.2g})")
     _print_dynamic(report)
+    if report.values_with_denormals:
+        click.echo(f"  {len(report.values_with_denormals)} values hold float denormals on these inputs, which run "
+                   "slowly on x86 (lifted before a matmul where a rule can); `xflow denormals` measures what ONNX "
+                   "Runtime's flush of them would gain")
     click.echo(f"  wrote {report.output}: {report.decision}")
 
 

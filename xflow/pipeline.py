@@ -143,6 +143,8 @@ class OptimizeReport(VerifyFigures):
     nodes_opaque: int = 0  # nodes of the loaded model outside the algebra (opaque: carried, never rewritten)
     nodes_opaque_computing: int = 0  # of those, the ones computing at run time (no Constant, no folded shape node)
     copied: bool = False  # the model written is a byte-for-byte copy of the input
+    # values a rule whose gain is in the values bound that held float32/64 denormals on the check inputs
+    values_with_denormals: list[str] = field(default_factory=list)
     plan_output: str | None = None  # --place: the plan written, the placement chosen and its step time
     placement_chosen: str | None = None
     placement_seconds: float | None = None
@@ -831,10 +833,14 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
             original = run_original(source, options)
         except OriginalNotRunnable as exc:
             original = exc
-    probe = None
+    probe, held = None, set()
     if isinstance(original, OriginalRun):
         feeds = original.feeds
-        probe = lambda g, names: denormal_values(g, names, feeds, options, scratch)  # noqa: E731
+
+        def probe(g: Graph, names: Sequence[str]) -> frozenset[str] | None:
+            found = denormal_values(g, names, feeds, options, scratch)
+            held.update(found or ())
+            return found
     finalists = finalize(result, options, coster, rules, probe)
     picked = None
     if len(finalists) > 1 and isinstance(original, OriginalRun):
@@ -856,7 +862,8 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
         ir_nodes_after=len(written.nodes), nodes_opaque=graph.opaque_count(),
         nodes_opaque_computing=len(graph.opaque_computing()), decision=verdict.reason,
         **_search_figures(result, rules_file, rules, coster), **_chosen_figures(result, chosen, rules),
-        **_select_figures(finalists, picked), **asdict(verdict.figures), **_cost_figures(coster.model))
+        **_select_figures(finalists, picked), **asdict(verdict.figures), **_cost_figures(coster.model),
+        values_with_denormals=sorted(held))
     placement = None
     if place_request is not None:
         plan = source.shapes

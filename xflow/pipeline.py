@@ -38,7 +38,6 @@ from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, wo
 from xflow.onnx_io.load import check_input_shapes, check_proto
 from xflow.onnx_io.profile import ShapePlan, shape_plan
 from xflow.onnx_io.save import EXTERNAL_THRESHOLD
-from xflow.ops import OPS
 from xflow.rewrite import Match, find_matches, fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
@@ -335,6 +334,8 @@ def search(graph: Graph, rules: list[Rule], coster: GraphCoster, options: Optimi
     return backtracking_search(graph, rules, coster, search_limits(options), progress)
 
 
+#: The value types a lift out of the denormals applies to (its 2**64 overflows float16).
+LIFTED_DTYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 #: Which of the named values of a graph hold denormals when it runs on the original's inputs (None: not known).
 DenormalProbe = Callable[[Graph, Sequence[str]], "frozenset[str] | None"]
 
@@ -345,8 +346,7 @@ def denormal_values(graph: Graph, names: Sequence[str], feeds: Mapping[str, np.n
     normal) when ``graph`` runs on ``feeds``: inputs and constants read as they are, the others from one ORT session
     of the graph with them as outputs too. None when that cannot be run (weights in external data, or ORT refuses):
     then nothing is known."""
-    wide = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
-    wanted = [n for n in dict.fromkeys(names) if (t := graph.types.get(n)) is not None and t.dtype in wide]
+    wanted = [n for n in dict.fromkeys(names) if (t := graph.types.get(n)) is not None and t.dtype in LIFTED_DTYPES]
     known = {n: feeds[n] if n in feeds else graph.constants[n].value() for n in wanted
              if n in feeds or n in graph.constants}
     computed = [n for n in wanted if n not in known]
@@ -451,28 +451,25 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
 def _value_sweep(source: Alternative, rules: list[Rule], coster: GraphCoster,
                  probe: DenormalProbe | None = None) -> Alternative | None:
     """``source`` with each rule whose saving is in the values (``Rule.gain_in_values``) applied at every match
-    that reads a value holding denormals (``probe``; every match when it cannot tell), whatever the estimate says
-    (costs measured on random inputs cannot see that saving; the end-to-end timing of the finalists can); None when
-    none applies, or where a new op would read a value of a type other than float32 or float64 (2**64 overflows
-    float16)."""
+    whose values are of ``LIFTED_DTYPES`` and one of which holds denormals (``probe``; any, when it cannot tell),
+    whatever the estimate says (costs measured on random inputs cannot see that saving; the end-to-end timing of
+    the finalists can); None when none applies."""
     if not rules:
         return None
-    keep: Callable[[Match], bool] | None = None
+    types = source.graph.types
+    held: frozenset[str] | None = None
     if probe is not None:
         bound = [value for rule in rules for match in find_matches(source.graph, rule)
                  for value in match.values.values()]
         held = probe(source.graph, bound) if bound else frozenset()
-        if held is not None:
-            keep = lambda match: any(value in held for value in match.values.values())  # noqa: E731
+
+    def keep(match: Match) -> bool:
+        values = match.values.values()
+        return all(types[v].dtype in LIFTED_DTYPES for v in values if v in types) and \
+            (held is None or any(v in held for v in values))
+
     swept = complete_sweeps(source.graph, source.cost, rules, coster, rounds=1, min_matches=1, keep=keep)
-    if swept is None:
-        return None
-    graph = swept.graph
-    wide = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
-    if any(OPS[node.op].gain_in_values and graph.types[node.inputs[0]].dtype not in wide
-           for node in graph.nodes if node.op in OPS):
-        return None
-    return Alternative(graph, swept.cost, source.steps + swept.steps)
+    return Alternative(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else None
 
 
 def _finalist(source: Alternative, completed: bool = False) -> Finalist:
@@ -833,15 +830,14 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
             original = run_original(source, options)
         except OriginalNotRunnable as exc:
             original = exc
-    probe, held = None, set()
-    if isinstance(original, OriginalRun):
-        feeds = original.feeds
+    feeds = original.feeds if isinstance(original, OriginalRun) else None
+    held: set[str] = set()  # what the probe found, for the report
 
-        def probe(g: Graph, names: Sequence[str]) -> frozenset[str] | None:
-            found = denormal_values(g, names, feeds, options, scratch)
-            held.update(found or ())
-            return found
-    finalists = finalize(result, options, coster, rules, probe)
+    def probe(g: Graph, names: Sequence[str]) -> frozenset[str] | None:
+        found = denormal_values(g, names, feeds or {}, options, scratch)
+        held.update(found or ())
+        return found
+    finalists = finalize(result, options, coster, rules, probe if feeds is not None else None)
     picked = None
     if len(finalists) > 1 and isinstance(original, OriginalRun):
         picked = select_by_latency(finalists, original.feeds, options, scratch)

@@ -20,10 +20,12 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from generator.enumerate import Graph
 from xflow.ops import OPS
+
+R = TypeVar("R")
 
 MAX_SIZE_COMBOS = 12
 
@@ -203,22 +205,24 @@ def const_slots(rule: dict[str, Any]) -> frozenset[str]:
     return frozenset(order[name] for name, kind in rule["inputs"].items() if kind == "const" and name in order)
 
 
-def dedupe(rules: Iterable[dict[str, Any]],
-           key: Callable[[dict[str, Any]], str] = canonical_key,
-           slots: Callable[[dict[str, Any]], frozenset[str]] = const_slots) -> list[dict[str, Any]]:
+def dedupe(rules: Iterable[R],
+           key: Callable[[R], str] = canonical_key,
+           slots: Callable[[R], frozenset[str]] = const_slots,
+           name: Callable[[R], str] = lambda r: r["name"]) -> list[R]:
     """Per key (default: the canonical text), the most general rules: a rule is dropped when another of the
     same key needs constants at a subset of its positions (``x @ w1, x @ w2`` and ``w @ x1, w @ x2`` have one
     text but neither is more general, so both stay); among equal constant positions the first name wins.
-    In name order. ``rules`` is consumed once, so a generator is never held whole."""
-    best: dict[str, list[tuple[frozenset[str], dict[str, Any]]]] = {}
+    In name order. ``rules`` is consumed once, so a generator is never held whole; ``key``, ``slots`` and
+    ``name`` read a rule (a JSON dict by default; the generator passes packed rules with the three precomputed)."""
+    best: dict[str, list[tuple[frozenset[str], str, R]]] = {}
     for rule in rules:
-        consts = slots(rule)
+        consts, own = slots(rule), name(rule)
         kept = best.setdefault(key(rule), [])
-        if any(c < consts or (c == consts and r["name"] <= rule["name"]) for c, r in kept):
+        if any(c < consts or (c == consts and n <= own) for c, n, _ in kept):
             continue
-        kept[:] = [(c, r) for c, r in kept if not consts <= c]
-        kept.append((consts, rule))
-    return sorted((r for group in best.values() for _, r in group), key=lambda r: r["name"])
+        kept[:] = [(c, n, r) for c, n, r in kept if not consts <= c]
+        kept.append((consts, own, rule))
+    return [r for _, r in sorted(((n, r) for group in best.values() for _, n, r in group), key=lambda nr: nr[0])]
 
 
 def final_name(rule: dict[str, Any], max_ops: int) -> str:

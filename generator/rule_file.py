@@ -8,7 +8,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,11 +151,19 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     return result
 
 
-def save_candidates(path: str, candidates: list[dict[str, Any]], max_ops: int, seed: int) -> None:
+def save_candidates(path: str, candidates: Iterable[dict[str, Any]], max_ops: int, seed: int) -> None:
     """Write generated (unverified) candidates for a later ``--candidates`` run, atomically."""
     def dump(tmp: str) -> None:
+        # one candidate at a time (the generator's are packed: all of them as dicts would not fit at 4 ops); the
+        # bytes json.dump gives for the whole object
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": seed, "candidates": candidates}, f)
+            f.write(json.dumps({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": seed})[:-1]
+                    + ', "candidates": [')
+            for i, candidate in enumerate(candidates):
+                if i:
+                    f.write(", ")
+                json.dump(candidate, f)
+            f.write("]}")
 
     write_atomically(path, dump)
 

@@ -11,7 +11,7 @@ import gc
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +20,9 @@ import numpy as np
 
 from generator.enumerate import INPUT_SET, NO_OPERAND, enumerate_graphs, output_multisets
 from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
-from generator.generalize import canonical_key, dedupe
+from generator.generalize import canonical_key, const_slots, dedupe
+from generator.packed import PackedRule, PackedRules
+from generator.packed import pack as pack_rule
 from generator.prune import CommonSubgraph, renaming_keys
 from generator.to_rules import attribute_evaluator, pair_to_rule, rule_variables
 from xflow.executor import Executor, LocalExecutor
@@ -43,7 +45,7 @@ PACK_EVERY = 50_000
 class GenerationResult:
     """The emitted rules (JSON dicts, deterministic order) and the (step, count, seconds) table."""
 
-    rules: list[dict[str, Any]]
+    rules: Sequence[dict[str, Any]]  # a ``PackedRules``: unpacked one by one
     table: list[tuple[str, int, float]] = field(default_factory=list)
 
 
@@ -174,8 +176,9 @@ def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCoun
         return PartCounts(raw, len(pairs), len(uncommon), len(checked)), [(renaming_keys(p), p) for p in checked]
 
 
-def _emit(args: tuple[int, int, list[tuple[Keys, Pair]]]) -> list[dict[str, Any]]:
-    """The rules of kept pairs (given with their renaming keys both ways), in both directions."""
+def _emit(args: tuple[int, int, list[tuple[Keys, Pair]]]) -> list[PackedRule]:
+    """The rules of kept pairs (given with their renaming keys both ways), in both directions, packed with the
+    fields the parent's dedupe reads (``generator.packed``)."""
     seed, max_ops, keyed = args
     # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
     # input takes more ops), so the search gets both and the cost model decides.
@@ -187,7 +190,7 @@ def _emit(args: tuple[int, int, list[tuple[Keys, Pair]]]) -> list[dict[str, Any]
             rules.append(pair_to_rule(p, seed, max_ops, variables, forward))
             if p.b.graph:
                 rules.append(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables, backward))
-    return rules
+    return [pack_rule(r, canonical_key(r["variants"][0]), const_slots(r)) for r in rules]
 
 
 def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None,
@@ -298,19 +301,19 @@ def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: in
     del keyed
     emitted = [0]
 
-    def fresh_rules() -> Iterator[dict[str, Any]]:
+    def fresh_rules() -> Iterator[PackedRule]:
         names: set[str] = set()
         for rules in pool.imap(_emit, _drained(work), memory_bytes=PART_MEMORY_BYTES):
             for r in rules:
-                if r["name"] not in names:
-                    names.add(r["name"])
+                if r.name not in names:
+                    names.add(r.name)
                     emitted[0] += 1
                     yield r
 
-    unique = dedupe(fresh_rules(), key=lambda r: canonical_key(r["variants"][0]))
+    unique = dedupe(fresh_rules(), key=lambda r: r.key, slots=lambda r: r.consts, name=lambda r: r.name)
     t = step("rules emitted (both directions)", emitted[0], t)
     step("after generalized dedupe", len(unique), t)
-    return GenerationResult(unique, table)
+    return GenerationResult(PackedRules([r.blob for r in unique]), table)
 
 
 def format_table(table: list[tuple[str, int, float]]) -> str:

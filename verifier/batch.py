@@ -8,6 +8,7 @@ the candidate's rule, with its provenance filled in. A candidate no variant of w
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -300,13 +301,18 @@ def _died(candidate: dict[str, Any]) -> Outcome:
     return Outcome(candidate["name"], "unknown", reason=WORKER_DIED, statuses=[WORKER_DIED])
 
 
+#: Items ``run_guarded`` keeps submitted per worker; more than the 2 per worker + 1 its suspect rule assumes were
+#: handed out, so that the culprit of a broken pool is always among the submitted ones.
+SUBMIT_AHEAD = 4
+
+
 def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int], jobs: int,
                 one_per_process: bool, on_result: Callable[[int, Any], None]) -> None:
     """``fn(work[i])`` for every i of ``indices`` in memory-limited worker processes, calling
     ``on_result(i, result)`` as each finishes. A worker that dies (killed for memory, a crash in z3) breaks
     the pool: the items it may have been running are retried alone, and an item that kills its process
     again gets ``on_result(i, None)``; the others go on in a fresh pool."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     ctx = multiprocessing.get_context("spawn")
@@ -316,12 +322,20 @@ def run_guarded(fn: Callable[[Any], Any], work: Sequence[Any], indices: list[int
         with ProcessPoolExecutor(min(jobs, len(left)), mp_context=ctx, initializer=_limit_memory,
                                  initargs=(WORKER_MEMORY_BYTES,),
                                  max_tasks_per_child=1 if one_per_process else None) as pool:
-            futures = {pool.submit(fn, work[i]): i for i in left}
+            # a few items ahead of the workers, not all of them: a pending item holds its work (every candidate
+            # of a million-candidate run would be in memory at once)
+            queue = iter(left)
+            running: dict[Future[Any], int] = {pool.submit(fn, work[i]): i
+                                               for i in itertools.islice(queue, SUBMIT_AHEAD * jobs)}
             done: set[int] = set()
             try:
-                for future in as_completed(futures):
-                    on_result(futures[future], future.result())
-                    done.add(futures[future])
+                while running:
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        i = running.pop(future)
+                        on_result(i, future.result())
+                        done.add(i)
+                    running.update({pool.submit(fn, work[i]): i for i in itertools.islice(queue, len(finished))})
             except BrokenProcessPool:
                 # work is handed out in submission order, at most one running and one queued per worker
                 # plus one: the culprit is among the first 2 * jobs + 1 unfinished
@@ -350,6 +364,21 @@ def check_backend(executor: Executor | None, jobs: int = 1) -> None:
                          f"address-space limit of {WORKER_MEMORY_BYTES // 2**30} GiB, too small for CUDA to start in")
 
 
+class _GroupWork(Sequence[Work]):
+    """The tasks of ``verify_candidates``, one per group of candidate indices, each built when it is read: the
+    candidates of a group and the verifier's settings (``Work``)."""
+
+    def __init__(self, candidates: Sequence[dict[str, Any]], groups: Sequence[tuple[int, ...]],
+                 settings: tuple[Any, ...]) -> None:
+        self._candidates, self._groups, self._settings = candidates, groups, settings
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __getitem__(self, g: int) -> Work:  # type: ignore[override]  # no slices
+        return (tuple(self._candidates[i] for i in self._groups[g]), *self._settings)
+
+
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimit: int = DEFAULT_RLIMIT,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None,
@@ -363,25 +392,27 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimi
     are verified in one task, one after the other (``verify_group``); the groups depend on the candidates alone,
     so the outcomes do not depend on ``jobs`` or the executor."""
     check_backend(executor, jobs)
-    candidates = list(candidates)
+    # a sequence is indexed, not copied: the generator's candidates are packed and unpacked one task at a time
+    candidates = candidates if isinstance(candidates, Sequence) else list(candidates)
     groups = same_theorem_groups(candidates) if same_theorems else [(i,) for i in range(len(candidates))]
-    work: list[Work] = [(tuple(candidates[i] for i in group), rlimit, trials, seed, guard_s, rounds, replay,
-                         wide_trials) for group in groups]
+    work = _GroupWork(candidates, groups, (rlimit, trials, seed, guard_s, rounds, replay, wide_trials))
     outcomes: dict[int, Outcome] = {}
 
     def record(g: int, result: list[Outcome] | None) -> None:
-        for i, candidate, outcome in zip(groups[g], work[g][0], result or [None] * len(groups[g]), strict=True):
-            outcomes[i] = outcome if outcome is not None else _died(candidate)
+        results = result if result is not None else [_died(candidates[i]) for i in groups[g]]
+        for i, outcome in zip(groups[g], results, strict=True):
+            outcomes[i] = outcome
             if progress is not None:
                 progress(len(outcomes), outcomes[i])
 
     if executor is not None and not isinstance(executor, LocalExecutor):
-        for g, result in executor.imap_unordered(_work_at, list(enumerate(work)), memory_bytes=WORKER_MEMORY_BYTES,
+        for g, result in executor.imap_unordered(_work_at, [(g, work[g]) for g in range(len(work))],
+                                                 memory_bytes=WORKER_MEMORY_BYTES,
                                                  failed=lambda item: (item[0], None)):
             record(g, result)
     elif (executor.jobs if executor is not None else jobs) <= 1:
-        for g, item in enumerate(work):
-            record(g, _work(item))
+        for g in range(len(work)):
+            record(g, _work(work[g]))
     else:
         run_guarded(_work, work, list(range(len(work))), executor.jobs if executor is not None else jobs, False,
                     record)

@@ -1,0 +1,69 @@
+"""Generated candidates kept compressed until a task needs them.
+
+A candidate is a JSON dict of every variant's nodes, attributes and provenance: about 25 KB of Python objects for
+a ≤ 4-op one, 4 KB of JSON text and 0.5 KB of zlib-compressed JSON. A generation run holds all of them in one
+process (tens of thousands at 3 ops, a million or more at 4), so the workers that emit them pack each one with the
+few fields the parent's dedupe reads, and the parent unpacks a candidate only when a task is built from it.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+
+@dataclass(frozen=True)
+class PackedRule:
+    """One emitted rule: its ``name``, dedupe ``key`` and constant slots (``consts``), and the rule itself as
+    zlib-compressed JSON (``blob``)."""
+
+    name: str
+    key: str
+    consts: frozenset[str]
+    blob: bytes
+
+
+def pack(rule: dict[str, Any], key: str, consts: frozenset[str]) -> PackedRule:
+    """``rule`` packed with the dedupe fields the caller computed for it."""
+    return PackedRule(rule["name"], key, consts, zlib.compress(json.dumps(rule).encode(), 6))
+
+
+def unpack(blob: bytes) -> dict[str, Any]:
+    """The rule dict a ``PackedRule.blob`` holds."""
+    return json.loads(zlib.decompress(blob))
+
+
+class PackedRules(Sequence[dict[str, Any]]):
+    """A read-only sequence of rule dicts stored compressed: each access unpacks a fresh dict."""
+
+    def __init__(self, blobs: Sequence[bytes]) -> None:
+        self._blobs = list(blobs)
+
+    def __len__(self) -> int:
+        return len(self._blobs)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PackedRules: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | PackedRules:
+        if isinstance(index, slice):
+            return PackedRules(self._blobs[index])
+        return unpack(self._blobs[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (unpack(b) for b in self._blobs)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedRules):
+            return self._blobs == other._blobs
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-equality semantics, like a list

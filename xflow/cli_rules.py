@@ -99,7 +99,8 @@ def executor_options(func: Any) -> Any:
 
 @click.command("generate-rules")
 @click.option("--max-ops", type=click.IntRange(1, 4), default=3, show_default=True,
-              help="Largest number of operators in an enumerated graph.")
+              help="Largest number of operators in an enumerated graph. At 4, only rules with a 4-op side are "
+                   "written: merge the file with a --max-ops 3 run's (xflow rules merge).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="all cores",
               help="Worker processes for enumeration and verification.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same rule file.")

@@ -222,7 +222,7 @@ def dedupe(rules: Iterable[R],
             continue
         kept[:] = [(c, n, r) for c, n, r in kept if not consts <= c]
         kept.append((consts, own, rule))
-    return [r for _, r in sorted(((n, r) for group in best.values() for _, n, r in group), key=lambda nr: nr[0])]
+    return [r for _, _, r in sorted((entry for group in best.values() for entry in group), key=lambda e: e[1])]
 
 
 def final_name(rule: dict[str, Any], max_ops: int) -> str:

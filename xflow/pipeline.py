@@ -334,8 +334,6 @@ def search(graph: Graph, rules: list[Rule], coster: GraphCoster, options: Optimi
     return backtracking_search(graph, rules, coster, search_limits(options), progress)
 
 
-#: The value types a lift out of the denormals applies to (its 2**64 overflows float16).
-LIFTED_DTYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 #: Which of the named values of a graph hold denormals when it runs on the original's inputs (None: not known).
 DenormalProbe = Callable[[Graph, Sequence[str]], "frozenset[str] | None"]
 
@@ -346,7 +344,7 @@ def denormal_values(graph: Graph, names: Sequence[str], feeds: Mapping[str, np.n
     normal) when ``graph`` runs on ``feeds``: inputs and constants read as they are, the others from one ORT session
     of the graph with them as outputs too. None when that cannot be run (weights in external data, or ORT refuses):
     then nothing is known."""
-    wanted = [n for n in dict.fromkeys(names) if (t := graph.types.get(n)) is not None and t.dtype in LIFTED_DTYPES]
+    wanted = [n for n in dict.fromkeys(names) if (t := graph.types.get(n)) is not None and _is_float(t.dtype)]
     known = {n: feeds[n] if n in feeds else graph.constants[n].value() for n in wanted
              if n in feeds or n in graph.constants}
     computed = [n for n in wanted if n not in known]
@@ -362,6 +360,13 @@ def denormal_values(graph: Graph, names: Sequence[str], feeds: Mapping[str, np.n
         except Exception:  # noqa: BLE001 - ORT's own types: unknown, so every match is kept
             return None
     return frozenset(n for n, v in known.items() if _holds_denormals(np.asarray(v)))
+
+
+def _is_float(dtype: int) -> bool:
+    try:
+        return bool(np.issubdtype(onnx.helper.tensor_dtype_to_np_dtype(dtype), np.floating))
+    except (KeyError, TypeError, ValueError):  # undefined or not a numpy type
+        return False
 
 
 def _holds_denormals(array: np.ndarray) -> bool:
@@ -451,9 +456,9 @@ def finalize(result: SearchReport, options: OptimizeOptions, coster: GraphCoster
 def _value_sweep(source: Alternative, rules: list[Rule], coster: GraphCoster,
                  probe: DenormalProbe | None = None) -> Alternative | None:
     """``source`` with each rule whose saving is in the values (``Rule.gain_in_values``) applied at every match
-    whose values are of ``LIFTED_DTYPES`` and one of which holds denormals (``probe``; any, when it cannot tell),
-    whatever the estimate says (costs measured on random inputs cannot see that saving; the end-to-end timing of
-    the finalists can); None when none applies."""
+    whose values are of the rule's ``value_dtypes`` (the op table's) and one of which holds denormals (``probe``;
+    any, when it cannot tell), whatever the estimate says (costs measured on random inputs cannot see that saving;
+    the end-to-end timing of the finalists can); None when none applies."""
     if not rules:
         return None
     types = source.graph.types
@@ -465,7 +470,7 @@ def _value_sweep(source: Alternative, rules: list[Rule], coster: GraphCoster,
 
     def keep(match: Match) -> bool:
         values = match.values.values()
-        return all(types[v].dtype in LIFTED_DTYPES for v in values if v in types) and \
+        return all(types[v].dtype in match.rule.value_dtypes for v in values if v in types) and \
             (held is None or any(v in held for v in values))
 
     swept = complete_sweeps(source.graph, source.cost, rules, coster, rounds=1, min_matches=1, keep=keep)

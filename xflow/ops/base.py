@@ -211,6 +211,8 @@ class OpDef:
     # the normal range, where the op after it runs at full speed): node costs measured on random inputs cannot see
     # it, so a rule that adds this op is applied at every match and timed end to end (``pipeline.finalize``)
     gain_in_values: bool = False
+    # with ``gain_in_values``: the element types it may be written on (a scale by 2**64 overflows float16)
+    value_dtypes: tuple[int, ...] = ()
 
     def channel_params_along(self, axis: int) -> tuple[int, ...]:
         """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``

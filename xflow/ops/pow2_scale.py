@@ -55,6 +55,7 @@ POW2_SCALE = OpDef(
     attrs=(AttrSpec("exponent", sample=one_of(-64, -3, 1, 5, 64)),), shape=pow2_scale_shape,
     kernel=_pow2_scale, int_kernel=_pow2_scale_int, decode=None, encode=encode_pow2_scale,
     doc="x times 2**exponent: exact, it moves values out of the denormal range", elementwise=True, linear=True,
-    z3_symbol="pow2_scale", family="elementwise", gain_in_values=True)
+    z3_symbol="pow2_scale", family="elementwise", gain_in_values=True,
+    value_dtypes=(onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE))  # 2**64 overflows float16
 
 OPS = (POW2_SCALE,)

@@ -102,6 +102,14 @@ class Rule:
         return any(op in OPS and OPS[op].gain_in_values for op in added)
 
     @property
+    def value_dtypes(self) -> frozenset[int]:
+        """The element types every op the target adds for a saving in the values may be written on
+        (``OpDef.value_dtypes``; empty when it adds none)."""
+        added = {n.op for n in self.dst} - {n.op for n in self.src}
+        sets = [frozenset(OPS[op].value_dtypes) for op in added if op in OPS and OPS[op].gain_in_values]
+        return frozenset.intersection(*sets) if sets else frozenset()
+
+    @property
     def variables(self) -> frozenset[str]:
         """Attribute variables bound by the source pattern."""
         return frozenset(v.name for n in self.src for t in n.attrs.values() for v in _vars(t))

@@ -318,3 +318,30 @@ def test_an_instance_outside_the_source_domain_is_no_evidence():
         warnings.simplefilter("error")
         result = numeric_check(rule, trials=3, attempts=50)
     assert result.trials_run < 3
+
+
+def _conv_rule(strides: list[int], act: str) -> dict:
+    return {"name": "t", "inputs": {"x": "any", "k": "const"},
+            "src": [{"op": "conv", "in": ["x", "k"], "out": ["y"],
+                     "attrs": {"act": act, "group": 1, "pads": [0, 0, 0, 0], "strides": strides}}],
+            "dst": [{"op": "conv", "in": ["x", "k"], "out": ["z"],
+                     "attrs": {"act": act, "group": 1, "pads": [0, 0, 0, 0], "strides": strides}}],
+            "outputs": {"y": "z"}}
+
+
+def test_an_encoding_reused_from_an_earlier_rule_is_the_rules_own():
+    """The encoder reuses the terms and facts of an application it built for an earlier rule (``_APPLIED``): a rule
+    differing in one attribute gets its own terms, and a rule encoded again gets exactly what a fresh encoder
+    gives."""
+    from verifier import encode
+
+    def shape(raw: dict) -> tuple[list[str], list[str]]:
+        enc = encode_rule(parse_rule(raw))
+        return [h.sexpr() for h in enc.hypotheses], [g[2].sexpr() for g in enc.goals]
+
+    stride1, stride2 = shape(_conv_rule([1, 1], "none")), shape(_conv_rule([2, 2], "none"))
+    assert stride1 != stride2
+    assert shape(_conv_rule([1, 1], "relu")) != stride1
+    again = shape(_conv_rule([1, 1], "none"))
+    encode._APPLIED.clear()
+    assert again == stride1 == shape(_conv_rule([1, 1], "none"))

@@ -161,15 +161,16 @@ STRIDE_TO_1X1 = {"name": "t", "inputs": {"i1": "any", "k31": "const", "k11": "co
 
 def test_a_candidate_z3_leaves_unknown_is_checked_on_more_shapes():
     """The first check (6 instances) does not refute STRIDE_TO_1X1 and z3 spends its budget; the wider check
-    (``WIDE_TRIALS`` more instances) finds a second kernel of 2x2 where the two sides differ."""
+    (``WIDE_TRIALS`` more instances) finds a second kernel of 2x2 where the two sides differ, once z3's first round
+    has not settled the candidate: the later rounds' budget is not spent on it."""
     from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS
 
     plain = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
     assert plain.status == "unknown", plain
     wide = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
                             wide_trials=WIDE_TRIALS)
-    assert wide.status == "refuted" and "wider numeric check" in wide.reason, wide
-    assert wide.rlimit_used == plain.rlimit_used
+    assert wide.status == "refuted" and "wider numeric check after z3's first round" in wide.reason, wide
+    assert wide.rlimit_used < plain.rlimit_used / 4, (wide.rlimit_used, plain.rlimit_used)
     # a true candidate z3 cannot settle stays unknown
     assert verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=GENERATION_RLIMIT,
                             wide_trials=WIDE_TRIALS).status == "unknown"

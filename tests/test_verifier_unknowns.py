@@ -121,7 +121,7 @@ def test_the_wider_check_draws_enough_to_refute_a_candidate_that_holds_for_one_k
     outcome = verify_candidate(candidate, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
                                wide_trials=WIDE_TRIALS)
     assert outcome.status == "refuted" and "wider numeric check" in outcome.reason, outcome
-    assert outcome.rlimit_used == plain.rlimit_used  # the wider check costs no z3 units
+    assert outcome.rlimit_used < plain.rlimit_used  # refuted before the later rounds spend the budget
 
 
 def _window(op: str, src: str, out: str, strides: list[int]) -> dict:

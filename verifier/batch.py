@@ -89,7 +89,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     fresh context, ``test_a_proof_after_a_failed_call_in_its_context_is_checked_on_verify_rules_schedule``), is
     proved again as ``verify-rules`` would in its first rounds (``_replays``), and is the candidate's rule only
     when that proves it too: a generated file re-verifies. With ``wide_trials`` a candidate z3 leaves unknown is
-    checked on that many more shapes per variant before it is reported (``_refute_wider``).
+    checked on that many more shapes per variant (``_wider_check``) once its first round has not settled it: a
+    counterexample for every variant still open refutes it there, before the later rounds spend the budget.
 
     ``same_theorems`` maps a variant's ``theorem_key`` to the status (refuted or unknown) and name of an earlier
     variant stating the same theorem (a candidate's reverse, ``verify_group``): such a variant is settled with that
@@ -129,7 +130,29 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
             taken_over_unknown |= status == "unknown"
     encoded: dict[int, Any] = {}  # each variant encoded once, whatever the number of rounds it takes part in
     context: ProofContext | None = None  # one z3 context for all the candidate's proofs, made at the first
-    for step in (*(s for s in rounds if s < rlimit), *((None,) if last_round else ())):
+    wider: dict[int, Any] = {}  # variant -> its wider numeric check, run at most once
+
+    def refuted_wider(indices: list[int]) -> str | None:
+        """The first reason when every variant of ``indices`` has a counterexample on the wider check."""
+        reasons = []
+        for index in indices:
+            if index not in wider:
+                wider[index] = _wider_check(parsed_by_index[index][1], parsed_by_index[index][0], wide_trials, seed)
+            if wider[index].ok or not wider[index].trials_run:
+                return None
+            reasons.append(wider[index].reason)
+        return reasons[0] if reasons else None
+
+    parsed_by_index = {index: (raw, rule) for index, raw, rule in parsed}
+    steps = (*(s for s in rounds if s < rlimit), *((None,) if last_round else ()))
+    for round_index, step in enumerate(steps):
+        if round_index and wide_trials and not taken_over_unknown:
+            # z3 did not settle the candidate in its first round: the wider numeric check, due anyway when the
+            # budget runs out unproved, refutes most of what is false before the later rounds spend the budget
+            open_ = [index for index, _, _ in parsed if numerics.get(index) is not None and index not in settled]
+            reason = refuted_wider(open_)
+            if reason is not None:
+                return _refuted_wider(outcome, open_, reason, "after z3's first round")
         if step is None:  # the last round splits what is left among the checked variants: check them all
             open_ = [p for p in parsed if p[0] not in settled and passes(*p)]
         else:
@@ -180,10 +203,19 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     for index, _, _ in parsed:
         final.setdefault(index, "unknown")  # tried within the whole budget, or never reached before it was spent
     if outcome.status == "unknown" and wide_trials and not taken_over_unknown:
-        wider = [index for index, _, _ in parsed if numerics.get(index) is not None and index not in settled]
-        _refute_wider(outcome, [(rule, raw) for index, raw, rule in parsed if index in wider], wide_trials, seed)
-        if outcome.status == "refuted":
-            final.update(dict.fromkeys(wider, "refuted"))
+        open_ = [index for index, _, _ in parsed if numerics.get(index) is not None and index not in settled]
+        reason = refuted_wider(open_)
+        if reason is not None:
+            _refuted_wider(outcome, open_, reason, "after z3 spent its budget")
+    return outcome
+
+
+def _refuted_wider(outcome: Outcome, variants: list[int], reason: str, when: str) -> Outcome:
+    """``outcome`` refuted by the wider numeric check: every one of ``variants`` has a counterexample there."""
+    outcome.status = "refuted"
+    outcome.reason = f"refuted: {reason} (wider numeric check {when})"
+    outcome.statuses.append(outcome.reason)
+    outcome.variant_statuses.update(dict.fromkeys(variants, "refuted"))
     return outcome
 
 
@@ -209,24 +241,15 @@ def verify_group(group: Sequence[dict[str, Any]], rlimit: int = DEFAULT_RLIMIT, 
     return outcomes
 
 
-def _refute_wider(outcome: Outcome, variants: list[tuple[Any, dict[str, Any]]], trials: int, seed: int) -> None:
-    """A candidate z3 could not settle, checked numerically on ``trials`` more shapes and attributes per variant
+def _wider_check(rule: Any, raw: dict[str, Any], trials: int, seed: int) -> Any:
+    """One variant of a candidate z3 has not settled, checked numerically on ``trials`` more shapes and attributes
     from the wider domains (``numeric_check(wide=True)``; half the draws are still shapes near the ones the
-    candidate was found on): when every variant z3 tried has a counterexample, the candidate is refuted (a rule
+    candidate was found on). A candidate is refuted when every variant z3 tried has a counterexample here (a rule
     holding only on the few sizes the first check drew, such as a conv pair that commutes for 1x1 kernels only,
     or only at the strides the generator tried, such as an enlarged kernel's pads at stride 3). The wider
     domains contain the usual ones, so a second pass over those alone would only repeat draws."""
-    reasons = []
-    for rule, raw in variants:
-        wider = numeric_check(rule, trials=trials, seed=seed + 1, attempts=WIDE_ATTEMPTS,
-                              found_on=raw.get("provenance", {}).get("found_on"), wide=True)
-        if wider.ok or not wider.trials_run:
-            return
-        reasons.append(wider.reason)
-    if reasons:
-        outcome.status = "refuted"
-        outcome.reason = f"refuted: {reasons[0]} (wider numeric check after z3 spent its budget)"
-        outcome.statuses.append(outcome.reason)
+    return numeric_check(rule, trials=trials, seed=seed + 1, attempts=WIDE_ATTEMPTS,
+                         found_on=raw.get("provenance", {}).get("found_on"), wide=True)
 
 
 def _replays(raw: dict[str, Any], trials: int, seed: int, guard_s: float | None, outcome: Outcome) -> bool:

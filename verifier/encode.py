@@ -402,17 +402,41 @@ def table_facts(op: str, attrs: dict[str, Any], args: Sequence[z3.ExprRef], outs
     return [f for f in facts if not isinstance(f, bool)]
 
 
+#: Applications encoded at most this many at a time (``_APPLIED``).
+APPLIED_ENTRIES = 20_000
+#: (op, outputs, attribute values, argument ids) -> (output terms, their table facts, the attributes and arguments,
+#: kept alive so that no other term takes their ids). Candidates of one run share most applications (the same
+#: inputs, the same ops): building their z3 terms through z3's Python API was a fifth of the verifier's time.
+_APPLIED: dict[tuple[Any, ...], tuple[list[z3.ExprRef], list[Any], Any, Any]] = {}
+
+
+def _value_key(value: Any) -> Any:
+    """A hashable key of an attribute value that tells 1, 1.0 and True apart and names a z3 term by its id."""
+    if isinstance(value, z3.AstRef):
+        return ("z3", value.get_id())
+    if isinstance(value, tuple):
+        return tuple(_value_key(v) for v in value)
+    return (type(value).__name__, value)
+
+
 def _encode_nodes(nodes: Sequence[Any], variables: dict[str, Any], terms: dict[str, z3.ExprRef],
-                  source: bool, facts: list[Any] | None = None) -> dict[str, z3.ExprRef]:
+                  source: bool, facts: list[Any]) -> dict[str, z3.ExprRef]:
     for node in nodes:
         if node.op not in ATTR_LAYOUT:
             raise Unsupported(f"op {node.op!r} has no z3 encoding")
         n_out = len(node.outputs)
         attrs = {k: _template_value(t, node.op, k, n_out, variables, terms, source) for k, t in node.attrs.items()}
         args = [terms[i] for i in node.inputs]
-        outs = apply_op(node.op, attrs, args, n_out)
-        if facts is not None:
-            facts.extend(table_facts(node.op, attrs, args, outs))
+        key = (node.op, n_out, tuple((k, _value_key(v)) for k, v in sorted(attrs.items())),
+               tuple(a.get_id() for a in args))
+        found = _APPLIED.get(key)
+        if found is None:
+            outs = apply_op(node.op, attrs, args, n_out)
+            if len(_APPLIED) >= APPLIED_ENTRIES:
+                _APPLIED.clear()
+            found = _APPLIED[key] = (outs, table_facts(node.op, attrs, args, outs), attrs, args)
+        outs = found[0]
+        facts.extend(found[1])
         for name, term in zip(node.outputs, outs, strict=True):
             terms[name] = term
     return terms

@@ -242,24 +242,42 @@ def _normalized(op: str, attrs: dict[str, Any]) -> Any:
     return _normalized_items(op, items)
 
 
+@lru_cache(maxsize=1 << 16)
+def _shape_rule(op: str, normal: Any, ins: tuple[tuple[int, ...], ...], free: frozenset[int]
+                ) -> tuple[list[tuple[int, ...]], tuple[tuple[int, ...], ...] | None] | None:
+    """(output shapes, the inputs fitted to the shape rule or None) of ``op`` on ``ins``, None when no fit of the
+    ``free`` inputs applies: a pure function of its arguments, computed once per distinct value (a check draws
+    the same few shapes thousands of times, and the shape rules were a fifth of its time)."""
+    entry = OPS[op]
+    try:
+        return entry.infer(list(ins), normal), None
+    except ShapeError:
+        fitted = entry.fit_inputs(list(ins), normal, free) if free else None
+        if fitted is None or list(fitted) == list(ins):
+            return None
+        try:
+            return entry.infer(fitted, normal), tuple(tuple(f) for f in fitted)
+        except ShapeError:
+            return None
+
+
 def _infer(op: str, attrs: dict[str, Any], shapes: dict[str, tuple[int, ...]], inputs: tuple[str, ...],
            outputs: tuple[str, ...], fresh: set[str] | None = None) -> Any:
     """``op``'s normalized attributes, its output shapes recorded in ``shapes`` (ShapeError / _Skip when the
     instance does not apply). Inputs in ``fresh`` (read by no earlier op) that the shape rule refuses are fitted
     to it once (``OpDef.fit_inputs``): most random draws fail on a kernel's channels or a split's sizes."""
     normal = _normalized(op, attrs)
-    entry = OPS[op]
-    ins = [shapes[i] for i in inputs]
+    ins = tuple(shapes[i] for i in inputs)
+    free = frozenset(pos for pos, name in enumerate(inputs) if fresh and name in fresh and inputs.count(name) == 1)
     try:
-        out_shapes = entry.infer(ins, normal)
-    except ShapeError:
-        free = frozenset(pos for pos, name in enumerate(inputs) if fresh and name in fresh
-                         and inputs.count(name) == 1)
-        fitted = entry.fit_inputs(ins, normal, free) if free else None
-        if fitted is None or fitted == ins:
-            raise
-        out_shapes = entry.infer(fitted, normal)
-        shapes.update((inputs[pos], tuple(fitted[pos])) for pos in free)
+        found = _shape_rule(op, normal, ins, free)
+    except TypeError:  # an unhashable attribute value: not worth a key
+        found = _shape_rule.__wrapped__(op, normal, ins, free)
+    if found is None:
+        raise ShapeError(f"{op}: no instance on {list(ins)}")
+    out_shapes, fitted = found
+    if fitted is not None:
+        shapes.update((inputs[pos], fitted[pos]) for pos in free)
     if len(out_shapes) != len(outputs):
         raise _Skip
     shapes.update(zip(outputs, out_shapes, strict=True))

@@ -7,7 +7,7 @@ import pytest
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
 from verifier import numeric_check, prove
 from verifier.batch import GENERATION_ROUNDS, verify_candidate
-from verifier.numeric import _shape_rule
+from verifier.numeric import _fitted
 from verifier.prove import GENERATION_RLIMIT, ProofContext, prove_rule
 from xflow.ops import OPS, ShapeError
 from xflow.ops.base import OpDef
@@ -33,12 +33,12 @@ def test_draws_are_fitted_to_the_op_that_refuses_them(monkeypatch):
     fitted = numeric_check(rule, trials=20, attempts=25)
     assert fitted.ok and fitted.trials_run == 20, fitted
     monkeypatch.setattr(OpDef, "fit_inputs", lambda self, shapes, attrs, free: None)
-    _shape_rule.cache_clear()  # the check memoizes the shape rules' answers: the op table changed under it
+    _fitted.cache_clear()  # the check memoizes the fits: the op table changed under it
     try:
         unfitted = numeric_check(rule, trials=20, attempts=25)
     finally:
         monkeypatch.undo()
-        _shape_rule.cache_clear()
+        _fitted.cache_clear()
     assert unfitted.trials_run < 15, unfitted  # an image's channels meet a drawn kernel's about once in three
 
 

@@ -132,27 +132,27 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     context: ProofContext | None = None  # one z3 context for all the candidate's proofs, made at the first
     wider: dict[int, Any] = {}  # variant -> its wider numeric check, run at most once
 
-    def refuted_wider(indices: list[int]) -> str | None:
-        """The first reason when every variant of ``indices`` has a counterexample on the wider check."""
-        reasons = []
-        for index in indices:
+    def refute_wider(when: str) -> bool:
+        """Whether every variant still open (checked, not settled) has a counterexample on the wider check;
+        if so, ``outcome`` says it was refuted there."""
+        still_open = [(index, raw, rule) for index, raw, rule in parsed
+                      if numerics.get(index) is not None and index not in settled]
+        for index, raw, rule in still_open:
             if index not in wider:
-                wider[index] = _wider_check(parsed_by_index[index][1], parsed_by_index[index][0], wide_trials, seed)
+                wider[index] = _wider_check(rule, raw, wide_trials, seed)
             if wider[index].ok or not wider[index].trials_run:
-                return None
-            reasons.append(wider[index].reason)
-        return reasons[0] if reasons else None
+                return False
+        if not still_open:
+            return False
+        _refuted_wider(outcome, [index for index, _, _ in still_open], wider[still_open[0][0]].reason, when)
+        return True
 
-    parsed_by_index = {index: (raw, rule) for index, raw, rule in parsed}
     steps = (*(s for s in rounds if s < rlimit), *((None,) if last_round else ()))
     for round_index, step in enumerate(steps):
-        if round_index and wide_trials and not taken_over_unknown:
-            # z3 did not settle the candidate in its first round: the wider numeric check, due anyway when the
-            # budget runs out unproved, refutes most of what is false before the later rounds spend the budget
-            open_ = [index for index, _, _ in parsed if numerics.get(index) is not None and index not in settled]
-            reason = refuted_wider(open_)
-            if reason is not None:
-                return _refuted_wider(outcome, open_, reason, "after z3's first round")
+        # z3 did not settle the candidate in its first round: the wider numeric check, due anyway when the budget
+        # runs out unproved, refutes most of what is false before the later rounds spend the budget
+        if round_index and wide_trials and not taken_over_unknown and refute_wider("after z3's first round"):
+            return outcome
         if step is None:  # the last round splits what is left among the checked variants: check them all
             open_ = [p for p in parsed if p[0] not in settled and passes(*p)]
         else:
@@ -203,20 +203,16 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     for index, _, _ in parsed:
         final.setdefault(index, "unknown")  # tried within the whole budget, or never reached before it was spent
     if outcome.status == "unknown" and wide_trials and not taken_over_unknown:
-        open_ = [index for index, _, _ in parsed if numerics.get(index) is not None and index not in settled]
-        reason = refuted_wider(open_)
-        if reason is not None:
-            _refuted_wider(outcome, open_, reason, "after z3 spent its budget")
+        refute_wider("after z3 spent its budget")
     return outcome
 
 
-def _refuted_wider(outcome: Outcome, variants: list[int], reason: str, when: str) -> Outcome:
+def _refuted_wider(outcome: Outcome, variants: list[int], reason: str, when: str) -> None:
     """``outcome`` refuted by the wider numeric check: every one of ``variants`` has a counterexample there."""
     outcome.status = "refuted"
     outcome.reason = f"refuted: {reason} (wider numeric check {when})"
     outcome.statuses.append(outcome.reason)
     outcome.variant_statuses.update(dict.fromkeys(variants, "refuted"))
-    return outcome
 
 
 def verify_group(group: Sequence[dict[str, Any]], rlimit: int = DEFAULT_RLIMIT, trials: int = 3, seed: int = 0,

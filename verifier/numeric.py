@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 from xflow.errors import XflowError
+from xflow.ir import Attrs
 from xflow.ops import OPS, ShapeError
 from xflow.ops.base import pick
 from xflow.rewrite.match import evaluate_template
@@ -243,22 +244,25 @@ def _normalized(op: str, attrs: dict[str, Any]) -> Any:
 
 
 @lru_cache(maxsize=1 << 16)
-def _shape_rule(op: str, normal: Any, ins: tuple[tuple[int, ...], ...], free: frozenset[int]
-                ) -> tuple[list[tuple[int, ...]], tuple[tuple[int, ...], ...] | None] | None:
-    """(output shapes, the inputs fitted to the shape rule or None) of ``op`` on ``ins``, None when no fit of the
-    ``free`` inputs applies: a pure function of its arguments, computed once per distinct value (a check draws
-    the same few shapes thousands of times, and the shape rules were a fifth of its time)."""
-    entry = OPS[op]
+def _shape_rule(op: str, normal: Attrs, ins: tuple[tuple[int, ...], ...]) -> list[tuple[int, ...]] | None:
+    """``op``'s output shapes on ``ins``, None when its shape rule refuses them: computed once per distinct value
+    (a check draws the same few shapes thousands of times, and the shape rules were a fifth of its time)."""
     try:
-        return entry.infer(list(ins), normal), None
+        return OPS[op].infer(list(ins), normal)
     except ShapeError:
-        fitted = entry.fit_inputs(list(ins), normal, free) if free else None
-        if fitted is None or list(fitted) == list(ins):
-            return None
-        try:
-            return entry.infer(fitted, normal), tuple(tuple(f) for f in fitted)
-        except ShapeError:
-            return None
+        return None
+
+
+@lru_cache(maxsize=1 << 14)
+def _fitted(op: str, normal: Attrs, ins: tuple[tuple[int, ...], ...], free: frozenset[int]
+            ) -> tuple[list[tuple[int, ...]], tuple[tuple[int, ...], ...]] | None:
+    """(output shapes, inputs) with the ``free`` inputs fitted to the shape rule that refuses ``ins``
+    (``OpDef.fit_inputs``), None when no fit applies; memoized like ``_shape_rule``."""
+    fitted = OPS[op].fit_inputs(list(ins), normal, free)
+    if fitted is None or list(fitted) == list(ins):
+        return None
+    out_shapes = _shape_rule(op, normal, tuple(tuple(f) for f in fitted))
+    return None if out_shapes is None else (out_shapes, tuple(tuple(f) for f in fitted))
 
 
 def _infer(op: str, attrs: dict[str, Any], shapes: dict[str, tuple[int, ...]], inputs: tuple[str, ...],
@@ -268,15 +272,14 @@ def _infer(op: str, attrs: dict[str, Any], shapes: dict[str, tuple[int, ...]], i
     to it once (``OpDef.fit_inputs``): most random draws fail on a kernel's channels or a split's sizes."""
     normal = _normalized(op, attrs)
     ins = tuple(shapes[i] for i in inputs)
-    free = frozenset(pos for pos, name in enumerate(inputs) if fresh and name in fresh and inputs.count(name) == 1)
-    try:
-        found = _shape_rule(op, normal, ins, free)
-    except TypeError:  # an unhashable attribute value: not worth a key
-        found = _shape_rule.__wrapped__(op, normal, ins, free)
-    if found is None:
-        raise ShapeError(f"{op}: no instance on {list(ins)}")
-    out_shapes, fitted = found
-    if fitted is not None:
+    out_shapes = _shape_rule(op, normal, ins)
+    if out_shapes is None:
+        free = frozenset(pos for pos, name in enumerate(inputs) if fresh and name in fresh
+                         and inputs.count(name) == 1)
+        found = _fitted(op, normal, ins, free) if free else None
+        if found is None:
+            raise ShapeError(f"{op}: no instance on {list(ins)}")
+        out_shapes, fitted = found
         shapes.update((inputs[pos], fitted[pos]) for pos in free)
     if len(out_shapes) != len(outputs):
         raise _Skip

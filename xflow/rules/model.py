@@ -98,16 +98,19 @@ class Rule:
     def gain_in_values(self) -> bool:
         """Whether the target adds an op whose saving is in the values it reads (``OpDef.gain_in_values``): costs
         measured on random inputs cannot see it, so the rule is applied everywhere and timed end to end."""
-        added = {n.op for n in self.dst} - {n.op for n in self.src}
-        return any(op in OPS and OPS[op].gain_in_values for op in added)
+        return bool(self._value_ops())
 
     @property
     def value_dtypes(self) -> frozenset[int]:
         """The element types every op the target adds for a saving in the values may be written on
         (``OpDef.value_dtypes``; empty when it adds none)."""
-        added = {n.op for n in self.dst} - {n.op for n in self.src}
-        sets = [frozenset(OPS[op].value_dtypes) for op in added if op in OPS and OPS[op].gain_in_values]
+        sets = [frozenset(entry.value_dtypes) for entry in self._value_ops()]
         return frozenset.intersection(*sets) if sets else frozenset()
+
+    def _value_ops(self) -> list[Any]:
+        """The op table entries the target adds whose saving is in the values (``OpDef.gain_in_values``)."""
+        added = {n.op for n in self.dst} - {n.op for n in self.src}
+        return [OPS[op] for op in sorted(added) if op in OPS and OPS[op].gain_in_values]
 
     @property
     def variables(self) -> frozenset[str]:

@@ -51,8 +51,9 @@ def _rule(name: str, inputs: dict[str, str], src: list[dict[str, Any]], dst: lis
     rename = {n["out"][0]: f"s{i}" for i, n in enumerate(src)} | {n["out"][0]: f"d{i}" for i, n in enumerate(dst)}
     src = [{**n, "in": [rename.get(i, i) for i in n["in"]], "out": [rename[n["out"][0]]]} for n in src]
     dst = [{**n, "in": [rename.get(i, i) for i in n["in"]], "out": [rename[n["out"][0]]]} for n in dst]
-    return {"name": name, "doc": f"{_doc(src)} -> {_doc(dst)}", "inputs": inputs, "src": src, "dst": dst,
-            "outputs": {src[-1]["out"][0]: dst[-1]["out"][0]}, "where": where,
+    result = dst[-1]["out"][0] if dst else src[0]["in"][0]  # an empty right side: the node computes its input
+    return {"name": name, "doc": f"{_doc(src)} -> {_doc(dst) or result}", "inputs": inputs, "src": src, "dst": dst,
+            "outputs": {src[-1]["out"][0]: result}, "where": where,
             "provenance": {"generator": {"kind": "fusion", "script": "benchmarks/fusion_candidates.py"},
                            "found_on": found_on}}
 
@@ -169,6 +170,13 @@ def _denormal_lifts() -> Iterator[dict[str, Any]]:
                 {"x": [2, 3, 4, 4], "v": [2, 3, 4, 5]}, [])
 
 
+def _identities() -> Iterator[dict[str, Any]]:
+    """Nodes that compute their input: a one-input Concat, which transformers' exports write where a cache of
+    past keys and values would be concatenated (GPT-2: 24) and which ONNX Runtime runs as a copy."""
+    yield _rule("single_input_concat", {"x": "any"}, [node("concat", ["x"], "y", axis="?ax")], [],
+                {"x": [1, 2, 4, 3]}, [])
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
@@ -187,9 +195,12 @@ def main() -> None:
                       help="only a per-column scale after a matmul folded into its weight (and bias)")
     only.add_argument("--denormal-lifts", action="store_true",
                       help="only softmax probabilities scaled out of the denormal range before their matmul")
+    only.add_argument("--identities", action="store_true", help="only nodes that compute their input (a one-input "
+                      "Concat)")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
-             else list(_denormal_lifts()) if args.denormal_lifts else all_candidates())
+             else list(_denormal_lifts()) if args.denormal_lifts else list(_identities()) if args.identities
+             else all_candidates())
     with open(args.out, "w", encoding="utf-8") as f:
         max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)
         json.dump({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": 0, "candidates": found}, f, indent=1)

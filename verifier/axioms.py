@@ -1074,6 +1074,9 @@ def _build() -> list[Axiom]:
         A("concat_split", _cat(P("ax"), _split(0, "x"), _split(1, "x")), "x", ("x",), ("ax", "s1", "s2"),
           _split_gen, guard=lambda e: e.And(e.p("s1") >= 0, e.p("s2") >= 0,
                                             e.p("s1") + e.p("s2") == e.dim("x", e.p("ax")))),
+        # a one-input Concat (exports write one where a cache of past keys would be, absent at export) copies it
+        A("concat_single", ("concat", {"axis": P("ax")}, "a"), "a", ("a",), ("ax",), _concat_gen("a", vary=False),
+          guard=lambda e: e.And(e.p("ax") >= 0, e.p("ax") < e.rank("a"))),
         A("concat_assoc", _cat(P("ax"), "a", _cat(P("ax"), "b", "c")), _cat(P("ax"), _cat(P("ax"), "a", "b"), "c"),
           ("a", "b", "c"), ("ax",), _concat_gen("a b c")),
         A("concat_geometry", _cat(P("ax1"), _cat(P("ax2"), "a", "b"), _cat(P("ax2"), "c", "d")),

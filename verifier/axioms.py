@@ -161,14 +161,24 @@ def _plain(term: Any) -> bool:
     return all(ok(v) for v in values) and all(_plain(a) for a in args)
 
 
+def op_key(name: str, arity: int) -> str:
+    """What relevance knows an application of op ``name`` to ``arity`` tensors by: the op-table name, and for a
+    variadic op the arity too (``concat/1``). z3 has one function per arity, so an axiom about one-input concats
+    can never fire on a rule's two-input ones, and in the rule's axiom set it would only move z3's search."""
+    from xflow.ops import OPS
+
+    op = OPS.get(name)
+    return f"{name}/{arity}" if op is not None and op.variadic else name
+
+
 def _ops(term: Any) -> frozenset[str]:
-    """The op-table names applied in ``term`` (the output index of a split dropped; ``rank``/``dim`` are shape
+    """The ops applied in ``term`` by ``op_key`` (the output index of a split dropped; ``rank``/``dim`` are shape
     functions every rule's hypotheses hold, not ops)."""
     if isinstance(term, str | F) or term is None:
         return frozenset()
     op, _, *args = term
     name = op.partition(":")[0]
-    here = frozenset() if name in ("rank", "dim") else frozenset({name})
+    here = frozenset() if name in ("rank", "dim") else frozenset({op_key(name, len(args))})
     return here.union(*(_ops(a) for a in args))
 
 

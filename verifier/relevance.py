@@ -4,7 +4,7 @@ z3 instantiates an axiom by E-matching when a term of one of its trigger pattern
 apply only the ops of its two sides, and an instantiated axiom adds the ops of its own two sides; so the
 axioms whose triggers become available in that closure are all E-matching can use, and the others only
 slow the search down. Keyed by op-table names (``Axiom.ops`` / ``Axiom.triggers``, derived from the axioms'
-terms), never by z3 symbol names.
+terms), never by z3 symbol names; a variadic op's by name and arity (``axioms.op_key``), as z3's functions are.
 
 A subset of the axioms can only lose proofs: a proof from some axioms is a proof from all of them. It can
 however make a false "refuted" (a model of the subset need not be a model of every axiom), so the prover
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.axioms import AXIOMS, Axiom
+from verifier.axioms import AXIOMS, Axiom, op_key
 from xflow.rules.model import Rule
 
 
 def rule_ops(rule: Rule) -> frozenset[str]:
-    """The op-table names applied on either side of ``rule``."""
-    return frozenset(node.op for node in (*rule.src, *rule.dst))
+    """The ops applied on either side of ``rule``, by ``op_key`` (a variadic op with its arity)."""
+    return frozenset(op_key(node.op, len(node.inputs)) for node in (*rule.src, *rule.dst))
 
 
 def relevant_axioms(ops: Iterable[str], axioms: tuple[Axiom, ...] = AXIOMS) -> tuple[Axiom, ...]:

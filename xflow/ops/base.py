@@ -157,6 +157,10 @@ class Menu:
     activations_only: bool = False
 
 
+#: ``max_inputs`` of an op that takes any number of inputs (concat): its arity is part of the application
+VARIADIC = 1 << 16
+
+
 @dataclass(frozen=True)
 class OpDef:
     """An operator of the substitution algebra."""
@@ -213,6 +217,11 @@ class OpDef:
     gain_in_values: bool = False
     # with ``gain_in_values``: the element types it may be written on (a scale by 2**64 overflows float16)
     value_dtypes: tuple[int, ...] = ()
+
+    @property
+    def variadic(self) -> bool:
+        """Whether the op takes any number of inputs (see ``VARIADIC``)."""
+        return self.max_inputs >= VARIADIC
 
     def channel_params_along(self, axis: int) -> tuple[int, ...]:
         """The inputs that give a piece of input 0 cut along ``axis`` its own slice: ``channel_params``

@@ -12,6 +12,7 @@ from xflow.ir import Attrs, Node, Shape
 from xflow.ir.dims import as_dim, equal, exact_quotient, free_symbols, is_static, product
 from xflow.ops._runtime_dims import runtime_shape, writable
 from xflow.ops.base import (
+    VARIADIC,
     AttrSpec,
     DecodeContext,
     EncodeContext,
@@ -325,7 +326,7 @@ def computed_reshape_target(x: Shape, target: Shape, name: str, ctx: EncodeConte
 AXIS = AttrSpec("axis", sample=_sample_axis, generalize=Generalize("axis", (0, 1, 2, 3)))
 
 CONCAT = OpDef(
-    name="concat", onnx_types=("Concat",), min_inputs=1, max_inputs=1 << 16,
+    name="concat", onnx_types=("Concat",), min_inputs=1, max_inputs=VARIADIC,
     attrs=(AXIS,),
     shape=concat_shape, kernel=lambda xp, a, attrs: [xp.concatenate(list(a), axis=attrs["axis"])],
     decode=decode_concat, encode=encode_concat, doc="concatenate along axis", z3_symbol="concat",

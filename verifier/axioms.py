@@ -25,6 +25,7 @@ import onnx
 import z3
 
 from verifier.encode import DIM, RANK, T, apply_op, z3_and, z3_max
+from xflow.ops import OPS
 
 DOUBLE = onnx.TensorProto.DOUBLE  # constants are built in float64 for the checks
 
@@ -109,8 +110,6 @@ def _attr(value: Any, env: Any) -> Any:
 
 
 def _eval_num(term: Any, env: NumEnv) -> Any:
-    from xflow.ops import OPS
-
     if isinstance(term, F):
         return term.fn(env)
     if isinstance(term, str):
@@ -165,8 +164,6 @@ def op_key(name: str, arity: int) -> str:
     """What relevance knows an application of op ``name`` to ``arity`` tensors by: the op-table name, and for a
     variadic op the arity too (``concat/1``). z3 has one function per arity, so an axiom about one-input concats
     can never fire on a rule's two-input ones, and in the rule's axiom set it would only move z3's search."""
-    from xflow.ops import OPS
-
     op = OPS.get(name)
     return f"{name}/{arity}" if op is not None and op.variadic else name
 
@@ -1084,7 +1081,7 @@ def _build() -> list[Axiom]:
         A("concat_split", _cat(P("ax"), _split(0, "x"), _split(1, "x")), "x", ("x",), ("ax", "s1", "s2"),
           _split_gen, guard=lambda e: e.And(e.p("s1") >= 0, e.p("s2") >= 0,
                                             e.p("s1") + e.p("s2") == e.dim("x", e.p("ax")))),
-        # a one-input Concat (exports write one where a cache of past keys would be, absent at export) copies it
+        # a one-input Concat is its input (exports write one where a cache of past keys would be concatenated)
         A("concat_single", ("concat", {"axis": P("ax")}, "a"), "a", ("a",), ("ax",), _concat_gen("a", vary=False),
           guard=lambda e: e.And(e.p("ax") >= 0, e.p("ax") < e.rank("a"))),
         A("concat_assoc", _cat(P("ax"), "a", _cat(P("ax"), "b", "c")), _cat(P("ax"), _cat(P("ax"), "a", "b"), "c"),

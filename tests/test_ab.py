@@ -4,6 +4,8 @@ median or one lucky session."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -89,7 +91,7 @@ def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):
     assert picked is not None and picked.index == 1
     assert all(m is not None for m in picked.medians)  # every finalist ORT runs is timed
     assert picked.medians[1] == min(picked.medians)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]  # timed from memory: no scratch file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]  # no scratch file left
 
 
 @pytest.mark.parametrize(("ratios", "faster", "pairs"), [
@@ -127,16 +129,29 @@ def test_each_halving_stage_times_the_survivors_on_fresh_sessions(tmp_path, monk
     from xflow.rewrite.simplify import Simplified
 
     made: list[str] = []
-    real = pipeline.session_maker
+    real = pipeline.make_session
 
-    def counting(graph, options, scratch, name):  # noqa: ANN001, ANN202 - the real maker, each session counted
-        make = real(graph, options, scratch, name)
-        return lambda: (made.append(name), make())[1]
+    def counting(model, *args, **kwargs):  # noqa: ANN001, ANN202 - the real maker, each session counted
+        made.append(os.path.basename(model).removesuffix(".onnx"))
+        return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "session_maker", counting)
+    monkeypatch.setattr(pipeline, "make_session", counting)
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), 1.0, ()) for depth in (20, 2, 10, 15)]
     feeds = random_feeds(make_session(_matmul_chain(2)), 0)
     picked = select_by_latency(finalists, feeds, OptimizeOptions(threads=1), str(tmp_path), rounds=5, seconds=0.1)
     assert picked.index == 1
     # four first sessions, then the faster two (the 2- and 10-deep chains) again
     assert sorted(made) == sorted(["finalist0", "finalist1", "finalist2", "finalist3", "finalist1", "finalist2"])
+    assert not list(tmp_path.iterdir())  # the finalists' files are gone
+
+
+def test_finalists_are_timed_from_memory_when_their_files_cannot_be_written(tmp_path):
+    from xflow.onnx_io import graph_from_model
+    from xflow.pipeline import Finalist, OptimizeOptions, select_by_latency
+    from xflow.rewrite.simplify import Simplified
+
+    finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), 1.0, ()) for depth in (20, 2)]
+    feeds = random_feeds(make_session(_matmul_chain(2)), 0)
+    picked = select_by_latency(finalists, feeds, OptimizeOptions(threads=1), str(tmp_path / "gone"), rounds=15,
+                               seconds=0.3)
+    assert picked.index == 1 and all(m is not None for m in picked.medians)

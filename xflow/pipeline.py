@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import statistics
 import tempfile
@@ -38,6 +39,7 @@ from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, wo
 from xflow.onnx_io.load import check_input_shapes, check_proto
 from xflow.onnx_io.profile import ShapePlan, shape_plan
 from xflow.onnx_io.save import EXTERNAL_THRESHOLD
+from xflow.onnx_io.shared_weights import SharedWeightsFiles, can_share_weights, write_sharing_weights
 from xflow.rewrite import Match, find_matches, fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
@@ -502,17 +504,33 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], o
     a model; so a finalist's figure is the median over its sessions of each session's median, and every stage
     draws that luck again. The chosen one is then verified and timed against the original as any other; a
     finalist ORT cannot run is not timed (and the best one is still verified)."""
+    graphs = [finalist.simplified.graph for finalist in finalists]
+    shared = None
+    if all(can_share_weights(g) for g in graphs):
+        with contextlib.suppress(OSError):  # no room for the files: each session from bytes, as below
+            shared = write_sharing_weights(graphs, scratch, "finalist")
+    try:
+        return _time_finalists(graphs, shared, feeds, options, scratch, rounds, seconds)
+    finally:
+        if shared is not None:
+            shared.remove()
+
+
+def _time_finalists(graphs: list[Graph], shared: SharedWeightsFiles | None, feeds: dict[str, np.ndarray],
+                    options: OptimizeOptions, scratch: str, rounds: int, seconds: float) -> Picked:
+    """``select_by_latency``'s successive halving, its sessions made from ``shared``'s files where written."""
     makers: dict[int, Callable[[], Any]] = {}
     sessions: dict[int, Any] = {}
-    for i, finalist in enumerate(finalists):
+    for i, graph in enumerate(graphs):
         try:
-            makers[i] = session_maker(finalist.simplified.graph, options, scratch, f"finalist{i}")
+            makers[i] = functools.partial(make_session, shared.model_paths[i], options.provider, options.threads) \
+                if shared is not None else session_maker(graph, options, scratch, f"finalist{i}")
             sessions[i] = makers[i]()
             sessions[i].run(None, dict(feeds))
         except Exception:  # noqa: BLE001 - one that does not run is not chosen
             sessions.pop(i, None)
     if not sessions:
-        return Picked(0, [None] * len(finalists))
+        return Picked(0, [None] * len(graphs))
     session_medians: dict[int, list[float]] = {i: [] for i in sessions}
 
     def figure(i: int) -> float:
@@ -527,11 +545,12 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], o
             break
         alive = sorted(alive, key=figure)[:max(2, (len(alive) + 1) // 2)]
         for i in list(sessions):
-            if i in alive:
-                sessions[i] = makers[i]()  # a fresh draw of the session's luck (the old one is released)
-            else:
-                del sessions[i]
-    medians: list[float | None] = [figure(i) if i in session_medians else None for i in range(len(finalists))]
+            del sessions[i]  # released before its fresh one is made: one model's weights fewer at a time
+            if i not in alive:
+                del makers[i]
+        for i in alive:
+            sessions[i] = makers[i]()  # a fresh draw of the session's luck
+    medians: list[float | None] = [figure(i) if i in session_medians else None for i in range(len(graphs))]
     return Picked(min(alive, key=figure), medians)
 
 

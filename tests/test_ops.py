@@ -68,6 +68,9 @@ class DecodeCtx:
     def constant_value(self, name: str) -> np.ndarray | None:
         return self.constants.get(name)
 
+    def constant_array(self, name: str) -> np.ndarray | None:
+        return self.constants.get(name)
+
     def fresh_name(self, hint: str) -> str:
         self._count += 1
         return f"{hint}__d{self._count}"

@@ -265,6 +265,10 @@ class _Decoder:
             return numpy_helper.to_array(self.const_nodes[name])
         return self.folded.get(name)
 
+    def constant_array(self, name: str) -> np.ndarray | None:
+        """An initializer's value whatever its size (a weight a decoder lays out anew), else None."""
+        return self.constants[name].value() if name in self.constants else None
+
     def fresh_name(self, hint: str) -> str:
         while True:
             name = f"{hint}__xf{next(self.counter)}"

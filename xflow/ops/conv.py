@@ -281,13 +281,47 @@ def conv_form(proto: onnx.NodeProto, ctx: DecodeContext, extra: frozenset[str] =
 
 
 def decode_conv(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
-    """2-D Conv with dilation 1 and static shapes; auto_pad made explicit."""
+    """2-D Conv with dilation 1 and static shapes; auto_pad made explicit. A 1-D Conv: ``decode_conv1d``."""
     form = conv_form(proto, ctx)
     if form is None:
-        return None
+        return decode_conv1d(proto, ctx)
     inputs, _, geometry = form
     node = make_node(proto, CONV, inputs, proto.output, geometry)
     return [node] if accepts(CONV, node, ctx) else None
+
+
+def decode_conv1d(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
+    """A 1-D Conv (N, C, L) with a constant kernel as the 2-D conv of a unit-height image: unsqueeze at axis 2,
+    conv with the kernel laid out (M, C/group, 1, k) as a new constant, squeeze at axis 2; the same function
+    (the unit axis has no padding and stride 1). Untouched by a rewrite, the group is written back as the
+    original node. Outside dilation 1 or a kernel the model gives as a constant, it stays opaque."""
+    from xflow.ops.squeeze import SQUEEZE, UNSQUEEZE  # squeeze's forms import this module
+
+    inputs = present_inputs(proto)
+    if inputs is None or len(inputs) not in (2, 3) or len(proto.output) != 1:
+        return None
+    attrs = onnx_attrs(proto)
+    if set(attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}:
+        return None
+    x, w = symbolic_shape(ctx, inputs[0]), symbolic_shape(ctx, inputs[1])
+    if x is None or w is None or len(x) != 3 or len(w) != 3 or tuple(attrs.get("kernel_shape", w[2:])) != w[2:]:
+        return None
+    strides, pads, dilations = (list(attrs.get(k, d)) for k, d in (("strides", [1]), ("pads", [0, 0]),
+                                                                      ("dilations", [1])))
+    if len(strides) != 1 or len(pads) != 2 or len(dilations) != 1:
+        return None
+    lifted = {"strides": [1, *strides], "pads": [0, pads[0], 0, pads[1]], "dilations": [1, *dilations],
+              "auto_pad": attrs.get("auto_pad", "NOTSET")}
+    geometry = decode_geometry(lifted, (1, x[2]), (1, w[2]))
+    kernel = ctx.constant_array(inputs[1])
+    if geometry is None or kernel is None:
+        return None
+    image, out = ctx.fresh_name(f"{inputs[0]}_unit_h"), ctx.fresh_name(f"{proto.output[0]}_unit_h")
+    kernel_2d = ctx.add_constant(np.ascontiguousarray(kernel[:, :, None, :]), f"{inputs[1]}_unit_h")
+    return [make_node(proto.name, UNSQUEEZE, [inputs[0]], [image], {"axes": (2,)}),
+            make_node(proto, CONV, [image, kernel_2d, *inputs[2:]], [out],
+                      {"strides": geometry[0], "pads": geometry[1], "group": int(attrs.get("group", 1))}),
+            make_node(proto.name, SQUEEZE, [out], proto.output, {"axes": (2,)})]
 
 
 def encode_conv(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:

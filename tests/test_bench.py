@@ -27,6 +27,9 @@ def test_bench_writes_table_json_and_chart(tmp_path):
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "| squeezenet (small) | 65 → " in result.output and "geomean" in result.output
+    printed = result.output.splitlines()
+    header = next(i for i, line in enumerate(printed) if line.startswith("| model |"))
+    assert printed[header + 1].count("---") == printed[header].count("|") - 1  # a markdown table as printed
     table = out.read_text()
     assert table.startswith("`xflow bench squeezenet") or "ONNX Runtime" in table
     assert "| model | nodes before → after |" in table

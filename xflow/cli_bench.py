@@ -44,7 +44,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
     from dataclasses import asdict
 
     from xflow import zoo
-    from xflow.bench import HEADER, BenchSettings, format_table, onnxsim_available, run_bench, write_chart
+    from xflow.bench import COLUMNS, HEADER, BenchSettings, format_table, onnxsim_available, run_bench, write_chart
 
     for path in (out_path, json_path, chart_path):
         if path:
@@ -55,7 +55,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
     if not onnxsim_available():
         click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow[bench]')", err=True)
     click.echo(HEADER)
-    click.echo("| " + " | ".join("---" for _ in range(9)) + " |")
+    click.echo("| " + " | ".join("---" for _ in range(COLUMNS)) + " |")
     rows = run_bench(list(models) or list(zoo.MODELS), settings, say=click.echo)
     table = format_table(rows, settings, "xflow bench " + " ".join(sys.argv[2:]))
     click.echo("\n".join(table.splitlines()[len(rows) + 4:]))  # geomean row and notes

@@ -39,7 +39,7 @@ from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, wo
 from xflow.onnx_io.load import check_input_shapes, check_proto
 from xflow.onnx_io.profile import ShapePlan, shape_plan
 from xflow.onnx_io.save import EXTERNAL_THRESHOLD
-from xflow.onnx_io.shared_weights import SharedWeightsFiles, can_share_weights, write_sharing_weights
+from xflow.onnx_io.shared_weights import SharedWeightsFiles, weights_in_memory, write_sharing_weights
 from xflow.rewrite import Match, find_matches, fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
@@ -285,8 +285,7 @@ def run_original(source: Source, options: OptimizeOptions) -> OriginalRun:
 
 def _fits_in_memory(graph: Graph) -> bool:
     """True when the graph's model can go to ORT as bytes: its weights are inline and one protobuf holds them."""
-    return not any(c.is_external for c in graph.constants.values()) and \
-        sum(c.nbytes for c in graph.constants.values()) < EXTERNAL_THRESHOLD
+    return weights_in_memory(graph) and sum(c.nbytes for c in graph.constants.values()) < EXTERNAL_THRESHOLD
 
 
 def session_maker(graph: Graph, options: OptimizeOptions, scratch: str, name: str) -> Callable[[], Any]:
@@ -506,7 +505,7 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], o
     finalist ORT cannot run is not timed (and the best one is still verified)."""
     graphs = [finalist.simplified.graph for finalist in finalists]
     shared = None
-    if all(can_share_weights(g) for g in graphs):
+    if all(weights_in_memory(g) for g in graphs):
         with contextlib.suppress(OSError):  # no room for the files: each session from bytes, as below
             shared = write_sharing_weights(graphs, scratch, "finalist")
     try:

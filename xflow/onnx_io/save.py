@@ -294,11 +294,7 @@ def _externalize(model: onnx.ModelProto, graph: Graph, data_path: str, location:
                 out.write(raw)
                 size = len(raw)
                 _clear_data(tensor)
-            del tensor.external_data[:]
-            tensor.data_location = onnx.TensorProto.EXTERNAL
-            for key, value in (("location", location), ("offset", str(start)), ("length", str(size))):
-                entry = tensor.external_data.add()
-                entry.key, entry.value = key, value
+            point_at_external(tensor, location, start, size)
             wrote = True
     return wrote
 
@@ -328,10 +324,16 @@ def _repoint_overwritten(streamed: list[_Streamed], data_path: str) -> None:
             continue
         proto = item.const.proto
         location = os.path.relpath(target, os.path.realpath(item.base_dir or "."))
-        del proto.external_data[:]
-        for key, value in (("location", location), ("offset", str(item.offset)), ("length", str(item.length))):
-            entry = proto.external_data.add()
-            entry.key, entry.value = key, value
+        point_at_external(proto, location, item.offset, item.length)
+
+
+def point_at_external(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``tensor`` a reference to ``length`` bytes at ``offset`` of the data file ``location``."""
+    del tensor.external_data[:]
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
 
 
 def _align(f, alignment: int = 64) -> int:  # noqa: ANN001 - binary file

@@ -15,10 +15,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import onnx
-
 from xflow.ir import Graph
-from xflow.onnx_io.save import Deferred, _align, _write_deferred, to_model_proto
+from xflow.onnx_io.save import Deferred, _align, _write_deferred, point_at_external, to_model_proto
 
 PAGE = 4096  # data file offsets ONNX Runtime can map without copying
 
@@ -37,7 +35,7 @@ class SharedWeightsFiles:
                 os.remove(path)
 
 
-def can_share_weights(graph: Graph) -> bool:
+def weights_in_memory(graph: Graph) -> bool:
     """True when every weight of ``graph`` is in memory (weights in a source model's external files keep
     their own files, whose locations a model written elsewhere cannot name)."""
     return not any(c.is_external for c in graph.constants.values())
@@ -45,7 +43,7 @@ def can_share_weights(graph: Graph) -> bool:
 
 def write_sharing_weights(graphs: Sequence[Graph], directory: str, stem: str) -> SharedWeightsFiles:
     """Write ``graphs`` to ``directory`` as ``<stem><i>.onnx`` with their weights in ``<stem>.data``, each
-    weight object once however many graphs hold it. Every graph must satisfy ``can_share_weights``. Raises
+    weight object once however many graphs hold it. Every graph must satisfy ``weights_in_memory``. Raises
     OSError when a file cannot be written (nothing is left behind then)."""
     data_name = f"{stem}.data"
     files = SharedWeightsFiles([], os.path.join(directory, data_name))
@@ -54,7 +52,7 @@ def write_sharing_weights(graphs: Sequence[Graph], directory: str, stem: str) ->
     try:
         with open(files.data_path, "wb") as out:
             for i, graph in enumerate(graphs):
-                if not can_share_weights(graph):
+                if not weights_in_memory(graph):
                     raise ValueError("a graph with weights in external files cannot share a data file")
                 deferred: Deferred = {}
                 model = to_model_proto(graph, deferred=deferred)
@@ -67,11 +65,7 @@ def write_sharing_weights(graphs: Sequence[Graph], directory: str, stem: str) ->
                         start = _align(out, PAGE)
                         where = placed[id(source)] = (start, _write_deferred(out, source))
                         written.append(source)
-                    tensor.data_location = onnx.TensorProto.EXTERNAL
-                    for key, value in (("location", data_name), ("offset", str(where[0])),
-                                       ("length", str(where[1]))):
-                        entry = tensor.external_data.add()
-                        entry.key, entry.value = key, value
+                    point_at_external(tensor, data_name, *where)
                 path = os.path.join(directory, f"{stem}{i}.onnx")
                 files.model_paths.append(path)
                 with open(path, "wb") as f:

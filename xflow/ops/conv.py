@@ -257,6 +257,10 @@ def _menu_conv(params: dict[str, Any], shapes: Sequence[Shape]) -> dict[str, Any
     return attrs
 
 
+#: the ONNX Conv attributes the decoders read (any other keeps the node opaque)
+CONV_ONNX_ATTRS = frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
+
+
 def conv_form(proto: onnx.NodeProto, ctx: DecodeContext, extra: frozenset[str] = frozenset()
               ) -> tuple[list[str], dict[str, Any], dict[str, Any]] | None:
     """A 2-D conv node's inputs (2 or 3), its ONNX attributes and its geometry as op attributes (strides,
@@ -266,7 +270,7 @@ def conv_form(proto: onnx.NodeProto, ctx: DecodeContext, extra: frozenset[str] =
     if inputs is None or len(inputs) not in (2, 3) or len(proto.output) != 1:
         return None
     attrs = onnx_attrs(proto)
-    if set(attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"} - extra:
+    if set(attrs) - CONV_ONNX_ATTRS - extra:
         return None
     x, w = symbolic_shape(ctx, inputs[0]), symbolic_shape(ctx, inputs[1])
     if x is None or w is None or len(x) != 4 or len(w) != 4:
@@ -301,7 +305,7 @@ def decode_conv1d(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | Non
     if inputs is None or len(inputs) not in (2, 3) or len(proto.output) != 1:
         return None
     attrs = onnx_attrs(proto)
-    if set(attrs) - {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}:
+    if set(attrs) - CONV_ONNX_ATTRS:
         return None
     x, w = symbolic_shape(ctx, inputs[0]), symbolic_shape(ctx, inputs[1])
     if x is None or w is None or len(x) != 3 or len(w) != 3 or tuple(attrs.get("kernel_shape", w[2:])) != w[2:]:

@@ -124,6 +124,8 @@ class Visit:
 MIN_SPATIAL = 3
 #: Most memoized op applications one walk keeps (then the memo starts over): bounds memory at 4 ops.
 MEMO_ENTRIES = 400_000
+#: The same for the last op's fingerprints (ints, no arrays: about 100 bytes an entry).
+LAST_MEMO_ENTRIES = 2_000_000
 #: Most operand-tuple lists one walk keeps for reuse by prefixes of equal shapes (then it starts over).
 TUPLE_CACHE_ENTRIES = 50_000
 #: Most walk levels whose last-op rows one walk keeps as arrays (``_LastRows``, a few kilobytes each).
@@ -421,7 +423,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         fingerprints are kept. The caller ignores overflow (wrapping int64)."""
         found = last_memo.get(memo_key)
         if found is None:
-            if len(last_memo) >= MEMO_ENTRIES:
+            if len(last_memo) >= LAST_MEMO_ENTRIES:
                 last_memo.clear()
             outs = OPS[app.op].evaluate_int(np, [values[t] for t in operands], attrs)
             found = last_memo[memo_key] = tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from generator.enumerate import INPUT_SET, NO_OPERAND, enumerate_graphs, output_multisets
+from generator.enumerate import APPLICATIONS, INPUT_SET, NO_OPERAND, enumerate_graphs, output_multisets
 from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
 from generator.generalize import canonical_key, const_slots, dedupe
 from generator.packed import PackedRule, PackedRules
@@ -79,20 +79,32 @@ def _walk(args: tuple[int, int, int, int]) -> tuple[int, tuple[np.ndarray, np.nd
         return count, pack(kept)
 
 
-WalkPart = tuple[int, int, int, int, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]
+def balanced_parts(weights: Sequence[int], parts: int) -> list[frozenset[int]]:
+    """The first-op keys ``0..len(weights)-1`` dealt into at most ``parts`` parts of about equal total weight
+    (longest processing time first: the heaviest key to the lightest part), heaviest part first: handed out in
+    that order, the last parts to finish are light ones, not a slow part started last."""
+    loads = [[0, i, set()] for i in range(min(parts, len(weights)))]
+    for key in sorted(range(len(weights)), key=lambda k: (-weights[k], k)):
+        lightest = min(loads, key=lambda load: (load[0], load[1]))
+        lightest[0] += weights[key]
+        lightest[2].add(key)
+    return [frozenset(keys) for _, _, keys in sorted(loads, key=lambda load: (-load[0], load[1])) if keys]
+
+
+WalkPart = tuple[int, int, frozenset[int], np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]
 
 
 def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of ``kept`` and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
-    max_ops, seed, parts, index, kept, (fewer_fps, fewer_counts), multi, multisets = args
+    max_ops, seed, first_ops, kept, (fewer_fps, fewer_counts), multi, multisets = args
     wanted = set(kept.tolist())
     multi_output_tensors = set(multi.tolist())
     fewer = dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True))
     stats: dict[str, int] = {}
     packed, rows = [], []
     with collector_paused():
-        for v in enumerate_graphs(max_ops, seed, first_ops=_partition(parts, index), stats=stats,
+        for v in enumerate_graphs(max_ops, seed, first_ops=first_ops.__contains__, stats=stats,
                                   keep_last=wanted.__contains__, fewer_ops=fewer,
                                   multi_output_tensors=multi_output_tensors, kept_multisets=multisets):
             if len(v.graph) == max_ops and v.inputs_used:
@@ -250,7 +262,11 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     several = small_outs[small_outs[:, 1] != 0]
     multi = np.unique(several[several != 0])
     multisets = output_multisets(small_outs)
-    parts = [(max_ops, seed, jobs * 8, i, kept, fewer, multi, multisets) for i in range(jobs * 8)]
+    # a part per group of first ops, weighed by the smaller graphs that start with them (conv-first walks are
+    # several times the others)
+    starts = small_codes[:, 0]
+    weights = np.bincount(starts[starts < len(APPLICATIONS)], minlength=len(APPLICATIONS)).tolist()
+    parts = [(max_ops, seed, keys, kept, fewer, multi, multisets) for keys in balanced_parts(weights, jobs * 8)]
     walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (stats, arrays) in enumerate(work, 1):

@@ -8,7 +8,7 @@ import pytest
 from generator import generate
 from generator.enumerate import BY_OP, INPUTS, enumerate_graphs
 from generator.fingerprint import Buckets, Entry, candidate_pairs, canonical_text, evaluate, match_outputs
-from generator.run import format_table
+from generator.run import balanced_parts, format_table
 from xflow.ir import Attrs
 from xflow.ops import OPS
 from xflow.rules import parse_rule
@@ -377,3 +377,16 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order():
     split_last = {a.key for a in BY_OP["split"]}
     assert len(widest) > 100 and any(code[6] in split_last for code in widest)
     assert stats["not_kept"] > 10 * len(widest)
+
+
+def test_the_widest_walk_deals_its_first_ops_into_parts_of_equal_weight_heaviest_first():
+    """Each first op in exactly one part, the parts about equally heavy and handed out heaviest first: dealt
+    by key modulo the part count, two conv-first walks fell in each of the last parts started."""
+    weights = [50, 1, 1, 30, 30, 2, 0, 8, 8, 20]
+    parts = balanced_parts(weights, 4)
+    assert sorted(k for p in parts for k in p) == list(range(len(weights)))
+    loads = [sum(weights[k] for k in p) for p in parts]
+    assert loads == sorted(loads, reverse=True) == [50, 36, 32, 32]
+    assert parts[0] == {0}
+    assert balanced_parts([3, 2, 1], 8) == [{0}, {1}, {2}]
+    assert sum(len(p) for p in balanced_parts([1] * 56, 16)) == 56

@@ -5,6 +5,7 @@ Also the sliding-window and auto_pad helpers the pooling ops share.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -49,9 +50,14 @@ def window_output(op: str, spatial: Sequence[int], kernel: Sequence[int], stride
     return out
 
 
-def sliding_windows(xp: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
-                    fill: Any = 0) -> Any:
-    """Windows of an NCHW array padded with ``fill``, as a strided view of shape (N, C, OH, OW, kh, kw)."""
+#: Windows of at most this many elements are gathered through a cached index table (a few numpy calls on the
+#: generator's small tensors, where a padded copy and a strided view cost twice as much); larger ones are read
+#: through a strided view, so the tables stay small.
+GATHER_LIMIT = 1 << 16
+
+
+def _strided_windows(xp: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+                     fill: Any) -> Any:
     top, left, bottom, right = pads
     if top or left or bottom or right:
         n, c, h, w = x.shape
@@ -64,6 +70,53 @@ def sliding_windows(xp: Any, x: Any, kernel: Sequence[int], strides: Sequence[in
     shape = (n, c, (h - kh) // sh + 1, (w - kw) // sw + 1, kh, kw)
     s = x.strides
     return xp.lib.stride_tricks.as_strided(x, shape, (s[0], s[1], s[2] * sh, s[3] * sw, s[2], s[3]))
+
+
+@functools.lru_cache(maxsize=512)
+def _window_index(xp: Any, shape: Shape, kernel: Shape, strides: Shape, pads: Shape, group: int) -> Any:
+    """Per window element, its position in the input flattened (``size`` for the padding), as an ``xp`` array
+    of shape (N, C, OH, OW, kh, kw) for ``group`` 0, else conv's columns (N, group, OH*OW, C/group*kh*kw);
+    None past ``GATHER_LIMIT``."""
+    size = int(np.prod(shape))
+    index = _strided_windows(np, np.arange(size, dtype=np.intp).reshape(shape), kernel, strides, pads, size)
+    if index.size > GATHER_LIMIT:
+        return None
+    if group:
+        n, c, oh, ow, kh, kw = index.shape
+        cg = c // group
+        index = index.reshape(n, group, cg, oh, ow, kh, kw).transpose(0, 1, 3, 4, 2, 5, 6)
+        index = index.reshape(n, group, oh * ow, cg * kh * kw)
+    return xp.asarray(np.ascontiguousarray(index))
+
+
+def _gathered(xp: Any, x: Any, index: Any, fill: Any) -> Any:
+    flat = xp.empty(x.size + 1, dtype=x.dtype)
+    flat[:-1] = x.reshape(-1)
+    flat[-1] = fill
+    return flat[index]
+
+
+def sliding_windows(xp: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+                    fill: Any = 0) -> Any:
+    """Windows of an NCHW array padded with ``fill``, shape (N, C, OH, OW, kh, kw): a gathered copy, or a
+    strided view past ``GATHER_LIMIT`` (read it, never write it)."""
+    index = _window_index(xp, tuple(x.shape), tuple(kernel), tuple(strides), tuple(pads), 0)
+    if index is None:
+        return _strided_windows(xp, x, kernel, strides, pads, fill)
+    return _gathered(xp, x, index, fill)
+
+
+def conv_columns(xp: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+                 group: int) -> Any:
+    """The windows of an NCHW array (zero padding) as a conv's columns: (N, group, OH*OW, C/group*kh*kw)."""
+    shape, kernel, strides, pads = tuple(x.shape), tuple(kernel), tuple(strides), tuple(pads)
+    index = _window_index(xp, shape, kernel, strides, pads, group)
+    if index is not None:
+        return _gathered(xp, x, index, 0)
+    win = _strided_windows(xp, x, kernel, strides, pads, 0)
+    n, c, oh, ow, kh, kw = win.shape
+    cols = win.reshape(n, group, c // group, oh, ow, kh, kw).transpose(0, 1, 3, 4, 2, 5, 6)
+    return cols.reshape(n, group, oh * ow, c // group * kh * kw)
 
 
 def decode_geometry(attrs: Mapping[str, Any], spatial: Shape, kernel: Shape) -> tuple[Shape, Shape] | None:
@@ -202,10 +255,10 @@ def _conv_linear(xp, a, attrs):
     x, w = a[0], a[1]
     group = attrs["group"]
     m, cg, kh, kw = w.shape
-    win = sliding_windows(xp, x, (kh, kw), attrs["strides"], attrs["pads"])
-    n, _, oh, ow = win.shape[:4]
-    cols = win.reshape(n, group, cg, oh, ow, kh, kw).transpose(0, 1, 3, 4, 2, 5, 6)
-    cols = cols.reshape(n, group, oh * ow, cg * kh * kw)
+    n, _, h, wd = x.shape
+    (sh, sw), (top, left, bottom, right) = attrs["strides"], attrs["pads"]
+    oh, ow = (h + top + bottom - kh) // sh + 1, (wd + left + right - kw) // sw + 1
+    cols = conv_columns(xp, x, (kh, kw), attrs["strides"], attrs["pads"], group)
     kernel = w.reshape(group, m // group, cg * kh * kw).transpose(0, 2, 1)
     out = xp.matmul(cols, kernel).transpose(0, 1, 3, 2).reshape(n, m, oh, ow)
     if len(a) > 2:

@@ -94,10 +94,18 @@ class IntEvaluator:
                        for _, _, _, shape in INPUTS]
 
 
+_SHAPE_TEXT: dict[tuple[int, ...], bytes] = {}
+
+
 def tensor_fp(array: np.ndarray) -> int:
     """A 64-bit fingerprint of one integer tensor (shape and values)."""
-    a = np.ascontiguousarray(array)
-    h = hashlib.blake2b(repr(a.shape).encode() + a.tobytes(), digest_size=8)
+    # as ``np.ascontiguousarray`` gives it: a 0-d array is hashed as its 1-element vector
+    a = array if array.flags.c_contiguous and array.ndim else np.ascontiguousarray(array)
+    text = _SHAPE_TEXT.get(a.shape)
+    if text is None:
+        text = _SHAPE_TEXT[a.shape] = repr(a.shape).encode()
+    h = hashlib.blake2b(text, digest_size=8)
+    h.update(a)  # after the shape's text: the same digest as of the two joined
     return int.from_bytes(h.digest(), "little")
 
 
@@ -354,23 +362,32 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         ``required`` (a bit mask of tensors), only tuples reading all of them."""
         entry = OPS[op]
         prev_first = producers[-1] if graph else len(shapes)
+        commutative, distinct_only = entry.commutative, entry.constant_on_equal_inputs
+        masked = bool(live or required)
+        # the family order of the inputs matters only while some input is unused
+        order_free = all(used[t] for t in range(n_in) if FAMILY_PREV[t] is not None)
         out = []
         for operands in operand_tuples(op, level):
-            if entry.commutative and operands[0] > operands[1]:
-                continue
-            if entry.constant_on_equal_inputs and operands[0] == operands[1]:
-                continue
-            all_weights = all(weight[t] for t in operands)
+            if len(operands) == 2:
+                a, b = operands
+                if (commutative and a > b) or (distinct_only and a == b):
+                    continue
+                all_weights = weight[a] and weight[b]
+                depends = a >= prev_first or b >= prev_first
+                in_shapes: tuple = (shapes[a], shapes[b])
+                mask = 1 << a | 1 << b
+            elif len(operands) == 1:
+                (a,) = operands
+                all_weights, depends, in_shapes, mask = weight[a], a >= prev_first, (shapes[a],), 1 << a
+            else:
+                all_weights, depends, in_shapes, mask = True, False, (), 0
             if entry.weights_only and operands and not all_weights:
                 continue
-            if not input_order_ok(operands):
+            if not order_free and not input_order_ok(operands):
                 continue
-            if live or required:
-                mask = bit_mask(operands)
-                if mask & required != required or not all(inner & mask for inner in live):
-                    continue
-            depends = any(t >= prev_first for t in operands)
-            out.append((operands, depends, tuple(shapes[t] for t in operands), all_weights))
+            if masked and (mask & required != required or not all(inner & mask for inner in live)):
+                continue
+            out.append((operands, depends, in_shapes, all_weights))
         return out
 
     def reducible_parts(i: int, cone: int, live: list[int]) -> list[int]:
@@ -401,6 +418,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 out.append(inner)
         return out
 
+    shrinks: dict[tuple[int, tuple[tuple[int, ...], ...]], bool] = {}
+
     def applications_of(app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
                         ) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
         """The operand tuples this menu entry applies to (its shape rule accepts them and no image shrinks
@@ -411,8 +430,13 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             if res is None:
                 continue
             attrs, out_shapes = res
-            if not is_w and any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes):
-                continue
+            if not is_w:
+                key = (app.key, in_shapes)
+                small = shrinks.get(key)
+                if small is None:
+                    small = shrinks[key] = any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes)
+                if small:
+                    continue
             out.append((operands, depends, attrs, out_shapes, is_w))
         return out
 

@@ -390,3 +390,14 @@ def test_the_widest_walk_deals_its_first_ops_into_parts_of_equal_weight_heaviest
     assert parts[0] == {0}
     assert balanced_parts([3, 2, 1], 8) == [{0}, {1}, {2}]
     assert sum(len(p) for p in balanced_parts([1] * 56, 16)) == 56
+
+
+def test_a_tensor_fingerprint_depends_on_its_values_and_shape_not_its_layout():
+    """The walk hashes contiguous tensors in place: a strided view, its copy and (for a 0-d tensor) its
+    one-element vector give the same fingerprint; another shape of the same bytes does not."""
+    from generator.enumerate import tensor_fp
+
+    a = np.arange(24, dtype=np.int64).reshape(4, 6)
+    assert tensor_fp(a[:, ::2]) == tensor_fp(np.ascontiguousarray(a[:, ::2]))
+    assert tensor_fp(a.T) == tensor_fp(a.T.copy()) != tensor_fp(a.reshape(6, 4))
+    assert tensor_fp(np.array(7)) == tensor_fp(np.array([7]))

@@ -112,3 +112,31 @@ def test_verify_rules_gives_the_same_answers_on_cupy(tmp_path: Any) -> None:
         assert run.returncode == 0, run.stdout + run.stderr
         reports[backend] = json.loads((tmp_path / f"{backend}.json").read_text())
     assert reports["cupy"] == reports["numpy"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(CUPY is None, reason="no cupy with a working GPU")
+@pytest.mark.parametrize("limit", [0, None])
+def test_conv_and_pool_windows_on_cupy_both_paths(limit: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The windows gathered through an index table on the GPU (``limit`` None: the default), and read through a
+    strided view (``limit`` 0), equal numpy's, float and integer."""
+    from xflow.ops import conv
+
+    conv._window_index.cache_clear()
+    if limit is not None:
+        monkeypatch.setattr(conv, "GATHER_LIMIT", limit)
+    try:
+        for param in CASES:
+            op, shapes, attrs = param.values
+            if op not in ("conv", "maxpool", "avgpool"):
+                continue
+            node = make_node_for(op, shapes, attrs)
+            for integer in (False, True):
+                arrays = (random_inputs(op, shapes, np.int64) if integer else random_inputs(op, shapes, np.float64))
+                run = OPS[op].evaluate_int if integer else OPS[op].evaluate
+                want = run(np, arrays, node.attrs)[0]
+                got = CUPY.asnumpy(run(CUPY, [CUPY.asarray(a) for a in arrays], node.attrs)[0])
+                assert got.shape == want.shape and got.dtype == want.dtype, (op, shapes)
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{op} {shapes}")
+    finally:
+        conv._window_index.cache_clear()

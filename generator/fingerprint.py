@@ -183,13 +183,31 @@ class Buckets:
                 np.concatenate([*self._outs, outs]))
 
     def colliding_arrays(self) -> BucketArrays:
-        """The rows of the graphs whose fingerprint is shared by another, sorted by fingerprint."""
-        fps, codes, outs = self.arrays()
+        """The rows of the graphs whose fingerprint is shared by another, sorted by fingerprint. Each array is
+        gathered once, for the shared rows only, and the output fingerprints (three quarters of a row's bytes)
+        are gathered from the workers' chunks, never joined: at 4 ops, joining, sorting and then filtering all
+        the rows held four copies of 11 M rows at once."""
+        fps, codes, outs = pack(self._pending)
+        fps = np.concatenate([*self._fps, fps])
+        codes = np.concatenate([*self._codes, codes])
         order = np.lexsort((*codes.T[::-1], fps))
-        rows = BucketArrays(fps[order], codes[order], outs[order])
-        sizes = np.diff(rows.bounds())
-        shared = np.repeat(sizes > 1, sizes)
-        return BucketArrays(rows.fps[shared], rows.codes[shared], rows.outs[shared])
+        sorted_fps = fps[order]
+        sizes = np.diff(BucketArrays(sorted_fps, codes[:0], outs[:0]).bounds())
+        del sorted_fps
+        shared = order[np.repeat(sizes > 1, sizes)]
+        del order
+        return BucketArrays(fps[shared], codes[shared], _gather_rows([*self._outs, outs], shared))
+
+
+def _gather_rows(chunks: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """``np.concatenate(chunks)[rows]`` without the concatenated copy."""
+    out = np.empty((len(rows), *chunks[0].shape[1:]), dtype=chunks[0].dtype)
+    start = 0
+    for chunk in chunks:
+        inside = (rows >= start) & (rows < start + len(chunk))
+        out[inside] = chunk[rows[inside] - start]
+        start += len(chunk)
+    return out
 
 
 @dataclass(frozen=True)

@@ -401,3 +401,31 @@ def test_a_tensor_fingerprint_depends_on_its_values_and_shape_not_its_layout():
     assert tensor_fp(a[:, ::2]) == tensor_fp(np.ascontiguousarray(a[:, ::2]))
     assert tensor_fp(a.T) == tensor_fp(a.T.copy()) != tensor_fp(a.reshape(6, 4))
     assert tensor_fp(np.array(7)) == tensor_fp(np.array([7]))
+
+
+def test_colliding_rows_come_sorted_by_fingerprint_from_every_chunk():
+    """The rows whose fingerprint another row shares, from the workers' chunks and the graphs added one by one,
+    sorted by (fingerprint, code): the same rows as joining everything, sorting it and dropping the singletons."""
+    visits = [v for v in enumerate_graphs(1, seed=0) if v.inputs_used][:300]
+    rng = np.random.default_rng(3)
+    chunks = []
+    for size in (50, 0, 120, 7):
+        fps = rng.integers(0, 40, size).astype(np.uint64)
+        if size == 7:  # rows sharing a fingerprint with graphs added one by one
+            fps = np.array([v.fingerprint for v in visits[:7]], dtype=np.uint64)
+        chunks.append((fps, rng.integers(0, 256, (size, 12), dtype=np.uint8),
+                       rng.integers(0, 2**62, (size, 8)).astype(np.uint64)))
+    buckets = Buckets(0)
+    for arrays in chunks:
+        buckets.add_arrays(arrays, len(arrays[0]))
+    buckets.extend(visits)
+    got = buckets.colliding_arrays()
+    fps, codes, outs = (np.concatenate(a) for a in zip(*chunks, Buckets(0).extend(visits).arrays(), strict=True))
+    order = np.lexsort((*codes.T[::-1], fps))
+    fps, codes, outs = fps[order], codes[order], outs[order]
+    counts = dict(zip(*np.unique(fps, return_counts=True), strict=True))
+    shared = np.array([counts[f] > 1 for f in fps.tolist()], dtype=bool)
+    assert shared.any() and not shared.all() and set(fps[shared].tolist()) & {v.fingerprint for v in visits[:7]}
+    np.testing.assert_array_equal(got.fps, fps[shared])
+    np.testing.assert_array_equal(got.codes, codes[shared])
+    np.testing.assert_array_equal(got.outs, outs[shared])

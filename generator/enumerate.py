@@ -234,7 +234,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     readers: list[int] = [0] * n_in  # per tensor: bit mask of the ops reading it
     op_cone: list[int] = []  # per op: bit mask of itself and its ancestor ops
     st = stats if stats is not None else {}
-    resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]]] | None] = {}
+    resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]], bool] | None] = {}
     counter = [0]
     # (menu key, operand fingerprints) -> (outputs, their fingerprints); equal fingerprints mean equal values
     evaluated: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[int]]] = {}
@@ -246,9 +246,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             result = None
             if attrs is not None:
                 try:
-                    result = (attrs, OPS[app.op].infer(in_shapes, attrs))
+                    out_shapes = OPS[app.op].infer(in_shapes, attrs)
                 except ShapeError:
-                    result = None
+                    out_shapes = None
+                if out_shapes is not None:
+                    # with it: whether an output image shrinks below MIN_SPATIAL (``applications_of``)
+                    result = (attrs, out_shapes, any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes))
             resolve_cache[key] = result
         return resolve_cache[key]
 
@@ -364,8 +367,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         prev_first = producers[-1] if graph else len(shapes)
         commutative, distinct_only = entry.commutative, entry.constant_on_equal_inputs
         masked = bool(live or required)
-        # the family order of the inputs matters only while some input is unused
-        order_free = all(used[t] for t in range(n_in) if FAMILY_PREV[t] is not None)
         out = []
         for operands in operand_tuples(op, level):
             if len(operands) == 2:
@@ -383,7 +384,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 all_weights, depends, in_shapes, mask = True, False, (), 0
             if entry.weights_only and operands and not all_weights:
                 continue
-            if not order_free and not input_order_ok(operands):
+            if not input_order_ok(operands):
                 continue
             if masked and (mask & required != required or not all(inner & mask for inner in live)):
                 continue
@@ -418,8 +419,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 out.append(inner)
         return out
 
-    shrinks: dict[tuple[int, tuple[tuple[int, ...], ...]], bool] = {}
-
     def applications_of(app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
                         ) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
         """The operand tuples this menu entry applies to (its shape rule accepts them and no image shrinks
@@ -429,14 +428,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             res = cached(app, in_shapes)
             if res is None:
                 continue
-            attrs, out_shapes = res
-            if not is_w:
-                key = (app.key, in_shapes)
-                small = shrinks.get(key)
-                if small is None:
-                    small = shrinks[key] = any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes)
-                if small:
-                    continue
+            attrs, out_shapes, shrinks = res
+            if shrinks and not is_w:
+                continue
             out.append((operands, depends, attrs, out_shapes, is_w))
         return out
 

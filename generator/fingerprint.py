@@ -192,11 +192,16 @@ class Buckets:
         codes = np.concatenate([*self._codes, codes])
         order = np.lexsort((*codes.T[::-1], fps))
         sorted_fps = fps[order]
-        sizes = np.diff(BucketArrays(sorted_fps, codes[:0], outs[:0]).bounds())
+        sizes = np.diff(bucket_bounds(sorted_fps))
         del sorted_fps
         shared = order[np.repeat(sizes > 1, sizes)]
         del order
         return BucketArrays(fps[shared], codes[shared], _gather_rows([*self._outs, outs], shared))
+
+
+def bucket_bounds(fps: np.ndarray) -> np.ndarray:
+    """Where each run of equal fingerprints starts in sorted ``fps``, plus the end."""
+    return np.r_[np.flatnonzero(np.r_[True, fps[1:] != fps[:-1]]), len(fps)] if len(fps) else np.zeros(1, int)
 
 
 def _gather_rows(chunks: Sequence[np.ndarray], rows: np.ndarray) -> np.ndarray:
@@ -220,8 +225,7 @@ class BucketArrays:
 
     def bounds(self) -> np.ndarray:
         """Row index where each bucket starts, plus the end."""
-        fps = self.fps
-        return np.r_[np.flatnonzero(np.r_[True, fps[1:] != fps[:-1]]), len(fps)] if len(fps) else np.zeros(1, int)
+        return bucket_bounds(self.fps)
 
     def parts(self, count: int) -> list[BucketArrays]:
         """About ``count`` slices of similar size, never cutting a bucket."""

@@ -22,6 +22,7 @@ from xflow.ops.base import (
     onnx_attrs,
     symbolic_shape,
 )
+from xflow.ops.conv import padded
 
 
 def pad_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
@@ -36,12 +37,7 @@ def pad_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
 
 
 def _pad(xp, a, attrs):
-    # a filled array and one slice copy: np.pad costs ~10x more on the generator's small tensors
-    x, pads = a[0], attrs["pads"]
-    rank = x.ndim
-    out = xp.full(tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(x.shape)), attrs["value"], dtype=x.dtype)
-    out[tuple(slice(pads[i], pads[i] + d) for i, d in enumerate(x.shape))] = x
-    return [out]
+    return [padded(xp, a[0], attrs["pads"], attrs["value"])]
 
 
 def decode_pad(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:

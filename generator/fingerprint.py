@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
@@ -36,12 +36,14 @@ REL_TOL = 1e-5
 
 @dataclass(frozen=True)
 class Entry:
-    """A graph kept for pairing: ops, output tensor ids, their int fingerprints, inputs used."""
+    """A graph kept for pairing: ops, output tensor ids, their int fingerprints, inputs used, and the padded code
+    it was decoded from (empty for a graph built otherwise)."""
 
     graph: Graph
     outputs: tuple[int, ...]
     output_fps: tuple[int, ...]
     inputs_used: frozenset[int]
+    code: bytes = field(default=b"", compare=False)
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,18 @@ def _op_text(op: str, attrs: Any) -> tuple[str, bool, int]:
     return found
 
 
-def expressions(graph: Graph, names: Sequence[str] = INPUT_NAMES) -> list[str]:
-    """Canonical text of every tensor of the graph (commutative operands sorted)."""
+#: Most graphs whose texts ``expressions`` keeps (then it starts over): the pairing renders a bucket's smallest
+#: graph for each of its pairs and each input renaming, and every graph again in each check.
+EXPRESSION_MEMO = 20_000
+_EXPRESSIONS: dict[tuple[Graph, tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def expressions(graph: Graph, names: tuple[str, ...] = INPUT_NAMES) -> tuple[str, ...]:
+    """Canonical text of every tensor of the graph (commutative operands sorted), inputs named ``names``."""
+    key = (graph, names)
+    found = _EXPRESSIONS.get(key)
+    if found is not None:
+        return found
     texts = list(names)
     for op, attrs, operands in graph:
         prefix, commutative, n = _op_text(op, attrs)
@@ -83,10 +95,13 @@ def expressions(graph: Graph, names: Sequence[str] = INPUT_NAMES) -> list[str]:
             args.sort()
         base = f"{prefix}({','.join(args)})"
         texts.extend([base] if n == 1 else [f"{base}#{k}" for k in range(n)])
-    return texts
+    if len(_EXPRESSIONS) >= EXPRESSION_MEMO:
+        _EXPRESSIONS.clear()
+    found = _EXPRESSIONS[key] = tuple(texts)
+    return found
 
 
-def canonical_text(entry: Entry, names: Sequence[str] = INPUT_NAMES) -> str:
+def canonical_text(entry: Entry, names: tuple[str, ...] = INPUT_NAMES) -> str:
     """The graph's outputs as sorted canonical text (independent of op order)."""
     texts = expressions(entry.graph, names)
     return " ; ".join(sorted(texts[t] for t in entry.outputs))
@@ -144,7 +159,7 @@ def decode(code: bytes, output_fps: Sequence[int]) -> Entry:
     else:
         outputs = tuple(t for t in range(N_IN, len(shapes)) if t not in consumed)
         used = frozenset(t for t in consumed if t < N_IN)
-    return Entry(tuple(graph), outputs, tuple(int(f) for f in output_fps[:len(outputs)]), used)
+    return Entry(tuple(graph), outputs, tuple(int(f) for f in output_fps[:len(outputs)]), used, code)
 
 
 class Buckets:
@@ -287,7 +302,17 @@ def bucket_pairs(arrays: BucketArrays, star: bool = False) -> tuple[int, list[Pa
     """``candidate_pairs`` over the buckets of ``arrays`` (in fingerprint order)."""
     raw = 0
     pairs: list[Pair] = []
+    for bucket_raw, bucket in pairs_by_bucket(arrays, star):
+        raw += bucket_raw
+        pairs.extend(bucket)
+    return raw, pairs
+
+
+def pairs_by_bucket(arrays: BucketArrays, star: bool = False) -> Iterator[tuple[int, list[Pair]]]:
+    """``bucket_pairs`` one bucket at a time: (its raw candidate pairs, its pairs of distinct graphs)."""
     for fp, bucket in decode_buckets(arrays):
+        raw = 0
+        pairs: list[Pair] = []
         groups: dict[frozenset[int], list[Entry]] = {}
         for e in bucket:
             groups.setdefault(e.inputs_used, []).append(e)
@@ -302,7 +327,25 @@ def bucket_pairs(arrays: BucketArrays, star: bool = False) -> tuple[int, list[Pa
                 continue
             for (_, small), (_, big) in combinations(ordered, 2):
                 pairs.append(Pair(big, small, fp))
-    return raw, pairs
+        yield raw, pairs
+
+
+#: A ``Pair`` as (fingerprint, code and output fingerprints of ``a``, the same of ``b``): what a pair kept by the
+#: pairing travels and waits as (a tenth of the decoded pair's memory; ``unpack_pair`` decodes it again).
+PackedPair = tuple[int, bytes, tuple[int, ...], bytes, tuple[int, ...]]
+
+
+def pack_pair(pair: Pair) -> PackedPair:
+    """The pair of two decoded entries as their codes (see ``PackedPair``)."""
+    if not pair.a.code or not pair.b.code:
+        raise ValueError("only a pair of decoded entries can be packed")
+    return pair.fingerprint, pair.a.code, pair.a.output_fps, pair.b.code, pair.b.output_fps
+
+
+def unpack_pair(packed: PackedPair) -> Pair:
+    """The pair ``pack_pair`` packed, decoded again."""
+    fingerprint, code_a, fps_a, code_b, fps_b = packed
+    return Pair(decode(code_a, fps_a), decode(code_b, fps_b), fingerprint)
 
 
 def match_outputs(a: Entry, b: Entry) -> list[tuple[int, int]] | None:
@@ -334,7 +377,7 @@ class MemoEvaluator:
         self.memo: dict[str, list[np.ndarray] | None] = {}
 
     def values(self, graph: Graph, override: Mapping[str, np.ndarray] | None = None
-               ) -> tuple[list[np.ndarray], list[str]] | None:
+               ) -> tuple[list[np.ndarray], tuple[str, ...]] | None:
         """(every tensor of the graph, inputs first; their canonical texts), or None when ``check_shapes``
         and an op's shape rule rejects its operands. ``override`` replaces tensors by their canonical text;
         the memo is then left alone (a tensor downstream of a replaced one has its usual text)."""

@@ -168,7 +168,7 @@ def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: 
                         where.append(choice)
                 else:
                     node["attrs"][key] = f"={choice}"
-            rule = {**base, "src": _copy(s.nodes), "dst": _copy(d.nodes), "outputs": outputs, "where": where}
+            rule = {**base, "src": copy_nodes(s.nodes), "dst": copy_nodes(d.nodes), "outputs": outputs, "where": where}
             # a pair with no attribute to generalize gives the same rule as "pinned" and as "literal": the
             # verifier would check, prove and refute it twice, and split its z3 budget between the copies
             if rule not in out:
@@ -176,7 +176,8 @@ def variants(src: Graph, dst: Graph, input_names: tuple[str, ...], input_ranks: 
     return out
 
 
-def _copy(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def copy_nodes(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of rule nodes whose attributes can be changed without touching the originals."""
     return [{**n, **({"attrs": dict(n["attrs"])} if "attrs" in n else {})} for n in nodes]
 
 

@@ -29,20 +29,22 @@ for _name, _fam, _, _ in INPUTS:
 
 
 @functools.lru_cache(maxsize=1024)
-def _renamings(used: frozenset[int]) -> list[list[str]]:
+def _renamings(used: frozenset[int]) -> tuple[tuple[str, ...], ...]:
+    """The input names under each renaming within families that moves a used input differently: texts name the
+    used inputs only, so renamings that differ on unused ones give the same texts and are listed once."""
     names = [n for n, _, _, _ in INPUTS]
     families = [members for members in _FAMILIES.values()
                 if len(members) > 1 and any(names.index(m) in used for m in members)]
-    out = []
+    out: dict[tuple[str, ...], None] = {}
     for perms in product(*(permutations(members) for members in families)):
         mapping = {n: n for n in names}
         for members, perm in zip(families, perms, strict=True):
             mapping.update(dict(zip(members, perm, strict=True)))
-        out.append([mapping[n] for n in names])
-    return out
+        out[tuple(mapping[n] if i in used else n for i, n in enumerate(names))] = None
+    return tuple(out)
 
 
-def _text(entry: Entry, names: list[str]) -> str:
+def _text(entry: Entry, names: tuple[str, ...]) -> str:
     texts = expressions(entry.graph, names)
     return " ; ".join(sorted(texts[t] for t in entry.outputs))
 

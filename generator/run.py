@@ -19,7 +19,17 @@ from typing import Any
 import numpy as np
 
 from generator.enumerate import APPLICATIONS, INPUT_SET, NO_OPERAND, enumerate_graphs, output_multisets
-from generator.fingerprint import BucketArrays, Buckets, FloatChecker, Pair, bucket_pairs, pack
+from generator.fingerprint import (
+    BucketArrays,
+    Buckets,
+    FloatChecker,
+    PackedPair,
+    Pair,
+    pack,
+    pack_pair,
+    pairs_by_bucket,
+    unpack_pair,
+)
 from generator.generalize import canonical_key, const_slots, dedupe
 from generator.packed import PackedRule, PackedRules
 from generator.packed import pack as pack_rule
@@ -171,24 +181,33 @@ class PartCounts:
 Keys = tuple[tuple[str, str], tuple[str, str]]
 
 
-def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCounts, list[tuple[Keys, Pair]]]:
+def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCounts, list[tuple[Keys, PackedPair]]]:
     """Pair the graphs of some buckets, prune the pairs with a common subgraph and re-check the rest on floats:
     (the counts, (input-renaming keys of the pair and of its reverse, pair) of each pair kept, in fingerprint
     order). Only pairs whose larger side has at least ``min_ops`` ops are kept (the others are a smaller run's).
-    The cheap common-subgraph test on ints comes first: it drops six pairs in seven, so the float re-check and
-    the renaming key run on the seventh only, and only kept pairs travel back to the parent."""
+    The cheap common-subgraph test on ints comes first: it drops most pairs, so the float re-check and the
+    renaming key run on the rest only, and only kept pairs travel back to the parent."""
     seed, star, arrays, min_ops = args
+    common, checker = CommonSubgraph(seed), FloatChecker(seed)
+    raw = distinct = uncommon = 0
+    kept: list[tuple[Keys, PackedPair]] = []
     with collector_paused():
-        raw, pairs = bucket_pairs(arrays, star=star)
-        pairs = [p for p in pairs if len(p.a.graph) >= min_ops]
-        common = CommonSubgraph(seed)
-        uncommon = [p for p in pairs if common.reason(p) is None]
-        checker = FloatChecker(seed)
-        checked = [p for p in uncommon if checker.check(p)]
-        return PartCounts(raw, len(pairs), len(uncommon), len(checked)), [(renaming_keys(p), p) for p in checked]
+        # bucket by bucket: a bucket's graphs are rendered and evaluated once for all the steps (see
+        # ``expressions``' memo), and no list of the part's pairs is held
+        for bucket_raw, pairs in pairs_by_bucket(arrays, star=star):
+            raw += bucket_raw
+            for p in pairs:
+                if len(p.a.graph) < min_ops:
+                    continue
+                distinct += 1
+                if common.reason(p) is None:
+                    uncommon += 1
+                    if checker.check(p):
+                        kept.append((renaming_keys(p), pack_pair(p)))
+        return PartCounts(raw, distinct, uncommon, len(kept)), kept
 
 
-def _emit(args: tuple[int, int, list[tuple[Keys, Pair]]]) -> list[PackedRule]:
+def _emit(args: tuple[int, int, list[tuple[Keys, PackedPair]]]) -> list[PackedRule]:
     """The rules of kept pairs (given with their renaming keys both ways), in both directions, packed with the
     fields the parent's dedupe reads (``generator.packed``)."""
     seed, max_ops, keyed = args
@@ -197,7 +216,8 @@ def _emit(args: tuple[int, int, list[tuple[Keys, Pair]]]) -> list[PackedRule]:
     rules = []
     evaluator = attribute_evaluator(seed)
     with collector_paused():
-        for (forward, backward), p in keyed:
+        for (forward, backward), packed in keyed:
+            p = unpack_pair(packed)
             variables = rule_variables(p, seed, evaluator)  # the same both ways: evaluated once
             rules.append(pair_to_rule(p, seed, max_ops, variables, forward))
             if p.b.graph:
@@ -296,7 +316,7 @@ def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: in
     # pairing, pruning and the float re-check run together in the workers, part by part (a part never cuts a
     # bucket); the parent keeps the first pair of each renaming key, in fingerprint order
     totals = PartCounts(0, 0, 0, 0)
-    by_key: dict[tuple[str, str], tuple[Keys, Pair]] = {}
+    by_key: dict[tuple[str, str], tuple[Keys, PackedPair]] = {}
     for counts, part_kept in pool.imap(_pair_and_check, [(seed, star, a, min_ops) for a in colliding.parts(parts)],
                                        memory_bytes=PART_MEMORY_BYTES):
         totals += counts

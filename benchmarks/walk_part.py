@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from generator.enumerate import enumerate_graphs, output_multisets
+from generator.enumerate import SortedFingerprints, enumerate_graphs, output_multisets
 from generator.run import _collect, _partition, collector_paused, fewest_ops
 from xflow.executor import LocalExecutor
 
@@ -54,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", default="/tmp/xflow-small3.npz")
     args = parser.parse_args(argv)
     fps, codes, outs = _small(args.small, args.max_ops)
-    kept = set(np.unique(fps).tolist())
+    kept = SortedFingerprints(np.unique(fps))  # as generator.run's workers hold them
     filters = {}
     if not args.plain:
-        tensors, counts = fewest_ops(fps, codes, outs)
+        tensors, counts = fewest_ops(fps, codes, outs, most=args.max_ops - 2)
         several = outs[outs[:, 1] != 0]
         filters = {"fewer_ops": dict(zip(tensors.tolist(), counts.tolist(), strict=True)),
-                   "multi_output_tensors": set(np.unique(several[several != 0]).tolist()),
+                   "multi_output_tensors": SortedFingerprints(np.unique(several[several != 0])),
                    "kept_multisets": output_multisets(outs)}
     stats: dict[str, int] = {}
     rows: list[bytes] = []

@@ -18,7 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from generator.enumerate import APPLICATIONS, INPUT_SET, NO_OPERAND, enumerate_graphs, output_multisets
+from generator.enumerate import (
+    APPLICATIONS,
+    INPUT_SET,
+    NO_OPERAND,
+    SortedFingerprints,
+    enumerate_graphs,
+    output_multisets,
+)
 from generator.fingerprint import (
     BucketArrays,
     Buckets,
@@ -108,8 +115,9 @@ def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.nda
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of ``kept`` and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
     max_ops, seed, first_ops, kept, (fewer_fps, fewer_counts), multi, multisets = args
-    wanted = set(kept.tolist())
-    multi_output_tensors = set(multi.tolist())
+    # binary searches in the sorted arrays (a tenth of a Python set's memory): a worker looks up a kept
+    # fingerprint only for the few graphs whose outputs' multiset hash matches, a tensor once per last-op prefix
+    wanted, multi_output_tensors = SortedFingerprints(kept), SortedFingerprints(multi)
     fewer = dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True))
     stats: dict[str, int] = {}
     packed, rows = [], []
@@ -126,8 +134,10 @@ def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.nda
         return stats, tuple(np.concatenate(arrays) for arrays in zip(*packed, strict=True))  # type: ignore[return-value]
 
 
-def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(tensor fingerprints, fewest ops computing each) over the rows of single-output graphs."""
+def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, most: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(tensor fingerprints, fewest ops computing each) over the rows of single-output graphs; with ``most``, only
+    the tensors computed with at most that many ops."""
     keys = codes[:, 0::3]
     ops = ((keys != NO_OPERAND) & (keys != INPUT_SET)).sum(axis=1)
     single = outs[:, 1] == 0
@@ -135,7 +145,10 @@ def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray) -> tuple[np
     order = np.lexsort((counts, tensors))
     tensors, counts = tensors[order], counts[order]
     first = np.r_[True, tensors[1:] != tensors[:-1]] if len(tensors) else np.zeros(0, bool)
-    return tensors[first], counts[first].astype(np.uint8)
+    tensors, counts = tensors[first], counts[first].astype(np.uint8)
+    if most is None:
+        return tensors, counts
+    return tensors[counts <= most], counts[counts <= most]
 
 
 def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:
@@ -213,16 +226,22 @@ def _emit(args: tuple[int, int, list[tuple[Keys, PackedPair]]]) -> list[PackedRu
     seed, max_ops, keyed = args
     # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
     # input takes more ops), so the search gets both and the cost model decides.
-    rules = []
+    packed_rules = []
     evaluator = attribute_evaluator(seed)
+
+    def packed(rule: dict[str, Any]) -> PackedRule:
+        # at once: a rule dict with its variants is about 25 KB of objects, a chunk tens of thousands of them
+        return pack_rule(rule, canonical_key(rule["variants"][0]), const_slots(rule))
+
     with collector_paused():
-        for (forward, backward), packed in keyed:
-            p = unpack_pair(packed)
+        for (forward, backward), packed_pair in keyed:
+            p = unpack_pair(packed_pair)
             variables = rule_variables(p, seed, evaluator)  # the same both ways: evaluated once
-            rules.append(pair_to_rule(p, seed, max_ops, variables, forward))
+            packed_rules.append(packed(pair_to_rule(p, seed, max_ops, variables, forward)))
             if p.b.graph:
-                rules.append(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables, backward))
-    return [pack_rule(r, canonical_key(r["variants"][0]), const_slots(r)) for r in rules]
+                packed_rules.append(packed(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables,
+                                                        backward)))
+    return packed_rules
 
 
 def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None,
@@ -257,7 +276,7 @@ def _generate(max_ops: int, seed: int, jobs: int, pool: Executor, step: Callable
     t = time.perf_counter()
     buckets = _collect(max_ops, seed, jobs, pool)
     step("graphs enumerated", buckets.graphs, t)
-    colliding = buckets.colliding_arrays()
+    colliding = [buckets.colliding_arrays()]
     del buckets
     return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=0)
 
@@ -278,7 +297,8 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     small_fps, small_codes, small_outs = smaller.arrays()
     del smaller
     kept = np.unique(small_fps)
-    fewer = fewest_ops(small_fps, small_codes, small_outs)
+    # a reducible part lies below the last op, so it has max_ops - 1 ops at most and is replaced by fewer
+    fewer = fewest_ops(small_fps, small_codes, small_outs, most=max_ops - 2)
     several = small_outs[small_outs[:, 1] != 0]
     multi = np.unique(several[several != 0])
     multisets = output_multisets(small_outs)
@@ -303,26 +323,28 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     partners = np.isin(small_fps, np.concatenate(wide_fps))
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps
-    return _rules_of_buckets(rows.colliding_arrays(), max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
+    colliding = [rows.colliding_arrays()]
+    del rows, parts, kept, fewer, multi, multisets  # the chunks are a gigabyte at 4 ops
+    return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
 
 
-def _rules_of_buckets(colliding: BucketArrays, max_ops: int, seed: int, jobs: int, pool: Executor,
+def _rules_of_buckets(colliding: list[BucketArrays], max_ops: int, seed: int, jobs: int, pool: Executor,
                       step: Callable[[str, int, float], float], table: list[tuple[str, int, float]],
                       min_ops: int) -> GenerationResult:
-    """Pair, re-check, prune and emit the rules of the colliding rows (see ``_pair_and_check``)."""
+    """Pair, re-check, prune and emit the rules of the colliding rows (see ``_pair_and_check``). ``colliding``
+    holds them and is emptied here, so that they are freed once paired, before the emission."""
     t = time.perf_counter()
     star = max_ops >= STAR_FROM
     parts = max(1, jobs * 8)
+    work = [(seed, star, a, min_ops) for a in colliding.pop().parts(parts)]
     # pairing, pruning and the float re-check run together in the workers, part by part (a part never cuts a
     # bucket); the parent keeps the first pair of each renaming key, in fingerprint order
     totals = PartCounts(0, 0, 0, 0)
     by_key: dict[tuple[str, str], tuple[Keys, PackedPair]] = {}
-    for counts, part_kept in pool.imap(_pair_and_check, [(seed, star, a, min_ops) for a in colliding.parts(parts)],
-                                       memory_bytes=PART_MEMORY_BYTES):
+    for counts, part_kept in pool.imap(_pair_and_check, _drained(work), memory_bytes=PART_MEMORY_BYTES):
         totals += counts
         for keys, p in part_kept:
             by_key.setdefault(keys[0], (keys, p))
-    del colliding
     t = step("candidates (equal fingerprint)", totals.raw, t)
     step("after trivial (same graph)" + (", star" if star else "")
          + (f", {min_ops} ops on one side" if min_ops else ""), totals.distinct, t)

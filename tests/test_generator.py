@@ -429,3 +429,67 @@ def test_colliding_rows_come_sorted_by_fingerprint_from_every_chunk():
     np.testing.assert_array_equal(got.fps, fps[shared])
     np.testing.assert_array_equal(got.codes, codes[shared])
     np.testing.assert_array_equal(got.outs, outs[shared])
+
+
+def test_fingerprint_arrays_answer_membership_as_python_sets_do():
+    """The widest walk's workers hold the kept fingerprints and multiset hashes as sorted arrays
+    (``SortedFingerprints``, ``MultisetFilter``): every membership answer is a set's, over the whole 64-bit range."""
+    from generator.enumerate import MultisetFilter, SortedFingerprints
+
+    rng = np.random.default_rng(5)
+    kept = np.unique(rng.integers(0, 2**64 - 1, 5_000, dtype=np.uint64, endpoint=True))
+    as_set = set(kept.tolist())
+    probes = np.concatenate([kept[::3], rng.integers(0, 2**64 - 1, 5_000, dtype=np.uint64, endpoint=True),
+                             np.array([0, 2**63, 2**64 - 1], dtype=np.uint64)])
+    sorted_fps = SortedFingerprints(kept)
+    assert [p in sorted_fps for p in probes.tolist()] == [p in as_set for p in probes.tolist()]
+    assert -1 not in sorted_fps and 2**64 not in sorted_fps and "x" not in sorted_fps
+    members = MultisetFilter.of(kept).members(probes)
+    assert members.tolist() == [i for i, p in enumerate(probes.tolist()) if p in as_set]
+    assert len(members) >= len(kept[::3])
+    assert MultisetFilter.of(np.zeros(0, np.uint64)).members(probes).tolist() == []
+
+
+def test_a_kept_pair_travels_as_codes_and_decodes_to_itself():
+    from generator.fingerprint import Pair, pack_pair, unpack_pair
+
+    _, pairs = candidate_pairs(Buckets().extend(enumerate_graphs(2, seed=0)))
+    for p in pairs[::40]:
+        assert unpack_pair(pack_pair(p)) == p
+    built = Entry(pairs[0].a.graph, pairs[0].a.outputs, pairs[0].a.output_fps, pairs[0].a.inputs_used)
+    with pytest.raises(ValueError):
+        pack_pair(Pair(built, pairs[0].b, pairs[0].fingerprint))
+
+
+def test_renaming_keys_are_the_minimum_over_every_renaming_of_the_families():
+    """Renamings that differ only on unused inputs are tried once: the keys are those of all renamings."""
+    from itertools import permutations, product
+
+    from generator.fingerprint import Pair
+    from generator.prune import _FAMILIES, _text, renaming_keys
+
+    names = [n for n, _, _, _ in INPUTS]
+    families = [m for m in _FAMILIES.values() if len(m) > 1]
+    every = []
+    for perms in product(*(permutations(m) for m in families)):
+        mapping = {n: n for n in names}
+        for members, perm in zip(families, perms, strict=True):
+            mapping.update(zip(members, perm, strict=True))
+        every.append(tuple(mapping[n] for n in names))
+    _, pairs = candidate_pairs(Buckets().extend(enumerate_graphs(2, seed=0)))
+    for p in pairs[::60]:
+        texts = [(_text(p.a, n), _text(p.b, n)) for n in every]
+        assert renaming_keys(p) == (min(texts), min((b, a) for a, b in texts))
+        assert renaming_keys(Pair(p.b, p.a, p.fingerprint))[0] == min((b, a) for a, b in texts)
+
+
+def test_fewest_ops_keeps_only_the_tensors_of_small_graphs_when_asked():
+    from generator.fingerprint import pack
+    from generator.run import fewest_ops
+
+    small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
+    tensors, counts = fewest_ops(*small)
+    few_tensors, few_counts = fewest_ops(*small, most=1)
+    assert set(counts.tolist()) == {0, 1, 2} and set(few_counts.tolist()) == {0, 1}  # 0: an input itself
+    assert dict(zip(few_tensors.tolist(), few_counts.tolist(), strict=True)) == {
+        t: c for t, c in zip(tensors.tolist(), counts.tolist(), strict=True) if c <= 1}

@@ -155,14 +155,15 @@ def save_candidates(path: str, candidates: Iterable[dict[str, Any]], max_ops: in
     """Write generated (unverified) candidates for a later ``--candidates`` run, atomically."""
     def dump(tmp: str) -> None:
         # one candidate at a time (the generator's are packed: all of them as dicts would not fit at 4 ops); the
-        # bytes json.dump gives for the whole object
+        # bytes json.dump gives for the whole object, each candidate through ``json.dumps``, whose C encoder is
+        # several times ``json.dump``'s Python one (a million candidates, 4.6 GB, at 4 ops)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": seed})[:-1]
                     + ', "candidates": [')
             for i, candidate in enumerate(candidates):
                 if i:
                     f.write(", ")
-                json.dump(candidate, f)
+                f.write(json.dumps(candidate))
             f.write("]}")
 
     write_atomically(path, dump)

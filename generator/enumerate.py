@@ -768,8 +768,9 @@ class SortedFingerprints:
     def __contains__(self, fingerprint: object) -> bool:
         if not isinstance(fingerprint, int) or not 0 <= fingerprint < 1 << 64:
             return False
-        at = int(np.searchsorted(self.values, np.uint64(fingerprint)))
-        return at < len(self.values) and int(self.values[at]) == fingerprint
+        values = self.values
+        at = int(values.searchsorted(np.uint64(fingerprint)))  # the method: np.searchsorted's dispatch costs as much
+        return at < len(values) and int(values[at]) == fingerprint
 
 
 def _input_sets(fps: list[int]) -> Iterator[Visit]:

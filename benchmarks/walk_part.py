@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from generator.enumerate import SortedFingerprints, enumerate_graphs, output_multisets
-from generator.run import _collect, _partition, collector_paused, fewest_ops
+from generator.enumerate import enumerate_graphs
+from generator.run import WalkFilters, _collect, _partition, collector_paused
 from xflow.executor import LocalExecutor
 
 
@@ -54,14 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", default="/tmp/xflow-small3.npz")
     args = parser.parse_args(argv)
     fps, codes, outs = _small(args.small, args.max_ops)
-    kept = SortedFingerprints(np.unique(fps))  # as generator.run's workers hold them
-    filters = {}
-    if not args.plain:
-        tensors, counts = fewest_ops(fps, codes, outs, most=args.max_ops - 2)
-        several = outs[outs[:, 1] != 0]
-        filters = {"fewer_ops": dict(zip(tensors.tolist(), counts.tolist(), strict=True)),
-                   "multi_output_tensors": SortedFingerprints(np.unique(several[several != 0])),
-                   "kept_multisets": output_multisets(outs)}
+    filters = WalkFilters.of(fps, codes, outs, args.max_ops).walk_kwargs()  # as generator.run's workers walk
+    if args.plain:
+        filters = {"keep_last": filters["keep_last"]}
     stats: dict[str, int] = {}
     rows: list[bytes] = []
     profiler = cProfile.Profile() if args.profile else None
@@ -73,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with collector_paused():  # as the run's workers walk
             for v in enumerate_graphs(args.max_ops, 0, first_ops=_partition(args.parts, args.index), stats=stats,
-                                      keep_last=kept.__contains__, **filters):
+                                      **filters):
                 if len(v.graph) == args.max_ops and v.inputs_used:
                     rows.append(v.code)
     except _Stop:

@@ -729,27 +729,25 @@ MULTISET_FILTER_BITS = 26
 
 @dataclass(frozen=True)
 class MultisetFilter:
-    """The kept multiset hashes (``hashes``, sorted and unique) and a flag per value of a hash's top
-    ``MULTISET_FILTER_BITS`` bits (``flags``): whether a kept hash has them. The flags settle most of the last
-    op's rows in one array lookup, a binary search the rest: in a third of the memory of a Python set of the
-    hashes, and without a Python step per row."""
+    """The kept multiset hashes (``kept``) and a flag per value of a hash's top ``MULTISET_FILTER_BITS`` bits
+    (``flags``): whether a kept hash has them. The flags settle most of the last op's rows in one array lookup, a
+    binary search the rest: in a third of the memory of a Python set of the hashes, and without a Python step per
+    row."""
 
-    hashes: np.ndarray
+    kept: SortedFingerprints
     flags: np.ndarray
 
     @staticmethod
     def of(hashes: np.ndarray) -> MultisetFilter:
+        """The filter of ``hashes`` (sorted and unique)."""
         flags = np.zeros(1 << MULTISET_FILTER_BITS, dtype=bool)
         flags[hashes >> np.uint64(64 - MULTISET_FILTER_BITS)] = True
-        return MultisetFilter(hashes, flags)
+        return MultisetFilter(SortedFingerprints(hashes), flags)
 
     def members(self, hashes: np.ndarray) -> np.ndarray:
         """The positions of ``hashes`` (uint64) that are kept hashes, ascending."""
         at = np.flatnonzero(self.flags[hashes >> np.uint64(64 - MULTISET_FILTER_BITS)])
-        if not len(at):  # no kept hash has these flags (always so when none is kept)
-            return at
-        found = np.minimum(np.searchsorted(self.hashes, hashes[at]), len(self.hashes) - 1)
-        return at[self.hashes[found] == hashes[at]]
+        return at[self.kept.members(hashes[at])]
 
 
 def output_multisets(outs: np.ndarray) -> np.ndarray:
@@ -771,6 +769,13 @@ class SortedFingerprints:
         values = self.values
         at = int(values.searchsorted(np.uint64(fingerprint)))  # the method: np.searchsorted's dispatch costs as much
         return at < len(values) and int(values[at]) == fingerprint
+
+    def members(self, fingerprints: np.ndarray) -> np.ndarray:
+        """Which of ``fingerprints`` (uint64) are in the set, as a boolean array."""
+        if not len(self.values) or not len(fingerprints):
+            return np.zeros(len(fingerprints), dtype=bool)
+        found = np.minimum(self.values.searchsorted(fingerprints), len(self.values) - 1)
+        return self.values[found] == fingerprints
 
 
 def _input_sets(fps: list[int]) -> Iterator[Visit]:

@@ -108,23 +108,47 @@ def balanced_parts(weights: Sequence[int], parts: int) -> list[frozenset[int]]:
     return [frozenset(keys) for _, _, keys in sorted(loads, key=lambda load: (-load[0], load[1])) if keys]
 
 
-WalkPart = tuple[int, int, frozenset[int], np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]
+@dataclass(frozen=True)
+class WalkFilters:
+    """What the widest walk's parts know of the smaller run, as arrays (sent to every worker): the kept
+    fingerprints (sorted), the fewest ops of the tensors a reducible part can be replaced by, the tensors of
+    multi-output graphs (sorted) and the kept multiset hashes (see ``enumerate_graphs``)."""
+
+    kept: np.ndarray
+    fewer: tuple[np.ndarray, np.ndarray]
+    multi: np.ndarray
+    multisets: np.ndarray
+
+    @staticmethod
+    def of(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, max_ops: int) -> WalkFilters:
+        """The filters of the walk of ``max_ops`` ops over the smaller run's rows."""
+        several = outs[outs[:, 1] != 0]
+        # a reducible part lies below the last op, so it has max_ops - 1 ops at most and is replaced by fewer
+        return WalkFilters(np.unique(fps), fewest_ops(fps, codes, outs, most=max_ops - 2),
+                           np.unique(several[several != 0]), output_multisets(outs))
+
+    def walk_kwargs(self) -> dict[str, Any]:
+        """``enumerate_graphs``' filter arguments. The fingerprints are looked up by binary search in the sorted
+        arrays (a tenth of a Python set's memory): a kept one only for the few graphs whose outputs' multiset hash
+        matches, a tensor once per last-op prefix."""
+        fewer_fps, fewer_counts = self.fewer
+        return {"keep_last": SortedFingerprints(self.kept).__contains__,
+                "fewer_ops": dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True)),
+                "multi_output_tensors": SortedFingerprints(self.multi), "kept_multisets": self.multisets}
+
+
+WalkPart = tuple[int, int, frozenset[int], WalkFilters]
 
 
 def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
-    of ``kept`` and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
-    max_ops, seed, first_ops, kept, (fewer_fps, fewer_counts), multi, multisets = args
-    # binary searches in the sorted arrays (a tenth of a Python set's memory): a worker looks up a kept
-    # fingerprint only for the few graphs whose outputs' multiset hash matches, a tensor once per last-op prefix
-    wanted, multi_output_tensors = SortedFingerprints(kept), SortedFingerprints(multi)
-    fewer = dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True))
+    of the smaller run's and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
+    max_ops, seed, first_ops, filters = args
     stats: dict[str, int] = {}
     packed, rows = [], []
     with collector_paused():
         for v in enumerate_graphs(max_ops, seed, first_ops=first_ops.__contains__, stats=stats,
-                                  keep_last=wanted.__contains__, fewer_ops=fewer,
-                                  multi_output_tensors=multi_output_tensors, kept_multisets=multisets):
+                                  **filters.walk_kwargs()):
             if len(v.graph) == max_ops and v.inputs_used:
                 rows.append(v)
                 if len(rows) == PACK_EVERY:  # a packed row is a tenth of a graph's objects
@@ -148,7 +172,8 @@ def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, most: int |
     tensors, counts = tensors[first], counts[first].astype(np.uint8)
     if most is None:
         return tensors, counts
-    return tensors[counts <= most], counts[counts <= most]
+    small = counts <= most
+    return tensors[small], counts[small]
 
 
 def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:
@@ -296,17 +321,12 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     t = step(f"graphs of <= {max_ops - 1} ops enumerated", smaller.graphs, t)
     small_fps, small_codes, small_outs = smaller.arrays()
     del smaller
-    kept = np.unique(small_fps)
-    # a reducible part lies below the last op, so it has max_ops - 1 ops at most and is replaced by fewer
-    fewer = fewest_ops(small_fps, small_codes, small_outs, most=max_ops - 2)
-    several = small_outs[small_outs[:, 1] != 0]
-    multi = np.unique(several[several != 0])
-    multisets = output_multisets(small_outs)
+    filters = WalkFilters.of(small_fps, small_codes, small_outs, max_ops)
     # a part per group of first ops, weighed by the smaller graphs that start with them (conv-first walks are
     # several times the others)
     starts = small_codes[:, 0]
     weights = np.bincount(starts[starts < len(APPLICATIONS)], minlength=len(APPLICATIONS)).tolist()
-    parts = [(max_ops, seed, keys, kept, fewer, multi, multisets) for keys in balanced_parts(weights, jobs * 8)]
+    parts = [(max_ops, seed, keys, filters) for keys in balanced_parts(weights, jobs * 8)]
     walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (stats, arrays) in enumerate(work, 1):
@@ -324,7 +344,7 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps
     colliding = [rows.colliding_arrays()]
-    del rows, parts, kept, fewer, multi, multisets  # the chunks are a gigabyte at 4 ops
+    del rows, parts, filters  # the chunks are a gigabyte at 4 ops
     return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
 
 

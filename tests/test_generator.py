@@ -444,6 +444,7 @@ def test_fingerprint_arrays_answer_membership_as_python_sets_do():
     sorted_fps = SortedFingerprints(kept)
     assert [p in sorted_fps for p in probes.tolist()] == [p in as_set for p in probes.tolist()]
     assert -1 not in sorted_fps and 2**64 not in sorted_fps and "x" not in sorted_fps
+    assert sorted_fps.members(probes).tolist() == [p in as_set for p in probes.tolist()]
     members = MultisetFilter.of(kept).members(probes)
     assert members.tolist() == [i for i, p in enumerate(probes.tolist()) if p in as_set]
     assert len(members) >= len(kept[::3])

@@ -198,7 +198,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                      keep_last: Callable[[int], bool] | None = None,
                      fewer_ops: Mapping[int, int] | None = None,
                      multi_output_tensors: Container[int] | None = None,
-                     kept_multisets: np.ndarray | None = None) -> Iterator[Visit]:
+                     kept_multisets: np.ndarray | None = None,
+                     first_codes: FirstCodes | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
 
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
@@ -211,13 +212,20 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     output below the last op whose ancestor ops outnumber ``fewer_ops`` of it, and whose other values only
     those ancestors read. Replacing that part by the smaller graph (a smaller rule) leaves a graph of fewer
     ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats["reducible"]``
-    counts the prefixes whose last op must read an inner value of such a part. ``multi_output_tensors`` (the
-    output tensors of the kept graphs of two outputs or more): an output of the prefix outside it must be read by the
-    last op, since a graph that leaves it as an output has two outputs or more (``stats["open_output"]`` counts
-    the prefixes no last op can complete). ``kept_multisets`` (``output_multisets`` of the kept graphs'
-    outputs) tries the last op on all its operand tuples at once: one array operation per prefix instead of a
-    Python step per application finds the few whose outputs' multiset hash is a kept graph's, and only those
-    are checked with ``keep_last`` (``walk_last``: the same graphs in the same order)."""
+    counts the prefixes whose last op must read an inner value of such a part, and those not walked on because a
+    part of theirs has none (one op: the graphs of fewer than ``max_ops`` ops below are not yielded either).
+    ``multi_output_tensors`` (the output tensors of the kept graphs of two outputs or more): an output of the prefix
+    outside it must be read by the last op, since a graph that leaves it as an output has two outputs or more
+    (``stats["open_output"]`` counts the prefixes no last op can complete). ``kept_multisets`` (``output_multisets``
+    of the kept graphs' outputs) tries the last op on all its operand tuples at once: one array operation per prefix
+    instead of a Python step per application finds the few whose outputs' multiset hash is a kept graph's, and only
+    those are checked with ``keep_last`` (``walk_last``: the same graphs in the same order).
+
+    With ``first_codes`` as well, a part is also reducible when as many ops compute its tensor in the canonical
+    graph of a smaller code (the part's code taken as its own graph's): a smaller rule of as many ops on each
+    side rewrites it into the canonical graph, so every graph holding it has the rules of the graph holding the
+    canonical one instead, composed with that smaller rule. Only parts whose own graph's op order is the walk's
+    are compared: the ops before the part's end, or two ops (a chain has one order)."""
     ev = IntEvaluator(seed)
     n_in = len(INPUTS)
     shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
@@ -401,10 +409,16 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return out
         size = cone.bit_count()
         ends = producers[i + 1] if i + 1 < len(producers) else len(shapes)
+        prefix_or_pair = cone == (1 << size) - 1 or size <= 2
         for u in range(producers[i], ends):
             fewest = fewer_ops.get(fps[u])
+            twin = None
             if fewest is None or fewest >= size:
-                continue
+                if first_codes is None or not prefix_or_pair:
+                    continue
+                twin = first_codes.code_of(fps[u], size)
+                if twin is None:
+                    continue
             inner, dead = 0, True
             for j in range(len(graph)):
                 if not cone >> j & 1:
@@ -415,9 +429,24 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                         # an inner value read outside the part (or by nothing: a graph output) keeps it alive
                         dead = dead and readers[v] != 0 and readers[v] & ~cone == 0
                         inner |= 1 << v
-            if dead:
+            if dead and (twin is None or twin < part_code(cone)):
                 out.append(inner)
         return out
+
+    def part_code(cone: int) -> bytes:
+        """The code of the ops of ``cone`` as a graph of their own: their outputs renumbered after the inputs."""
+        if cone == (1 << cone.bit_count()) - 1:
+            return b"".join(codes[:cone.bit_count()])
+        renamed: dict[int, int] = {}
+        out = []
+        for j in range(len(graph)):
+            if cone >> j & 1:
+                key, operands = op_keys[j]
+                out.append(op_code(key, tuple(renamed.get(t, t) for t in operands)))
+                stop = producers[j + 1] if j + 1 < len(producers) else len(shapes)
+                for v in range(producers[j], stop):
+                    renamed[v] = n_in + len(renamed)
+        return b"".join(out)
 
     def applications_of(app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
                         ) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
@@ -484,7 +513,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         if duplicate:
             st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
         elif depth + 1 < max_ops:
-            yield from walk(depth + 1, reducible_parts(index, cone, live) if filtering_below else live)
+            below = reducible_parts(index, cone, live) if filtering_below else live
+            if 0 in below:
+                # a part of one op has no inner value a later op could read: no widest graph below is kept
+                st["reducible"] = st.get("reducible", 0) + 1
+            else:
+                yield from walk(depth + 1, below)
         # undo
         producers.pop()
         op_cone.pop()
@@ -501,15 +535,17 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         del tensor_op[first:], readers[first:]
 
     def last_rows(level: Level, level_key: tuple, live: list[int], required: int) -> _LastRows:
-        rows = last_cache.get(level_key)
-        if rows is None:
+        rows = last_cache.pop(level_key, None)
+        if rows is not None:
+            last_cache[level_key] = rows  # the most recently used last: the least recently used go first
+        else:
             # not through ``tuple_cache``: its entries per menu entry would push out the upper levels'
             tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}
             for op in BY_OP:
                 tuples[op] = level_tuples(op, level, live, required)
             found = [(app, *row) for app in APPLICATIONS for row in applications_of(app, tuples[app.op])]
             if len(last_cache) >= LAST_LEVEL_ENTRIES:
-                last_cache.clear()
+                del last_cache[next(iter(last_cache))]
             rows = last_cache[level_key] = _LastRows.of(found)
         return rows
 
@@ -776,6 +812,25 @@ class SortedFingerprints:
             return np.zeros(len(fingerprints), dtype=bool)
         found = np.minimum(self.values.searchsorted(fingerprints), len(self.values) - 1)
         return self.values[found] == fingerprints
+
+
+@dataclass(frozen=True)
+class FirstCodes:
+    """Per tensor a single-output graph computes (``tensors``, sorted uint64): the fewest ops computing it
+    (``ops``) and the smallest code of a graph of that many ops computing it (``codes``: rows of 3 bytes an op,
+    ``NO_OPERAND``-padded), so one graph of each tensor is the canonical one."""
+
+    tensors: np.ndarray
+    ops: np.ndarray
+    codes: np.ndarray
+
+    def code_of(self, fingerprint: int, size: int) -> bytes | None:
+        """The canonical code of the tensor when its fewest ops are ``size``, else None."""
+        tensors = self.tensors
+        at = int(tensors.searchsorted(np.uint64(fingerprint)))
+        if at == len(tensors) or int(tensors[at]) != fingerprint or int(self.ops[at]) != size:
+            return None
+        return self.codes[at, :3 * size].tobytes()
 
 
 def _input_sets(fps: list[int]) -> Iterator[Visit]:

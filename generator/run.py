@@ -22,6 +22,7 @@ from generator.enumerate import (
     APPLICATIONS,
     INPUT_SET,
     NO_OPERAND,
+    FirstCodes,
     SortedFingerprints,
     enumerate_graphs,
     output_multisets,
@@ -111,11 +112,13 @@ def balanced_parts(weights: Sequence[int], parts: int) -> list[frozenset[int]]:
 @dataclass(frozen=True)
 class WalkFilters:
     """What the widest walk's parts know of the smaller run, as arrays (sent to every worker): the kept
-    fingerprints (sorted), the fewest ops of the tensors a reducible part can be replaced by, the tensors of
-    multi-output graphs (sorted) and the kept multiset hashes (see ``enumerate_graphs``)."""
+    fingerprints (sorted), the fewest ops of the tensors a reducible part can be replaced by, the canonical
+    graphs of the tensors a part of as many ops can be replaced by, the tensors of multi-output graphs (sorted)
+    and the kept multiset hashes (see ``enumerate_graphs``)."""
 
     kept: np.ndarray
     fewer: tuple[np.ndarray, np.ndarray]
+    first: FirstCodes
     multi: np.ndarray
     multisets: np.ndarray
 
@@ -123,9 +126,11 @@ class WalkFilters:
     def of(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, max_ops: int) -> WalkFilters:
         """The filters of the walk of ``max_ops`` ops over the smaller run's rows."""
         several = outs[outs[:, 1] != 0]
-        # a reducible part lies below the last op, so it has max_ops - 1 ops at most and is replaced by fewer
+        # a reducible part lies below the last op, so it has max_ops - 1 ops at most and is replaced by fewer or
+        # by as many
         return WalkFilters(np.unique(fps), fewest_ops(fps, codes, outs, most=max_ops - 2),
-                           np.unique(several[several != 0]), output_multisets(outs))
+                           first_codes(fps, codes, outs, most=max_ops - 1), np.unique(several[several != 0]),
+                           output_multisets(outs))
 
     def walk_kwargs(self) -> dict[str, Any]:
         """``enumerate_graphs``' filter arguments. The fingerprints are looked up by binary search in the sorted
@@ -134,7 +139,8 @@ class WalkFilters:
         fewer_fps, fewer_counts = self.fewer
         return {"keep_last": SortedFingerprints(self.kept).__contains__,
                 "fewer_ops": dict(zip(fewer_fps.tolist(), fewer_counts.tolist(), strict=True)),
-                "multi_output_tensors": SortedFingerprints(self.multi), "kept_multisets": self.multisets}
+                "multi_output_tensors": SortedFingerprints(self.multi), "kept_multisets": self.multisets,
+                "first_codes": self.first}
 
 
 WalkPart = tuple[int, int, frozenset[int], WalkFilters]
@@ -158,22 +164,27 @@ def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.nda
         return stats, tuple(np.concatenate(arrays) for arrays in zip(*packed, strict=True))  # type: ignore[return-value]
 
 
+def first_codes(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, most: int | None = None) -> FirstCodes:
+    """Per tensor over the rows of single-output graphs: the fewest ops computing it and the smallest code among
+    the graphs of that many ops; with ``most``, only the tensors computed with at most that many ops."""
+    keys = codes[:, 0::3]
+    ops = ((keys != NO_OPERAND) & (keys != INPUT_SET)).sum(axis=1)
+    single = outs[:, 1] == 0
+    tensors, counts, rows = outs[single, 0], ops[single], codes[single]
+    order = np.lexsort((*rows.T[::-1], counts, tensors))
+    tensors, counts, rows = tensors[order], counts[order], rows[order]
+    first = np.r_[True, tensors[1:] != tensors[:-1]] if len(tensors) else np.zeros(0, bool)
+    if most is not None:
+        first &= counts <= most
+    return FirstCodes(tensors[first], counts[first].astype(np.uint8), rows[first])
+
+
 def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, most: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
     """(tensor fingerprints, fewest ops computing each) over the rows of single-output graphs; with ``most``, only
     the tensors computed with at most that many ops."""
-    keys = codes[:, 0::3]
-    ops = ((keys != NO_OPERAND) & (keys != INPUT_SET)).sum(axis=1)
-    single = outs[:, 1] == 0
-    tensors, counts = outs[single, 0], ops[single]
-    order = np.lexsort((counts, tensors))
-    tensors, counts = tensors[order], counts[order]
-    first = np.r_[True, tensors[1:] != tensors[:-1]] if len(tensors) else np.zeros(0, bool)
-    tensors, counts = tensors[first], counts[first].astype(np.uint8)
-    if most is None:
-        return tensors, counts
-    small = counts <= most
-    return tensors[small], counts[small]
+    found = first_codes(fps, codes, outs, most)
+    return found.tensors, found.ops
 
 
 def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:

@@ -243,6 +243,46 @@ def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
     assert narrow_stats["applications"] < stats["applications"]
 
 
+def test_graphs_with_a_part_as_many_ops_compute_in_a_smaller_canonical_graph_are_not_walked():
+    """The pruning extended to parts of as many ops: a widest graph holding a part whose tensor the canonical graph
+    (the smallest code of as many ops) computes, and that is not that graph, is left out: the smaller rule between
+    the two parts and the graph holding the canonical one give its rules. Only such graphs are left out, and
+    matmul's associativity (two orders of two matmuls) leaves some out."""
+    from generator.fingerprint import fps_of, int_values, pack
+    from generator.run import fewest_ops, first_codes
+
+    firsts = {a.key for a in BY_OP["matmul"]}
+
+    def walk(**kw):
+        return [v for v in enumerate_graphs(3, seed=0, first_ops=firsts.__contains__, **kw) if len(v.graph) == 3]
+
+    small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
+    tensors, counts = fewest_ops(*small, most=1)
+    canonical = first_codes(*small, most=2)
+    kw = {"keep_last": set(small[0].tolist()).__contains__,
+          "fewer_ops": dict(zip(tensors.tolist(), counts.tolist(), strict=True))}
+    before, after = walk(**kw), walk(**kw, first_codes=canonical)
+    left_out = {v.code for v in before} - {v.code for v in after}
+    assert {v.code for v in after} <= {v.code for v in before} and len(left_out) > 10
+    assert any(v.graph[1][0] == "matmul" and N in v.graph[1][2] for v in before if v.code in left_out)
+    for v in before:
+        if v.code not in left_out:
+            continue
+        # an op below the last one, with the first op when it reads its output, is a part (the last op reads no
+        # other value of it) computing its tensor in a graph of its own that is not the canonical one
+        fps = fps_of(int_values(v.graph, 0))
+        reducible = []
+        for j in (0, 1):
+            if OPS[v.graph[j][0]].num_outputs(v.graph[j][1]) != 1 or OPS[v.graph[0][0]].num_outputs(v.graph[0][1]) != 1:
+                continue
+            cone = [0, 1] if j == 1 and N in v.graph[1][2] else [j]
+            twin = canonical.code_of(fps[N + j], len(cone))
+            inner_read = any(N + i in v.graph[2][2] for i in cone if i != j)
+            if twin is not None and not inner_read and twin < b"".join(v.code[3 * i:3 * i + 3] for i in cone):
+                reducible.append(j)
+        assert reducible, v.graph
+
+
 def test_split_sizes_never_name_the_split_tensor_itself():
     """A 2-way split's pieces are each smaller than the tensor split, so a size expression over the split
     tensor's own dim (``(dim(x1, -1), dim(x1, -1))`` for a split of x1) can never be instantiated: it is not

@@ -134,6 +134,8 @@ MIN_SPATIAL = 3
 MEMO_ENTRIES = 400_000
 #: The same for the last op's fingerprints (ints, no arrays: about 100 bytes an entry).
 LAST_MEMO_ENTRIES = 2_000_000
+#: The last op's fingerprints of one output are cached in 2**LAST_CACHE_BITS slots (16 bytes each).
+LAST_CACHE_BITS = 22
 #: Most operand-tuple lists one walk keeps for reuse by prefixes of equal shapes (then it starts over).
 TUPLE_CACHE_ENTRIES = 50_000
 #: Most walk levels whose last-op rows one walk keeps as arrays (``_LastRows``, a few kilobytes each).
@@ -561,24 +563,29 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         fps_now = np.array(fps, dtype=np.uint64)
         first, second = table.first[tried], table.second[tried]
         second_fps = np.where(second >= 0, fps_now[second], np.uint64(0))
-        memo_keys = list(zip(table.keys[tried].tolist(), fps_now[first].tolist(), second_fps.tolist(), strict=True))
-        # per row the output's fingerprint, or a tuple of them for an op of several outputs (split)
-        found: list[Any] = list(map(last_memo.get, memo_keys))
-        with np.errstate(over="ignore"):
-            for j in [j for j, f in enumerate(found) if f is None]:
-                app, operands, _, attrs, _, _ = table.rows[tried[j]]
-                found[j] = last_fps(app, operands, attrs, memo_keys[j])
         one = table.single[tried]
-        if one.all():
-            own = multiset_hash(np.array(found, dtype=np.uint64))
-        else:
-            own = np.zeros(len(tried), dtype=np.uint64)
-            at = np.flatnonzero(one)
-            own[at] = multiset_hash(np.array([found[j] for j in at.tolist()], dtype=np.uint64))
-            at = np.flatnonzero(~one)
-            several = [found[j] for j in at.tolist()]
-            width = max(map(len, several))
-            padded = np.array([(*f, *(0,) * (width - len(f))) for f in several], dtype=np.uint64)
+        # per row of one output its fingerprint (from the cache, or computed and stored), per row of several
+        # (split) the tuple of theirs (memoized by ``last_fps``)
+        tags, slots = single_memo.address(table.keys[tried], fps_now[first], second_fps)
+        found = single_memo.values[slots]
+        several: dict[int, tuple[int, ...]] = {}
+        todo = np.flatnonzero((single_memo.tags[slots] != tags) | ~one)
+        if len(todo):
+            with np.errstate(over="ignore"):
+                for j, single in zip(todo.tolist(), one[todo].tolist(), strict=True):
+                    app, operands, _, attrs, _, _ = table.rows[tried[j]]
+                    arrays = [values[t] for t in operands]
+                    if single:
+                        found[j] = tensor_fp(OPS[app.op].evaluate_int(np, arrays, attrs)[0])
+                    else:
+                        memo_key = (app.key, fps[operands[0]], fps[operands[1]] if len(operands) > 1 else 0)
+                        several[j] = last_fps(app, operands, attrs, memo_key)  # type: ignore[assignment]
+            single_memo.store(tags, slots, found, todo[one[todo]])
+        own = multiset_hash(found)
+        if several:
+            at = sorted(several)
+            width = max(len(several[j]) for j in at)
+            padded = np.array([(*several[j], *(0,) * (width - len(several[j]))) for j in at], dtype=np.uint64)
             own[at] = multiset_hash(padded).sum(axis=1, dtype=np.uint64)
         # the multiset hash of the graph's outputs: the open outputs the last op does not read, and its own
         mixed = multiset_hash(fps_now[open_outputs]).tolist() if open_outputs else []
@@ -588,7 +595,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         # an equal hash is a candidate only: the graph's own fingerprint decides, as in the walk of one by one
         for j in multisets.members(own).tolist():
             i = int(tried[j])
-            new_fps = [found[j]] if one[j] else list(found[j])
+            new_fps = list(several[j]) if j in several else [int(found[j])]
             rest = [fps[t] for t in open_outputs if t not in table.rows[i][1]]
             fingerprint = graph_fp(rest + new_fps)
             if keep_last(fingerprint):  # type: ignore[misc]
@@ -688,6 +695,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     filtering_below = fewer_ops is not None and keep_last is not None
     last_cache: dict[tuple, _LastRows] = {}
     last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
+    single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
     multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
     yield from walk(0, [])
     if first_ops is None or first_ops(0):
@@ -744,6 +752,7 @@ class _LastRows:
 
 
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
+_TAG = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9))
 
 
 def multiset_hash(fingerprints: np.ndarray) -> np.ndarray:
@@ -790,6 +799,34 @@ def output_multisets(outs: np.ndarray) -> np.ndarray:
     """The sorted multiset hashes of graphs given as rows of output fingerprints padded with 0 (``pack``'s
     ``outs``): ``enumerate_graphs``' ``kept_multisets``."""
     return np.unique(multiset_hash(outs).sum(axis=1, dtype=np.uint64))
+
+
+@dataclass(frozen=True)
+class FingerprintCache:
+    """The fingerprints of op outputs by (menu key, operand fingerprints), direct-mapped: ``tags`` and ``values``
+    hold ``2**bits`` slots, each the latest entry whose 64-bit tag (a hash of the key) falls in it, so the rows of
+    a prefix are looked up and stored by a few array operations, and a miss is computed again."""
+
+    tags: np.ndarray
+    values: np.ndarray
+
+    @staticmethod
+    def of(bits: int) -> FingerprintCache:
+        """An empty cache of ``2**bits`` slots (a tag is never 0)."""
+        return FingerprintCache(np.zeros(1 << bits, np.uint64), np.zeros(1 << bits, np.uint64))
+
+    def address(self, keys: np.ndarray, first_fps: np.ndarray, second_fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tags and slots of the keys (menu keys and operand fingerprints; 0 for no second operand)."""
+        with np.errstate(over="ignore"):
+            mixed = first_fps * _TAG[0] + second_fps * _TAG[1] + keys.astype(np.uint64) * _TAG[2]
+        tags = multiset_hash(mixed) | np.uint64(1)
+        shift = np.uint64(64 - (len(self.tags).bit_length() - 1))
+        return tags, (tags >> shift).astype(np.intp) if shift < 64 else np.zeros(len(tags), np.intp)
+
+    def store(self, tags: np.ndarray, slots: np.ndarray, values: np.ndarray, rows: np.ndarray) -> None:
+        """Store ``values`` of the ``rows`` given by their index into ``tags``/``slots``."""
+        self.tags[slots[rows]] = tags[rows]
+        self.values[slots[rows]] = values[rows]
 
 
 @dataclass(frozen=True)

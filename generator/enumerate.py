@@ -135,7 +135,7 @@ MEMO_ENTRIES = 400_000
 #: The same for the last op's fingerprints (ints, no arrays: about 100 bytes an entry).
 LAST_MEMO_ENTRIES = 2_000_000
 #: The last op's fingerprints of one output are cached in 2**LAST_CACHE_BITS slots (16 bytes each).
-LAST_CACHE_BITS = 22
+LAST_CACHE_BITS = 24
 #: Most operand-tuple lists one walk keeps for reuse by prefixes of equal shapes (then it starts over).
 TUPLE_CACHE_ENTRIES = 50_000
 #: Most walk levels whose last-op rows one walk keeps as arrays (``_LastRows``, a few kilobytes each).
@@ -538,17 +538,18 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
 
     def last_rows(level: Level, level_key: tuple, live: list[int], required: int) -> _LastRows:
         rows = last_cache.pop(level_key, None)
-        if rows is not None:
-            last_cache[level_key] = rows  # the most recently used last: the least recently used go first
-        else:
-            # not through ``tuple_cache``: its entries per menu entry would push out the upper levels'
-            tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}
-            for op in BY_OP:
-                tuples[op] = level_tuples(op, level, live, required)
-            found = [(app, *row) for app in APPLICATIONS for row in applications_of(app, tuples[app.op])]
+        if rows is None:
+            if live or required:
+                # the rows of the level without them, narrowed: levels differing only there share one build
+                rows = last_rows(level, (*level_key[:-2], (), 0), [], 0).reading(required, live)
+            else:
+                # not through ``tuple_cache``: its entries per menu entry would push out the upper levels'
+                tuples = {op: level_tuples(op, level, [], 0) for op in BY_OP}
+                rows = _LastRows.of([(app, *row) for app in APPLICATIONS
+                                     for row in applications_of(app, tuples[app.op])])
             if len(last_cache) >= LAST_LEVEL_ENTRIES:
                 del last_cache[next(iter(last_cache))]
-            rows = last_cache[level_key] = _LastRows.of(found)
+        last_cache[level_key] = rows  # the most recently used last: the least recently used go first
         return rows
 
     def walk_last(depth: int, live: list[int], level: Level, level_key: tuple, required: int,
@@ -731,6 +732,18 @@ class _LastRows:
                          np.fromiter((r[1][1] if len(r[1]) > 1 else -1 for r in rows), np.int64, n),
                          np.fromiter((r[2] for r in rows), bool, n),
                          np.fromiter((len(r[4]) == 1 for r in rows), bool, n))
+
+    def reading(self, required: int, live: list[int]) -> _LastRows:
+        """The rows whose operands include every tensor of the bit mask ``required`` and one of each mask of
+        ``live`` (``level_tuples``' narrowing, on the arrays)."""
+        one = np.int64(1)
+        read = (one << self.first) | np.where(self.second >= 0, one << np.maximum(self.second, 0), 0)
+        keep = read & required == required
+        for inner in live:
+            keep &= read & inner != 0
+        at = np.flatnonzero(keep)
+        return _LastRows([self.rows[i] for i in at.tolist()], self.keys[at], self.first[at], self.second[at],
+                         self.depends[at], self.single[at])
 
     def tried(self, op_keys: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:
         """Which rows the walk tries after the ops ``op_keys``: an op independent of the previous one comes

@@ -387,11 +387,12 @@ def test_the_common_subgraph_test_draws_the_same_fresh_tensor_whatever_came_befo
     assert reasons[0] == reasons[1]
 
 
-def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order():
+def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(monkeypatch):
     """``kept_multisets`` tries the last op on all its operand tuples at once (array operations, a multiset hash
-    of the outputs) and builds a kept graph without applying its last op; the graphs it yields (every field),
-    their order and the walk's counts are those of the walk that tries them one by one, a last op of two outputs
-    (split) included."""
+    of the outputs, a cache of fingerprints) and builds a kept graph without applying its last op; the graphs it
+    yields (every field), their order and the walk's counts are those of the walk that tries them one by one, a
+    last op of two outputs (split) included, and with a cache of 8 slots (entries overwritten all the time)."""
+    import generator.enumerate as enumerate_module
     from generator.enumerate import output_multisets
     from generator.fingerprint import pack
     from generator.run import fewest_ops
@@ -413,6 +414,8 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order():
     one_by_one, stats = walk()
     at_once, array_stats = walk(kept_multisets=output_multisets(small[2]))
     assert at_once == one_by_one and array_stats == stats
+    monkeypatch.setattr(enumerate_module, "LAST_CACHE_BITS", 3)
+    assert walk(kept_multisets=output_multisets(small[2])) == (one_by_one, stats)
     widest = [v.code for v in at_once if len(v.graph) == 3]
     split_last = {a.key for a in BY_OP["split"]}
     assert len(widest) > 100 and any(code[6] in split_last for code in widest)

@@ -435,6 +435,30 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 out.append(inner)
         return out
 
+    def reducible_last(operands: tuple[int, ...], new_fps: list[int]) -> bool:
+        """Whether the last op (of one output, reading ``operands``, in a graph of other outputs) ends a reducible
+        part: its cone computes its output only, and fewer ops compute that (``stats["reducible_last"]``). The
+        graph is then the rest of it beside that part, sharing inputs only, so replacing the part leaves a graph of
+        fewer ops with the same outputs."""
+        if len(new_fps) != 1:
+            return False
+        index = len(graph)
+        cone = 1 << index
+        for t in operands:
+            if t >= n_in:
+                cone |= op_cone[tensor_op[t]]
+        fewest = fewer_ops.get(new_fps[0])  # type: ignore[union-attr]
+        if fewest is None or fewest >= cone.bit_count():
+            return False
+        for j in range(index):
+            if cone >> j & 1:
+                stop = producers[j + 1] if j + 1 < len(producers) else len(shapes)
+                # every value of the part is read, and only by the part (the last op included)
+                if any(readers[v] & ~cone or not (readers[v] or v in operands) for v in range(producers[j], stop)):
+                    return False
+        st["reducible_last"] = st.get("reducible_last", 0) + 1
+        return True
+
     def part_code(cone: int) -> bytes:
         """The code of the ops of ``cone`` as a graph of their own: their outputs renumbered after the inputs."""
         if cone == (1 << cone.bit_count()) - 1:
@@ -599,7 +623,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             new_fps = list(several[j]) if j in several else [int(found[j])]
             rest = [fps[t] for t in open_outputs if t not in table.rows[i][1]]
             fingerprint = graph_fp(rest + new_fps)
-            if keep_last(fingerprint):  # type: ignore[misc]
+            if keep_last(fingerprint) and not (filtering_below and rest  # type: ignore[misc]
+                                               and reducible_last(table.rows[i][1], new_fps)):
                 survivors[i] = (new_fps, fingerprint)
         counts[0] += len(tried)
         counts[1] += len(tried) - len(survivors)
@@ -676,8 +701,11 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                         found = last_fps(app, operands, attrs, memo_key)
                     new_fps = list(found) if isinstance(found, tuple) else [found]
                     outs = [None] * len(new_fps)
-                    if filtering and not keep_last(graph_fp([fps[t] for t in open_outputs if t not in operands]
-                                                            + new_fps)):
+                    rest = [fps[t] for t in open_outputs if t not in operands]
+                    if filtering and not keep_last(graph_fp(rest + new_fps)):
+                        counts[1] += 1
+                        continue
+                    if filtering_below and rest and reducible_last(operands, new_fps):
                         counts[1] += 1
                         continue
                 else:

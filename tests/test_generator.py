@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -281,6 +283,46 @@ def test_graphs_with_a_part_as_many_ops_compute_in_a_smaller_canonical_graph_are
             if twin is not None and not inner_read and twin < b"".join(v.code[3 * i:3 * i + 3] for i in cone):
                 reducible.append(j)
         assert reducible, v.graph
+
+
+def test_a_widest_graph_whose_last_op_ends_a_part_fewer_ops_compute_beside_other_outputs_is_left_out():
+    """A graph of several outputs whose last op, with its ancestors, computes its output alone (nothing else reads
+    their values) is that part beside the rest, sharing inputs only: when fewer ops compute the part's output, the
+    graph with the smaller part has the same outputs and fewer ops, so the walk leaves the graph out."""
+    from generator.fingerprint import fps_of, int_values, pack
+    from generator.run import fewest_ops
+
+    firsts = {a.key for a in BY_OP["neg"]} | {a.key for a in BY_OP["relu"]}
+
+    def walk(**kw):
+        return [v for v in enumerate_graphs(3, seed=0, first_ops=firsts.__contains__, **kw) if len(v.graph) == 3]
+
+    small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
+    tensors, counts = fewest_ops(*small, most=1)
+    fewer = dict(zip(tensors.tolist(), counts.tolist(), strict=True))
+    keep = set(small[0].tolist()).__contains__
+
+    def reducible_at_last(v) -> bool:
+        *rest, (op, attrs, operands) = v.graph
+        if len(v.outputs) < 2 or OPS[op].num_outputs(attrs) != 1:
+            return False
+        cone, todo = set(), [t for t in operands if t >= N]
+        starts = list(itertools.accumulate([N] + [OPS[o].num_outputs(a) for o, a, _ in rest]))
+        while todo:
+            t = todo.pop()
+            j = max(i for i, s in enumerate(starts[:-1]) if s <= t)
+            if j not in cone:
+                cone.add(j)
+                todo += [t for t in rest[j][2] if t >= N]
+        inner = {t for j in cone for t in range(starts[j], starts[j + 1])}
+        read_outside = any(t in inner for j, (_, _, ins) in enumerate(rest) if j not in cone for t in ins)
+        if read_outside or not inner <= {t for j in cone for t in rest[j][2]} | set(operands):
+            return False
+        return fewer.get(fps_of(int_values(v.graph, 0))[-1], 9) < len(cone) + 1
+
+    plain = [v for v in walk(keep_last=keep) if reducible_at_last(v)]
+    pruned = walk(keep_last=keep, fewer_ops=fewer)
+    assert len(plain) > 10 and not any(reducible_at_last(v) for v in pruned)
 
 
 def test_split_sizes_never_name_the_split_tensor_itself():

@@ -134,8 +134,6 @@ MIN_SPATIAL = 3
 MEMO_ENTRIES = 400_000
 #: The same for the last op's fingerprints (ints, no arrays: about 100 bytes an entry).
 LAST_MEMO_ENTRIES = 2_000_000
-#: Most op outputs' shapes and kinds whose last-op rows (every level's, about 800 rows) one walk keeps.
-SHAPE_ROWS_ENTRIES = 1_000
 #: The last op's fingerprints of one output are cached in 2**LAST_CACHE_BITS slots (16 bytes each).
 LAST_CACHE_BITS = 24
 #: Most operand-tuple lists one walk keeps for reuse by prefixes of equal shapes (then it starts over).
@@ -297,7 +295,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         no_weights = entry.role(0) == "image" or entry.menu.activations_only  # type: ignore[union-attr]
         if k == 1:
-            for a in (sorted(components[0]) if components is not None else range(n)):
+            for a in (components[0] if components is not None else range(n)):
                 if not (no_weights and weight[a]) and some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
@@ -369,13 +367,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
-    def level_tuples(op: str, level: Level, live: list[int], required: int, in_order: bool = True
+    def level_tuples(op: str, level: Level, live: list[int], required: int
                      ) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
         """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
         entry: (operands, whether they read the previous op's outputs, operand shapes, all weights). With
         ``live`` (at the last op: the inner values of each reducible part), only tuples reading one of each; with
-        ``required`` (a bit mask of tensors), only tuples reading all of them. Without ``in_order``, inputs of a
-        family may be read before the ones before them (``_LastRows.narrowed`` tests it)."""
+        ``required`` (a bit mask of tensors), only tuples reading all of them."""
         entry = OPS[op]
         prev_first = producers[-1] if graph else len(shapes)
         commutative, distinct_only = entry.commutative, entry.constant_on_equal_inputs
@@ -397,7 +394,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 all_weights, depends, in_shapes, mask = True, False, (), 0
             if entry.weights_only and operands and not all_weights:
                 continue
-            if in_order and not input_order_ok(operands):
+            if not input_order_ok(operands):
                 continue
             if masked and (mask & required != required or not all(inner & mask for inner in live)):
                 continue
@@ -570,21 +567,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 # the rows of the level without them, narrowed: levels differing only there share one build
                 rows = last_rows(level, (*level_key[:-2], (), 0), [], 0).reading(required, live)
             else:
-                # the rows of every level of these op outputs, narrowed to this one's inputs used, components and
-                # previous op
-                every = shape_rows.pop(level_key[:2], None)
-                if every is None:
-                    if len(shape_rows) >= SHAPE_ROWS_ENTRIES:
-                        del shape_rows[next(iter(shape_rows))]
-                    # not through ``tuple_cache``: its entries per menu entry would push out the upper levels'
-                    unrestricted = Level.of(shapes, None)
-                    tuples = {op: level_tuples(op, unrestricted, [], 0, in_order=False) for op in BY_OP}
-                    # (an op of no operand joins no component: never a last op)
-                    every = _LastRows.of([(app, *row) for app in APPLICATIONS
-                                          for row in applications_of(app, tuples[app.op]) if row[0]])
-                shape_rows[level_key[:2]] = every  # the most recently used last, as ``last_cache``
-                rows = every.narrowed(np.array([u > 0 for u in used]), level.masks, level.full,
-                                      producers[-1] if graph else len(shapes))
+                # not through ``tuple_cache``: its entries per menu entry would push out the upper levels'
+                tuples = {op: level_tuples(op, level, [], 0) for op in BY_OP}
+                rows = _LastRows.of([(app, *row) for app in APPLICATIONS
+                                     for row in applications_of(app, tuples[app.op])])
             if len(last_cache) >= LAST_LEVEL_ENTRIES:
                 del last_cache[next(iter(last_cache))]
         last_cache[level_key] = rows  # the most recently used last: the least recently used go first
@@ -737,7 +723,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
 
     filtering_below = fewer_ops is not None and keep_last is not None
     last_cache: dict[tuple, _LastRows] = {}
-    shape_rows: dict[tuple, _LastRows] = {}  # per op outputs' shapes and kinds (1-2 thousand a part at 4 ops)
     last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
     single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
     multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
@@ -758,8 +743,7 @@ class _LastRows:
     """The last op's candidate applications at one walk level (every menu entry's, in the walk's order:
     (application, operands, reads the previous op, attributes, output shapes, all weights)) and the same as
     arrays: menu key, first and second operand (-1: none), whether it reads the previous op, whether it has
-    one output. Rows narrowed from another level's (``narrowed``) are shared with it: their "reads the previous
-    op" is that level's, the ``depends`` array this one's."""
+    one output."""
 
     rows: list[Row]
     keys: np.ndarray
@@ -776,27 +760,6 @@ class _LastRows:
                          np.fromiter((r[1][1] if len(r[1]) > 1 else -1 for r in rows), np.int64, n),
                          np.fromiter((r[2] for r in rows), bool, n),
                          np.fromiter((len(r[4]) == 1 for r in rows), bool, n))
-
-    def narrowed(self, used: np.ndarray, masks: list[int], full: int, prev_first: int) -> _LastRows:
-        """The rows at a level whose inputs ``used`` (bool per input), components (``Level``'s ``masks`` and
-        ``full``) and previous op's first output differ: those whose operands touch every component and read
-        the inputs of a family in order (``input_order_ok``), with their ``depends`` flag recomputed."""
-        n_in = len(used)
-        prev = np.array([-1 if p is None else p for p in FAMILY_PREV] + [-1] * (len(masks) - n_in))
-        is_used = np.concatenate([used, np.ones(len(masks) - n_in, bool)])
-        first, second = self.first, self.second
-        # an unused input is read only once the one before it in its family is used, or read just before it
-        first_ok = is_used[first] | (prev[first] < 0) | is_used[prev[first]]
-        b = np.maximum(second, 0)
-        second_ok = (second < 0) | is_used[b] | (prev[b] < 0) | is_used[prev[b]] | (
-            (prev[b] == first) & ~is_used[first])
-        touched = np.array(masks, dtype=np.int64)
-        covered = (touched[first] | np.where(second >= 0, touched[b], 0)) == full
-        at = np.flatnonzero(first_ok & second_ok & covered)
-        depends = (first[at] >= prev_first) | (second[at] >= prev_first)
-        rows = self.rows
-        return _LastRows([rows[i] for i in at.tolist()], self.keys[at], first[at], second[at], depends,
-                         self.single[at])
 
     def reading(self, required: int, live: list[int]) -> _LastRows:
         """The rows whose operands include every tensor of the bit mask ``required`` and one of each mask of

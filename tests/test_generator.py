@@ -433,8 +433,7 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     """``kept_multisets`` tries the last op on all its operand tuples at once (array operations, a multiset hash
     of the outputs, a cache of fingerprints) and builds a kept graph without applying its last op; the graphs it
     yields (every field), their order and the walk's counts are those of the walk that tries them one by one, a
-    last op of two outputs (split) included, and with caches of 8 fingerprints and of 2 levels' rows (entries
-    overwritten or dropped all the time)."""
+    last op of two outputs (split) included, and with a cache of 8 slots (entries overwritten all the time)."""
     import generator.enumerate as enumerate_module
     from generator.enumerate import output_multisets
     from generator.fingerprint import pack
@@ -457,8 +456,7 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     one_by_one, stats = walk()
     at_once, array_stats = walk(kept_multisets=output_multisets(small[2]))
     assert at_once == one_by_one and array_stats == stats
-    for name, small_size in (("LAST_CACHE_BITS", 3), ("SHAPE_ROWS_ENTRIES", 2), ("LAST_LEVEL_ENTRIES", 2)):
-        monkeypatch.setattr(enumerate_module, name, small_size)
+    monkeypatch.setattr(enumerate_module, "LAST_CACHE_BITS", 3)
     assert walk(kept_multisets=output_multisets(small[2])) == (one_by_one, stats)
     widest = [v.code for v in at_once if len(v.graph) == 3]
     split_last = {a.key for a in BY_OP["split"]}

@@ -349,8 +349,9 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
             progress(f"walking {max_ops} ops: part {done}/{len(parts)}", walked, time.perf_counter() - t)
     t = step(f"graphs of {max_ops} ops walked (with smaller ones)", walked, t)
     step("  kept: a smaller graph has the fingerprint", sum(len(f) for f in wide_fps), t)
-    step("  prefixes whose last op must undo a reducible part", counts["reducible"], t)
+    step("  prefixes with a reducible part (the last op must undo it, or none can)", counts["reducible"], t)
     step("  prefixes left out: 3 outputs no kept graph has", counts["open_output"], t)
+    step("  left out: the last op ends a part fewer ops compute", counts["reducible_last"], t)
     partners = np.isin(small_fps, np.concatenate(wide_fps))
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps

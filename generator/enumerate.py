@@ -132,7 +132,8 @@ class Visit:
 MIN_SPATIAL = 3
 #: Most memoized op applications one walk keeps (then the memo starts over): bounds memory at 4 ops.
 MEMO_ENTRIES = 400_000
-#: The same for the last op's fingerprints (ints, no arrays: about 100 bytes an entry).
+#: The same for the last op's fingerprints where ``FingerprintCache`` does not hold them (an op of several outputs,
+#: the walk of one application at a time): ints, no arrays, about 100 bytes an entry.
 LAST_MEMO_ENTRIES = 2_000_000
 #: The last op's fingerprints of one output are cached in 2**LAST_CACHE_BITS slots (16 bytes each).
 LAST_CACHE_BITS = 24
@@ -401,6 +402,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             out.append((operands, depends, in_shapes, all_weights))
         return out
 
+    def outputs_of(i: int) -> range:
+        """The tensor indices of op ``i``'s outputs."""
+        return range(producers[i], producers[i + 1] if i + 1 < len(producers) else len(shapes))
+
     def reducible_parts(i: int, cone: int, live: list[int]) -> list[int]:
         """``live`` without the parts op ``i`` reads an inner value of, plus the reducible parts ending at op
         ``i``'s outputs (each as the bit mask of its inner values)."""
@@ -410,9 +415,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         if fewer_ops is None:
             return out
         size = cone.bit_count()
-        ends = producers[i + 1] if i + 1 < len(producers) else len(shapes)
         prefix_or_pair = cone == (1 << size) - 1 or size <= 2
-        for u in range(producers[i], ends):
+        for u in outputs_of(i):
             fewest = fewer_ops.get(fps[u])
             twin = None
             if fewest is None or fewest >= size:
@@ -425,8 +429,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             for j in range(len(graph)):
                 if not cone >> j & 1:
                     continue
-                stop = producers[j + 1] if j + 1 < len(producers) else len(shapes)
-                for v in range(producers[j], stop):
+                for v in outputs_of(j):
                     if v != u:
                         # an inner value read outside the part (or by nothing: a graph output) keeps it alive
                         dead = dead and readers[v] != 0 and readers[v] & ~cone == 0
@@ -452,9 +455,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return False
         for j in range(index):
             if cone >> j & 1:
-                stop = producers[j + 1] if j + 1 < len(producers) else len(shapes)
                 # every value of the part is read, and only by the part (the last op included)
-                if any(readers[v] & ~cone or not (readers[v] or v in operands) for v in range(producers[j], stop)):
+                if any(readers[v] & ~cone or not (readers[v] or v in operands) for v in outputs_of(j)):
                     return False
         st["reducible_last"] = st.get("reducible_last", 0) + 1
         return True
@@ -469,8 +471,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             if cone >> j & 1:
                 key, operands = op_keys[j]
                 out.append(op_code(key, tuple(renamed.get(t, t) for t in operands)))
-                stop = producers[j + 1] if j + 1 < len(producers) else len(shapes)
-                for v in range(producers[j], stop):
+                for v in outputs_of(j):
                     renamed[v] = n_in + len(renamed)
         return b"".join(out)
 
@@ -878,11 +879,15 @@ class SortedFingerprints:
     values: np.ndarray
 
     def __contains__(self, fingerprint: object) -> bool:
-        if not isinstance(fingerprint, int) or not 0 <= fingerprint < 1 << 64:
-            return False
+        return isinstance(fingerprint, int) and self.position(fingerprint) is not None
+
+    def position(self, fingerprint: int) -> int | None:
+        """The index of ``fingerprint`` in ``values``, or None when it is not in the set."""
+        if not 0 <= fingerprint < 1 << 64:
+            return None
         values = self.values
         at = int(values.searchsorted(np.uint64(fingerprint)))  # the method: np.searchsorted's dispatch costs as much
-        return at < len(values) and int(values[at]) == fingerprint
+        return at if at < len(values) and int(values[at]) == fingerprint else None
 
     def members(self, fingerprints: np.ndarray) -> np.ndarray:
         """Which of ``fingerprints`` (uint64) are in the set, as a boolean array."""
@@ -894,19 +899,18 @@ class SortedFingerprints:
 
 @dataclass(frozen=True)
 class FirstCodes:
-    """Per tensor a single-output graph computes (``tensors``, sorted uint64): the fewest ops computing it
-    (``ops``) and the smallest code of a graph of that many ops computing it (``codes``: rows of 3 bytes an op,
-    ``NO_OPERAND``-padded), so one graph of each tensor is the canonical one."""
+    """Per tensor a single-output graph computes (``tensors``): the fewest ops computing it (``ops``) and the
+    smallest code of a graph of that many ops computing it (``codes``: rows of 3 bytes an op, ``NO_OPERAND``-padded),
+    so one graph of each tensor is the canonical one."""
 
-    tensors: np.ndarray
+    tensors: SortedFingerprints
     ops: np.ndarray
     codes: np.ndarray
 
     def code_of(self, fingerprint: int, size: int) -> bytes | None:
         """The canonical code of the tensor when its fewest ops are ``size``, else None."""
-        tensors = self.tensors
-        at = int(tensors.searchsorted(np.uint64(fingerprint)))
-        if at == len(tensors) or int(tensors[at]) != fingerprint or int(self.ops[at]) != size:
+        at = self.tensors.position(fingerprint)
+        if at is None or int(self.ops[at]) != size:
             return None
         return self.codes[at, :3 * size].tobytes()
 

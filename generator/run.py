@@ -128,8 +128,8 @@ class WalkFilters:
         several = outs[outs[:, 1] != 0]
         # a reducible part lies below the last op, so it has max_ops - 1 ops at most and is replaced by fewer or
         # by as many
-        return WalkFilters(np.unique(fps), fewest_ops(fps, codes, outs, most=max_ops - 2),
-                           first_codes(fps, codes, outs, most=max_ops - 1), np.unique(several[several != 0]),
+        first = first_codes(fps, codes, outs, most=max_ops - 1)
+        return WalkFilters(np.unique(fps), _fewest(first, most=max_ops - 2), first, np.unique(several[several != 0]),
                            output_multisets(outs))
 
     def walk_kwargs(self) -> dict[str, Any]:
@@ -176,15 +176,19 @@ def first_codes(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, most: int 
     first = np.r_[True, tensors[1:] != tensors[:-1]] if len(tensors) else np.zeros(0, bool)
     if most is not None:
         first &= counts <= most
-    return FirstCodes(tensors[first], counts[first].astype(np.uint8), rows[first])
+    return FirstCodes(SortedFingerprints(tensors[first]), counts[first].astype(np.uint8), rows[first])
 
 
 def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, most: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
     """(tensor fingerprints, fewest ops computing each) over the rows of single-output graphs; with ``most``, only
     the tensors computed with at most that many ops."""
-    found = first_codes(fps, codes, outs, most)
-    return found.tensors, found.ops
+    return _fewest(first_codes(fps, codes, outs, most))
+
+
+def _fewest(found: FirstCodes, most: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    small = found.ops <= most if most is not None else slice(None)
+    return found.tensors.values[small], found.ops[small]
 
 
 def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:

@@ -28,8 +28,10 @@ class PackedRule:
 
 def pack(rule: dict[str, Any], key: str, consts: frozenset[str]) -> PackedRule:
     """``rule`` packed with the dedupe fields the caller computed for it."""
-    # compact separators and no cycle check: a fifth less time and 10% smaller text (a million rules at 4 ops)
-    text = json.dumps(rule, separators=(",", ":"), check_circular=False)
+    # ``json.dumps``' own text (no cycle check: faster, the same bytes), so that the candidate file is written
+    # from the blobs without decoding and encoding each rule again (a minute in one process at 4 ops); compact
+    # separators would save 2% of the compressed size
+    text = json.dumps(rule, check_circular=False)
     return PackedRule(rule["name"], key, consts, zlib.compress(text.encode(), 6))
 
 
@@ -60,6 +62,10 @@ class PackedRules(Sequence[dict[str, Any]]):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (unpack(b) for b in self._blobs)
+
+    def texts(self) -> Iterator[str]:
+        """Each rule as the JSON text ``json.dumps`` gives for it, without decoding it."""
+        return (zlib.decompress(b).decode() for b in self._blobs)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedRules):

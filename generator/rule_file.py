@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from generator.packed import PackedRules
 from xflow.errors import XflowError
 from xflow.files import write_atomically
 
@@ -156,14 +157,16 @@ def save_candidates(path: str, candidates: Iterable[dict[str, Any]], max_ops: in
     def dump(tmp: str) -> None:
         # one candidate at a time (the generator's are packed: all of them as dicts would not fit at 4 ops); the
         # bytes json.dump gives for the whole object, each candidate through ``json.dumps``, whose C encoder is
-        # several times ``json.dump``'s Python one (a million candidates, 4.6 GB, at 4 ops)
+        # several times ``json.dump``'s Python one (a million candidates, 4.6 GB, at 4 ops); packed ones hold
+        # that text already
+        texts = candidates.texts() if isinstance(candidates, PackedRules) else map(json.dumps, candidates)
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": seed})[:-1]
                     + ', "candidates": [')
-            for i, candidate in enumerate(candidates):
+            for i, text in enumerate(texts):
                 if i:
                     f.write(", ")
-                f.write(json.dumps(candidate))
+                f.write(text)
             f.write("]}")
 
     write_atomically(path, dump)

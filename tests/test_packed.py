@@ -26,6 +26,7 @@ def test_packed_rules_read_back_as_the_dicts_they_were(one_op):
     assert rules != dicts[:-1] and rules != [{**dicts[0], "name": "other"}, *dicts[1:]]
     packed = pack(dicts[0], "k", frozenset())
     assert unpack(packed.blob) == dicts[0] and len(packed.blob) < len(json.dumps(dicts[0]))
+    assert list(rules.texts()) == [json.dumps(d) for d in dicts]  # what the candidate file is written from
 
 
 def test_dedupe_of_packed_rules_keeps_what_dedupe_of_dicts_keeps(one_op):

@@ -342,6 +342,11 @@ def pack_pair(pair: Pair) -> PackedPair:
     return pair.fingerprint, pair.a.code, pair.a.output_fps, pair.b.code, pair.b.output_fps
 
 
+def has_ops(code: bytes) -> bool:
+    """Whether the graph of ``code`` has an op (not only inputs as its outputs)."""
+    return bool(code) and code[0] not in (INPUT_SET, NO_OPERAND)
+
+
 def unpack_pair(packed: PackedPair) -> Pair:
     """The pair ``pack_pair`` packed, decoded again."""
     fingerprint, code_a, fps_a, code_b, fps_b = packed
@@ -380,26 +385,33 @@ class MemoEvaluator:
                ) -> tuple[list[np.ndarray], tuple[str, ...]] | None:
         """(every tensor of the graph, inputs first; their canonical texts), or None when ``check_shapes``
         and an op's shape rule rejects its operands. ``override`` replaces tensors by their canonical text;
-        the memo is then left alone (a tensor downstream of a replaced one has its usual text)."""
+        the memo then serves the ops that read no replaced tensor nor one computed from it, and keeps none of
+        the others (a tensor downstream of a replaced one has its usual text)."""
         texts = expressions(graph)
         values = list(self.inputs)
-        memo = self.memo if self.limit and not override else None
+        memo = self.memo if self.limit else None
+        changed: set[int] = set()  # with ``override``: the tensors replaced or computed from a replaced one
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             for op, attrs, operands in graph:
                 start = len(values)
                 key = texts[start]  # the first output's text names the application
-                if memo is not None and key in memo:
+                usual = not changed or changed.isdisjoint(operands)
+                if usual and memo is not None and key in memo:
                     outs = memo[key]
                 else:
                     outs = self._apply(op, attrs, [values[t] for t in operands])
-                    if memo is not None:
+                    if usual and memo is not None:
                         if len(memo) >= self.limit:
                             memo.clear()
                         memo[key] = outs
                 if outs is None:
                     return None
                 if override:
-                    outs = [override.get(texts[start + k], o) for k, o in enumerate(outs)]
+                    replaced = [override.get(texts[start + k]) for k in range(len(outs))]
+                    for k in range(len(outs)):
+                        if not usual or replaced[k] is not None:
+                            changed.add(start + k)
+                    outs = [o if r is None else r for o, r in zip(outs, replaced, strict=True)]
                 values.extend(outs)
         return values, texts
 

@@ -19,8 +19,8 @@ import hashlib
 import itertools
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from generator.enumerate import Graph
 from xflow.ops import OPS
@@ -206,6 +206,28 @@ def const_slots(rule: dict[str, Any]) -> frozenset[str]:
     return frozenset(order[name] for name, kind in rule["inputs"].items() if kind == "const" and name in order)
 
 
+@dataclass
+class MostGeneral(Generic[R]):
+    """Per key, the most general rules offered so far (see ``dedupe``), each with its constant positions and name.
+    Keeping is transitive: a rule left out here is left out of any larger set of rules that holds these."""
+
+    best: dict[str, list[tuple[frozenset[str], str, R]]] = field(default_factory=dict)
+
+    def offer(self, key: str, consts: frozenset[str], name: str, rule: R) -> bool:
+        """Keep the rule unless one kept under its key is as general (drop those it is more general than);
+        whether it is kept."""
+        kept = self.best.setdefault(key, [])
+        if any(c < consts or (c == consts and n <= name) for c, n, _ in kept):
+            return False
+        kept[:] = [(c, n, r) for c, n, r in kept if not consts <= c]
+        kept.append((consts, name, rule))
+        return True
+
+    def rules(self) -> list[R]:
+        """The kept rules, in name order."""
+        return [r for _, _, r in sorted((entry for group in self.best.values() for entry in group), key=lambda e: e[1])]
+
+
 def dedupe(rules: Iterable[R],
            key: Callable[[R], str] = canonical_key,
            slots: Callable[[R], frozenset[str]] = const_slots,
@@ -215,15 +237,10 @@ def dedupe(rules: Iterable[R],
     text but neither is more general, so both stay); among equal constant positions the first name wins.
     In name order. ``rules`` is consumed once, so a generator is never held whole; ``key``, ``slots`` and
     ``name`` read a rule (a JSON dict by default; the generator passes packed rules with the three precomputed)."""
-    best: dict[str, list[tuple[frozenset[str], str, R]]] = {}
+    found = MostGeneral[R]()
     for rule in rules:
-        consts, own = slots(rule), name(rule)
-        kept = best.setdefault(key(rule), [])
-        if any(c < consts or (c == consts and n <= own) for c, n, _ in kept):
-            continue
-        kept[:] = [(c, n, r) for c, n, r in kept if not consts <= c]
-        kept.append((consts, own, rule))
-    return [r for _, _, r in sorted((entry for group in best.values() for entry in group), key=lambda e: e[1])]
+        found.offer(key(rule), slots(rule), name(rule), rule)
+    return found.rules()
 
 
 def final_name(rule: dict[str, Any], max_ops: int) -> str:

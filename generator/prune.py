@@ -71,6 +71,10 @@ def _producers(entry: Entry) -> dict[int, tuple[int, int]]:
     return out
 
 
+#: Most fresh tensors a ``CommonSubgraph`` keeps (then it starts over): a few hundred bytes each.
+FRESH_TENSORS = 50_000
+
+
 class CommonSubgraph:
     """Decides the common-subgraph pruning of pairs on the seeded int inputs."""
 
@@ -78,6 +82,9 @@ class CommonSubgraph:
         self.inputs = IntEvaluator(seed).inputs
         self.seed = seed
         self.evaluator = MemoEvaluator(self.inputs, integer=True)
+        # the fresh tensor of each subterm text: a few thousand texts recur in a part's pairs, and a generator
+        # seeded per draw costs more than the evaluations it feeds
+        self.fresh: dict[str, np.ndarray] = {}
 
     def reason(self, pair: Pair) -> str | None:
         """Why the pair is redundant ("root" or "common"), or None to keep it."""
@@ -96,17 +103,25 @@ class CommonSubgraph:
         # split" through at 4 ops, and 416 such context rules at 3 ops.)
         common = (set(ta_text[N_IN:]) & set(tb_text[N_IN:]))
         for text in sorted(common):
-            shape = va[ta_text.index(text)].shape
-            info = np.iinfo(np.int64)
-            # drawn from the seed and the subterm's text alone: a generator shared by the part's pairs made the
-            # draw depend on the pairs before it, so the kept pairs depended on how the run was cut (--jobs)
-            rng = np.random.default_rng([self.seed + 7, zlib.crc32(text.encode())])
-            fresh = rng.integers(info.min, info.max, size=shape, dtype=np.int64, endpoint=True)
+            fresh = self._fresh(text, va[ta_text.index(text)].shape)
             ga, _ = self.evaluator.values(a.graph, override={text: fresh})  # type: ignore[misc]
             gb, _ = self.evaluator.values(b.graph, override={text: fresh})  # type: ignore[misc]
             if all(tensor_fp(ga[x]) == tensor_fp(gb[y]) for x, y in mapping):
                 return "common"
         return None
+
+    def _fresh(self, text: str, shape: tuple[int, ...]) -> np.ndarray:
+        """The fresh random tensor standing for the subterm ``text`` (of this shape: a text has one)."""
+        found = self.fresh.get(text)
+        if found is None:
+            if len(self.fresh) >= FRESH_TENSORS:
+                self.fresh.clear()
+            info = np.iinfo(np.int64)
+            # drawn from the seed and the subterm's text alone: a generator shared by the part's pairs made the
+            # draw depend on the pairs before it, so the kept pairs depended on how the run was cut (--jobs)
+            rng = np.random.default_rng([self.seed + 7, zlib.crc32(text.encode())])
+            found = self.fresh[text] = rng.integers(info.min, info.max, size=shape, dtype=np.int64, endpoint=True)
+        return found
 
     @staticmethod
     def _root_implied(a: Entry, b: Entry, mapping, va, vb, ta_text, tb_text) -> bool:

@@ -33,16 +33,17 @@ from generator.fingerprint import (
     FloatChecker,
     PackedPair,
     Pair,
+    has_ops,
     pack,
     pack_pair,
     pairs_by_bucket,
     unpack_pair,
 )
-from generator.generalize import canonical_key, const_slots, dedupe
+from generator.generalize import MostGeneral, canonical_key, const_slots, dedupe
 from generator.packed import PackedRule, PackedRules
 from generator.packed import pack as pack_rule
 from generator.prune import CommonSubgraph, renaming_keys
-from generator.to_rules import attribute_evaluator, pair_to_rule, rule_variables
+from generator.to_rules import attribute_evaluator, pair_to_rule, rule_name, rule_variables
 from xflow.executor import Executor, LocalExecutor
 
 Progress = Callable[[str, int, float], None]
@@ -260,27 +261,57 @@ def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCoun
         return PartCounts(raw, distinct, uncommon, len(kept)), kept
 
 
-def _emit(args: tuple[int, int, list[tuple[Keys, PackedPair]]]) -> list[PackedRule]:
-    """The rules of kept pairs (given with their renaming keys both ways), in both directions, packed with the
-    fields the parent's dedupe reads (``generator.packed``)."""
-    seed, max_ops, keyed = args
+#: A kept pair to emit: its renaming keys both ways, the pair, and which of its two rules to emit (forward, backward).
+Emission = tuple[Keys, PackedPair, bool, bool]
+
+
+def _emissions(keyed: list[tuple[Keys, PackedPair]], max_ops: int) -> list[Emission]:
+    """The kept pairs (in order) with the rules to emit: each direction whose rule name no rule before it has (the
+    reverse of a pair can be another pair's rule). A pair without ops on its smaller side has no backward rule."""
+    names: set[str] = set()
+
+    def fresh(key: tuple[str, str]) -> bool:
+        name = rule_name(key, max_ops)
+        if name in names:
+            return False
+        names.add(name)
+        return True
+
+    out = []
+    for keys, packed_pair in keyed:
+        forward = fresh(keys[0])
+        backward = has_ops(packed_pair[3]) and fresh(keys[1])
+        if forward or backward:
+            out.append((keys, packed_pair, forward, backward))
+    return out
+
+
+def _emit(args: tuple[int, int, list[Emission]]) -> list[PackedRule]:
+    """The rules of kept pairs (``Emission``), packed with the fields the parent's dedupe reads
+    (``generator.packed``), in the pairs' order; those a more general rule emitted before them here leaves out of
+    that dedupe are not packed (a third of them at 4 ops): with every rule's name its own, what one chunk's dedupe
+    leaves out the dedupe of all chunks leaves out too."""
+    seed, max_ops, emissions = args
     # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
     # input takes more ops), so the search gets both and the cost model decides.
-    packed_rules = []
+    packed_rules: list[PackedRule] = []
     evaluator = attribute_evaluator(seed)
+    seen = MostGeneral[None]()  # the parent's dedupe of this chunk so far
 
-    def packed(rule: dict[str, Any]) -> PackedRule:
-        # at once: a rule dict with its variants is about 25 KB of objects, a chunk tens of thousands of them
-        return pack_rule(rule, canonical_key(rule["variants"][0]), const_slots(rule))
+    def add(rule: dict[str, Any]) -> None:
+        key, consts = canonical_key(rule["variants"][0]), const_slots(rule)
+        if seen.offer(key, consts, rule["name"], None):
+            # at once: a rule dict with its variants is about 25 KB of objects, a chunk tens of thousands of them
+            packed_rules.append(pack_rule(rule, key, consts))
 
     with collector_paused():
-        for (forward, backward), packed_pair in keyed:
+        for (forward_key, backward_key), packed_pair, forward, backward in emissions:
             p = unpack_pair(packed_pair)
             variables = rule_variables(p, seed, evaluator)  # the same both ways: evaluated once
-            packed_rules.append(packed(pair_to_rule(p, seed, max_ops, variables, forward)))
-            if p.b.graph:
-                packed_rules.append(packed(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables,
-                                                        backward)))
+            if forward:
+                add(pair_to_rule(p, seed, max_ops, variables, forward_key))
+            if backward:
+                add(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables, backward_key))
     return packed_rules
 
 
@@ -389,23 +420,20 @@ def _rules_of_buckets(colliding: list[BucketArrays], max_ops: int, seed: int, jo
     keyed = [by_key[k] for k in sorted(by_key)]
     t = step("after input renaming", len(keyed), t)
     del by_key
+    emissions = _emissions(keyed, max_ops)
+    del keyed
+    emitted = sum(forward + backward for _, _, forward, backward in emissions)
     # Streamed: the emitted rules (with all their variants) are the largest objects of the run, so ``dedupe``
     # consumes them as the chunks arrive and only the best rule per shape-generic key is ever held.
-    work = [(seed, max_ops, c) for c in _chunks(keyed, parts)]
-    del keyed
-    emitted = [0]
+    work = [(seed, max_ops, c) for c in _chunks(emissions, parts)]
+    del emissions
 
-    def fresh_rules() -> Iterator[PackedRule]:
-        names: set[str] = set()
+    def emitted_rules() -> Iterator[PackedRule]:
         for rules in pool.imap(_emit, _drained(work), memory_bytes=PART_MEMORY_BYTES):
-            for r in rules:
-                if r.name not in names:
-                    names.add(r.name)
-                    emitted[0] += 1
-                    yield r
+            yield from rules
 
-    unique = dedupe(fresh_rules(), key=lambda r: r.key, slots=lambda r: r.consts, name=lambda r: r.name)
-    t = step("rules emitted (both directions)", emitted[0], t)
+    unique = dedupe(emitted_rules(), key=lambda r: r.key, slots=lambda r: r.consts, name=lambda r: r.name)
+    t = step("rules emitted (both directions)", emitted, t)
     step("after generalized dedupe", len(unique), t)
     return GenerationResult(PackedRules([r.blob for r in unique]), table)
 

@@ -107,6 +107,11 @@ def rule_variables(pair: Pair, seed: int, evaluator: MemoEvaluator | None = None
     return variables
 
 
+def rule_name(key: tuple[str, str], max_ops: int) -> str:
+    """The name of the rule of a pair whose ``renaming_key`` is ``key``."""
+    return f"g{max_ops}_{hashlib.sha1(f'{key[0]} => {key[1]}'.encode()).hexdigest()[:10]}"
+
+
 def pair_to_rule(pair: Pair, seed: int, max_ops: int, variables: dict[tuple[str, str], str] | None = None,
                  key: tuple[str, str] | None = None) -> dict[str, Any]:
     """The candidate of one pair (``pair.a`` is the source): a JSON rule with its shape-generic ``variants``
@@ -121,11 +126,10 @@ def pair_to_rule(pair: Pair, seed: int, max_ops: int, variables: dict[tuple[str,
     dst_names = tensor_names(pair.b.graph, INPUT_NAMES, "d")
     used = [INPUT_NAMES[i] for i in sorted(pair.a.inputs_used)]
     key = renaming_key(pair) if key is None else key
-    digest = hashlib.sha1(f"{key[0]} => {key[1]}".encode()).hexdigest()[:10]
     ta, tb = expressions(pair.a.graph), expressions(pair.b.graph)
     doc = " ; ".join(sorted(ta[t] for t in pair.a.outputs)) + " -> " + " ; ".join(sorted(tb[t] for t in pair.b.outputs))
     base = {
-        "name": f"g{max_ops}_{digest}",
+        "name": rule_name(key, max_ops),
         "doc": doc,
         "inputs": {n: INPUT_KIND[n] for n in used},
         "provenance": {"generator": {"seed": seed, "max_ops": max_ops, "version": 2},

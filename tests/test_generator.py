@@ -371,6 +371,71 @@ def test_memoized_evaluation_gives_every_tensor_the_plain_evaluation_does():
             assert all(np.array_equal(a, b, equal_nan=not integer) for a, b in zip(values, plain, strict=True))
 
 
+def test_memoized_evaluation_with_a_subterm_replaced_gives_the_plain_evaluation():
+    """The common-subgraph test evaluates a graph with a subterm replaced by a fresh tensor: the memo serves the ops
+    that read nothing replaced, computes the rest, and keeps none of them (a wrong hit, or a replaced value kept
+    under its usual text, would prune the wrong pairs)."""
+    from generator.enumerate import IntEvaluator
+    from generator.fingerprint import N_IN, MemoEvaluator, expressions
+
+    inputs = IntEvaluator(0).inputs
+    memo, plain = MemoEvaluator(inputs, integer=True), MemoEvaluator(inputs, integer=True, limit=0)
+    rng = np.random.default_rng(5)
+    graphs = [v.graph for v in enumerate_graphs(2, seed=0) if len(v.graph) == 2][::37]
+    replaced = 0
+    for graph in graphs:
+        memo.values(graph)  # the memo holds every tensor of the graph
+        values, texts = plain.values(graph)  # type: ignore[misc]
+        for t in range(N_IN, len(texts)):
+            fresh = rng.integers(-9, 9, size=values[t].shape)
+            found, _ = memo.values(graph, override={texts[t]: fresh})  # type: ignore[misc]
+            expected, _ = plain.values(graph, override={texts[t]: fresh})  # type: ignore[misc]
+            assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
+            replaced += any(not np.array_equal(a, b) for a, b in zip(found, values, strict=True))
+        again, _ = memo.values(graph)  # type: ignore[misc]
+        assert all(np.array_equal(a, b) for a, b in zip(again, values, strict=True)) and texts == expressions(graph)
+    assert len(graphs) > 20 and replaced > 20
+
+
+def test_rules_emitted_in_chunks_are_those_one_dedupe_of_every_rule_keeps():
+    """An emission chunk does not pack the rules a more general rule before them in the chunk dominates. With the
+    rule names made unique first (the reverse of a pair can be another pair's rule: the later one is not emitted),
+    the dedupe of the chunks' rules keeps what the dedupe of every rule, the first of each name, keeps, however
+    the pairs are cut into chunks."""
+    from generator.fingerprint import Pair, has_ops, unpack_pair
+    from generator.generalize import canonical_key, dedupe
+    from generator.packed import unpack
+    from generator.run import _emissions, _emit, _pair_and_check
+    from generator.to_rules import pair_to_rule, rule_variables
+
+    _, kept = _pair_and_check((0, False, Buckets(0).extend(enumerate_graphs(2, 0)).colliding_arrays(), 0))
+    by_key: dict = {}
+    for keys, p in kept:
+        by_key.setdefault(keys[0], (keys, p))
+    keyed = [by_key[k] for k in sorted(by_key)]
+    (forward, backward), (fp, code_a, fps_a, code_b, fps_b) = next(k for k in keyed if has_ops(k[1][3]))
+    keyed.insert(len(keyed) // 2, ((backward, forward), (fp, code_b, fps_b, code_a, fps_a)))  # a pair's reverse
+    names: set[str] = set()
+    every = []
+    for (f, b), packed in keyed:
+        p = unpack_pair(packed)
+        variables = rule_variables(p, 0)
+        for rule in [pair_to_rule(p, 0, 2, variables, f)] + (
+                [pair_to_rule(Pair(p.b, p.a, p.fingerprint), 0, 2, variables, b)] if p.b.graph else []):
+            if rule["name"] not in names:
+                names.add(rule["name"])
+                every.append(rule)
+    expected = dedupe(every, key=lambda r: canonical_key(r["variants"][0]))
+    emissions = _emissions(keyed, 2)
+    assert len(emissions) == len(keyed) - 1 and sum(f + b for _, _, f, b in emissions) == len(every)
+    for size in (1, 7, len(emissions)):
+        rules = [r for i in range(0, len(emissions), size) for r in _emit((0, 2, emissions[i:i + size]))]
+        found = dedupe(rules, key=lambda r: r.key, slots=lambda r: r.consts, name=lambda r: r.name)
+        assert [unpack(r.blob) for r in found] == expected
+        if size > 1:
+            assert len(rules) < len(every)  # rules left out before they are packed
+
+
 def test_checked_evaluation_has_no_values_where_a_shape_rule_rejects_the_operands():
     from generator.enumerate import IntEvaluator
     from generator.fingerprint import MemoEvaluator

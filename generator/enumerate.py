@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -202,8 +202,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                      fewer_ops: Mapping[int, int] | None = None,
                      multi_output_tensors: Container[int] | None = None,
                      kept_multisets: np.ndarray | None = None,
-                     first_codes: FirstCodes | None = None,
-                     caches: WalkCaches | None = None) -> Iterator[Visit]:
+                     first_codes: FirstCodes | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
 
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
@@ -229,9 +228,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     graph of a smaller code (the part's code taken as its own graph's): a smaller rule of as many ops on each
     side rewrites it into the canonical graph, so every graph holding it has the rules of the graph holding the
     canonical one instead, composed with that smaller rule. Only parts whose own graph's op order is the walk's
-    are compared: the ops before the part's end, or two ops (a chain has one order).
-
-    ``caches``: what the walk memoizes, to keep for the next walk of the same seed (fresh ones by default)."""
+    are compared: the ops before the part's end, or two ops (a chain has one order)."""
     ev = IntEvaluator(seed)
     n_in = len(INPUTS)
     shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
@@ -248,12 +245,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     readers: list[int] = [0] * n_in  # per tensor: bit mask of the ops reading it
     op_cone: list[int] = []  # per op: bit mask of itself and its ancestor ops
     st = stats if stats is not None else {}
-    memos = caches if caches is not None else WalkCaches(seed)
-    if memos.seed != seed:
-        raise ValueError(f"caches of seed {memos.seed} for a walk of seed {seed}")
-    resolve_cache = memos.resolved
+    resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]], bool] | None] = {}
     counter = [0]
-    evaluated = memos.evaluated
+    # (menu key, operand fingerprints) -> (outputs, their fingerprints); equal fingerprints mean equal values
+    evaluated: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[int]]] = {}
 
     def cached(app: Application, in_shapes: tuple[tuple[int, ...], ...]):
         key = (app.key, in_shapes)
@@ -271,7 +266,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             resolve_cache[key] = result
         return resolve_cache[key]
 
-    applies, tuple_cache = memos.applies, memos.tuples
+    applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
+    tuple_cache: dict[tuple[int, tuple], list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]] = {}
     counts = [0, 0]  # applications evaluated (or found in the memo), last ops not kept
 
     def some_entry_applies(op: str, in_shapes: tuple[tuple[int, ...], ...]) -> bool:
@@ -727,8 +723,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 yield from extend(app, operands, attrs, out_shapes, is_w, outs, new_fps, depth, live)
 
     filtering_below = fewer_ops is not None and keep_last is not None
-    last_cache, last_memo = memos.last_levels, memos.last_fps
-    single_memo = memos.single_fps(LAST_CACHE_BITS if kept_multisets is not None else 0)
+    last_cache: dict[tuple, _LastRows] = {}
+    last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
+    single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
     multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
     yield from walk(0, [])
     if first_ops is None or first_ops(0):
@@ -740,33 +737,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
 
 
 Row = tuple[Application, tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]
-
-
-@dataclass
-class WalkCaches:
-    """What ``enumerate_graphs`` memoizes (each bounded, see the ``*_ENTRIES`` limits), for walks of one ``seed``:
-    menu entries resolved on operand shapes, operand tuples and the last op's rows per walk level, op outputs and
-    the last op's fingerprints. A worker keeps them from one part of the widest walk to the next: parts of other
-    first ops meet the same levels and tensors."""
-
-    seed: int
-    # (menu key, operand shapes) -> (attributes, output shapes, an image shrinks) or None
-    resolved: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]], bool] | None] = field(
-        default_factory=dict)
-    applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = field(default_factory=dict)
-    tuples: dict[tuple[int, tuple], list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]] = field(
-        default_factory=dict)
-    # (menu key, operand fingerprints) -> (outputs, their fingerprints); equal fingerprints mean equal values
-    evaluated: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[int]]] = field(default_factory=dict)
-    last_levels: dict[tuple, _LastRows] = field(default_factory=dict)
-    last_fps: dict[tuple[int, int, int], int | tuple[int, ...]] = field(default_factory=dict)
-    single: FingerprintCache | None = None
-
-    def single_fps(self, bits: int) -> FingerprintCache:
-        """The cache of the last op's fingerprints of one output, of ``2**bits`` slots."""
-        if self.single is None or len(self.single.tags) != 1 << bits:
-            self.single = FingerprintCache.of(bits)
-        return self.single
 
 
 @dataclass

@@ -7,7 +7,6 @@ generate-rules --candidates``) and prints the table of counts and times (TASO's 
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import sys
 import time
@@ -25,7 +24,6 @@ from generator.enumerate import (
     NO_OPERAND,
     FirstCodes,
     SortedFingerprints,
-    WalkCaches,
     enumerate_graphs,
     output_multisets,
 )
@@ -149,13 +147,6 @@ class WalkFilters:
 WalkPart = tuple[int, int, frozenset[int], WalkFilters]
 
 
-@functools.lru_cache(maxsize=1)
-def worker_walk_caches(seed: int) -> WalkCaches:
-    """The walk caches this process keeps from one part of the widest walk to the next (a part walks 3-4% faster
-    after another); ``_pair_and_check`` drops them (``cache_clear``) before the pairing, which needs the memory."""
-    return WalkCaches(seed)
-
-
 def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of the smaller run's and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
@@ -164,7 +155,7 @@ def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.nda
     packed, rows = [], []
     with collector_paused():
         for v in enumerate_graphs(max_ops, seed, first_ops=first_ops.__contains__, stats=stats,
-                                  caches=worker_walk_caches(seed), **filters.walk_kwargs()):
+                                  **filters.walk_kwargs()):
             if len(v.graph) == max_ops and v.inputs_used:
                 rows.append(v)
                 if len(rows) == PACK_EVERY:  # a packed row is a tenth of a graph's objects
@@ -251,7 +242,6 @@ def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCoun
     The cheap common-subgraph test on ints comes first: it drops most pairs, so the float re-check and the
     renaming key run on the rest only, and only kept pairs travel back to the parent."""
     seed, star, arrays, min_ops = args
-    worker_walk_caches.cache_clear()  # the walk is over: its caches (hundreds of MB) are not needed any more
     common, checker = CommonSubgraph(seed), FloatChecker(seed)
     raw = distinct = uncommon = 0
     kept: list[tuple[Keys, PackedPair]] = []

@@ -529,32 +529,6 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     assert stats["not_kept"] > 10 * len(widest)
 
 
-def test_a_walk_with_the_caches_of_another_part_yields_what_a_fresh_walk_does():
-    """A worker keeps the walk's caches from one part to the next (``WalkCaches``): a part walked after another
-    yields the same graphs, in the same order, with the same counts, as walked alone; caches of another seed are
-    refused."""
-    from generator.enumerate import WalkCaches, output_multisets
-    from generator.fingerprint import pack
-
-    small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
-    kept_fps = set(small[0].tolist())
-    filters = {"keep_last": kept_fps.__contains__, "kept_multisets": output_multisets(small[2])}
-    first, second = {BY_OP["neg"][0].key, BY_OP["relu"][0].key}, {BY_OP["matmul"][0].key, BY_OP["split"][0].key}
-
-    def walk(keys, caches=None):
-        stats: dict[str, int] = {}
-        visits = list(enumerate_graphs(3, seed=0, first_ops=keys.__contains__, stats=stats, caches=caches, **filters))
-        return visits, stats
-
-    caches = WalkCaches(0)
-    walk(first, caches)
-    assert caches.last_levels and caches.evaluated
-    after, alone = walk(second, caches), walk(second)
-    assert after == alone and len(after[0]) > 100
-    with pytest.raises(ValueError, match="seed"):
-        walk(second, WalkCaches(1))
-
-
 def test_the_widest_walk_deals_its_first_ops_into_parts_of_equal_weight_heaviest_first():
     """Each first op in exactly one part, the parts about equally heavy and handed out heaviest first: dealt
     by key modulo the part count, two conv-first walks fell in each of the last parts started."""

@@ -141,6 +141,8 @@ LAST_CACHE_BITS = 24
 TUPLE_CACHE_ENTRIES = 50_000
 #: Most walk levels whose last-op rows one walk keeps as arrays (``_LastRows``, a few kilobytes each).
 LAST_LEVEL_ENTRIES = 5_000
+#: The same for the rows of the levels' tensor shapes and kinds, which the levels' own rows are narrowed from.
+SHAPE_LEVEL_ENTRIES = 2_000
 NO_OPERAND = 255
 INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
 
@@ -202,7 +204,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                      fewer_ops: Mapping[int, int] | None = None,
                      multi_output_tensors: Container[int] | None = None,
                      kept_multisets: np.ndarray | None = None,
-                     first_codes: FirstCodes | None = None) -> Iterator[Visit]:
+                     first_codes: FirstCodes | None = None,
+                     last_fingerprints: FingerprintCache | None = None) -> Iterator[Visit]:
     """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
 
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
@@ -228,7 +231,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     graph of a smaller code (the part's code taken as its own graph's): a smaller rule of as many ops on each
     side rewrites it into the canonical graph, so every graph holding it has the rules of the graph holding the
     canonical one instead, composed with that smaller rule. Only parts whose own graph's op order is the walk's
-    are compared: the ops before the part's end, or two ops (a chain has one order)."""
+    are compared: the ops before the part's end, or two ops (a chain has one order).
+
+    ``last_fingerprints``: the cache of the last op's fingerprints (``kept_multisets``) to use, for a caller that
+    walks several parts with the same seed (a fresh one of ``LAST_CACHE_BITS`` otherwise)."""
     ev = IntEvaluator(seed)
     n_in = len(INPUTS)
     shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
@@ -296,7 +302,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         no_weights = entry.role(0) == "image" or entry.menu.activations_only  # type: ignore[union-attr]
         if k == 1:
-            for a in (components[0] if components is not None else range(n)):
+            for a in (sorted(components[0]) if components is not None else range(n)):
                 if not (no_weights and weight[a]) and some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
@@ -568,13 +574,23 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 # the rows of the level without them, narrowed: levels differing only there share one build
                 rows = last_rows(level, (*level_key[:-2], (), 0), [], 0).reading(required, live)
             else:
-                # not through ``tuple_cache``: its entries per menu entry would push out the upper levels'
-                tuples = {op: level_tuples(op, level, [], 0) for op in BY_OP}
-                rows = _LastRows.of([(app, *row) for app in APPLICATIONS
-                                     for row in applications_of(app, tuples[app.op])])
+                rows = shape_rows().narrowed(np.array([u > 0 for u in used], dtype=bool), level.masks, level.full)
             if len(last_cache) >= LAST_LEVEL_ENTRIES:
                 del last_cache[next(iter(last_cache))]
         last_cache[level_key] = rows  # the most recently used last: the least recently used go first
+        return rows
+
+    def shape_rows() -> _LastRows:
+        """The last op's rows of every level with these tensor shapes and kinds, whatever inputs the graph uses and
+        however its components lie (``_LastRows.narrowed`` picks a level's own): array operations over
+        ``kind_rows``' tables, no Python step per row."""
+        key = (tuple(shapes[n_in:]), tuple(weight[n_in:]))
+        rows = shape_cache.pop(key, None)
+        if rows is None:
+            rows = kind_rows.rows_of([kind_rows.kind((s, w)) for s, w in zip(shapes, weight, strict=True)])
+            if len(shape_cache) >= SHAPE_LEVEL_ENTRIES:
+                del shape_cache[next(iter(shape_cache))]
+        shape_cache[key] = rows
         return rows
 
     def walk_last(depth: int, live: list[int], level: Level, level_key: tuple, required: int,
@@ -583,27 +599,30 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         whose graph's outputs have a kept graph's multiset hash, found by array operations, checked one by one
         with ``keep_last``, then yielded in the walk's order."""
         table = last_rows(level, level_key, live, required)
-        if not table.rows:
+        if not len(table.keys):
             return
-        tried = np.flatnonzero(table.tried(op_keys))
-        fps_now = np.array(fps, dtype=np.uint64)
+        tried = np.flatnonzero(table.tried(op_keys, producers[-1]))
+        fps_now = np.array(fps + [0], dtype=np.uint64)  # the last for "no second operand" (-1)
         first, second = table.first[tried], table.second[tried]
-        second_fps = np.where(second >= 0, fps_now[second], np.uint64(0))
         one = table.single[tried]
         # per row of one output its fingerprint (from the cache, or computed and stored), per row of several
         # (split) the tuple of theirs (memoized by ``last_fps``)
-        tags, slots = single_memo.address(table.keys[tried], fps_now[first], second_fps)
+        tags, slots = single_memo.address(table.key_tag[tried], fps_now[first], fps_now[second])
         found = single_memo.values[slots]
         several: dict[int, tuple[int, ...]] = {}
         todo = np.flatnonzero((single_memo.tags[slots] != tags) | ~one)
         if len(todo):
+            at = tried[todo]
             with np.errstate(over="ignore"):
-                for j, single in zip(todo.tolist(), one[todo].tolist(), strict=True):
-                    app, operands, _, attrs, _, _ = table.rows[tried[j]]
-                    arrays = [values[t] for t in operands]
+                for j, single, key, a, b, result in zip(todo.tolist(), one[todo].tolist(), table.keys[at].tolist(),
+                                                        first[todo].tolist(), second[todo].tolist(),
+                                                        table.result[at].tolist(), strict=True):
+                    attrs = table.results[result][0]
                     if single:
-                        found[j] = tensor_fp(OPS[app.op].evaluate_int(np, arrays, attrs)[0])
+                        arrays = [values[a]] if b < 0 else [values[a], values[b]]
+                        found[j] = tensor_fp(int_kernels[key](np, arrays, attrs)[0])
                     else:
+                        app, operands = APPLICATIONS[key], (a,) if b < 0 else (a, b)
                         memo_key = (app.key, fps[operands[0]], fps[operands[1]] if len(operands) > 1 else 0)
                         several[j] = last_fps(app, operands, attrs, memo_key)  # type: ignore[assignment]
             single_memo.store(tags, slots, found, todo[one[todo]])
@@ -622,10 +641,11 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         for j in multisets.members(own).tolist():
             i = int(tried[j])
             new_fps = list(several[j]) if j in several else [int(found[j])]
-            rest = [fps[t] for t in open_outputs if t not in table.rows[i][1]]
+            operands = table.row(i)[1]
+            rest = [fps[t] for t in open_outputs if t not in operands]
             fingerprint = graph_fp(rest + new_fps)
             if keep_last(fingerprint) and not (filtering_below and rest  # type: ignore[misc]
-                                               and reducible_last(table.rows[i][1], new_fps)):
+                                               and reducible_last(operands, new_fps)):
                 survivors[i] = (new_fps, fingerprint)
         counts[0] += len(tried)
         counts[1] += len(tried) - len(survivors)
@@ -636,7 +656,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         existing = set(fps)
         n = len(shapes)
         for i in sorted(survivors):
-            app, operands, _, attrs, _, _ = table.rows[i]
+            app, operands, attrs = table.row(i)
             new_fps, fingerprint = survivors[i]
             if any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps):
                 st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
@@ -724,8 +744,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
 
     filtering_below = fewer_ops is not None and keep_last is not None
     last_cache: dict[tuple, _LastRows] = {}
+    shape_cache: dict[tuple, _LastRows] = {}
+    kind_rows = KindRows(lambda app, in_shapes: cached(app, in_shapes))
+    int_kernels = [OPS[app.op].evaluate_int for app in APPLICATIONS]  # by menu key
     last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
-    single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
+    if last_fingerprints is not None:
+        single_memo = last_fingerprints
+    else:
+        single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
     multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
     yield from walk(0, [])
     if first_ops is None or first_ops(0):
@@ -736,31 +762,182 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         st["not_kept"] = st.get("not_kept", 0) + counts[1]
 
 
-Row = tuple[Application, tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]
+#: A tensor's kind as the operand typing sees it: (shape, whether it is a weight).
+Kind = tuple[tuple[int, ...], bool]
+#: What an application accepting operands of some kinds gives: (attributes, output shapes, all operands weights).
+Accepted = tuple[Attrs, list[tuple[int, ...]], bool]
+
+
+def operands_typed(op: str, kinds: tuple[Kind, ...]) -> bool:
+    """TASO's typing of operands (what ``operand_tuples`` enumerates), one tuple of kinds at a time: an image is an
+    activation (not a weight) and a kernel a weight, both rank 4; a scalar operand is the scalar input and scales a
+    tensor that is not one; a menu with ``same_shapes`` takes equal shapes; ``weights_only`` ops take weights
+    only. The op table's shape rule decides the rest."""
+    entry = OPS[op]
+    no_weights = entry.role(0) == "image" or entry.menu.activations_only  # type: ignore[union-attr]
+    (shape_a, weight_a), rest = kinds[0], kinds[1:]
+    if entry.weights_only and not all(w for _, w in kinds):
+        return False
+    if not rest:
+        return not (no_weights and weight_a)
+    ((shape_b, weight_b),) = rest
+    if entry.menu.same_shapes:  # type: ignore[union-attr]
+        return not (no_weights and weight_a) and shape_a == shape_b
+    roles = (entry.role(0), entry.role(1))
+    if roles[1] == "scalar":
+        return shape_a != () and shape_b == ()
+    if roles == ("image", "kernel"):
+        return len(shape_a) == 4 and not weight_a and len(shape_b) == 4 and weight_b
+    return True
+
+
+class KindRows:
+    """Which applications of one or two operands accept which operand kinds, as arrays grown as kinds appear
+    (``accepted`` per application and pair of kinds: an index into ``results``, -1 for none), so the last op's
+    rows of a level are found by array operations over its tensors' kinds (``rows_of``)."""
+
+    def __init__(self, resolved: Callable[[Application, tuple[tuple[int, ...], ...]], tuple[Attrs, list, bool] | None]
+                 ) -> None:
+        self.resolved = resolved  # (application, operand shapes) -> (attrs, output shapes, an image shrinks) or None
+        self.kinds: dict[Kind, int] = {}
+        self.results: list[Accepted] = []
+        self.single: list[bool] = []  # per result: one output
+        self.unary = [app for app in APPLICATIONS if arity(app.op) == 1]
+        self.binary = [app for app in APPLICATIONS if arity(app.op) == 2]
+        self.unary_keys = np.array([app.key for app in self.unary], np.int64)
+        self.binary_keys = np.array([app.key for app in self.binary], np.int64)
+        self.accepted_one = np.zeros((len(self.unary), 0), np.int32)
+        self.accepted_two = np.zeros((len(self.binary), 0, 0), np.int32)
+        self.known = np.zeros((0, 0), bool)
+        self.index_ok: dict[int, np.ndarray] = {}
+
+    def kind(self, kind: Kind) -> int:
+        """The index of a kind (a new one gets the next)."""
+        found = self.kinds.get(kind)
+        if found is None:
+            found = self.kinds[kind] = len(self.kinds)
+            self._grow(found + 1)
+            self.accepted_one[:, found] = [self._accept(app, (kind,)) for app in self.unary]
+        return found
+
+    def _grow(self, size: int) -> None:
+        have = self.known.shape[0]
+        if size <= have:
+            return
+        new = max(size, 2 * have, 16)
+        self.accepted_one = np.pad(self.accepted_one, ((0, 0), (0, new - have)), constant_values=-1)
+        self.accepted_two = np.pad(self.accepted_two, ((0, 0), (0, new - have), (0, new - have)), constant_values=-1)
+        self.known = np.pad(self.known, ((0, new - have), (0, new - have)))
+
+    def _accept(self, app: Application, kinds: tuple[Kind, ...]) -> int:
+        if not operands_typed(app.op, kinds):
+            return -1
+        found = self.resolved(app, tuple(shape for shape, _ in kinds))
+        if found is None:
+            return -1
+        attrs, out_shapes, shrinks = found
+        all_weights = all(w for _, w in kinds)
+        if shrinks and not all_weights:  # a degenerate image (``MIN_SPATIAL``), unless only weights are involved
+            return -1
+        self.results.append((attrs, out_shapes, all_weights))
+        self.single.append(len(out_shapes) == 1)
+        return len(self.results) - 1
+
+    def _pairs_known(self, kinds: np.ndarray) -> None:
+        present = np.unique(kinds)
+        if self.known[np.ix_(present, present)].all():
+            return
+        by_index = {index: kind for kind, index in self.kinds.items()}
+        for a in present.tolist():
+            for b in present.tolist():
+                if not self.known[a, b]:
+                    pair = (by_index[a], by_index[b])
+                    self.accepted_two[:, a, b] = [self._accept(app, pair) for app in self.binary]
+                    self.known[a, b] = True
+
+    def _index_ok(self, n: int) -> np.ndarray:
+        """Per binary application, which operand index pairs (a, b) of n tensors it may read: a commutative op
+        a <= b, one constant on equal inputs a != b."""
+        found = self.index_ok.get(n)
+        if found is None:
+            a, b = np.indices((n, n))
+            found = self.index_ok[n] = np.stack([
+                ((a <= b) if OPS[app.op].commutative else np.ones((n, n), bool))
+                & ((a != b) if OPS[app.op].constant_on_equal_inputs else np.ones((n, n), bool))
+                for app in self.binary])
+        return found
+
+    def rows_of(self, tensor_kinds: list[int]) -> _LastRows:
+        """The rows of every application of one or two operands over tensors of these kinds, in the walk's order
+        (menu key, first operand, second)."""
+        kinds = np.array(tensor_kinds, np.intp)
+        self._pairs_known(kinds)
+        n = len(kinds)
+        two = np.where(self._index_ok(n), self.accepted_two[:, kinds[:, None], kinds[None, :]], -1)
+        app2, first2, second2 = np.nonzero(two >= 0)
+        one = self.accepted_one[:, kinds]
+        app1, first1 = np.nonzero(one >= 0)
+        keys = np.concatenate([self.binary_keys[app2], self.unary_keys[app1]])
+        first = np.concatenate([first2, first1]).astype(np.int64)
+        second = np.concatenate([second2, np.full(len(first1), -1)]).astype(np.int64)
+        results = np.concatenate([two[app2, first2, second2], one[app1, first1]]).astype(np.int64)
+        order = np.lexsort((second, first, keys))
+        results = results[order]
+        return _LastRows.of(self.results, keys[order], first[order], second[order], results,
+                            np.array(self.single, bool)[results] if len(results) else np.zeros(0, bool))
 
 
 @dataclass
 class _LastRows:
-    """The last op's candidate applications at one walk level (every menu entry's, in the walk's order:
-    (application, operands, reads the previous op, attributes, output shapes, all weights)) and the same as
-    arrays: menu key, first and second operand (-1: none), whether it reads the previous op, whether it has
-    one output."""
+    """The last op's candidate applications at one walk level, in the walk's order, as arrays: menu key, first and
+    second operand (-1: none), the index of what the application gives (``results``: attributes, output shapes,
+    all weights), whether it has one output."""
 
-    rows: list[Row]
+    results: list[Accepted]
     keys: np.ndarray
     first: np.ndarray
     second: np.ndarray
-    depends: np.ndarray
+    result: np.ndarray
     single: np.ndarray
+    code: np.ndarray  # (menu key, first + 1, second + 1) as one int64 ordered as the triple
+    top: np.ndarray  # the larger operand
+    key_tag: np.ndarray  # the menu key's term of ``FingerprintCache.address``
 
     @staticmethod
-    def of(rows: list[Row]) -> _LastRows:
-        n = len(rows)
-        return _LastRows(rows, np.fromiter((r[0].key for r in rows), np.int64, n),
-                         np.fromiter((r[1][0] for r in rows), np.int64, n),
-                         np.fromiter((r[1][1] if len(r[1]) > 1 else -1 for r in rows), np.int64, n),
-                         np.fromiter((r[2] for r in rows), bool, n),
-                         np.fromiter((len(r[4]) == 1 for r in rows), bool, n))
+    def of(results: list[Accepted], keys: np.ndarray, first: np.ndarray, second: np.ndarray, result: np.ndarray,
+           single: np.ndarray) -> _LastRows:
+        return _LastRows(results, keys, first, second, result, single, _op_codes(keys, first, second),
+                         np.maximum(first, second), key_tag(keys))
+
+    def row(self, i: int) -> tuple[Application, tuple[int, ...], Attrs]:
+        """Row ``i``'s application, operands and attributes."""
+        first, second = int(self.first[i]), int(self.second[i])
+        return (APPLICATIONS[int(self.keys[i])], (first,) if second < 0 else (first, second),
+                self.results[int(self.result[i])][0])
+
+    def subset(self, at: np.ndarray) -> _LastRows:
+        """The rows at the positions ``at`` (ascending)."""
+        return _LastRows(self.results, self.keys[at], self.first[at], self.second[at], self.result[at],
+                         self.single[at], self.code[at], self.top[at], self.key_tag[at])
+
+    def narrowed(self, used: np.ndarray, masks: list[int], full: int) -> _LastRows:
+        """The rows of one level from those of its shapes and kinds: the graph uses the inputs ``used`` (a flag
+        per input), each tensor touches the components of its bit mask in ``masks``, ``full`` is all of them. A row
+        must touch every component (``operand_tuples``) and take an input only after the earlier ones of its
+        family, used before or its first operand (``input_order_ok``)."""
+        n_in = len(used)
+        n = len(masks)
+        # per tensor, plus a last entry for "no operand" (-1)
+        prev = np.full(n + 1, -2, np.int64)
+        prev[:n_in] = [-2 if p is None else p for p in FAMILY_PREV]
+        in_order = np.ones(n + 1, bool)
+        in_order[:n_in] = used | (prev[:n_in] < 0) | used[np.maximum(prev[:n_in], 0)]
+        touched = np.zeros(n + 1, np.int64)
+        touched[:n] = masks
+        first, second = self.first, self.second
+        keep = (in_order[first] & (in_order[second] | (prev[second] == first))
+                & ((touched[first] | touched[second]) == full))
+        return self.subset(np.flatnonzero(keep))
 
     def reading(self, required: int, live: list[int]) -> _LastRows:
         """The rows whose operands include every tensor of the bit mask ``required`` and one of each mask of
@@ -770,31 +947,39 @@ class _LastRows:
         keep = read & required == required
         for inner in live:
             keep &= read & inner != 0
-        at = np.flatnonzero(keep)
-        return _LastRows([self.rows[i] for i in at.tolist()], self.keys[at], self.first[at], self.second[at],
-                         self.depends[at], self.single[at])
+        return self.subset(np.flatnonzero(keep))
 
-    def tried(self, op_keys: list[tuple[int, tuple[int, ...]]]) -> np.ndarray:
-        """Which rows the walk tries after the ops ``op_keys``: an op independent of the previous one comes
-        after it in (menu key, operands) order, and no op repeats one of the graph."""
-        def padded(operands: tuple[int, ...]) -> tuple[int, int]:
-            return (operands[0] if operands else -1, operands[1] if len(operands) > 1 else -1)
-
-        last_key, last_operands = op_keys[-1]
-        a, b = padded(last_operands)
-        free = ~self.depends
-        skip = free & ((self.keys < last_key) | ((self.keys == last_key) & (
-            (self.first < a) | ((self.first == a) & (self.second <= b)))))
-        for key, operands in op_keys:
-            # an op of no operand is never a last op (it joins no component)
-            if operands:
-                first, second = padded(operands)
-                skip |= (self.keys == key) & (self.first == first) & (self.second == second)
+    def tried(self, op_keys: list[tuple[int, tuple[int, ...]]], prev_first: int) -> np.ndarray:
+        """Which rows the walk tries after the ops ``op_keys``, the last of which has its first output at
+        ``prev_first``: an op independent of the previous one comes after it in (menu key, operands) order, and
+        no op repeats one of the graph (an op of no operand is never a last op: it joins no component)."""
+        codes = [_op_code_int(key, operands) for key, operands in op_keys if operands]
+        skip = (self.top < prev_first) & (self.code <= _op_code_int(*op_keys[-1]))
+        for code in codes:
+            skip |= self.code == code
         return ~skip
+
+
+def _op_code_int(key: int, operands: tuple[int, ...]) -> int:
+    """An op's (menu key, operands) as ``_op_codes`` gives it."""
+    first = operands[0] if operands else -1
+    second = operands[1] if len(operands) > 1 else -1
+    return key << 16 | (first + 1) << 8 | (second + 1)
+
+
+def _op_codes(keys: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Ops as one int64 each, in the order of their (menu key, first operand, second operand; -1: none)."""
+    return keys << 16 | (first + 1) << 8 | (second + 1)
 
 
 _MIX = (np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB))
 _TAG = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9))
+
+
+def key_tag(keys: np.ndarray) -> np.ndarray:
+    """The menu keys' term of ``FingerprintCache.address``."""
+    with np.errstate(over="ignore"):
+        return keys.astype(np.uint64) * _TAG[2]
 
 
 def multiset_hash(fingerprints: np.ndarray) -> np.ndarray:
@@ -857,10 +1042,12 @@ class FingerprintCache:
         """An empty cache of ``2**bits`` slots (a tag is never 0)."""
         return FingerprintCache(np.zeros(1 << bits, np.uint64), np.zeros(1 << bits, np.uint64))
 
-    def address(self, keys: np.ndarray, first_fps: np.ndarray, second_fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The tags and slots of the keys (menu keys and operand fingerprints; 0 for no second operand)."""
+    def address(self, key_tags: np.ndarray, first_fps: np.ndarray, second_fps: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """The tags and slots of the keys: menu keys (as ``key_tag``) and operand fingerprints (0 for no second
+        operand)."""
         with np.errstate(over="ignore"):
-            mixed = first_fps * _TAG[0] + second_fps * _TAG[1] + keys.astype(np.uint64) * _TAG[2]
+            mixed = first_fps * _TAG[0] + second_fps * _TAG[1] + key_tags
         tags = multiset_hash(mixed) | np.uint64(1)
         shift = np.uint64(64 - (len(self.tags).bit_length() - 1))
         return tags, (tags >> shift).astype(np.intp) if shift < 64 else np.zeros(len(tags), np.intp)

@@ -21,7 +21,9 @@ import numpy as np
 from generator.enumerate import (
     APPLICATIONS,
     INPUT_SET,
+    LAST_CACHE_BITS,
     NO_OPERAND,
+    FingerprintCache,
     FirstCodes,
     SortedFingerprints,
     enumerate_graphs,
@@ -147,6 +149,26 @@ class WalkFilters:
 WalkPart = tuple[int, int, frozenset[int], WalkFilters]
 
 
+@dataclass
+class _WorkerCaches:
+    """What a worker process keeps from one walk part to the next: the last op's fingerprints by (menu key,
+    operand fingerprints) for one seed. Parts of other first ops still apply the same last ops to many of the same
+    tensors (a tenth of a part's evaluations); the cache's memory is fixed. Only fingerprints of a deterministic
+    evaluation are kept, so a part's result does not depend on the parts the worker walked before."""
+
+    seed: int = -1
+    last_fingerprints: FingerprintCache | None = None
+
+    def for_seed(self, seed: int) -> FingerprintCache:
+        """The cache for ``seed`` (a fresh one when the seed changes)."""
+        if self.last_fingerprints is None or seed != self.seed:
+            self.seed, self.last_fingerprints = seed, FingerprintCache.of(LAST_CACHE_BITS)
+        return self.last_fingerprints
+
+
+_WORKER = _WorkerCaches()
+
+
 def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of the smaller run's and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
@@ -155,7 +177,7 @@ def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.nda
     packed, rows = [], []
     with collector_paused():
         for v in enumerate_graphs(max_ops, seed, first_ops=first_ops.__contains__, stats=stats,
-                                  **filters.walk_kwargs()):
+                                  last_fingerprints=_WORKER.for_seed(seed), **filters.walk_kwargs()):
             if len(v.graph) == max_ops and v.inputs_used:
                 rows.append(v)
                 if len(rows) == PACK_EVERY:  # a packed row is a tenth of a graph's objects

@@ -198,6 +198,12 @@ class Level:
         return Level(by_shape, components, masks, (1 << len(components)) - 1)
 
 
+#: A tensor's kind as the operand typing sees it: (shape, whether it is a weight).
+Kind = tuple[tuple[int, ...], bool]
+#: What an application accepting operands of some kinds gives: (attributes, output shapes, all operands weights).
+Accepted = tuple[Attrs, list[tuple[int, ...]], bool]
+
+
 def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int], bool] | None = None,
                      stats: dict[str, int] | None = None,
                      keep_last: Callable[[int], bool] | None = None,
@@ -273,6 +279,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         return resolve_cache[key]
 
     applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
+    typed_cache: dict[tuple[str, tuple[Kind, ...]], bool] = {}
+    seconds_cache: dict[tuple, list[list[int]]] = {}
     tuple_cache: dict[tuple[int, tuple], list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]] = {}
     counts = [0, 0]  # applications evaluated (or found in the memo), last ops not kept
 
@@ -285,13 +293,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         return found
 
     def operand_tuples(op: str, level: Level) -> Iterator[tuple[int, ...]]:
-        # TASO's typing of operands, from the op table's input roles: an image is an activation (not a weight)
-        # and a kernel a weight, both rank 4; a scalar operand is the scalar input and scales a tensor that is
-        # not one; a menu with ``same_shapes`` takes equal shapes (ewadd/ewmul: no broadcasting). Everything
-        # else is left to the op table's shape rule. With ``components`` (the last op), only tuples touching
-        # every component.
+        # TASO's typing of operands by the tensors' kinds (``operands_typed``); the op table's shape rule decides
+        # the rest. With ``components`` (the last op), only tuples touching every component.
         components = level.components
-        entry = OPS[op]
         k = arity(op)
         n = len(shapes)
         if k == 0:
@@ -300,45 +304,50 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         if components is not None and len(components) > k:
             return
-        no_weights = entry.role(0) == "image" or entry.menu.activations_only  # type: ignore[union-attr]
         if k == 1:
             for a in (sorted(components[0]) if components is not None else range(n)):
-                if not (no_weights and weight[a]) and some_entry_applies(op, (shapes[a],)):
+                if typed(op, ((shapes[a], weight[a]),)) and some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
-        by_shape = level.by_shape
-        roles = (entry.role(0), entry.role(1))
-        if entry.menu.same_shapes:  # type: ignore[union-attr]
-            firsts = [t for t in range(n) if not weight[t]] if no_weights else range(n)
-            seconds = {a: by_shape[shapes[a]] for a in firsts}
-        elif roles[1] == "scalar":
-            scalars = by_shape.get((), [])
-            firsts = [t for t in range(n) if shapes[t] != ()]
-            seconds = dict.fromkeys(firsts, scalars)
-        elif roles == ("image", "kernel"):
-            firsts = [t for t in range(n) if len(shapes[t]) == 4 and not weight[t]]
-            kernels = [t for t in range(n) if len(shapes[t]) == 4 and weight[t]]
-            seconds = dict.fromkeys(firsts, kernels)
-        else:
-            firsts = range(n)
-            per_shape: dict[tuple[int, ...], list[int]] = {}
-            for shape in by_shape:
-                accepted = [by_shape[other] for other in by_shape if some_entry_applies(op, (shape, other))]
-                per_shape[shape] = accepted[0] if len(accepted) == 1 else sorted(itertools.chain(*accepted))
-            seconds = {a: per_shape[shapes[a]] for a in firsts}
+        seconds = second_operands(op)
         if components is None:
-            for a in firsts:
+            for a in range(n):
                 for b in seconds[a]:
                     yield (a, b)
             return
         # the components a tensor touches as a bit mask: a tuple qualifies when its masks cover them all
         full, mask = level.full, level.masks
-        for a in firsts:
+        for a in range(n):
             need = full & ~mask[a]
             if not need:
                 yield from ((a, b) for b in seconds[a])
             else:
                 yield from ((a, b) for b in seconds[a] if mask[b] & need == need)
+
+    def second_operands(op: str) -> list[list[int]]:
+        """Per tensor as the first operand of ``op`` (of two), the tensors it takes as the second, ascending:
+        what ``operands_typed`` and some menu entry's shape rule accept. It depends on the tensors' kinds only."""
+        key = (op, tuple(shapes[n_in:]), tuple(weight[n_in:]))
+        found = seconds_cache.get(key)
+        if found is None:
+            by_kind: dict[Kind, list[int]] = {}
+            for t in range(len(shapes)):
+                by_kind.setdefault((shapes[t], weight[t]), []).append(t)
+            per_kind: dict[Kind, list[int]] = {}
+            for kind in by_kind:
+                accepted = [by_kind[other] for other in by_kind
+                            if typed(op, (kind, other)) and some_entry_applies(op, (kind[0], other[0]))]
+                per_kind[kind] = accepted[0] if len(accepted) == 1 else sorted(itertools.chain(*accepted))
+            if len(seconds_cache) >= TUPLE_CACHE_ENTRIES:
+                seconds_cache.clear()
+            found = seconds_cache[key] = [per_kind[kind] for kind in zip(shapes, weight, strict=True)]
+        return found
+
+    def typed(op: str, kinds: tuple[Kind, ...]) -> bool:
+        found = typed_cache.get((op, kinds))
+        if found is None:
+            found = typed_cache[(op, kinds)] = operands_typed(op, kinds)
+        return found
 
     def component_tensors() -> list[set[int]]:
         """Per connected component of the current ops (joined by shared tensors): the tensors it touches."""
@@ -760,12 +769,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     st["applications"] = st.get("applications", 0) + counts[0]
     if counts[1]:
         st["not_kept"] = st.get("not_kept", 0) + counts[1]
-
-
-#: A tensor's kind as the operand typing sees it: (shape, whether it is a weight).
-Kind = tuple[tuple[int, ...], bool]
-#: What an application accepting operands of some kinds gives: (attributes, output shapes, all operands weights).
-Accepted = tuple[Attrs, list[tuple[int, ...]], bool]
 
 
 def operands_typed(op: str, kinds: tuple[Kind, ...]) -> bool:

@@ -56,8 +56,11 @@ STAR_FROM = 3
 #: From this many ops on, the run pairs the widest graphs with smaller ones only (``_generate_wide``).
 WIDE_FROM = 4
 #: Memory a task of enumeration, pairing or emission declares to a cluster scheduler (its parts are sized,
-#: 8 per worker, so that one stays well under this at 4 ops).
+#: ``PARTS_PER_WORKER`` per worker, so that one stays well under this at 4 ops).
 PART_MEMORY_BYTES = 2**30
+#: Parts of each step per worker: parts differ in cost (a conv-first walk is several times another), so the last
+#: to finish leaves the other workers idle for about one part's time; a part's own start costs little.
+PARTS_PER_WORKER = 16
 #: The widest walk's kept graphs are packed into arrays this many at a time (millions in a part at 4 ops).
 PACK_EVERY = 50_000
 
@@ -394,7 +397,7 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     # several times the others)
     starts = small_codes[:, 0]
     weights = np.bincount(starts[starts < len(APPLICATIONS)], minlength=len(APPLICATIONS)).tolist()
-    parts = [(max_ops, seed, keys, filters) for keys in balanced_parts(weights, jobs * 8)]
+    parts = [(max_ops, seed, keys, filters) for keys in balanced_parts(weights, jobs * PARTS_PER_WORKER)]
     walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (stats, arrays) in enumerate(work, 1):
@@ -424,7 +427,7 @@ def _rules_of_buckets(colliding: list[BucketArrays], max_ops: int, seed: int, jo
     holds them and is emptied here, so that they are freed once paired, before the emission."""
     t = time.perf_counter()
     star = max_ops >= STAR_FROM
-    parts = max(1, jobs * 8)
+    parts = max(1, jobs * PARTS_PER_WORKER)
     work = [(seed, star, a, min_ops) for a in colliding.pop().parts(parts)]
     # pairing, pruning and the float re-check run together in the workers, part by part (a part never cuts a
     # bucket); the parent keeps the first pair of each renaming key, in fingerprint order

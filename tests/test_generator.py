@@ -208,6 +208,31 @@ def test_common_subgraph_of_any_shape_prunes_a_smaller_identity_in_context():
     assert CommonSubgraph(0).reason(Pair(around, plain, 0)) == "common"
 
 
+def test_a_walk_part_gives_the_same_graphs_after_other_parts_filled_the_fingerprint_cache():
+    """A worker keeps the last op's fingerprint cache from one walk part to the next: a part walked after another
+    (the cache full of the other's entries, some of them hits) yields the same graphs as on a fresh cache."""
+    from generator.enumerate import FingerprintCache, output_multisets
+    from generator.fingerprint import pack
+
+    small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
+    kept_fps = set(small[0].tolist())
+    multisets = output_multisets(small[2])
+
+    def walk(first: int, cache: FingerprintCache) -> list:
+        return list(enumerate_graphs(3, seed=0, first_ops=lambda k: k == first, keep_last=kept_fps.__contains__,
+                                     kept_multisets=multisets, last_fingerprints=cache))
+
+    neg, relu = BY_OP["neg"][0].key, BY_OP["relu"][0].key
+    shared, fresh = FingerprintCache.of(20), FingerprintCache.of(20)
+    walk(neg, shared)
+    filled = np.count_nonzero(shared.tags)
+    after = walk(relu, shared)
+    assert after == walk(relu, fresh)
+    assert len([v for v in after if len(v.graph) == 3]) > 10
+    # after the first part, the second computed and stored fewer fingerprints: it found some of the first's
+    assert 0 < np.count_nonzero(shared.tags) - filled < np.count_nonzero(fresh.tags)
+
+
 def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
     """TASO's pruning while enumerating: a widest graph holding a part that fewer ops compute (a smaller rule
     rewrites it into a graph of fewer ops) is left out without being built; every other one is kept."""

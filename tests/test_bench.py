@@ -50,15 +50,30 @@ def test_bench_says_when_onnxsim_is_missing(tmp_path, monkeypatch):
     assert "onnxsim not installed (pip install 'xflow[bench]')" in format_table([row], settings, "xflow bench")
 
 
-def test_a_model_xflow_leaves_unchanged_is_timed_like_every_column(tmp_path):
-    """No 1.000x "by construction": xflow's written model is timed in the same rounds as the others,
-    even when it is the original."""
+def test_a_model_xflow_leaves_unchanged_is_timed_like_every_column(tmp_path, monkeypatch):
+    """No 1.000x "by construction": xflow's written model is timed in the same rounds as the others, by sessions
+    of its own, even when it is the original."""
+    import xflow.bench as bench
+
+    rounds = []
+    measure = bench.measure_interleaved
+
+    def recorded(timed, *args, **kwargs):  # the real measurement, its sessions noted
+        rounds.append(dict(timed))
+        return measure(timed, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "measure_interleaved", recorded)
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE]}))  # squeezenet has no MatMul
     settings = BenchSettings(rules_path=str(rules), small=True, budget=2, seconds_per_model=0.1, min_runs=3)
     (row,) = run_bench(["squeezenet"], settings, say=lambda _m: None)
     assert row.decision.startswith("copied")
-    assert row.latency_ms["xflow"] != row.latency_ms["original"]  # two sessions' medians, not one copied
+    (timed,) = rounds
+    xflow_sessions = [s for (name, _), s in timed.items() if name == "xflow"]
+    original_sessions = [s for (name, _), s in timed.items() if name == "original"]
+    # in the same interleaved rounds, as many sessions as the original's and none of them the original's
+    assert len(xflow_sessions) == len(original_sessions) == settings.sessions_per_variant
+    assert not {id(s) for s in xflow_sessions} & {id(s) for s in original_sessions}
     assert row.speedup["xflow"] == row.latency_ms["original"] / row.latency_ms["xflow"]
     assert any("xflow wrote the original back (timed as written" in n for n in row.notes)
 

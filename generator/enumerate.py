@@ -175,27 +175,22 @@ WEIGHT_INPUT = tuple(kind == "const" for _, _, kind, _ in INPUTS)
 
 @dataclass
 class Level:
-    """What every op's operand tuples at one walk level share: the tensors per shape (ascending) and, for the
-    last op, the connected components of the graph (``None`` before) with the ones each tensor touches as a
-    bit mask (``full``: all of them)."""
+    """What every op's operand tuples at one walk level share: for the last op, the connected components of the
+    graph (``None`` before) with the ones each tensor touches as a bit mask (``full``: all of them)."""
 
-    by_shape: dict[tuple[int, ...], list[int]]
     components: list[set[int]] | None
     masks: list[int]
     full: int
 
     @staticmethod
     def of(shapes: list[tuple[int, ...]], components: list[set[int]] | None) -> Level:
-        by_shape: dict[tuple[int, ...], list[int]] = {}
-        for t, shape in enumerate(shapes):
-            by_shape.setdefault(shape, []).append(t)
         if components is None:
-            return Level(by_shape, None, [], 0)
+            return Level(None, [], 0)
         masks = [0] * len(shapes)
         for i, members in enumerate(components):
             for t in members:
                 masks[t] |= 1 << i
-        return Level(by_shape, components, masks, (1 << len(components)) - 1)
+        return Level(components, masks, (1 << len(components)) - 1)
 
 
 #: A tensor's kind as the operand typing sees it: (shape, whether it is a weight).

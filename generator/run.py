@@ -168,6 +168,11 @@ class _WorkerCaches:
             self.seed, self.last_fingerprints = seed, FingerprintCache.of(LAST_CACHE_BITS)
         return self.last_fingerprints
 
+    def release(self) -> None:
+        """Drop the cache (the walk is over once a worker pairs or emits: 268 MB a worker otherwise held to the
+        end of the run, when the parent holds the most)."""
+        self.seed, self.last_fingerprints = -1, None
+
 
 _WORKER = _WorkerCaches()
 
@@ -267,6 +272,7 @@ def _pair_and_check(args: tuple[int, bool, BucketArrays, int]) -> tuple[PartCoun
     The cheap common-subgraph test on ints comes first: it drops most pairs, so the float re-check and the
     renaming key run on the rest only, and only kept pairs travel back to the parent."""
     seed, star, arrays, min_ops = args
+    _WORKER.release()
     common, checker = CommonSubgraph(seed), FloatChecker(seed)
     raw = distinct = uncommon = 0
     kept: list[tuple[Keys, PackedPair]] = []
@@ -317,6 +323,7 @@ def _emit(args: tuple[int, int, list[Emission]]) -> list[PackedRule]:
     that dedupe are not packed (a third of them at 4 ops): with every rule's name its own, what one chunk's dedupe
     leaves out the dedupe of all chunks leaves out too."""
     seed, max_ops, emissions = args
+    _WORKER.release()
     # Both directions: the smaller side is not always the faster one (merging two matmuls that share an
     # input takes more ops), so the search gets both and the cost model decides.
     packed_rules: list[PackedRule] = []

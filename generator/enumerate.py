@@ -403,8 +403,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 all_weights, depends, in_shapes, mask = weight[a], a >= prev_first, (shapes[a],), 1 << a
             else:
                 all_weights, depends, in_shapes, mask = True, False, (), 0
-            if entry.weights_only and operands and not all_weights:
-                continue
             if not input_order_ok(operands):
                 continue
             if masked and (mask & required != required or not all(inner & mask for inner in live)):
@@ -491,14 +489,19 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         below ``MIN_SPATIAL``): (operands, reads the previous op, attributes, output shapes, all weights)."""
         out = []
         for operands, depends, in_shapes, is_w in op_tuples:
-            res = cached(app, in_shapes)
-            if res is None:
-                continue
-            attrs, out_shapes, shrinks = res
-            if shrinks and not is_w:
-                continue
-            out.append((operands, depends, attrs, out_shapes, is_w))
+            res = accepted(app, in_shapes, is_w)
+            if res is not None:
+                out.append((operands, depends, *res, is_w))
         return out
+
+    def accepted(app: Application, in_shapes: tuple[tuple[int, ...], ...], all_weights: bool
+                 ) -> tuple[Attrs, list[tuple[int, ...]]] | None:
+        """(attributes, output shapes) of the menu entry on operands of these shapes, or None: its shape rule
+        refuses them, or an image shrinks below ``MIN_SPATIAL`` from operands that are not all weights."""
+        res = cached(app, in_shapes)
+        if res is None or (res[2] and not all_weights):
+            return None
+        return res[0], res[1]
 
     def last_fps(app: Application, operands: tuple[int, ...], attrs: Attrs, memo_key: tuple[int, int, int]
                  ) -> int | tuple[int, ...]:
@@ -749,7 +752,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     filtering_below = fewer_ops is not None and keep_last is not None
     last_cache: dict[tuple, _LastRows] = {}
     shape_cache: dict[tuple, _LastRows] = {}
-    kind_rows = KindRows(lambda app, in_shapes: cached(app, in_shapes))
+    kind_rows = KindRows(accepted)
     int_kernels = [OPS[app.op].evaluate_int for app in APPLICATIONS]  # by menu key
     last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
     if last_fingerprints is not None:
@@ -794,10 +797,11 @@ class KindRows:
     (``accepted`` per application and pair of kinds: an index into ``results``, -1 for none), so the last op's
     rows of a level are found by array operations over its tensors' kinds (``rows_of``)."""
 
-    def __init__(self, resolved: Callable[[Application, tuple[tuple[int, ...], ...]], tuple[Attrs, list, bool] | None]
-                 ) -> None:
-        self.resolved = resolved  # (application, operand shapes) -> (attrs, output shapes, an image shrinks) or None
+    def __init__(self, accepted: Callable[[Application, tuple[tuple[int, ...], ...], bool],
+                                          tuple[Attrs, list[tuple[int, ...]]] | None]) -> None:
+        self.accepted = accepted  # (application, operand shapes, all weights) -> (attrs, output shapes) or None
         self.kinds: dict[Kind, int] = {}
+        self.by_index: list[Kind] = []
         self.results: list[Accepted] = []
         self.single: list[bool] = []  # per result: one output
         self.unary = [app for app in APPLICATIONS if arity(app.op) == 1]
@@ -813,7 +817,8 @@ class KindRows:
         """The index of a kind (a new one gets the next)."""
         found = self.kinds.get(kind)
         if found is None:
-            found = self.kinds[kind] = len(self.kinds)
+            found = self.kinds[kind] = len(self.by_index)
+            self.by_index.append(kind)
             self._grow(found + 1)
             self.accepted_one[:, found] = [self._accept(app, (kind,)) for app in self.unary]
         return found
@@ -830,13 +835,11 @@ class KindRows:
     def _accept(self, app: Application, kinds: tuple[Kind, ...]) -> int:
         if not operands_typed(app.op, kinds):
             return -1
-        found = self.resolved(app, tuple(shape for shape, _ in kinds))
+        all_weights = all(w for _, w in kinds)
+        found = self.accepted(app, tuple(shape for shape, _ in kinds), all_weights)
         if found is None:
             return -1
-        attrs, out_shapes, shrinks = found
-        all_weights = all(w for _, w in kinds)
-        if shrinks and not all_weights:  # a degenerate image (``MIN_SPATIAL``), unless only weights are involved
-            return -1
+        attrs, out_shapes = found
         self.results.append((attrs, out_shapes, all_weights))
         self.single.append(len(out_shapes) == 1)
         return len(self.results) - 1
@@ -845,11 +848,10 @@ class KindRows:
         present = np.unique(kinds)
         if self.known[np.ix_(present, present)].all():
             return
-        by_index = {index: kind for kind, index in self.kinds.items()}
         for a in present.tolist():
             for b in present.tolist():
                 if not self.known[a, b]:
-                    pair = (by_index[a], by_index[b])
+                    pair = (self.by_index[a], self.by_index[b])
                     self.accepted_two[:, a, b] = [self._accept(app, pair) for app in self.binary]
                     self.known[a, b] = True
 

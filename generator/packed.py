@@ -1,7 +1,7 @@
 """Generated candidates kept compressed until a task needs them.
 
 A candidate is a JSON dict of every variant's nodes, attributes and provenance: about 25 KB of Python objects for
-a ≤ 4-op one, 4 KB of JSON text and 0.5 KB of zlib-compressed JSON. A generation run holds all of them in one
+a ≤ 4-op one, 5 KB of JSON text and 0.5 KB of zstd-compressed JSON. A generation run holds all of them in one
 process (tens of thousands at 3 ops, a million or more at 4), so the workers that emit them pack each one with the
 few fields the parent's dedupe reads, and the parent unpacks a candidate only when a task is built from it.
 """
@@ -9,16 +9,23 @@ few fields the parent's dedupe reads, and the parent unpacks a candidate only wh
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
+
+import zstandard
+
+# zstd rather than zlib: at level 3 a ≤ 4-op candidate compresses in 12 µs against zlib's 56 µs at level 6 (a
+# million of them are packed at 4 ops) and decompresses in 6.5 µs against 10, 4% larger. Reused: one of each per
+# process (a worker packs, the parent unpacks), never shared between threads.
+_COMPRESSOR = zstandard.ZstdCompressor(level=3)
+_DECOMPRESSOR = zstandard.ZstdDecompressor()
 
 
 @dataclass(frozen=True)
 class PackedRule:
     """One emitted rule: its ``name``, dedupe ``key`` and constant slots (``consts``), and the rule itself as
-    zlib-compressed JSON (``blob``)."""
+    zstd-compressed JSON (``blob``)."""
 
     name: str
     key: str
@@ -32,12 +39,12 @@ def pack(rule: dict[str, Any], key: str, consts: frozenset[str]) -> PackedRule:
     # from the blobs without decoding and encoding each rule again (a minute in one process at 4 ops); compact
     # separators would save 2% of the compressed size
     text = json.dumps(rule, check_circular=False)
-    return PackedRule(rule["name"], key, consts, zlib.compress(text.encode(), 6))
+    return PackedRule(rule["name"], key, consts, _COMPRESSOR.compress(text.encode()))
 
 
 def unpack(blob: bytes) -> dict[str, Any]:
     """The rule dict a ``PackedRule.blob`` holds."""
-    return json.loads(zlib.decompress(blob))
+    return json.loads(_DECOMPRESSOR.decompress(blob))
 
 
 class PackedRules(Sequence[dict[str, Any]]):
@@ -65,7 +72,7 @@ class PackedRules(Sequence[dict[str, Any]]):
 
     def texts(self) -> Iterator[str]:
         """Each rule as the JSON text ``json.dumps`` gives for it, without decoding it."""
-        return (zlib.decompress(b).decode() for b in self._blobs)
+        return (_DECOMPRESSOR.decompress(b).decode() for b in self._blobs)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedRules):

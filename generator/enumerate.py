@@ -143,6 +143,9 @@ TUPLE_CACHE_ENTRIES = 50_000
 LAST_LEVEL_ENTRIES = 5_000
 #: The same for the rows of the levels' tensor shapes and kinds, which the levels' own rows are narrowed from.
 SHAPE_LEVEL_ENTRIES = 2_000
+#: The last op is tried on the rows of queued prefixes at once once they reach this many (``flush_last``): a
+#: prefix has a few hundred, and each array operation's own cost then falls on hundreds of prefixes.
+LAST_BATCH_ROWS = 50_000
 NO_OPERAND = 255
 INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
 
@@ -224,9 +227,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     ``multi_output_tensors`` (the output tensors of the kept graphs of two outputs or more): an output of the prefix
     outside it must be read by the last op, since a graph that leaves it as an output has two outputs or more
     (``stats["open_output"]`` counts the prefixes no last op can complete). ``kept_multisets`` (``output_multisets``
-    of the kept graphs' outputs) tries the last op on all its operand tuples at once: one array operation per prefix
-    instead of a Python step per application finds the few whose outputs' multiset hash is a kept graph's, and only
-    those are checked with ``keep_last`` (``walk_last``: the same graphs in the same order).
+    of the kept graphs' outputs) tries the last op on the operand tuples of many prefixes at once: array operations
+    over their rows instead of a Python step per application find the few whose outputs' multiset hash is a kept
+    graph's, and only those are checked with ``keep_last`` (``flush_last``: the same graphs of ``max_ops`` ops in the
+    same order, yielded in batches after smaller graphs the walk reached meanwhile).
 
     With ``first_codes`` as well, a part is also reducible when as many ops compute its tensor in the canonical
     graph of a smaller code (the part's code taken as its own graph's): a smaller rule of as many ops on each
@@ -446,25 +450,32 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 out.append(inner)
         return out
 
-    def reducible_last(operands: tuple[int, ...], new_fps: list[int]) -> bool:
+    def reducible_last(operands: tuple[int, ...], new_fps: list[int], prefix: _LastPrefix | None = None) -> bool:
         """Whether the last op (of one output, reading ``operands``, in a graph of other outputs) ends a reducible
         part: its cone computes its output only, and fewer ops compute that (``stats["reducible_last"]``). The
         graph is then the rest of it beside that part, sharing inputs only, so replacing the part leaves a graph of
-        fewer ops with the same outputs."""
+        fewer ops with the same outputs. ``prefix``: the queued prefix the last op completes (default: the walk's
+        current one)."""
         if len(new_fps) != 1:
             return False
-        index = len(graph)
+        if prefix is None:
+            cones, made_by, read_by, starts, n = op_cone, tensor_op, readers, producers, len(shapes)
+        else:
+            cones, made_by, read_by, starts, n = (prefix.op_cone, prefix.tensor_op, prefix.readers, prefix.producers,
+                                                  len(prefix.fps))
+        index = len(starts)
         cone = 1 << index
         for t in operands:
             if t >= n_in:
-                cone |= op_cone[tensor_op[t]]
+                cone |= cones[made_by[t]]
         fewest = fewer_ops.get(new_fps[0])  # type: ignore[union-attr]
         if fewest is None or fewest >= cone.bit_count():
             return False
         for j in range(index):
             if cone >> j & 1:
                 # every value of the part is read, and only by the part (the last op included)
-                if any(readers[v] & ~cone or not (readers[v] or v in operands) for v in outputs_of(j)):
+                end = starts[j + 1] if j + 1 < index else n
+                if any(read_by[v] & ~cone or not (read_by[v] or v in operands) for v in range(starts[j], end)):
                     return False
         st["reducible_last"] = st.get("reducible_last", 0) + 1
         return True
@@ -503,16 +514,18 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return None
         return res[0], res[1]
 
-    def last_fps(app: Application, operands: tuple[int, ...], attrs: Attrs, memo_key: tuple[int, int, int]
-                 ) -> int | tuple[int, ...]:
+    def last_fps(app: Application, operands: tuple[int, ...], attrs: Attrs, memo_key: tuple[int, int, int],
+                 tensors: list[np.ndarray] | None = None) -> int | tuple[int, ...]:
         """The fingerprint of the last op's output (a tuple of them for an op of several outputs), memoized by
         (menu key, the operands' fingerprints, 0 for none): its outputs are never operands, so only their
-        fingerprints are kept. The caller ignores overflow (wrapping int64)."""
+        fingerprints are kept. ``tensors``: the values the operands index (default: the walk's). The caller ignores
+        overflow (wrapping int64)."""
         found = last_memo.get(memo_key)
         if found is None:
             if len(last_memo) >= LAST_MEMO_ENTRIES:
                 last_memo.clear()
-            outs = OPS[app.op].evaluate_int(np, [values[t] for t in operands], attrs)
+            tensors = values if tensors is None else tensors
+            outs = OPS[app.op].evaluate_int(np, [tensors[t] for t in operands], attrs)
             found = last_memo[memo_key] = tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs))
         return found
 
@@ -600,79 +613,133 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         shape_cache[key] = rows
         return rows
 
-    def walk_last(depth: int, live: list[int], level: Level, level_key: tuple, required: int,
-                  open_outputs: list[int]) -> Iterator[Visit]:
-        """The last op over all its candidate applications at once (``kept_multisets``): the applications
-        whose graph's outputs have a kept graph's multiset hash, found by array operations, checked one by one
-        with ``keep_last``, then yielded in the walk's order."""
+    def queue_last(level: Level, level_key: tuple, live: list[int], required: int, open_outputs: list[int]) -> None:
+        """Queue the current prefix for its last op (``kept_multisets``): its rows of the level and the state the
+        last op's fingerprints, checks and graphs read, copied (the walk moves on before ``flush_last``)."""
         table = last_rows(level, level_key, live, required)
         if not len(table.keys):
             return
         tried = np.flatnonzero(table.tried(op_keys, producers[-1]))
-        fps_now = np.array(fps + [0], dtype=np.uint64)  # the last for "no second operand" (-1)
-        first, second = table.first[tried], table.second[tried]
-        one = table.single[tried]
-        # per row of one output its fingerprint (from the cache, or computed and stored), per row of several
-        # (split) the tuple of theirs (memoized by ``last_fps``)
-        tags, slots = single_memo.address(table.key_tag[tried], fps_now[first], fps_now[second])
+        if not len(tried):
+            return
+        pending.append(_LastPrefix(table, tried, fps.copy(), values.copy(), open_outputs, used.copy(), readers.copy(),
+                                   op_cone.copy(), tensor_op.copy(), producers.copy(), tuple(graph), b"".join(codes)))
+        pending_rows[0] += len(tried)
+
+    def flush_last() -> Iterator[Visit]:
+        """The last op over all the candidate applications of the queued prefixes at once: the applications whose
+        graph's outputs have a kept graph's multiset hash, found by array operations over the prefixes' rows
+        together (a prefix has a few hundred: one pass over many instead of a few dozen array operations each),
+        checked one by one with ``keep_last``, then yielded prefix by prefix in the walk's order."""
+        batch = pending.copy()
+        pending.clear()
+        pending_rows[0] = 0
+        sizes = np.array([len(p.tried) for p in batch], np.int64)
+        starts = np.zeros(len(batch) + 1, np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        table_sizes = np.array([len(p.table.keys) for p in batch], np.int64)
+        table_starts = np.zeros(len(batch), np.int64)
+        np.cumsum(table_sizes[:-1], out=table_starts[1:])
+        prefix_of = np.repeat(np.arange(len(batch)), sizes)  # per row: its prefix in the batch
+        rows = np.concatenate([p.tried for p in batch]) + table_starts[prefix_of]  # into the tables joined
+
+        def joined(field: str) -> np.ndarray:
+            return np.concatenate([getattr(p.table, field) for p in batch])[rows]
+
+        first, second, one, keys = joined("first"), joined("second"), joined("single"), joined("keys")
+        # each prefix's tensor fingerprints and a 0 for "no second operand", one after another
+        widths = np.array([len(p.fps) + 1 for p in batch], np.int64)
+        fps_at = np.cumsum(widths) - widths
+        fps_all = np.fromiter((f for p in batch for f in (*p.fps, 0)), np.uint64, int(widths.sum()))
+        at = fps_at[prefix_of]
+        no_second = at + widths[prefix_of] - 1
+        # per row of one output its fingerprint (from the cache, or computed once per key in the batch and stored),
+        # per row of several (split) the tuple of theirs (memoized by ``last_fps``)
+        tags, slots = single_memo.address(joined("key_tag"), fps_all[first + at],
+                                          fps_all[np.where(second >= 0, second + at, no_second)])
         found = single_memo.values[slots]
         several: dict[int, tuple[int, ...]] = {}
-        todo = np.flatnonzero((single_memo.tags[slots] != tags) | ~one)
-        if len(todo):
-            at = tried[todo]
-            with np.errstate(over="ignore"):
-                for j, single, key, a, b, result in zip(todo.tolist(), one[todo].tolist(), table.keys[at].tolist(),
-                                                        first[todo].tolist(), second[todo].tolist(),
-                                                        table.result[at].tolist(), strict=True):
-                    attrs = table.results[result][0]
-                    if single:
-                        arrays = [values[a]] if b < 0 else [values[a], values[b]]
-                        found[j] = tensor_fp(int_kernels[key](np, arrays, attrs)[0])
-                    else:
-                        app, operands = APPLICATIONS[key], (a,) if b < 0 else (a, b)
-                        memo_key = (app.key, fps[operands[0]], fps[operands[1]] if len(operands) > 1 else 0)
-                        several[j] = last_fps(app, operands, attrs, memo_key)  # type: ignore[assignment]
-            single_memo.store(tags, slots, found, todo[one[todo]])
+        missed = np.flatnonzero((single_memo.tags[slots] != tags) & one)
+        results = kind_rows.results
+        with np.errstate(over="ignore"):
+            if len(missed):
+                _, firsts, inverse = np.unique(tags[missed], return_index=True, return_inverse=True)
+                once = missed[firsts]
+                computed = []
+                for key, a, b, result, k in zip(keys[once].tolist(), first[once].tolist(), second[once].tolist(),
+                                                joined("result")[once].tolist(), prefix_of[once].tolist(),
+                                                strict=True):
+                    tensors = batch[k].values
+                    arrays = [tensors[a]] if b < 0 else [tensors[a], tensors[b]]
+                    computed.append(tensor_fp(int_kernels[key](np, arrays, results[result][0])[0]))
+                found[missed] = np.array(computed, dtype=np.uint64)[inverse.reshape(-1)]
+                single_memo.store(tags, slots, found, once)
+            multi = np.flatnonzero(~one)
+            if len(multi):
+                for j, key, a, b, result, k in zip(multi.tolist(), keys[multi].tolist(), first[multi].tolist(),
+                                                   second[multi].tolist(), joined("result")[multi].tolist(),
+                                                   prefix_of[multi].tolist(), strict=True):
+                    p = batch[k]
+                    app, operands = APPLICATIONS[key], (a,) if b < 0 else (a, b)
+                    memo_key = (app.key, p.fps[a], p.fps[b] if b >= 0 else 0)
+                    several[j] = last_fps(app, operands, results[result][0], memo_key,  # type: ignore[assignment]
+                                          p.values)
         own = multiset_hash(found)
         if several:
-            at = sorted(several)
-            width = max(len(several[j]) for j in at)
-            padded = np.array([(*several[j], *(0,) * (width - len(several[j]))) for j in at], dtype=np.uint64)
-            own[at] = multiset_hash(padded).sum(axis=1, dtype=np.uint64)
+            multi_at = sorted(several)
+            width = max(len(several[j]) for j in multi_at)
+            padded = np.array([(*several[j], *(0,) * (width - len(several[j]))) for j in multi_at], dtype=np.uint64)
+            own[multi_at] = multiset_hash(padded).sum(axis=1, dtype=np.uint64)
         # the multiset hash of the graph's outputs: the open outputs the last op does not read, and its own
-        mixed = multiset_hash(fps_now[open_outputs]).tolist() if open_outputs else []
-        for t, h in zip(open_outputs, mixed, strict=True):
-            own += np.where((first == t) | (second == t), np.uint64(0), np.uint64(h))
-        survivors: dict[int, tuple[list[int], int]] = {}
+        most_open = max(len(p.open_outputs) for p in batch)
+        if most_open:
+            opened = np.full((len(batch), most_open), -2, np.int64)  # -2: no tensor (-1 is "no second operand")
+            open_fps = np.zeros((len(batch), most_open), np.uint64)  # a 0 mixes to 0
+            for k, p in enumerate(batch):
+                if p.open_outputs:
+                    opened[k, :len(p.open_outputs)] = p.open_outputs
+                    open_fps[k, :len(p.open_outputs)] = [p.fps[t] for t in p.open_outputs]
+            mixed = multiset_hash(open_fps)
+            for i in range(most_open):
+                t = opened[prefix_of, i]
+                own += np.where((first == t) | (second == t), np.uint64(0), mixed[prefix_of, i])
+        survivors: list[dict[int, tuple[list[int], int]]] = [{} for _ in batch]
         # an equal hash is a candidate only: the graph's own fingerprint decides, as in the walk of one by one
-        for j in multisets.members(own).tolist():
-            i = int(tried[j])
+        members = multisets.members(own)
+        kept = 0
+        for j, k, i in zip(members.tolist(), prefix_of[members].tolist(), (rows[members] - table_starts[
+                prefix_of[members]]).tolist(), strict=True):
+            p = batch[k]
             new_fps = list(several[j]) if j in several else [int(found[j])]
-            operands = table.row(i)[1]
-            rest = [fps[t] for t in open_outputs if t not in operands]
+            operands = p.table.row(i)[1]
+            rest = [p.fps[t] for t in p.open_outputs if t not in operands]
             fingerprint = graph_fp(rest + new_fps)
             if keep_last(fingerprint) and not (filtering_below and rest  # type: ignore[misc]
-                                               and reducible_last(operands, new_fps)):
-                survivors[i] = (new_fps, fingerprint)
-        counts[0] += len(tried)
-        counts[1] += len(tried) - len(survivors)
-        if not survivors:
-            return
-        # the graph of each kept last op, built without applying it (nothing walks on from it)
-        prefix, code = tuple(graph), b"".join(codes)
-        existing = set(fps)
-        n = len(shapes)
-        for i in sorted(survivors):
-            app, operands, attrs = table.row(i)
-            new_fps, fingerprint = survivors[i]
+                                               and reducible_last(operands, new_fps, p)):
+                survivors[k][i] = (new_fps, fingerprint)
+                kept += 1
+        counts[0] += len(rows)
+        counts[1] += len(rows) - kept
+        for p, kept_rows in zip(batch, survivors, strict=True):
+            if kept_rows:
+                yield from last_visits(p, kept_rows)
+
+    def last_visits(p: _LastPrefix, kept_rows: dict[int, tuple[list[int], int]]) -> Iterator[Visit]:
+        """The graph of each kept last op of a queued prefix, built without applying it (nothing walks on from
+        it), in the walk's order."""
+        existing = set(p.fps)
+        n = len(p.fps)
+        for i in sorted(kept_rows):
+            app, operands, attrs = p.table.row(i)
+            new_fps, fingerprint = kept_rows[i]
             if any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps):
                 st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
-            outputs = (*(t for t in open_outputs if t not in operands), *range(n, n + len(new_fps)))
-            inputs_used = frozenset(t for t in range(n_in) if used[t] or t in operands)
+            outputs = (*(t for t in p.open_outputs if t not in operands), *range(n, n + len(new_fps)))
+            inputs_used = frozenset(t for t in range(n_in) if p.used[t] or t in operands)
             counter[0] += 1
-            yield Visit((*prefix, (app.op, attrs, operands)), fingerprint, outputs,
-                        (*(fps[t] for t in outputs[:-len(new_fps)]), *new_fps), inputs_used,
-                        code + op_code(app.key, operands))
+            yield Visit((*p.graph, (app.op, attrs, operands)), fingerprint, outputs,
+                        (*(p.fps[t] for t in outputs[:-len(new_fps)]), *new_fps), inputs_used,
+                        p.code + op_code(app.key, operands))
 
     def walk(depth: int, live: list[int]) -> Iterator[Visit]:
         # The last op must join every component: a graph of independent parts only yields rules that are
@@ -698,7 +765,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                      tuple(level.masks) if components is not None else None,
                      producers[-1] if graph else len(shapes), tuple(live) if last else (), required)
         if filtering and kept_multisets is not None and depth > 0:
-            yield from walk_last(depth, live, level, level_key, required, open_outputs)
+            queue_last(level, level_key, live, required, open_outputs)
+            if pending_rows[0] >= LAST_BATCH_ROWS:
+                yield from flush_last()
             return
         path_keys = {k for k, _ in op_keys}
         for app in APPLICATIONS:
@@ -760,7 +829,11 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     else:
         single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
     multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
+    pending: list[_LastPrefix] = []  # prefixes queued for their last op (``queue_last``)
+    pending_rows = [0]  # their rows tried
     yield from walk(0, [])
+    if pending:
+        yield from flush_last()
     if first_ops is None or first_ops(0):
         yield from _input_sets(fps[:n_in])
     st["graphs"] = st.get("graphs", 0) + counter[0]
@@ -771,7 +844,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     # collector finds it: emptied here, they are freed now, and a collection after the walk (its callers pause
     # the collector) does not traverse millions of memo entries first (0.4 s a part at 4 ops).
     for memo in (last_memo, evaluated, tuple_cache, last_cache, shape_cache, seconds_cache, resolve_cache, applies,
-                 typed_cache):
+                 typed_cache, pending):
         memo.clear()
 
 
@@ -891,6 +964,27 @@ class KindRows:
         results = results[order]
         return _LastRows.of(self.results, keys[order], first[order], second[order], results,
                             np.array(self.single, bool)[results] if len(results) else np.zeros(0, bool))
+
+
+@dataclass
+class _LastPrefix:
+    """A prefix of ``max_ops - 1`` ops queued for its last op (``enumerate_graphs``' ``kept_multisets``): its
+    last-op rows (``table``, those tried at ``tried``) and the walk's state they read, copied: tensor fingerprints
+    and values, open outputs, per input its readers count, per tensor its readers and producing op, per op its cone
+    and first output, the ops and their code."""
+
+    table: _LastRows
+    tried: np.ndarray
+    fps: list[int]
+    values: list[np.ndarray]
+    open_outputs: list[int]
+    used: list[int]
+    readers: list[int]
+    op_cone: list[int]
+    tensor_op: list[int]
+    producers: list[int]
+    graph: tuple
+    code: bytes
 
 
 @dataclass

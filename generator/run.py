@@ -359,7 +359,8 @@ def _emit(args: tuple[int, int, list[Emission]]) -> list[PackedRule]:
                 add(pair_to_rule(p, seed, max_ops, variables, forward_key))
             if backward:
                 add(pair_to_rule(Pair(p.b, p.a, p.fingerprint), seed, max_ops, variables, backward_key))
-        del evaluator, seen  # freed before the collector resumes (see ``_pair_and_check``)
+        del evaluator
+        seen.best.clear()  # both freed before the collector resumes (see ``_pair_and_check``)
     return packed_rules
 
 

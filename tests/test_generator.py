@@ -520,10 +520,12 @@ def test_the_common_subgraph_test_draws_the_same_fresh_tensor_whatever_came_befo
 
 
 def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(monkeypatch):
-    """``kept_multisets`` tries the last op on all its operand tuples at once (array operations, a multiset hash
-    of the outputs, a cache of fingerprints) and builds a kept graph without applying its last op; the graphs it
-    yields (every field), their order and the walk's counts are those of the walk that tries them one by one, a
-    last op of two outputs (split) included, and with a cache of 8 slots (entries overwritten all the time)."""
+    """``kept_multisets`` tries the last op on the operand tuples of many prefixes at once (array operations, a
+    multiset hash of the outputs, a cache of fingerprints) and builds a kept graph without applying its last op;
+    the graphs it yields (every field), their order and the walk's counts are those of the walk that tries them one
+    by one (the widest ones come in batches, after smaller ones the other walk yields between them), a last op of
+    two outputs (split) included, with a cache of 8 slots (entries overwritten all the time) and with batches of a
+    single prefix or a few."""
     import generator.enumerate as enumerate_module
     from generator.enumerate import output_multisets
     from generator.fingerprint import pack
@@ -543,11 +545,17 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
         visits = list(enumerate_graphs(3, seed=0, first_ops=firsts.__contains__, stats=stats, **filters, **kw))
         return visits, stats
 
+    def by_size(visits: list) -> tuple[list, list]:
+        return [v for v in visits if len(v.graph) == 3], [v for v in visits if len(v.graph) < 3]
+
     one_by_one, stats = walk()
     at_once, array_stats = walk(kept_multisets=output_multisets(small[2]))
-    assert at_once == one_by_one and array_stats == stats
+    assert by_size(at_once) == by_size(one_by_one) and array_stats == stats
     monkeypatch.setattr(enumerate_module, "LAST_CACHE_BITS", 3)
-    assert walk(kept_multisets=output_multisets(small[2])) == (one_by_one, stats)
+    for rows in (1, 200):  # a prefix at a time, a few at a time
+        monkeypatch.setattr(enumerate_module, "LAST_BATCH_ROWS", rows)
+        visits, batch_stats = walk(kept_multisets=output_multisets(small[2]))
+        assert by_size(visits) == by_size(one_by_one) and batch_stats == stats
     widest = [v.code for v in at_once if len(v.graph) == 3]
     split_last = {a.key for a in BY_OP["split"]}
     assert len(widest) > 100 and any(code[6] in split_last for code in widest)

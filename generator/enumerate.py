@@ -635,8 +635,6 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         pending.clear()
         pending_rows[0] = 0
         sizes = np.array([len(p.tried) for p in batch], np.int64)
-        starts = np.zeros(len(batch) + 1, np.int64)
-        np.cumsum(sizes, out=starts[1:])
         table_sizes = np.array([len(p.table.keys) for p in batch], np.int64)
         table_starts = np.zeros(len(batch), np.int64)
         np.cumsum(table_sizes[:-1], out=table_starts[1:])
@@ -646,7 +644,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         def joined(field: str) -> np.ndarray:
             return np.concatenate([getattr(p.table, field) for p in batch])[rows]
 
-        first, second, one, keys = joined("first"), joined("second"), joined("single"), joined("keys")
+        first, second, one, keys, result_of = (joined("first"), joined("second"), joined("single"), joined("keys"),
+                                               joined("result"))
         # each prefix's tensor fingerprints and a 0 for "no second operand", one after another
         widths = np.array([len(p.fps) + 1 for p in batch], np.int64)
         fps_at = np.cumsum(widths) - widths
@@ -667,8 +666,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 once = missed[firsts]
                 computed = []
                 for key, a, b, result, k in zip(keys[once].tolist(), first[once].tolist(), second[once].tolist(),
-                                                joined("result")[once].tolist(), prefix_of[once].tolist(),
-                                                strict=True):
+                                                result_of[once].tolist(), prefix_of[once].tolist(), strict=True):
                     tensors = batch[k].values
                     arrays = [tensors[a]] if b < 0 else [tensors[a], tensors[b]]
                     computed.append(tensor_fp(int_kernels[key](np, arrays, results[result][0])[0]))
@@ -677,7 +675,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             multi = np.flatnonzero(~one)
             if len(multi):
                 for j, key, a, b, result, k in zip(multi.tolist(), keys[multi].tolist(), first[multi].tolist(),
-                                                   second[multi].tolist(), joined("result")[multi].tolist(),
+                                                   second[multi].tolist(), result_of[multi].tolist(),
                                                    prefix_of[multi].tolist(), strict=True):
                     p = batch[k]
                     app, operands = APPLICATIONS[key], (a,) if b < 0 else (a, b)

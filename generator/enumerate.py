@@ -414,9 +414,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             out.append((operands, depends, in_shapes, all_weights))
         return out
 
-    def outputs_of(i: int) -> range:
-        """The tensor indices of op ``i``'s outputs."""
-        return range(producers[i], producers[i + 1] if i + 1 < len(producers) else len(shapes))
+    def outputs_of(i: int, prefix: _LastPrefix | None = None) -> range:
+        """The tensor indices of op ``i``'s outputs (in ``prefix``, a queued prefix, or the walk's current one)."""
+        starts, n = (producers, len(shapes)) if prefix is None else (prefix.producers, len(prefix.fps))
+        return range(starts[i], starts[i + 1] if i + 1 < len(starts) else n)
 
     def reducible_parts(i: int, cone: int, live: list[int]) -> list[int]:
         """``live`` without the parts op ``i`` reads an inner value of, plus the reducible parts ending at op
@@ -459,11 +460,9 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         if len(new_fps) != 1:
             return False
         if prefix is None:
-            cones, made_by, read_by, starts, n = op_cone, tensor_op, readers, producers, len(shapes)
+            cones, made_by, read_by, index = op_cone, tensor_op, readers, len(graph)
         else:
-            cones, made_by, read_by, starts, n = (prefix.op_cone, prefix.tensor_op, prefix.readers, prefix.producers,
-                                                  len(prefix.fps))
-        index = len(starts)
+            cones, made_by, read_by, index = prefix.op_cone, prefix.tensor_op, prefix.readers, len(prefix.graph)
         cone = 1 << index
         for t in operands:
             if t >= n_in:
@@ -474,8 +473,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         for j in range(index):
             if cone >> j & 1:
                 # every value of the part is read, and only by the part (the last op included)
-                end = starts[j + 1] if j + 1 < index else n
-                if any(read_by[v] & ~cone or not (read_by[v] or v in operands) for v in range(starts[j], end)):
+                if any(read_by[v] & ~cone or not (read_by[v] or v in operands) for v in outputs_of(j, prefix)):
                     return False
         st["reducible_last"] = st.get("reducible_last", 0) + 1
         return True

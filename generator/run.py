@@ -219,16 +219,12 @@ def fewest_ops(fps: np.ndarray, codes: np.ndarray, outs: np.ndarray, most: int |
 
 
 def found_in(values: np.ndarray, found: np.ndarray) -> np.ndarray:
-    """Which of ``values`` occur in ``found`` (both uint64), as a boolean array: ``np.isin`` by sorting each
-    side once and searching the sorted ``found`` in order (a tenth of ``np.isin``'s 3-4 s at 4 ops, which one
-    process spends while the workers wait)."""
+    """Which of ``values`` occur in ``found`` (both uint64), as a boolean array: ``np.isin`` with each side
+    sorted once, the distinct values looked up in ascending order (a quarter of ``np.isin``'s 3-4 s at 4 ops, which
+    one process spends while the workers wait)."""
     unique, inverse = np.unique(values, return_inverse=True)
-    hit = np.zeros(len(unique), dtype=bool)
-    if len(unique) and len(found):
-        found = np.sort(found)
-        at = np.minimum(unique.searchsorted(found), len(unique) - 1)
-        hit[at[unique[at] == found]] = True
-    return hit[inverse.reshape(-1)]
+    # sorted, not made unique: a binary search finds a repeated value as well (``np.unique`` of 5 M is 3 s here)
+    return SortedFingerprints(np.sort(found)).members(unique)[inverse.reshape(-1)]
 
 
 def _fewest(found: FirstCodes, most: int | None = None) -> tuple[np.ndarray, np.ndarray]:

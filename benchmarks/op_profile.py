@@ -13,7 +13,10 @@ one thread per core, spinning off) and prints, per model, the share of kernel ti
 - elementwise: the remaining Add, Mul, Where, ... kernels.
 
 This bounds what rewriting the graph can gain on a model: with the contraction at 85% of the time, even
-deleting every layout kernel gains a few percent.
+deleting every layout kernel gains a few percent. Two ceilings are printed per model and as a geomean over the
+models: the speedup of the kernel time if every layout and elementwise kernel were deleted, and if everything but the
+contractions were (norms and activations too). Neither is reachable by a rewrite that keeps the function (a residual
+Add or an attention's head transposes remain); they say how much room there is at most.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import tempfile
 
@@ -70,15 +74,29 @@ def profile(path: str, runs: int) -> dict[str, float]:
     return {op: micros / (runs + 1) / 1000 for op, micros in per_op.items()}
 
 
+def ceilings(shares: dict[str, float]) -> tuple[float, float]:
+    """Kernel-time speedups with every layout and elementwise kernel deleted, and with all but contractions deleted."""
+    kept_without_layout = shares.get("contraction", 0.0) + shares.get("norm / activation", 0.0)
+    contraction = shares.get("contraction", 0.0)
+    return 1 / max(kept_without_layout, 1e-9), 1 / max(contraction, 1e-9)
+
+
+def geomean(values: list[float]) -> float:
+    """Geometric mean of positive values."""
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="ONNX files")
     parser.add_argument("--runs", type=int, default=15, help="profiled runs per model")
     parser.add_argument("--top", type=int, default=6, help="kernel types listed per model")
     args = parser.parse_args()
-    columns = ["model", "kernel time (ms)", *CLASSES, "elementwise", "largest kernel types"]
+    columns = ["model", "kernel time (ms)", *CLASSES, "elementwise", "ceiling: layout + elementwise deleted",
+               "ceiling: all but contractions deleted", "largest kernel types"]
     print("| " + " | ".join(columns) + " |")
     print("|" + " --- |" * len(columns))
+    rows: list[tuple[float, float]] = []
     for path in args.models:
         per_op = profile(path, args.runs)
         total = sum(per_op.values())
@@ -88,7 +106,10 @@ def main() -> int:
         top = ", ".join(f"{op} {100 * ms / total:.1f}%" for op, ms in collections.Counter(per_op).most_common(args.top))
         name = os.path.splitext(os.path.basename(path))[0]
         cells = " | ".join(f"{100 * shares[c]:.1f}%" for c in [*CLASSES, "elementwise"])
-        print(f"| {name} | {total:.1f} | {cells} | {top} |", flush=True)
+        rows.append(ceilings(shares))
+        print(f"| {name} | {total:.1f} | {cells} | {rows[-1][0]:.3f}x | {rows[-1][1]:.3f}x | {top} |", flush=True)
+    means = [f"**{geomean([row[k] for row in rows]):.3f}x**" for k in range(2)]
+    print("| " + " | ".join(["**geomean**", "", *[""] * (len(CLASSES) + 1), *means, ""]) + " |")
     return 0
 
 

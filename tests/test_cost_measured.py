@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from xflow.cost import GraphCoster
 from xflow.cost.cache import CostCache
-from xflow.cost.measured import MeasuredCost
+from xflow.cost.measured import MeasuredCost, describe_cpu
 from xflow.onnx_io import graph_from_model
 
 # Few runs keep these tests quick; ordering checks use sizes far apart so 2 noisy cores cannot swap them.
@@ -86,6 +86,43 @@ def test_key_names_the_environment(tmp_path):
     import onnxruntime as ort
 
     assert row[0] == "matmul" and row[1].startswith("cpu|") and ort.__version__ in row[1] and "float[32,32]" in row[2]
+
+
+
+_EPYC = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu sse sse2 avx fma avx2{extra}
+
+processor\t: 1
+model name\t: another CPU the first block's name must win over
+"""
+
+
+def test_the_cpu_is_told_apart_by_generation_not_only_by_its_brand_string():
+    zen3 = describe_cpu(_EPYC.format(family=25, model=1, extra=""))
+    zen4 = describe_cpu(_EPYC.format(family=25, model=17, extra=" avx512f avx512bw"))
+    assert zen3 == "AMD EPYC (family 25, model 1, stepping 1, avx2)"
+    assert zen4 == "AMD EPYC (family 25, model 17, stepping 1, avx512f)"
+    arm = describe_cpu("processor\t: 0\nCPU part\t: 0xd0c\nFeatures\t: fp asimd sve\nmodel name\t: Neoverse\n")
+    assert arm == "Neoverse (part 0xd0c, sve)"
+    assert describe_cpu("") == "" and describe_cpu("processor\t: 0\n") == ""
+
+
+def test_costs_measured_on_another_cpu_generation_are_not_reused(tmp_path, monkeypatch):
+    import xflow.cost.measured as measured
+
+    graph = graph_from_model(matmuls_model([32]))
+    cache = CostCache(tmp_path / "c.sqlite")
+    for model, text in (("1", ""), ("17", " avx512f")):
+        monkeypatch.setattr(measured, "device_name", lambda provider, m=model, t=text:
+                            describe_cpu(_EPYC.format(family=25, model=m, extra=t)))
+        MeasuredCost(cache=cache, **FAST).node_costs(graph, graph.nodes)
+    envs = [env for (env,) in sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT env FROM costs ORDER BY env")]
+    assert len(envs) == 2 and "model 1," in envs[0] and "model 17," in envs[1]
 
 
 _WORKER = """

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import onnx
 
+from xflow.cost.measured import device_name
 from xflow.errors import XflowError
 from xflow.pipeline import OptimizeOptions, optimize_file
 from xflow.rules.naming import by_readable_name
@@ -283,8 +284,9 @@ def format_table(rows: list[BenchRow], settings: BenchSettings, command: str) ->
     """The markdown section for docs/RESULTS.md: command, machine, date, rows and geometric means."""
     import onnxruntime as ort
 
-    lines = [f"`{command}` — {datetime.date.today().isoformat()}, {platform.machine()} machine: "
-             f"{os.cpu_count()} cores, ONNX Runtime {ort.__version__}, provider {settings.provider}, "
+    lines = [f"`{command}` — {datetime.date.today().isoformat()}, {platform.machine()} machine "
+             f"({device_name(settings.provider)}): {os.cpu_count()} cores, ONNX Runtime {ort.__version__}, "
+             f"provider {settings.provider}, "
              f"{settings.threads or os.cpu_count()} threads, ORT_ENABLE_ALL, spinning off, "
              f"interleaved runs ({settings.sessions_per_variant} sessions per variant, ≥{settings.min_runs} runs each; "
              "a variant's latency is the median of its sessions' medians).", "", HEADER,

@@ -75,8 +75,34 @@ class MeasureStats:
     session_factors: list[float] = field(default_factory=list)  # each later session's speed vs the first
 
 
+def describe_cpu(cpuinfo: str) -> str:
+    """The first CPU of a ``/proc/cpuinfo`` text: model name, family/model/stepping and widest vector ISA.
+
+    A VM's brand string alone ("AMD EPYC") names different CPU generations alike, and costs measured on one are
+    wrong on another (a host without AVX-512, or one that takes a microcode assist on float denormals), so the
+    cost cache's key must tell them apart. Empty when the text names no CPU."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block is enough: a VM's CPUs are alike
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip().lower(), value.strip())
+    brand = fields.get("model name") or fields.get("cpu model") or fields.get("hardware", "")
+    if not brand:
+        return ""
+    ident = [f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model"),
+                                                          ("stepping", "stepping"), ("cpu part", "part"))
+             if fields.get(key)]
+    flags = set((fields.get("flags") or fields.get("features") or "").split())
+    isa = next((name for name in ("avx512f", "avx2", "avx", "sve", "asimd") if name in flags), "")
+    extra = ", ".join([*ident, *([isa] if isa else [])])
+    return f"{brand} ({extra})" if extra else brand
+
+
 def device_name(provider: str) -> str:
-    """A name for the device costs are measured on (CPU model or GPU name)."""
+    """A name for the device costs are measured on (the CPU as ``describe_cpu`` gives it, or the GPU's name)."""
     if provider == "cuda":
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
@@ -86,9 +112,9 @@ def device_name(provider: str) -> str:
             return "cuda"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            described = describe_cpu(f.read())
+        if described:
+            return described
     except OSError:
         pass
     return platform.processor() or platform.machine()

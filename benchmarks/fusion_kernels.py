@@ -33,9 +33,36 @@ def _model(nodes, inputs: dict[str, tuple[int, ...]], output: tuple[str, tuple[i
                              ir_version=10)
 
 
+def _attention(batch: int, seq: int, heads: int, head_size: int) -> tuple:
+    """Self-attention's core as transformers' exports write it (ViT, Whisper): heads split by Reshape and
+    Transpose, Q and K each scaled by the root of the scale, Softmax, the context merged back; against
+    com.microsoft MultiHeadAttention on the same (batch, seq, heads x head_size) Q, K and V."""
+    make = helper.make_node
+    hidden = (batch, seq, heads * head_size)
+    split = np.array([batch, seq, heads, head_size], dtype=np.int64)
+    root = np.array(head_size ** -0.25, dtype=np.float32)
+    consts = [helper.make_tensor("split", TensorProto.INT64, [4], split),
+              helper.make_tensor("merge", TensorProto.INT64, [3], np.array(hidden, dtype=np.int64)),
+              helper.make_tensor("root", FLOAT, [], [float(root)])]
+    nodes = [make("Reshape", ["q", "split"], ["q4"]), make("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+             make("Mul", ["qt", "root"], ["qs"]),
+             make("Reshape", ["k", "split"], ["k4"]), make("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+             make("Mul", ["kt", "root"], ["ks"]),
+             make("Reshape", ["v", "split"], ["v4"]), make("Transpose", ["v4"], ["vt"], perm=[0, 2, 1, 3]),
+             make("MatMul", ["qs", "ks"], ["scores"]), make("Softmax", ["scores"], ["p"], axis=-1),
+             make("MatMul", ["p", "vt"], ["c"]), make("Transpose", ["c"], ["ct"], perm=[0, 2, 1, 3]),
+             make("Reshape", ["ct", "merge"], ["y"])]
+    qkv = {"q": hidden, "k": hidden, "v": hidden}
+    plain = _model(nodes, qkv, ("y", hidden))
+    plain.graph.initializer.extend(consts)
+    fused = _model([make("MultiHeadAttention", ["q", "k", "v"], ["y"], domain=MS, num_heads=heads)], qkv,
+                   ("y", hidden))
+    return plain, fused, "AttentionFusion"
+
+
 def cases() -> dict[str, tuple]:
-    """name -> (decomposition model, fused model, ORT's optimizer that would fuse the decomposition): BERT-base
-    and ConvNet sizes."""
+    """name -> (decomposition model, fused model, ORT's optimizer that would fuse the decomposition): BERT-base,
+    ViT, Whisper and ConvNet sizes."""
     seq, hidden, ff = (1, 128, 768), 768, (1, 128, 3072)
     heads = (1, 12, 128, 64)
     img = (1, 64, 56, 56)
@@ -71,6 +98,9 @@ def cases() -> dict[str, tuple]:
                    {"x": img}, ("y", img), [("w", (64, 64, 3, 3)), ("cb", (64,))]),
             _model([make("FusedConv", ["x", "w", "cb"], ["y"], domain=MS, pads=[1, 1, 1, 1], activation="Sigmoid")],
                    {"x": img}, ("y", img), [("w", (64, 64, 3, 3)), ("cb", (64,))]), "ConvActivationFusion"),
+        "MultiHeadAttention 1x128x768, 12 heads (BERT-base)": _attention(1, 128, 12, 64),
+        "MultiHeadAttention 1x197x768, 12 heads (ViT-base)": _attention(1, 197, 12, 64),
+        "MultiHeadAttention 1x1500x384, 6 heads (Whisper-tiny's encoder)": _attention(1, 1500, 6, 64),
     }
 
 

@@ -186,9 +186,9 @@ def _print_summary(report: Any) -> None:
                    f"signed-rank p = {report.rank_test_p:.2g})")
     _print_dynamic(report)
     if report.values_with_denormals:
-        click.echo(f"  {len(report.values_with_denormals)} values hold float denormals on these inputs, which run "
-                   "slowly on x86 (lifted before a matmul where a rule can); `xflow denormals` measures what ONNX "
-                   "Runtime's flush of them would gain")
+        click.echo(f"  {len(report.values_with_denormals)} values hold float denormals on these inputs, which "
+                   "many x86 CPUs multiply slowly and others do not (a rule lifts them before a matmul where timing "
+                   "shows it pays); `xflow denormals` measures what ONNX Runtime's flush of them gains on this one")
     click.echo(f"  wrote {report.output}: {report.decision}")
 
 

@@ -46,7 +46,7 @@ from generator.packed import PackedRule, PackedRules
 from generator.packed import pack as pack_rule
 from generator.prune import CommonSubgraph, renaming_keys
 from generator.to_rules import attribute_evaluator, pair_to_rule, rule_name, rule_variables
-from xflow.executor import Executor, LocalExecutor
+from xflow.executor import Executor, LocalExecutor, Shared
 
 Progress = Callable[[str, int, float], None]
 
@@ -149,7 +149,7 @@ class WalkFilters:
                 "first_codes": self.first}
 
 
-WalkPart = tuple[int, int, frozenset[int], WalkFilters]
+WalkPart = tuple[int, int, frozenset[int], Shared]  # the filters (a WalkFilters), shared by every part
 
 
 @dataclass
@@ -180,7 +180,8 @@ _WORKER = _WorkerCaches()
 def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of the smaller run's and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
-    max_ops, seed, first_ops, filters = args
+    max_ops, seed, first_ops, shared = args
+    filters: WalkFilters = shared.get()
     stats: dict[str, int] = {}
     packed, rows = [], []
     with collector_paused():
@@ -419,7 +420,8 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     # costs a tenth of a second
     starts = small_codes[:, 0]
     weights = np.bincount(starts[starts < len(APPLICATIONS)], minlength=len(APPLICATIONS)).tolist()
-    parts = [(max_ops, seed, keys, filters)
+    shared = pool.share(filters)  # 37 MB at 4 ops: once in a cluster's object store, not once per part
+    parts = [(max_ops, seed, keys, shared)
              for keys in balanced_parts(weights, max(jobs * PARTS_PER_WORKER, len(weights)))]
     walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
@@ -439,7 +441,7 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps
     colliding = [rows.colliding_arrays()]
-    del rows, parts, filters  # the chunks are a gigabyte at 4 ops
+    del rows, parts, filters, shared  # the chunks are a gigabyte at 4 ops
     return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
 
 

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from xflow.cli import main
 from xflow.errors import XflowError
-from xflow.executor import LocalExecutor, make_executor
+from xflow.executor import LocalExecutor, RayExecutor, make_executor
 
 
 def _square(x: int) -> int:
@@ -20,6 +20,40 @@ def test_local_executor_maps_in_order_and_unordered(jobs):
     try:
         assert list(executor.imap(_square, range(20))) == [x * x for x in range(20)]
         assert sorted(executor.imap_unordered(_square, range(20))) == [x * x for x in range(20)]
+    finally:
+        executor.close()
+
+
+def _shared_row(args: tuple) -> list[int]:
+    shared, row = args
+    return shared.get()[row]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_shared_value_reaches_every_task(jobs):
+    table = [[row * 10 + col for col in range(3)] for row in range(6)]
+    executor = LocalExecutor(jobs)
+    try:
+        shared = executor.share(table)
+        assert list(executor.imap(_shared_row, [(shared, row) for row in range(6)])) == table
+    finally:
+        executor.close()
+
+
+@pytest.mark.slow
+def test_ray_puts_a_shared_value_once_and_tasks_read_it():
+    pytest.importorskip("ray")
+    import pickle
+
+    import numpy as np
+
+    table = np.arange(1 << 20, dtype=np.int64).reshape(64, -1)  # 8 MB
+    executor = RayExecutor(2)
+    try:
+        shared = executor.share(table)
+        assert len(pickle.dumps(shared)) < 10_000  # an item carries a reference, not the 8 MB
+        rows = list(executor.imap(_shared_row, [(shared, row) for row in (0, 17, 63)]))
+        assert all(np.array_equal(got, table[row]) for got, row in zip(rows, (0, 17, 63), strict=True))
     finally:
         executor.close()
 

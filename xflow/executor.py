@@ -21,10 +21,30 @@ EXECUTORS = ("local", "ray")
 RAY_RETRIES = 3
 
 
+@dataclass(frozen=True)
+class Shared:
+    """A value many tasks read, put in their items once: the value itself (pickled with each item, as local
+    processes need), or a reference to the one copy in Ray's object store, which each node fetches once
+    instead of every task carrying its own copy. A task reads it with ``get``."""
+
+    value: Any = None
+    ref: Any = None
+
+    def get(self) -> Any:
+        """The value (fetched from Ray's object store where it lives there)."""
+        if self.ref is None:
+            return self.value
+        import ray
+
+        return ray.get(self.ref)
+
+
 class Executor(Protocol):
-    """Runs ``fn`` over items; ``close`` frees its workers."""
+    """Runs ``fn`` over items; ``share`` wraps a value many items carry; ``close`` frees its workers."""
 
     jobs: int
+
+    def share(self, value: Any) -> Shared: ...
 
     def imap(self, fn: Callable[[Any], Any], items: Iterable[Any], memory_bytes: int = 0) -> Iterator[Any]: ...
 
@@ -49,6 +69,10 @@ class LocalExecutor:
         if self._started is None and self.jobs > 1:
             self._started = multiprocessing.get_context("spawn").Pool(self.jobs)
         return self._started
+
+    def share(self, value: Any) -> Shared:
+        """``value`` as items carry it here: itself (each task's process gets a pickled copy)."""
+        return Shared(value=value)
 
     def imap(self, fn: Callable[[Any], Any], items: Iterable[Any], memory_bytes: int = 0) -> Iterator[Any]:
         """``fn`` over ``items``, results in the items' order (``memory_bytes`` is for cluster schedulers)."""
@@ -89,6 +113,10 @@ class RayExecutor:
         if self.address is not None:
             self.jobs = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self._remote: dict[Callable[[Any], Any], Any] = {}
+
+    def share(self, value: Any) -> Shared:
+        """``value`` put in Ray's object store once; items carry a reference to it."""
+        return Shared(ref=self._ray.put(value))
 
     def _submit(self, fn: Callable[[Any], Any], items: Iterable[Any], memory_bytes: int) -> list[Any]:
         if fn not in self._remote:

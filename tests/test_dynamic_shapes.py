@@ -178,6 +178,10 @@ def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
     ("reshape", [(batch * (seq + 1), 8)], {"shape": (batch, seq + 1, 8)}, (batch, seq + 1, 8)),
     ("expand", [(batch, 1, 8)], {"shape": (1, 4, 8)}, (batch, 4, 8)),
     ("expand", [(1,)], {"shape": (seq, seq)}, (seq, seq)),
+    # attention over a key of another length, and a hidden size over a symbol that the heads divide
+    ("mha", [(batch, seq, 8), (batch, 2 * seq, 8), (batch, 2 * seq, 4)], {"num_heads": 2}, (batch, seq, 4)),
+    ("mha", [(batch, seq, 4 * seq), (batch, seq, 4 * seq), (batch, seq, 2 * seq)], {"num_heads": 2},
+     (batch, seq, 2 * seq)),
 ])
 def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     from xflow.ops import OPS
@@ -197,6 +201,8 @@ def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     ("expand", [(1,)], {"shape": (seq / 2, 4)}),
     ("expand", [(batch, 1, 8)], {"shape": (3, 4, 8)}),  # batch 3 or 1 only
     ("split", [(batch, 8)], {"axis": 0, "split": (batch - 1, 1)}),  # a size of a symbol is no constant attribute
+    ("mha", [(batch, seq, 8), (3, seq, 8), (3, seq, 8)], {"num_heads": 2}),  # batch 3 only
+    ("mha", [(batch, seq, seq), (batch, seq, seq), (batch, seq, 8)], {"num_heads": 2}),  # heads divide even seqs only
 ])
 def test_shape_conditions_that_hold_for_some_sizes_only_are_no_match(op, shapes, attrs):
     from xflow.ops import OPS, ShapeError

@@ -79,11 +79,19 @@ def _fused_conv(rng):
     return shapes, attrs
 
 
+def _mha(rng):
+    batch, seq, length = int(rng.integers(1, 3)), int(rng.integers(1, 10)), int(rng.integers(1, 10))
+    heads, size, v_size = int(rng.integers(1, 5)), int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    scale = float(np.float32(rng.uniform(0.05, 2.0))) if rng.random() < 0.5 else 0.0  # 0: 1/sqrt(size)
+    return ([(batch, seq, heads * size), (batch, length, heads * size), (batch, length, heads * v_size)],
+            {"num_heads": heads, "scale": scale})
+
+
 DRAWS: dict[str, Draw] = {
     "skip_layernorm": lambda rng: _skip(int(rng.integers(1, 3)))(rng), "skip_rmsnorm": _skip(1), "rmsnorm": _rms,
     "ms_gelu": _unary(), "bias_gelu": _biased(False), "fast_gelu": _biased(True),
     "quick_gelu": _unary(lambda rng: {"alpha": float(rng.choice([1.0, 1.702, 0.5]))}),
-    "fused_matmul": _fused_matmul, "fused_conv": _fused_conv,
+    "fused_matmul": _fused_matmul, "fused_conv": _fused_conv, "mha": _mha,
 }
 
 
@@ -160,6 +168,42 @@ def test_contrib_nodes_decode_by_domain_and_round_trip() -> None:
     np.testing.assert_allclose(run[0], run[1], rtol=1e-6, atol=1e-6)
 
 
+def _attention_model(**attrs: float) -> onnx.ModelProto:
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["y"], domain=MS, **attrs)
+    shapes = {"q": (2, 3, 8), "k": (2, 5, 8), "v": (2, 5, 4)}
+    graph = helper.make_graph([node], "attention",
+                              [helper.make_tensor_value_info(n, FLOAT, s) for n, s in shapes.items()],
+                              [helper.make_tensor_value_info("y", FLOAT, (2, 3, 4))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                             ir_version=8)
+
+
+@pytest.mark.parametrize("attrs", [{"num_heads": 2}, {"num_heads": 2, "scale": 0.3}, {"num_heads": 4, "scale": 1.0},
+                                   {"num_heads": 1, "unidirectional": 0}], ids=str)
+def test_multi_head_attention_decodes_and_round_trips(attrs: dict) -> None:
+    """The three-input form decodes into mha, its scale as given (0, the default: 1/sqrt(head size) when run),
+    and is written back with the attributes it was read with (``unidirectional`` 0, the default, left out)."""
+    model = _attention_model(**attrs)
+    graph = graph_from_model(model)
+    (node,) = graph.nodes
+    assert node.op == "mha" and node.attrs["num_heads"] == attrs["num_heads"]
+    assert node.attrs["scale"] == attrs.get("scale", 0.0)  # as given (the shortest decimal of its float32)
+    written = to_model_proto(graph, reuse_protos=False)
+    (proto,) = written.graph.node
+    assert (proto.op_type, proto.domain) == ("MultiHeadAttention", MS)
+    read = {a.name: helper.get_attribute_value(a) for a in model.graph.node[0].attribute}
+    assert {a.name: helper.get_attribute_value(a) for a in proto.attribute} == {
+        k: v for k, v in read.items() if (k, v) != ("unidirectional", 0)}
+    rng = np.random.default_rng(5)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
+             for vi in model.graph.input}
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+           for m in (model, written)]
+    np.testing.assert_array_equal(run[0], run[1])
+    (want,) = OPS["mha"].evaluate(np, [feeds[n] for n in "qkv"], node.attrs)
+    np.testing.assert_allclose(want, run[0], rtol=RTOL, atol=RTOL)
+
+
 def test_same_type_in_two_domains_decodes_to_two_ops() -> None:
     gelu20 = helper.make_node("Gelu", ["x"], ["y"])
     model = helper.make_model(helper.make_graph([gelu20, helper.make_node("Gelu", ["y"], ["z"], domain=MS)], "g",
@@ -177,9 +221,18 @@ def test_same_type_in_two_domains_decodes_to_two_ops() -> None:
     helper.make_node("FusedConv", ["x4", "w"], ["y"], domain=MS, activation="LeakyRelu", activation_params=[0.1]),
     helper.make_node("FusedMatMul", ["x", "x"], ["y"], domain=MS, transBatchA=1),
     helper.make_node("SkipLayerNormalization", ["x", "x", "g"], ["y", "mean"], domain=MS),
+    # MultiHeadAttention's other forms: a bias, a causal mask, the present key used, a mask's fill value, a
+    # packed (BNSH, rank-4) key and value, the heads missing
+    *(helper.make_node("MultiHeadAttention", inputs, outputs, domain=MS, **attrs) for inputs, outputs, attrs in (
+        (["q", "q", "q", "qb"], ["y"], {"num_heads": 2}),
+        (["q", "q", "q"], ["y"], {"num_heads": 2, "unidirectional": 1}),
+        (["q", "q", "q"], ["y", "present_k"], {"num_heads": 2}),
+        (["q", "q", "q"], ["y"], {"num_heads": 2, "mask_filter_value": -1e4}),
+        (["q", "k4", "k4"], ["y"], {"num_heads": 2}), (["q", "q", "q"], ["y"], {}))),
 ], ids=lambda p: f"{p.domain or 'onnx'}:{p.op_type}")
 def test_uncovered_forms_stay_opaque(proto: onnx.NodeProto) -> None:
-    shapes = {"x": (2, 4), "x4": (1, 2, 5, 5), "w": (3, 2, 3, 3), "g": (4,)}
+    shapes = {"x": (2, 4), "x4": (1, 2, 5, 5), "w": (3, 2, 3, 3), "g": (4,), "q": (2, 3, 8), "qb": (24,),
+              "k4": (2, 2, 5, 4)}
     inputs = [helper.make_tensor_value_info(n, FLOAT, shapes[n]) for n in dict.fromkeys(proto.input)]
     outputs = [helper.make_tensor_value_info(o, FLOAT, None) for o in proto.output]
     imports = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in (MS, "custom.domain")]

@@ -179,6 +179,11 @@ CASES = [
     case("instancenorm", (2, 1, 5, 2, 2), (1,), (1,)),
     case("pow2_scale", (2, 3, 4), exponent=64), case("pow2_scale", (5,), exponent=-64),
     case("pow2_scale", (2, 3), exponent=3), case("pow2_scale", (), exponent=1),
+    # the scale absent (1/sqrt(head size)), given, and 1/sqrt(1) = 1 exactly; a value size unlike the key's
+    case("mha", (2, 3, 8), (2, 5, 8), (2, 5, 8), num_heads=2), case("mha", (1, 4, 6), (1, 7, 6), (1, 7, 9), num_heads=3,
+                                                                     scale=0.25),
+    case("mha", (2, 1, 4), (2, 1, 4), (2, 1, 4), num_heads=4), case("mha", (1, 5, 3), (1, 2, 3), (1, 2, 2), num_heads=1,
+                                                                    scale=1.0),
 ]
 
 INVALID = [
@@ -236,6 +241,13 @@ INVALID = [
     case("quick_gelu", (2,), (2,)), case("fused_matmul", (3, 4), (3, 5)), case("fused_matmul", (4,), (4, 5)),
     case("fused_conv", (1, 2, 5, 5), (3, 2, 3, 3), activation="LeakyRelu"),
     case("fused_conv", (1, 2, 5, 5), (3, 4, 3, 3)),
+    # key and query hidden sizes differ; lengths of key and value, batches differ; hidden sizes not multiples of the
+    # heads; no heads; the packed (rank-4) and rank-2 forms
+    *(case("mha", q, k, v, num_heads=h) for q, k, v, h in (
+        ((2, 3, 8), (2, 5, 6), (2, 5, 8), 2), ((2, 3, 8), (2, 5, 8), (2, 4, 8), 2),
+        ((2, 3, 8), (1, 5, 8), (1, 5, 8), 2), ((2, 3, 6), (2, 5, 6), (2, 5, 6), 4),
+        ((2, 3, 8), (2, 5, 8), (2, 5, 6), 4), ((2, 3, 8), (2, 5, 8), (2, 5, 8), 0),
+        ((1, 2, 3, 8), (1, 2, 5, 8), (1, 2, 5, 8), 2), ((3, 8), (5, 8), (5, 8), 2))),
 ]
 
 #: ops whose ONNX form needs a newer opset than the tests' default

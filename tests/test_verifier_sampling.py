@@ -51,6 +51,9 @@ def test_draws_are_fitted_to_the_op_that_refuses_them(monkeypatch):
     ("matmul", [(2, 3, 4), (5, 6)], {}, {1}),
     ("matmul", [(2, 3, 4), (5, 6)], {}, {0}),
     ("add", [(2, 3), (4, 5)], {}, {1}),
+    ("mha", [(2, 3, 8), (1, 4, 6), (5,)], {"num_heads": 2}, {1, 2}),  # key and value to the query
+    ("mha", [(2, 3, 5), (1, 4, 8), (1, 4, 6)], {"num_heads": 4}, {0, 2}),  # query and value to the key
+    ("mha", [(2, 3), (1, 4, 8), (1, 2, 6)], {"num_heads": 2}, {0, 1}),  # query and key to the value
 ])
 def test_a_fitted_draw_is_accepted_and_changes_only_free_inputs(op, shapes, attrs, free):
     entry = OPS[op]

@@ -63,6 +63,12 @@ def float_attr(attrs: Mapping[str, Any], name: str, default: float) -> float:
     return canonical_float(attrs.get(name, default))
 
 
+def scale_stand_in(value: float) -> int:
+    """An integer fingerprint variant's factor for a float scale other than 1 (fused_matmul's alpha, attention's
+    scale): a distinct integer per value to a thousandth, so a scaled product is told from the plain one."""
+    return int(round(value * 1000)) + 7919
+
+
 def compose(*steps: tuple[OpDef, Callable[[list[Any], Attrs], tuple[list[Any], Mapping[str, Any]]]],
             integer: bool = False) -> Callable[[Any, list[Any], Attrs], list[Any]]:
     """A kernel that runs ops in turn: each step maps (the values so far: the inputs, then each step's

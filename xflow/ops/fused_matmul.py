@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from xflow.ir import Attrs, Shape
-from xflow.ops._contrib import MS_DOMAIN, contrib_decoder, contrib_encoder, float_attr
+from xflow.ops._contrib import MS_DOMAIN, contrib_decoder, contrib_encoder, float_attr, scale_stand_in
 from xflow.ops.base import AttrSpec, OpDef, ShapeError, one_of
 from xflow.ops.linalg import MATMUL, matmul_shape
 
@@ -38,7 +38,7 @@ def _fused_matmul(xp, arrays, attrs):
 def _fused_matmul_int(xp, arrays, attrs):
     # alpha 1 exactly the matmul of the transposed operands; another alpha scaled by a distinct integer
     product = MATMUL.evaluate_int(xp, _operands(xp, arrays, attrs), Attrs())[0]
-    return [product if attrs["alpha"] == 1.0 else product * (int(round(attrs["alpha"] * 1000)) + 7919)]
+    return [product if attrs["alpha"] == 1.0 else product * scale_stand_in(attrs["alpha"])]
 
 
 def _read(attrs, proto, ctx):

@@ -1,13 +1,12 @@
 """MultiHeadAttention (ONNX Runtime contrib, ``com.microsoft``): softmax(Q Kᵀ · scale) V per head, on query
 (B, S, H·D), key (B, L, H·D) and value (B, L, H·Dv), the heads split from and merged back into the last dim.
 
-Only the plain form is decoded: exactly those three rank-3 inputs (no bias, key padding mask, attention bias or
-past key/value: the packed rank-4/5 forms stay opaque too), only the first output used, ``unidirectional`` 0.
-``mask_filter_value`` only matters with a mask, which this form has none of; a node that sets it stays opaque
-all the same, so that what is decoded is written back as it was read. ``scale`` is stored as given: 0 (ONNX
-Runtime's default, also when absent) means 1/sqrt(D), resolved by the kernel from the query's last dim, so
-the encoder writes back what was read without knowing shapes (an explicit 0 is written back absent, its
-meaning). ``unidirectional`` 0 is its default and is not written back.
+Only the plain form is decoded: exactly those three inputs, each of rank 3 (a bias, key padding mask, attention
+bias or past key/value, or the packed rank-4/5 layouts, stay opaque), only the first output used, ``unidirectional``
+0 (its default: accepted, not written back). A node setting ``mask_filter_value`` stays opaque: the value means
+nothing without a mask, but decoding it would drop it from the node written back. ``scale`` is stored as given,
+0 (ONNX Runtime's default, also when absent) meaning 1/sqrt(D), which the kernel resolves from the query's last
+dim: the encoder writes back what was read without needing shapes (an explicit 0 goes back absent, the same).
 """
 
 from __future__ import annotations

@@ -182,6 +182,12 @@ def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
     ("mha", [(batch, seq, 8), (batch, 2 * seq, 8), (batch, 2 * seq, 4)], {"num_heads": 2}, (batch, seq, 4)),
     ("mha", [(batch, seq, 4 * seq), (batch, seq, 4 * seq), (batch, seq, 2 * seq)], {"num_heads": 2},
      (batch, seq, 2 * seq)),
+    # the packed projection of a dynamic batch and sequence: thirds, and sizes given with Ev unlike Eq
+    ("attention", [(batch, seq, 4), (4, 24), (24,)], {"num_heads": 2}, (batch, seq, 8)),
+    ("attention", [(batch, seq, 4), (4, 20), (20,)], {"num_heads": 2, "qkv_hidden_sizes": (8, 8, 4)},
+     (batch, seq, 4)),
+    ("attention", [(batch, seq, 4 * seq), (4 * seq, 12 * seq), (12 * seq,)], {"num_heads": 2},
+     (batch, seq, 4 * seq)),
 ])
 def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     from xflow.ops import OPS
@@ -203,6 +209,9 @@ def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     ("split", [(batch, 8)], {"axis": 0, "split": (batch - 1, 1)}),  # a size of a symbol is no constant attribute
     ("mha", [(batch, seq, 8), (3, seq, 8), (3, seq, 8)], {"num_heads": 2}),  # batch 3 only
     ("mha", [(batch, seq, seq), (batch, seq, seq), (batch, seq, 8)], {"num_heads": 2}),  # heads divide even seqs only
+    ("attention", [(batch, seq, 4), (seq, 24), (24,)], {"num_heads": 2}),  # seq = 4 only
+    ("attention", [(batch, seq, seq), (seq, 3 * seq), (3 * seq,)], {"num_heads": 2}),  # heads divide even seqs only
+    ("attention", [(batch, seq, 4), (4, seq), (seq,)], {"num_heads": 1}),  # thirds of seq for multiples of 3 only
 ])
 def test_shape_conditions_that_hold_for_some_sizes_only_are_no_match(op, shapes, attrs):
     from xflow.ops import OPS, ShapeError

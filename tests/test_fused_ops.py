@@ -87,11 +87,22 @@ def _mha(rng):
             {"num_heads": heads, "scale": scale})
 
 
+def _attention(rng):
+    batch, seq, e_in = int(rng.integers(1, 3)), int(rng.integers(1, 10)), int(rng.integers(1, 9))
+    heads, size = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+    sizes = (heads * size,) * 2 + (heads * int(rng.integers(1, 9)),) if rng.random() < 0.5 else ()  # (): thirds
+    columns = sum(sizes) or 3 * heads * size
+    scale = float(np.float32(rng.uniform(0.05, 2.0))) if rng.random() < 0.5 else 0.0  # 0: 1/sqrt(size)
+    return [(batch, seq, e_in), (e_in, columns), (columns,)], {"num_heads": heads, "scale": scale,
+                                                               "qkv_hidden_sizes": sizes}
+
+
 DRAWS: dict[str, Draw] = {
     "skip_layernorm": lambda rng: _skip(int(rng.integers(1, 3)))(rng), "skip_rmsnorm": _skip(1), "rmsnorm": _rms,
     "ms_gelu": _unary(), "bias_gelu": _biased(False), "fast_gelu": _biased(True),
     "quick_gelu": _unary(lambda rng: {"alpha": float(rng.choice([1.0, 1.702, 0.5]))}),
     "fused_matmul": _fused_matmul, "fused_conv": _fused_conv, "mha": _mha,
+    "attention": _attention,
 }
 
 
@@ -204,6 +215,66 @@ def test_multi_head_attention_decodes_and_round_trips(attrs: dict) -> None:
     np.testing.assert_allclose(want, run[0], rtol=RTOL, atol=RTOL)
 
 
+def _packed_attention_model(**attrs: object) -> onnx.ModelProto:
+    """Attention as ORT's transformer optimizer writes it: the weights and bias initializers."""
+    sizes = attrs.get("qkv_hidden_sizes") or (8, 8, 8)
+    rng = np.random.default_rng(6)
+    inits = [helper.make_tensor(n, FLOAT, s, rng.standard_normal(s).astype(np.float32).ravel())
+             for n, s in (("w", (4, sum(sizes))), ("b", (sum(sizes),)))]
+    node = helper.make_node("Attention", ["x", "w", "b"], ["y"], domain=MS, **attrs)
+    graph = helper.make_graph([node], "attention", [helper.make_tensor_value_info("x", FLOAT, (2, 3, 4))],
+                              [helper.make_tensor_value_info("y", FLOAT, (2, 3, sizes[2]))], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                             ir_version=8)
+
+
+@pytest.mark.parametrize("attrs", [{"num_heads": 2}, {"num_heads": 2, "scale": 0.3},
+                                   {"num_heads": 2, "qkv_hidden_sizes": [8, 8, 4]},
+                                   {"num_heads": 4, "scale": 1.0, "qkv_hidden_sizes": [8, 8, 8]},
+                                   {"num_heads": 1, "unidirectional": 0}], ids=str)
+def test_attention_decodes_and_round_trips(attrs: dict) -> None:
+    """The three-input form decodes into attention, its scale and qkv_hidden_sizes as given (0 and (): the
+    defaults), and is written back with the attributes it was read with (``unidirectional`` 0 left out): ORT's
+    outputs of the two models are identical, and the op's kernel agrees with them."""
+    model = _packed_attention_model(**attrs)
+    graph = graph_from_model(model)
+    (node,) = graph.nodes
+    assert node.op == "attention" and node.attrs["num_heads"] == attrs["num_heads"]
+    assert node.attrs["scale"] == attrs.get("scale", 0.0)
+    assert node.attrs["qkv_hidden_sizes"] == tuple(attrs.get("qkv_hidden_sizes", ()))
+    written = to_model_proto(graph, reuse_protos=False)
+    (proto,) = written.graph.node
+    assert (proto.op_type, proto.domain, list(proto.input)) == ("Attention", MS, ["x", "w", "b"])
+    read = {a.name: helper.get_attribute_value(a) for a in model.graph.node[0].attribute}
+    assert {a.name: helper.get_attribute_value(a) for a in proto.attribute} == {
+        k: v for k, v in read.items() if (k, v) != ("unidirectional", 0)}
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 3, 4)).astype(np.float32)}
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+           for m in (model, written)]
+    np.testing.assert_array_equal(run[0], run[1])
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    (want,) = OPS["attention"].evaluate(np, [feeds["x"], weights["w"], weights["b"]], node.attrs)
+    np.testing.assert_allclose(want, run[0], rtol=RTOL, atol=RTOL)
+
+
+#: Attention's forms beside the plain one (which the first entry is, the control): a mask_index, a causal mask,
+#: the present output used, rotary embedding, the heads missing
+ATTENTION_FORMS = [
+    (["a", "aw", "ab"], ["y"], {"num_heads": 2}),
+    (["a", "aw", "ab", "am"], ["y"], {"num_heads": 2}),
+    (["a", "aw", "ab"], ["y"], {"num_heads": 2, "unidirectional": 1}),
+    (["a", "aw", "ab"], ["y", "present"], {"num_heads": 2}),
+    (["a", "aw", "ab"], ["y"], {"num_heads": 2, "do_rotary": 1}),
+    (["a", "aw", "ab"], ["y"], {})]
+
+
+def test_the_plain_attention_form_decodes_where_its_other_forms_stay_opaque() -> None:
+    """The control for the opaque forms below: in the same model the plain form is decoded."""
+    model = _opaque_case_model(helper.make_node("Attention", *ATTENTION_FORMS[0][:2], domain=MS,
+                                                **ATTENTION_FORMS[0][2]))
+    assert [n.op for n in graph_from_model(model).nodes] == ["attention"]
+
+
 def test_same_type_in_two_domains_decodes_to_two_ops() -> None:
     gelu20 = helper.make_node("Gelu", ["x"], ["y"])
     model = helper.make_model(helper.make_graph([gelu20, helper.make_node("Gelu", ["y"], ["z"], domain=MS)], "g",
@@ -229,15 +300,20 @@ def test_same_type_in_two_domains_decodes_to_two_ops() -> None:
         (["q", "q", "q"], ["y", "present_k"], {"num_heads": 2}),
         (["q", "q", "q"], ["y"], {"num_heads": 2, "mask_filter_value": -1e4}),
         (["q", "k4", "k4"], ["y"], {"num_heads": 2}), (["q", "q", "q"], ["y"], {}))),
+    *(helper.make_node("Attention", inputs, outputs, domain=MS, **attrs)
+      for inputs, outputs, attrs in ATTENTION_FORMS[1:]),
 ], ids=lambda p: f"{p.domain or 'onnx'}:{p.op_type}")
 def test_uncovered_forms_stay_opaque(proto: onnx.NodeProto) -> None:
+    assert [n.op for n in graph_from_model(_opaque_case_model(proto)).nodes] == [OPAQUE]
+
+
+def _opaque_case_model(proto: onnx.NodeProto) -> onnx.ModelProto:
     shapes = {"x": (2, 4), "x4": (1, 2, 5, 5), "w": (3, 2, 3, 3), "g": (4,), "q": (2, 3, 8), "qb": (24,),
-              "k4": (2, 2, 5, 4)}
+              "k4": (2, 2, 5, 4), "a": (2, 3, 4), "aw": (4, 24), "ab": (24,), "am": (2,)}
     inputs = [helper.make_tensor_value_info(n, FLOAT, shapes[n]) for n in dict.fromkeys(proto.input)]
     outputs = [helper.make_tensor_value_info(o, FLOAT, None) for o in proto.output]
     imports = [helper.make_opsetid("", 17)] + [helper.make_opsetid(d, 1) for d in (MS, "custom.domain")]
-    model = helper.make_model(helper.make_graph([proto], "g", inputs, outputs), opset_imports=imports, ir_version=8)
-    assert [n.op for n in graph_from_model(model).nodes] == [OPAQUE]
+    return helper.make_model(helper.make_graph([proto], "g", inputs, outputs), opset_imports=imports, ir_version=8)
 
 
 def test_saving_imports_the_contrib_domain_only_when_a_fused_op_is_written() -> None:

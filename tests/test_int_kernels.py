@@ -139,6 +139,16 @@ def _mha(arrays: list[np.ndarray], attrs: Any) -> list[np.ndarray]:
     return [(probs @ v4).transpose(0, 2, 1, 3).reshape(batch, seq, -1)]
 
 
+def _attention(arrays: list[np.ndarray], attrs: Any) -> list[np.ndarray]:
+    """The packed projection in int64 (x @ w + b), its column slices (thirds unless qkv_hidden_sizes), then
+    mha's reference on them."""
+    x, w, b = arrays
+    qkv = x @ w + b
+    eq, ek, _ = attrs["qkv_hidden_sizes"] or (w.shape[1] // 3,) * 3
+    q, k, v = qkv[..., :eq], qkv[..., eq:eq + ek], qkv[..., eq + ek:]
+    return _mha([q, k, v], {"num_heads": attrs["num_heads"], "scale": attrs["scale"]})
+
+
 #: ONNX Runtime's fused kernels: the integer variants of their decompositions, composed
 FUSED = {
     "skip_layernorm": _skip_norm("layernorm"), "skip_rmsnorm": _skip_norm("rmsnorm"), "rmsnorm": _rmsnorm,
@@ -147,6 +157,7 @@ FUSED = {
     "quick_gelu": lambda arrays, attrs: [arrays[0] * STAND_INS["sigmoid"](arrays[0]) if attrs["alpha"] == 1.0
                                          else _poly((0, 101, 103))(arrays[0])],
     "fused_matmul": _fused_matmul, "fused_conv": _fused_conv, "mha": _mha,
+    "attention": _attention,
 }
 
 

@@ -184,6 +184,11 @@ CASES = [
                                                                      scale=0.25),
     case("mha", (2, 1, 4), (2, 1, 4), (2, 1, 4), num_heads=4), case("mha", (1, 5, 3), (1, 2, 3), (1, 2, 2), num_heads=1,
                                                                     scale=1.0),
+    # the packed projection: thirds, the scale given, Ev unlike Eq, one head of size 1 (scale 1/sqrt(1) = 1)
+    case("attention", (2, 3, 4), (4, 24), (24,), num_heads=2),
+    case("attention", (1, 5, 8), (8, 24), (24,), num_heads=2, scale=0.25),
+    case("attention", (2, 4, 3), (3, 20), (20,), num_heads=2, qkv_hidden_sizes=(8, 8, 4)),
+    case("attention", (1, 1, 1), (1, 3), (3,), num_heads=1),
 ]
 
 INVALID = [
@@ -248,6 +253,15 @@ INVALID = [
         ((2, 3, 8), (1, 5, 8), (1, 5, 8), 2), ((2, 3, 6), (2, 5, 6), (2, 5, 6), 4),
         ((2, 3, 8), (2, 5, 8), (2, 5, 6), 4), ((2, 3, 8), (2, 5, 8), (2, 5, 8), 0),
         ((1, 2, 3, 8), (1, 2, 5, 8), (1, 2, 5, 8), 2), ((3, 8), (5, 8), (5, 8), 2))),
+    # attention: weight rows unlike the input's hidden size; bias unlike the columns; columns not thirds; sizes
+    # not adding up to the columns; Eq unlike Ek; sizes not multiples of the heads; no heads; sizes not three; the
+    # input of rank 2 and 4, weights of rank 3
+    *(case("attention", x, w, b, num_heads=h, **extra) for x, w, b, h, extra in (
+        ((2, 3, 4), (5, 24), (24,), 2, {}), ((2, 3, 4), (4, 24), (12,), 2, {}), ((2, 3, 4), (4, 16), (16,), 2, {}),
+        ((2, 3, 4), (4, 24), (24,), 2, {"qkv_hidden_sizes": (8, 8, 4)}),
+        ((2, 3, 4), (4, 24), (24,), 2, {"qkv_hidden_sizes": (8, 4, 12)}), ((2, 3, 4), (4, 18), (18,), 4, {}),
+        ((2, 3, 4), (4, 24), (24,), 0, {}), ((2, 3, 4), (4, 24), (24,), 2, {"qkv_hidden_sizes": (12, 12)}),
+        ((3, 4), (4, 24), (24,), 2, {}), ((1, 2, 3, 4), (4, 24), (24,), 2, {}), ((2, 3, 4), (1, 4, 24), (24,), 2, {}))),
 ]
 
 #: ops whose ONNX form needs a newer opset than the tests' default

@@ -54,6 +54,11 @@ def test_draws_are_fitted_to_the_op_that_refuses_them(monkeypatch):
     ("mha", [(2, 3, 8), (1, 4, 6), (5,)], {"num_heads": 2}, {1, 2}),  # key and value to the query
     ("mha", [(2, 3, 5), (1, 4, 8), (1, 4, 6)], {"num_heads": 4}, {0, 2}),  # query and value to the key
     ("mha", [(2, 3), (1, 4, 8), (1, 2, 6)], {"num_heads": 2}, {0, 1}),  # query and key to the value
+    ("attention", [(2, 3, 8), (5, 6), (7,)], {"num_heads": 2}, {1, 2}),  # weights and bias to the input
+    ("attention", [(2, 3, 5), (4, 24), (7,)], {"num_heads": 4}, {0, 2}),  # input and bias to the weights
+    ("attention", [(2, 3, 4), (5, 6), (24,)], {"num_heads": 2}, {0, 1}),  # input and weights to the bias
+    ("attention", [(2, 3, 4), (4, 24), (24,)], {"num_heads": 2, "qkv_hidden_sizes": (4, 4, 6)}, {1, 2}),
+    ("attention", [(2, 3), (4, 5), (6,)], {"num_heads": 3}, {0, 1, 2}),  # all free: thirds multiples of the heads
 ])
 def test_a_fitted_draw_is_accepted_and_changes_only_free_inputs(op, shapes, attrs, free):
     entry = OPS[op]

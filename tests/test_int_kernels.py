@@ -86,6 +86,11 @@ def expected_int(op: str, arrays: list[np.ndarray], attrs: Any) -> list[np.ndarr
             per_channel = (1, -1) + (1,) * (x.ndim - 2)
             axes, scale, bias = tuple(range(2, x.ndim)), arrays[1].reshape(per_channel), arrays[2].reshape(per_channel)
         return [(x - x.sum(axis=axes, keepdims=True)) * scale + bias]
+    if op == "groupnorm":  # instancenorm's stand-in per group of channels
+        x, per_channel = arrays[0], (1, -1) + (1,) * (arrays[0].ndim - 2)
+        grouped = x.reshape((x.shape[0], attrs["num_groups"], -1) + x.shape[2:])
+        centred = (grouped - grouped.sum(axis=tuple(range(2, grouped.ndim)), keepdims=True)).reshape(x.shape)
+        return [centred * arrays[1].reshape(per_channel) + arrays[2].reshape(per_channel)]
     if op == "batchnorm":
         x, scale, bias, mean, var = arrays
         per_channel = (1, -1) + (1,) * (x.ndim - 2)
@@ -181,6 +186,6 @@ def test_every_integer_variant_is_described_here() -> None:
     with_variant = {name for name, op in OPS.items() if op.int_kernel is not None and not op.weights_only}
     described = set(STAND_INS) | set(COMPARISONS) | set(FUSED) | {
         "conv", "avgpool", "batchnorm", "equal", "div", "pow", "pow2_scale", "cast", "where", "softmax", "reducemean",
-        "layernorm", "instancenorm"}
+        "layernorm", "instancenorm", "groupnorm"}
     assert with_variant <= described, with_variant - described
     assert {case.values[0] for case in CASES} >= with_variant | {"const_pool"}

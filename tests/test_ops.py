@@ -177,6 +177,9 @@ CASES = [
     case("fused_conv", (1, 3, 5, 6), (2, 3, 2, 3), (2,), activation="Tanh"),
     case("instancenorm", (2, 3, 4), (3,), (3,)), case("instancenorm", (1, 2, 3, 4), (2,), (2,), epsilon=1e-3),
     case("instancenorm", (2, 1, 5, 2, 2), (1,), (1,)),
+    case("groupnorm", (2, 4, 3), (4,), (4,), num_groups=2), case("groupnorm", (1, 6, 3, 4), (6,), (6,), num_groups=3,
+                                                                  epsilon=1e-3),
+    case("groupnorm", (2, 3, 2, 2, 2), (3,), (3,), num_groups=1), case("groupnorm", (1, 4, 5), (4,), (4,), num_groups=4),
     case("pow2_scale", (2, 3, 4), exponent=64), case("pow2_scale", (5,), exponent=-64),
     case("pow2_scale", (2, 3), exponent=3), case("pow2_scale", (), exponent=1),
     # the scale absent (1/sqrt(head size)), given, and 1/sqrt(1) = 1 exactly; a value size unlike the key's
@@ -239,6 +242,10 @@ INVALID = [
     case("pad", (2, 3), pads=(1, 1)), case("pad", (2,), pads=(-1, 0)), case("pad", (), pads=()),
     case("clip", (2,), (2,)), case("hardsigmoid", (2,), (2,)), case("gelu", (2,), approximate="fast"),
     case("instancenorm", (2, 3), (3,), (3,)), case("instancenorm", (2, 3, 4), (2,), (3,)),
+    # groupnorm: rank 2; groups not dividing the channels; no groups; scale per group (opset 18's form); bias unlike C
+    case("groupnorm", (2, 4), (4,), (4,), num_groups=2), case("groupnorm", (2, 4, 3), (4,), (4,), num_groups=3),
+    case("groupnorm", (2, 4, 3), (4,), (4,), num_groups=0), case("groupnorm", (2, 4, 3), (2,), (2,), num_groups=2),
+    case("groupnorm", (2, 4, 3), (4,), (2,), num_groups=2),
     case("pow2_scale", (2,), (2,), exponent=1), case("pow2_scale", exponent=1),
     case("skip_layernorm", (2, 3, 8), (2, 3, 4), (8,)), case("skip_layernorm", (8,), (8,), (8,)),
     case("skip_rmsnorm", (2, 3, 8), (2, 3, 8), (3,)), case("rmsnorm", (2, 3), (2,), axis=1),
@@ -265,7 +272,7 @@ INVALID = [
 ]
 
 #: ops whose ONNX form needs a newer opset than the tests' default
-OPSET_OF = {"gelu": 20}
+OPSET_OF = {"gelu": 20, "groupnorm": 21}
 #: the element type an input role takes in these tests (float otherwise)
 ROLE_DTYPE = {"indices": INT64, "mask": BOOL}
 
@@ -490,7 +497,7 @@ def _decodable(op: str, shapes: tuple[Shape, ...], attrs: dict[str, Any]) -> boo
     if OPS[op].weights_only or op == "pow2_scale":
         return False
     node = make_node_for(op, shapes, attrs)
-    protos = OPS[op].encode(node, TypedEncodeCtx(float_types(node, shapes)))
+    protos = OPS[op].encode(node, TypedEncodeCtx(float_types(node, shapes), OPSET_OF.get(op, OPSET)))
     return all(domain_key(p.domain, p.op_type) in DECODERS for p in protos)
 
 
@@ -611,6 +618,46 @@ def test_decoders_leave_unhandled_forms_opaque(proto: onnx.NodeProto) -> None:
     known = {n: TensorType(FLOAT, s) for n, s in types.items()}
     ctx = DecodeCtx(known | {"unknown": TensorType(FLOAT, None)})
     assert decoder_for(proto.domain, proto.op_type)(proto, ctx) is None
+
+
+@pytest.mark.parametrize("stash_type", [None, 1])
+def test_groupnorm_decodes_at_opset_21_and_round_trips(stash_type: int | None) -> None:
+    """GroupNormalization-21 (scale and bias per channel) reads as groupnorm and is written back running the same."""
+    from xflow.onnx_io import graph_from_model, to_model_proto
+
+    extra = {} if stash_type is None else {"stash_type": stash_type}
+    rng = np.random.default_rng(3)
+    scale, bias = (numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), n) for n in ("s", "b"))
+    proto = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, epsilon=1e-4, **extra)
+    graph = helper.make_graph([proto], "g", [helper.make_tensor_value_info("x", FLOAT, (2, 6, 3, 4))],
+                              [helper.make_tensor_value_info("y", FLOAT, (2, 6, 3, 4))], [scale, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    loaded = graph_from_model(model)
+    (node,) = loaded.nodes
+    assert node.op == "groupnorm" and node.attrs["num_groups"] == 3 and node.attrs["epsilon"] == np.float32(1e-4)
+    written = to_model_proto(loaded, reuse_protos=False)
+    assert [n.op_type for n in written.graph.node] == ["GroupNormalization"]
+    feeds = {"x": rng.standard_normal((2, 6, 3, 4)).astype(np.float32)}
+    want, got = run_ort(model, feeds), run_ort(written, feeds)
+    assert all(np.array_equal(w, g) for w, g in zip(want, got, strict=True))
+    assert_close(OPS["groupnorm"].evaluate(np, [feeds["x"], *(numpy_helper.to_array(t) for t in (scale, bias))],
+                                           node.attrs), want)
+
+
+@pytest.mark.parametrize(("opset", "params", "extra"), [(18, 3, {}), (20, 3, {}), (21, 6, {"stash_type": 0}),
+                                                        (21, 6, {"axis": 1})],
+                         ids=["opset18-per-group", "opset20", "stash-type-0", "unknown-attr"])
+def test_groupnorm_other_forms_stay_opaque(opset: int, params: int, extra: dict[str, int]) -> None:
+    """Before opset 21 GroupNormalization's scale and bias are per group, not this kernel's: left opaque."""
+    proto = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3, **extra)
+    types = {"x": TensorType(FLOAT, (2, 6, 4)), "s": TensorType(FLOAT, (params,)), "b": TensorType(FLOAT, (params,))}
+    assert decoder_for("", "GroupNormalization")(proto, DecodeCtx(types, opset=opset)) is None
+
+
+def test_groupnorm_refuses_to_encode_before_opset_21() -> None:
+    node = make_node_for("groupnorm", [(2, 6, 4), (6,), (6,)], {"num_groups": 3})
+    with pytest.raises(ShapeError):
+        OPS["groupnorm"].encode(node, EncodeCtx(20))
 
 
 # ---- encoders without type information ----------------------------------------------------------

@@ -180,6 +180,7 @@ def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
     ("expand", [(1,)], {"shape": (seq, seq)}, (seq, seq)),
     # attention over a key of another length, and a hidden size over a symbol that the heads divide
     ("mha", [(batch, seq, 8), (batch, 2 * seq, 8), (batch, 2 * seq, 4)], {"num_heads": 2}, (batch, seq, 4)),
+    ("groupnorm", [(batch, 2 * seq, 5), (2 * seq,), (2 * seq,)], {"num_groups": 2}, (batch, 2 * seq, 5)),
     ("mha", [(batch, seq, 4 * seq), (batch, seq, 4 * seq), (batch, seq, 2 * seq)], {"num_heads": 2},
      (batch, seq, 2 * seq)),
     # the packed projection of a dynamic batch and sequence: thirds, and sizes given with Ev unlike Eq
@@ -208,6 +209,7 @@ def test_op_table_shape_rules_work_on_symbols(op, shapes, attrs, expected):
     ("expand", [(batch, 1, 8)], {"shape": (3, 4, 8)}),  # batch 3 or 1 only
     ("split", [(batch, 8)], {"axis": 0, "split": (batch - 1, 1)}),  # a size of a symbol is no constant attribute
     ("mha", [(batch, seq, 8), (3, seq, 8), (3, seq, 8)], {"num_heads": 2}),  # batch 3 only
+    ("groupnorm", [(batch, seq, 5), (seq,), (seq,)], {"num_groups": 2}),  # 2 groups divide even channels only
     ("mha", [(batch, seq, seq), (batch, seq, seq), (batch, seq, 8)], {"num_heads": 2}),  # heads divide even seqs only
     ("attention", [(batch, seq, 4), (seq, 24), (24,)], {"num_heads": 2}),  # seq = 4 only
     ("attention", [(batch, seq, seq), (seq, 3 * seq), (3 * seq,)], {"num_heads": 2}),  # heads divide even seqs only

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
-from xflow.ir.dims import is_static
+from xflow.ir.dims import divides, is_static
 from xflow.ops._forms import decoded
 from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, one_of, onnx_attrs, pick
 from xflow.ops.norm import canonical_float
@@ -26,8 +26,9 @@ def groupnorm_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     if len(x) < 3:
         raise ShapeError(f"groupnorm: input must have rank >= 3, got {x}")
     groups = attrs["num_groups"]
-    # a symbolic C is left to the run: whether it divides is not known before
-    if groups < 1 or (is_static(x[1]) and int(x[1]) % groups):
+    # a symbolic C matches only where the groups divide it for every value (the table's rule for conditions that
+    # hold for some sizes only)
+    if groups < 1 or not divides(groups, x[1]):
         raise ShapeError(f"groupnorm: {groups} groups do not divide {x[1]} channels")
     for name, s in zip(("scale", "bias"), shapes[1:], strict=True):
         if tuple(s) != (x[1],):

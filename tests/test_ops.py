@@ -179,7 +179,8 @@ CASES = [
     case("instancenorm", (2, 1, 5, 2, 2), (1,), (1,)),
     case("groupnorm", (2, 4, 3), (4,), (4,), num_groups=2), case("groupnorm", (1, 6, 3, 4), (6,), (6,), num_groups=3,
                                                                   epsilon=1e-3),
-    case("groupnorm", (2, 3, 2, 2, 2), (3,), (3,), num_groups=1), case("groupnorm", (1, 4, 5), (4,), (4,), num_groups=4),
+    case("groupnorm", (2, 3, 2, 2, 2), (3,), (3,), num_groups=1),
+    case("groupnorm", (1, 4, 5), (4,), (4,), num_groups=4),
     case("pow2_scale", (2, 3, 4), exponent=64), case("pow2_scale", (5,), exponent=-64),
     case("pow2_scale", (2, 3), exponent=3), case("pow2_scale", (), exponent=1),
     # the scale absent (1/sqrt(head size)), given, and 1/sqrt(1) = 1 exactly; a value size unlike the key's

@@ -24,10 +24,10 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import os
 import tempfile
 
+from xflow.bench import geomean
 from xflow.runtime import random_feeds, session_options
 
 CLASSES = {
@@ -79,11 +79,6 @@ def ceilings(shares: dict[str, float]) -> tuple[float, float]:
     kept_without_layout = shares.get("contraction", 0.0) + shares.get("norm / activation", 0.0)
     contraction = shares.get("contraction", 0.0)
     return 1 / max(kept_without_layout, 1e-9), 1 / max(contraction, 1e-9)
-
-
-def geomean(values: list[float]) -> float:
-    """Geometric mean of positive values."""
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def main() -> int:

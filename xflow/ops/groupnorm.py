@@ -14,6 +14,7 @@ from xflow.ir import Attrs, Node, Shape
 from xflow.ir.dims import divides, is_static
 from xflow.ops._forms import decoded
 from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, one_of, onnx_attrs, pick
+from xflow.ops.instancenorm import centred_from_axis_2, normalized_from_axis_2, per_channel_shape, scaled_per_channel
 from xflow.ops.norm import canonical_float
 
 #: the first opset whose GroupNormalization takes scale and bias per channel (C,), not per group (G,)
@@ -22,22 +23,13 @@ PER_CHANNEL_SINCE = 21
 
 def groupnorm_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
     """x [N, C, ...] with rank >= 3 and C a multiple of num_groups; scale and bias [C]."""
-    x = tuple(shapes[0])
-    if len(x) < 3:
-        raise ShapeError(f"groupnorm: input must have rank >= 3, got {x}")
-    groups = attrs["num_groups"]
+    out = per_channel_shape("groupnorm", shapes)
+    groups, channels = attrs["num_groups"], out[0][1]
     # a symbolic C matches only where the groups divide it for every value (the table's rule for conditions that
     # hold for some sizes only)
-    if groups < 1 or not divides(groups, x[1]):
-        raise ShapeError(f"groupnorm: {groups} groups do not divide {x[1]} channels")
-    for name, s in zip(("scale", "bias"), shapes[1:], strict=True):
-        if tuple(s) != (x[1],):
-            raise ShapeError(f"groupnorm: {name} shape {tuple(s)} is not ({x[1]},)")
-    return [x]
-
-
-def _channel(p, ndim):
-    return p.reshape((1, -1) + (1,) * (ndim - 2))
+    if groups < 1 or not divides(groups, channels):
+        raise ShapeError(f"groupnorm: {groups} groups do not divide {channels} channels")
+    return out
 
 
 def _grouped(x, groups):
@@ -45,21 +37,16 @@ def _grouped(x, groups):
 
 
 def _groupnorm(xp, a, attrs):
+    # instancenorm's normalization on the (N, G, C/G, ...) view: each group's channels and positions together
     x = a[0]
-    grouped = _grouped(x.astype(xp.promote_types(x.dtype, np.float32)), attrs["num_groups"])
-    axes = tuple(range(2, grouped.ndim))
-    centered = grouped - grouped.mean(axis=axes, keepdims=True)
-    var = (centered * centered).mean(axis=axes, keepdims=True)
-    y = (centered / xp.sqrt(var + attrs["epsilon"])).reshape(x.shape).astype(x.dtype)
-    return [y * _channel(a[1], x.ndim) + _channel(a[2], x.ndim)]
+    y = normalized_from_axis_2(xp, _grouped(x, attrs["num_groups"]), attrs["epsilon"]).reshape(x.shape)
+    return [scaled_per_channel(y, a[1], a[2])]
 
 
 def _groupnorm_int(xp, a, attrs):
     # instancenorm's stand-in per group: centred by the group's sum (no division over integers)
     x = a[0]
-    grouped = _grouped(x, attrs["num_groups"])
-    centered = (grouped - grouped.sum(axis=tuple(range(2, grouped.ndim)), keepdims=True)).reshape(x.shape)
-    return [centered * _channel(a[1], x.ndim) + _channel(a[2], x.ndim)]
+    return [scaled_per_channel(centred_from_axis_2(_grouped(x, attrs["num_groups"])).reshape(x.shape), a[1], a[2])]
 
 
 def decode_groupnorm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:

@@ -177,6 +177,42 @@ def _identities() -> Iterator[dict[str, Any]]:
                 {"x": [1, 2, 4, 3]}, [])
 
 
+def _attentions() -> Iterator[dict[str, Any]]:
+    """Self- and cross-attention as transformers' exports write it, into one MultiHeadAttention: Q, K and V
+    reshaped to heads and transposed (K straight to Kᵀ), Q Kᵀ, softmax, times V, the heads merged back (in the
+    exports the context is first reshaped to the (B, H, S, Dv) it already has: both forms). Where the exports
+    scale Q and K by constants after splitting the heads (ViT: head_size^-1/4 each; Whisper: 1), the rule keeps
+    the two scalar Muls on the unsplit Q and K and gives the fused op scale 1: a rule's attributes cannot be
+    computed from constant values. A mask between the matmuls (causal, padding, transformers' fully-masked-row
+    guard) is another function: no match there. One direction only: the reverse would need the heads' shapes
+    written from dims, and measurement keeps the decomposition wherever the fused kernel is slower."""
+    heads = ["?b", "?s", "?h", "?d"]
+    where = ["rank(q) == 3", "rank(k) == 3", "rank(v) == 3", "h >= 1",
+             "b == dim(q, 0)", "s == dim(q, 1)", "d == dim(q, 2) // h", "h * d == dim(q, 2)",
+             "dim(k, 0) == b", "l == dim(k, 1)", "dim(k, 2) == h * d",
+             "dim(v, 0) == b", "dim(v, 1) == l", "dv == dim(v, 2) // h", "h * dv == dim(v, 2)", "e == dim(v, 2)"]
+    found = {"q": [2, 3, 8], "k": [2, 5, 8], "v": [2, 5, 6]}
+    for scaled in (True, False):
+        for context_reshaped in (True, False):
+            q, k = ("sq", "sk") if scaled else ("tq", "tk")
+            src = [node("reshape", ["q"], "rq", shape=heads), node("transpose", ["rq"], "tq", perm=[0, 2, 1, 3]),
+                   node("reshape", ["k"], "rk", shape=["?b", "?l", "?h", "?d"]),
+                   node("transpose", ["rk"], "tk", perm=[0, 2, 3, 1]),
+                   *([node("smul", ["tq", "a"], "sq"), node("smul", ["tk", "c"], "sk")] if scaled else []),
+                   node("matmul", [q, k], "scores"), node("softmax", ["scores"], "probs", axis=3),
+                   node("reshape", ["v"], "rv", shape=["?b", "?l", "?h", "?dv"]),
+                   node("transpose", ["rv"], "tv", perm=[0, 2, 1, 3]), node("matmul", ["probs", "tv"], "context"),
+                   *([node("reshape", ["context"], "same", shape=["?b", "?h", "?s", "?dv"])]
+                     if context_reshaped else []),
+                   node("transpose", ["same" if context_reshaped else "context"], "merged", perm=[0, 2, 1, 3]),
+                   node("reshape", ["merged"], "y", shape=["?b", "?s", "?e"])]
+            fused = node("mha", ["uq", "uk", "v"] if scaled else ["q", "k", "v"], "f", num_heads="?h", scale=1.0)
+            dst = [node("smul", ["q", "a"], "uq"), node("smul", ["k", "c"], "uk"), fused] if scaled else [fused]
+            inputs = {"q": "any", "k": "any", "v": "any", **({"a": "any", "c": "any"} if scaled else {})}
+            name = f"fuse_attention{'_scaled' if scaled else ''}{'_context_reshaped' if context_reshaped else ''}"
+            yield _rule(name, inputs, src, dst, {**found, **({"a": [], "c": []} if scaled else {})}, where)
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
@@ -195,11 +231,14 @@ def main() -> None:
                       help="only a per-column scale after a matmul folded into its weight (and bias)")
     only.add_argument("--denormal-lifts", action="store_true",
                       help="only softmax probabilities scaled out of the denormal range before their matmul")
+    only.add_argument("--attentions", action="store_true", help="only attention as the exports write it, into "
+                      "MultiHeadAttention")
     only.add_argument("--identities", action="store_true", help="only nodes that compute their input (a one-input "
                       "Concat)")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
              else list(_denormal_lifts()) if args.denormal_lifts else list(_identities()) if args.identities
+             else list(_attentions()) if args.attentions
              else all_candidates())
     with open(args.out, "w", encoding="utf-8") as f:
         max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)

@@ -150,6 +150,13 @@ def test_generate_rules_cli_verifies_saved_candidates(tmp_path):
     assert bad.exit_code != 0 and "bad.json" in bad.output and not (tmp_path / "d.json").exists()
 
 
+def test_generate_rules_cli_enumerates_up_to_four_ops_only(tmp_path):
+    """Larger sizes are for hand-written candidate files (the attention rule's 14 ops), never enumerated."""
+    result = CliRunner().invoke(main, ["generate-rules", "--max-ops", "5", "--out", str(tmp_path / "r.json")])
+    assert result.exit_code == 2 and "--max-ops" in result.output and "--candidates" in result.output
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_generate_rules_cli_refuses_unwritable_output(tmp_path):
     result = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--out", str(tmp_path / "no" / "r.json")])
     assert result.exit_code == 2

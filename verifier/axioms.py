@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import z3
 
-from verifier.encode import DIM, RANK, T, apply_op, z3_and, z3_max
+from verifier.encode import DIM, RANK, T, apply_op, symbolic_code, z3_and, z3_max
 from xflow.ops import OPS
 
 DOUBLE = onnx.TensorProto.DOUBLE  # constants are built in float64 for the checks
@@ -64,6 +64,7 @@ class NumEnv:
     If = staticmethod(lambda c, a, b: a if c else b)
     max = staticmethod(max)
     div = staticmethod(lambda a, b: a // b)
+    code = staticmethod(lambda *entries: tuple(int(v) for v in entries))  # a shape attribute: the tuple itself
 
     def same_shape(self, a: Any, b: Any) -> bool:
         """Whether terms ``a`` and ``b`` have one shape (rank and every dim)."""
@@ -90,6 +91,7 @@ class Z3Env:
     If = staticmethod(z3.If)
     max = staticmethod(z3_max)
     div = staticmethod(lambda a, b: a / b)
+    code = staticmethod(lambda *entries: symbolic_code(entries))  # a shape attribute of symbolic dims
 
     def same_shape(self, a: Any, b: Any) -> Any:
         """Terms ``a`` and ``b`` have one shape: equal ranks and equal dims at every index (a quantified
@@ -865,6 +867,48 @@ def _iconv_strided_gen(rng: np.random.Generator) -> dict[str, Any]:
     return d
 
 
+def _heads(t: str, perm: tuple[int, ...]) -> Any:
+    """(B, T, H·D) -> (B, T, H, D), its axes permuted: the heads split from the last dim, H the parameter h."""
+    split = F(lambda e: e.code(e.dim(t, 0), e.dim(t, 1), e.p("h"), e.div(e.dim(t, 2), e.p("h"))))
+    return ("transpose", {"perm": perm}, ("reshape", {"shape": split}, t))
+
+
+def _attention_core(context_reshaped: bool) -> Any:
+    """softmax(Q Kᵀ) V per head of q, k, v (B, S, H·D), (B, L, H·D), (B, L, H·Dv), heads merged back: what
+    MultiHeadAttention with scale 1 computes, written as transformers' exports write it (with
+    ``context_reshaped``, the context first reshaped to the (B, H, S, Dv) it already has, as theirs do)."""
+    probs = ("softmax", {"axis": 3}, _mm(_heads("q", (0, 2, 1, 3)), _heads("k", (0, 2, 3, 1))))
+    context = _mm(probs, _heads("v", (0, 2, 1, 3)))
+    if context_reshaped:
+        same = F(lambda e: e.code(e.dim("q", 0), e.p("h"), e.dim("q", 1), e.div(e.dim("v", 2), e.p("h"))))
+        context = ("reshape", {"shape": same}, context)
+    merged = F(lambda e: e.code(e.dim("q", 0), e.dim("q", 1), e.dim("v", 2)))
+    return ("reshape", {"shape": merged}, ("transpose", {"perm": (0, 2, 1, 3)}, context))
+
+
+def _attention_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """Query (B, S, H·D), key (B, L, H·D), value (B, L, H·Dv) and the heads H."""
+    batch, heads = _pick(rng, [1, 2]), _pick(rng, [1, 2, 3])
+    seq, length, d, dv = (int(n) for n in rng.integers(1, 5, size=4))
+    return {"q": _arr(rng, batch, seq, heads * d), "k": _arr(rng, batch, length, heads * d),
+            "v": _arr(rng, batch, length, heads * dv), "h": heads}
+
+
+def _permuted_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """x of rank 1 to 4, a permutation of its axes, a scalar s."""
+    x = _arr(rng, *(int(d) for d in rng.integers(1, 4, size=_pick(rng, [1, 2, 3, 4]))))
+    return {"x": x, "s": _scalar(rng), "perm": tuple(int(i) for i in rng.permutation(x.ndim))}
+
+
+def _reshaped_gen(rng: np.random.Generator) -> dict[str, Any]:
+    """x, a target shape of as many elements (its dims regrouped), a scalar s."""
+    dims = [int(d) for d in rng.integers(1, 4, size=_pick(rng, [2, 3, 4]))]
+    cut = int(rng.integers(0, len(dims)))
+    target = (*dims[:cut], int(np.prod(dims[cut:])))
+    regrouped = target if rng.random() < 0.5 else tuple(int(d) for d in rng.permutation(dims))
+    return {"x": _arr(rng, *dims), "s": _scalar(rng), "c": regrouped}
+
+
 def _build() -> list[Axiom]:
     A = Axiom
 
@@ -1425,6 +1469,16 @@ def _build() -> list[Axiom]:
             (act.lower(), {}, ("conv", _conv(act="none"), *args)), args, CONV_PARAMS,
             _conv_gen(lambda rng, d: {"x": _img(rng, d), "w": _ker(rng, d)}) if len(args) == 2 else _biased_gen())
           for act in ("Relu", "Sigmoid", "Tanh") for args in (("x", "w"), ("x", "w", "b"))),
+        # MultiHeadAttention (xflow/ops/attention.py) with scale 1: its decomposition, in the two forms
+        # transformers' exports write (the context reshaped to its own shape first, or not)
+        *(L(f"mha_def{suffix}", ("mha", {"num_heads": P("h"), "scale": 1.0}, "q", "k", "v"), _attention_core(reshaped),
+            ("q", "k", "v"), ("h",), _attention_gen, guard=lambda e: e.p("h") >= 1)
+          for suffix, reshaped in (("", False), ("_context_reshaped", True))),
+        # a scalar factor moves through any layout op (the exports scale Q and K after splitting the heads)
+        L("transpose_perm_smul", ("transpose", {"perm": P("perm")}, _smul("x", "s")),
+          _smul(("transpose", {"perm": P("perm")}, "x"), "s"), ("x", "s"), ("perm",), _permuted_gen),
+        L("reshape_smul", ("reshape", {"shape": P("c")}, _smul("x", "s")),
+          _smul(("reshape", {"shape": P("c")}, "x"), "s"), ("x", "s"), ("c",), _reshaped_gen),
         # -- ONNX Sum of two tensors (xflow/ops/sum.py) is ewadd written as another node; triggered by sum only
         L("ewsum_def", ("sum", {}, "x", "y"), _add("x", "y"), ("x", "y"), (), _same("x y")),
         # -- a per-column scale after a matmul is the matmul by the scaled weight (a layer scale folded into the

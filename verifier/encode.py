@@ -55,6 +55,17 @@ def tuple_code(values: Sequence[int]) -> int:
 
 
 _FUNCS: dict[tuple[str, int, int, int, int], z3.FuncDeclRef] = {}
+_CODES: dict[int, z3.FuncDeclRef] = {}
+
+
+def symbolic_code(values: Sequence[Any]) -> z3.ArithRef:
+    """The code of a tuple with symbolic entries (a reshape target whose dims are rule variables or shape terms):
+    an uninterpreted function of the entries, one per length, so that two such tuples with provably equal entries
+    get equal codes by congruence. Nothing relates it to ``tuple_code`` of a literal tuple: a rule equal only
+    where a symbolic tuple takes some literal's value stays unproved, never proved wrongly."""
+    if len(values) not in _CODES:
+        _CODES[len(values)] = z3.Function(f"code{len(values)}", *([z3.IntSort()] * (len(values) + 1)))
+    return _CODES[len(values)](*[_int(v) for v in values])
 
 
 def op_function(op: str, n_ints: int, n_tensors: int, out: int = 0, n_out: int = 1) -> z3.FuncDeclRef:
@@ -99,6 +110,8 @@ def flatten_attr(op: str, kind: Any, value: Any, n_out: int) -> list[z3.ArithRef
             return [value]
         if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
             return [z3.IntVal(tuple_code(value))]
+        if isinstance(value, tuple) and value and all(isinstance(v, int) or _is_z3(v) for v in value):
+            return [symbolic_code(value)]
         raise Unsupported(f"{op}: tuple attribute {value!r} is not a literal")
     width = n_out if kind == "sizes" else kind
     if width == 1 and not isinstance(value, tuple):
@@ -348,9 +361,7 @@ def _template_value(template: Any, op: str, attr: str, n_out: int, variables: di
         return variables[template.name]
     if isinstance(template, Expr):
         return translate_expr(template, variables, terms)
-    if isinstance(template, tuple):
-        if any(isinstance(t, Var | Expr) for t in template) and dict(ATTR_LAYOUT.get(op, ())).get(attr) == "code":
-            raise Unsupported(f"{op}.{attr}: symbolic entries in a coded tuple")
+    if isinstance(template, tuple):  # a coded tuple with symbolic entries is coded by ``symbolic_code``
         return tuple(_template_value(t, op, attr, n_out, variables, terms, source) for t in template)
     return template
 

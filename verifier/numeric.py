@@ -209,7 +209,11 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
         elif isinstance(template, tuple) and any(isinstance(t, Var) for t in template):
             values = []
             for t in template:
-                if isinstance(t, Var):
+                if isinstance(t, Var):  # a dim of a shape: from its where definition (tied to the inputs), else small
+                    if t.name not in variables and defining and all_shapes is not None:
+                        solved = _solve(t.name, defining, variables, all_shapes)
+                        if solved is not None:
+                            variables[t.name] = solved
                     variables.setdefault(t.name, pick(rng, [0, 1, 2]))
                     values.append(variables[t.name])
                 else:

@@ -97,10 +97,17 @@ def executor_options(func: Any) -> Any:
                              "'xflow[ray]'), the same rule file for the same seed.")(func)
 
 
+#: the generator's enumeration reaches this many ops; a candidate file written by hand may hold larger patterns
+MAX_ENUMERATED_OPS = 4
+MAX_CANDIDATE_OPS = 16
+
+
 @click.command("generate-rules")
-@click.option("--max-ops", type=click.IntRange(1, 4), default=3, show_default=True,
-              help="Largest number of operators in an enumerated graph. At 4, only rules with a 4-op side are "
-                   "written: merge the file with a --max-ops 3 run's (xflow rules merge).")
+@click.option("--max-ops", type=click.IntRange(1, MAX_CANDIDATE_OPS), default=3, show_default=True,
+              help=f"Largest number of operators in an enumerated graph (1 to {MAX_ENUMERATED_OPS}). At "
+                   f"{MAX_ENUMERATED_OPS}, only rules with a {MAX_ENUMERATED_OPS}-op side are written: merge the file "
+                   "with a --max-ops 3 run's (xflow rules merge). With --candidates, the candidate file's size (up to "
+                   f"{MAX_CANDIDATE_OPS}: written patterns, as benchmarks/fusion_candidates.py's attention).")
 @click.option("--jobs", type=click.IntRange(1, 256), default=os.cpu_count() or 1, show_default="all cores",
               help="Worker processes for enumeration and verification.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed: the same seed gives the same rule file.")
@@ -139,6 +146,9 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     from verifier.batch import check_backend
     from xflow.executor import make_executor
 
+    if candidates_path is None and max_ops > MAX_ENUMERATED_OPS:
+        raise click.BadParameter(f"{max_ops}: graphs are enumerated up to {MAX_ENUMERATED_OPS} ops (larger sizes "
+                                 "are for --candidates)", param_hint="--max-ops")
     check_writable(out_path)
     if save_path is not None:
         check_writable(save_path)

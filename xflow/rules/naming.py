@@ -10,7 +10,8 @@ share one (the id tells them apart):
 - ``fold-X-into-Y``: the source's X nodes compute at run time, the target's read only constants (so they fold
   into a new weight), and Y reads what they make (a layer scale folded into a matmul's weight);
 - ``unmerge-X``: the target has more X nodes than the source (the reverse of a merge);
-- ``fuse-Y-into-X``: the source's Y nodes are gone and the target has fewer nodes;
+- ``fuse-Y-into-X``: the source's Y nodes are gone and the target keeps some of its ops in fewer nodes, X the
+  ONNX Runtime kernel it adds (attention into ``mha``, its scalings kept) or else the first op it keeps;
 - ``lift-denormals-before-Y``: the target is the source with ops whose saving is in the values added
   (``OpDef.gain_in_values``: power-of-two scales), and Y reads what they make;
 - ``reorder-A-B``: both sides apply the same ops, in another order;
@@ -73,8 +74,9 @@ def readable_name(rule: Rule) -> str:
         return f"lift-denormals-before-{readers[0]}" if readers else "lift-denormals"
     gone = [op for op in _ops(rule.src) if op not in dst]
     kept = [op for op in _ops(rule.dst) if op in src]
-    if gone and kept and len(rule.dst) < len(rule.src):
-        return f"fuse-{'-'.join(gone)}-into-{kept[0]}"
+    if gone and kept and len(rule.dst) < len(rule.src):  # into the fused kernel it adds, else the first kept op
+        fused = [op for op in _ops(rule.dst) if op not in src and op in OPS and OPS[op].domain]
+        return f"fuse-{'-'.join(gone)}-into-{(fused or kept)[0]}"
     if src == dst:
         return "reorder-" + "-".join(_ops(rule.src))
     return f"rewrite-{'-'.join(_ops(rule.src))}-to-{'-'.join(_ops(rule.dst))}"

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from verifier import AXIOMS, prove_rule, verify_rule
 from xflow.onnx_io import graph_from_model, to_model_proto
@@ -35,19 +35,19 @@ def _scaled_reshaped() -> Any:
 
 
 def _exported_attention(batch: int | str = 1, mask: bool = False, scale: float = HEAD_SIZE ** -0.25,
-                        context_reshaped: bool = True) -> onnx.ModelProto:
+                        context_reshaped: bool = True, dtype: Any = np.float32) -> onnx.ModelProto:
     """Self-attention over x (batch, SEQ, HIDDEN) as the exports write it: Q, K, V projected, Reshape to heads
     (a -1 in the target, a 0 for a symbolic batch), Transpose (K straight to Kᵀ), Q and K each times a scalar,
     MatMul, Softmax over the last axis (after adding a mask, where ``mask``), MatMul with V, the context reshaped
     to its own shape, Transpose back, Reshape to (batch, SEQ, HIDDEN), an output projection."""
     rng = np.random.default_rng(0)
     lead = 0 if isinstance(batch, str) else batch
-    inits = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, (HIDDEN, HIDDEN)).astype(np.float32), f"w{p}")
+    inits = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, (HIDDEN, HIDDEN)).astype(dtype), f"w{p}")
              for p in "qkvo"]
     inits += [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in (
         ("heads_shape", [lead, SEQ, -1, HEAD_SIZE]), ("context_shape", [lead, HEADS, -1, HEAD_SIZE]),
         ("merged_shape", [lead, SEQ, -1]))]
-    inits.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), "scale"))
+    inits.append(numpy_helper.from_array(np.array(scale, dtype=dtype), "scale"))
     nodes = [helper.make_node("MatMul", ["x", f"w{p}"], [p]) for p in "qkv"]
     for p, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
         nodes += [helper.make_node("Reshape", [p, "heads_shape"], [f"{p}_heads"]),
@@ -55,7 +55,7 @@ def _exported_attention(batch: int | str = 1, mask: bool = False, scale: float =
     nodes += [helper.make_node("Mul", ["q_t", "scale"], ["q_s"]), helper.make_node("Mul", ["k_t", "scale"], ["k_s"]),
               helper.make_node("MatMul", ["q_s", "k_s"], ["scores"])]
     if mask:
-        inits.append(numpy_helper.from_array(np.triu(np.full((SEQ, SEQ), -1e4, np.float32), 1), "mask"))
+        inits.append(numpy_helper.from_array(np.triu(np.full((SEQ, SEQ), -1e4, dtype), 1), "mask"))
         nodes.append(helper.make_node("Add", ["scores", "mask"], ["masked"]))
     nodes += [helper.make_node("Softmax", ["masked" if mask else "scores"], ["probs"], axis=-1),
               helper.make_node("MatMul", ["probs", "v_t"], ["context"])]
@@ -65,14 +65,14 @@ def _exported_attention(batch: int | str = 1, mask: bool = False, scale: float =
                                perm=[0, 2, 1, 3]),
               helper.make_node("Reshape", ["merged_t", "merged_shape"], ["merged"]),
               helper.make_node("MatMul", ["merged", "wo"], ["y"])]
-    graph = helper.make_graph(nodes, "attention",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, (batch, SEQ, HIDDEN))],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (batch, SEQ, HIDDEN))], inits)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", elem, (batch, SEQ, HIDDEN))],
+                              [helper.make_tensor_value_info("y", elem, (batch, SEQ, HIDDEN))], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def _run(model: onnx.ModelProto, batch: int = 1) -> np.ndarray:
-    x = np.random.default_rng(1).standard_normal((batch, SEQ, HIDDEN)).astype(np.float32)
+def _run(model: onnx.ModelProto, batch: int = 1, dtype: Any = np.float32) -> np.ndarray:
+    x = np.random.default_rng(1).standard_normal((batch, SEQ, HIDDEN)).astype(dtype)
     session = ort.InferenceSession(model.SerializeToString(), session_options(1), providers=["CPUExecutionProvider"])
     return session.run(None, {"x": x})[0]
 
@@ -147,3 +147,14 @@ def test_a_symbolic_batch_is_fused_for_every_batch() -> None:
 def test_a_masked_attention_is_not_matched() -> None:
     """A mask added to the scores (causal here) is another function than MultiHeadAttention without one."""
     assert _fused(_exported_attention(mask=True)) is None
+
+
+def test_a_type_without_an_ort_kernel_is_not_fused() -> None:
+    """ONNX Runtime's MultiHeadAttention runs float (float16 through the casts ORT inserts around it), never double:
+    a double model keeps its decomposition, float16 is fused and runs."""
+    assert _fused(_exported_attention(dtype=np.float64)) is None
+    half = _exported_attention(dtype=np.float16)
+    fused = _fused(half)
+    assert fused is not None and "MultiHeadAttention" in {n.op_type for n in fused.graph.node}
+    np.testing.assert_allclose(_run(fused, dtype=np.float16).astype(np.float32),
+                               _run(half, dtype=np.float16).astype(np.float32), atol=1e-2)

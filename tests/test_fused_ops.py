@@ -166,6 +166,26 @@ def _contrib_model(opset: int = 17) -> onnx.ModelProto:
                              ir_version=8)
 
 
+def test_each_fused_ops_element_types_are_ones_ort_runs() -> None:
+    """``kernel_dtypes`` of every contrib op: float among them, and each one a type of ONNX Runtime's CPU kernel
+    (float16 besides, which ORT runs by casting around a float kernel), read from ORT's own kernel registry."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import get_all_opkernel_def
+
+    registered: dict[tuple[str, str], set[int]] = {}
+    for kernel in get_all_opkernel_def():
+        if kernel.provider == "CPUExecutionProvider":
+            types = {t for allowed in kernel.type_constraints.values() for t in allowed}
+            registered.setdefault((kernel.domain, kernel.op_name), set()).update(
+                getattr(TensorProto, t[len("tensor("):-1].upper()) for t in types
+                if t.startswith("tensor(") and hasattr(TensorProto, t[len("tensor("):-1].upper()))
+    fused = [entry for entry in OPS.values() if entry.domain]
+    assert fused
+    for entry in fused:
+        assert TensorProto.FLOAT in entry.kernel_dtypes, entry.name
+        ort_types = registered[(entry.domain, entry.onnx_types[0])] | {TensorProto.FLOAT16}
+        assert set(entry.kernel_dtypes) <= ort_types, entry.name
+
+
 def test_contrib_nodes_decode_by_domain_and_round_trip() -> None:
     model = _contrib_model()
     graph = graph_from_model(model)

@@ -19,6 +19,13 @@ from xflow.ops.base import DecodeContext, EncodeContext, OpDef, onnx_attrs
 from xflow.ops.norm import canonical_float
 
 MS_DOMAIN = "com.microsoft"
+_F, _D, _H, _B = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                  onnx.TensorProto.BFLOAT16)
+#: ``OpDef.kernel_dtypes`` of the contrib ops: ONNX Runtime's CPU kernels of most are float only (float16 runs
+#: through the casts ORT inserts around a float kernel, and natively on CUDA); double has no kernel
+FLOAT_KERNELS = (_F, _H)
+FLOAT_DOUBLE_KERNELS = (_F, _D, _H)  # FusedMatMul
+NORM_KERNELS = (_F, _D, _H, _B)  # SkipLayerNormalization, SkipSimplifiedLayerNormalization
 
 #: reads the ONNX attributes of a node (and the context) into the op's attributes; None: stays opaque
 AttrReader = Callable[[Mapping[str, Any], onnx.NodeProto, DecodeContext], dict[str, Any] | None]

@@ -21,7 +21,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ir.dims import divides, equal, exact_quotient, is_static
-from xflow.ops._contrib import MS_DOMAIN, contrib_decoder, contrib_encoder, float_attr, scale_stand_in
+from xflow.ops._contrib import FLOAT_KERNELS, MS_DOMAIN, contrib_decoder, contrib_encoder, float_attr, scale_stand_in
 from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, one_of, pick, symbolic_shape
 from xflow.ops.elementwise import ADD
 from xflow.ops.linalg import MATMUL
@@ -151,7 +151,8 @@ def _flops(ins: Sequence[Shape], outs: Sequence[Shape], attrs: Attrs) -> int:
 
 
 MHA = OpDef(
-    name="mha", onnx_types=("MultiHeadAttention",), domain=MS_DOMAIN, min_inputs=3, max_inputs=3,
+    name="mha", onnx_types=("MultiHeadAttention",), domain=MS_DOMAIN,
+    kernel_dtypes=FLOAT_KERNELS, min_inputs=3, max_inputs=3,
     attrs=(AttrSpec("num_heads", sample=_sample_heads),
            AttrSpec("scale", 0.0, z3="float", sample=one_of(0.0, 0.125))),
     shape=attention_shape, kernel=attention_kernel(), int_kernel=attention_kernel(integer=True),
@@ -285,7 +286,8 @@ def _packed_flops(ins: Sequence[Shape], outs: Sequence[Shape], attrs: Attrs) -> 
 
 
 ATTENTION = OpDef(
-    name="attention", onnx_types=("Attention",), domain=MS_DOMAIN, min_inputs=3, max_inputs=3,
+    name="attention", onnx_types=("Attention",), domain=MS_DOMAIN,
+    kernel_dtypes=FLOAT_KERNELS, min_inputs=3, max_inputs=3,
     attrs=(AttrSpec("num_heads", sample=_sample_packed_heads),
            AttrSpec("scale", 0.0, z3="float", sample=one_of(0.0, 0.125)),
            AttrSpec("qkv_hidden_sizes", (), z3="code", sample=_sample_sizes)),

@@ -210,6 +210,10 @@ class OpDef:
     # the ONNX domain of ``onnx_types``: "" (the standard operators) or an ONNX Runtime contrib domain
     # ("com.microsoft") for a fused kernel whose meaning is its decomposition
     domain: str = ""
+    # the element types ONNX Runtime runs the op on (its kernels' type constraints, with float16 where ORT casts
+    # around a float kernel); a rewrite to the op on another type is refused. Empty: any type the op's ONNX
+    # definition allows (the standard ops)
+    kernel_dtypes: tuple[int, ...] = ()
     # how the numeric check repairs a draw of input shapes this op refuses (None: elementwise ops give a free
     # operand another operand's shape, see ``fit_inputs``; other ops keep the draw)
     fit: Fit | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xflow.ir import Attrs, Shape
-from xflow.ops._contrib import MS_DOMAIN, compose, contrib_decoder, contrib_encoder
+from xflow.ops._contrib import FLOAT_KERNELS, MS_DOMAIN, compose, contrib_decoder, contrib_encoder
 from xflow.ops.base import OpDef, ShapeError
 from xflow.ops.elementwise import ADD
 from xflow.ops.gelu import GELU
@@ -38,7 +38,8 @@ def kernel_of(approximate: str, integer: bool = False):
 
 
 BIAS_GELU = OpDef(
-    name="bias_gelu", onnx_types=("BiasGelu",), domain=MS_DOMAIN, min_inputs=2, max_inputs=2, attrs=(),
+    name="bias_gelu", onnx_types=("BiasGelu",), domain=MS_DOMAIN,
+    kernel_dtypes=FLOAT_KERNELS, min_inputs=2, max_inputs=2, attrs=(),
     shape=bias_shape, kernel=kernel_of("none"), int_kernel=kernel_of("none", integer=True),
     decode=contrib_decoder(lambda: BIAS_GELU, (2,)), encode=contrib_encoder("BiasGelu"),
     doc="ONNX Runtime's fused bias add + GELU (erf form)", z3_symbol="bias_gelu", family="activation")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from xflow.ir import Attrs
-from xflow.ops._contrib import MS_DOMAIN, contrib_encoder
+from xflow.ops._contrib import FLOAT_KERNELS, MS_DOMAIN, contrib_encoder
 from xflow.ops.base import AttrSpec, OpDef, make_node, one_of
 from xflow.ops.conv import CONV, PADS, STRIDES, accepts, conv_facts, conv_form, conv_shape
 from xflow.ops.elementwise import RELU, SIGMOID, TANH
@@ -53,7 +53,8 @@ def _encode_attrs(node, ctx) -> dict[str, Any]:
 
 
 FUSED_CONV = OpDef(
-    name="fused_conv", onnx_types=("FusedConv",), domain=MS_DOMAIN, min_inputs=2, max_inputs=3,
+    name="fused_conv", onnx_types=("FusedConv",), domain=MS_DOMAIN,
+    kernel_dtypes=FLOAT_KERNELS, min_inputs=2, max_inputs=3,
     attrs=(STRIDES, PADS, AttrSpec("group", 1, sample=one_of(1, 1, 2)),
            AttrSpec("activation", "Relu", tuple(ACTIVATIONS), z3="choice", sample=lambda rng, s, c, n: "Relu")),
     shape=conv_shape, kernel=_fused_conv, int_kernel=_fused_conv_int, decode=decode_fused_conv,

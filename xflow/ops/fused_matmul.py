@@ -8,7 +8,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from xflow.ir import Attrs, Shape
-from xflow.ops._contrib import MS_DOMAIN, contrib_decoder, contrib_encoder, float_attr, scale_stand_in
+from xflow.ops._contrib import (
+    FLOAT_DOUBLE_KERNELS,
+    MS_DOMAIN,
+    contrib_decoder,
+    contrib_encoder,
+    float_attr,
+    scale_stand_in,
+)
 from xflow.ops.base import AttrSpec, OpDef, ShapeError, one_of
 from xflow.ops.linalg import MATMUL, matmul_shape
 
@@ -53,7 +60,8 @@ def _encode_attrs(node, ctx):
 
 
 FUSED_MATMUL = OpDef(
-    name="fused_matmul", onnx_types=("FusedMatMul",), domain=MS_DOMAIN, min_inputs=2, max_inputs=2,
+    name="fused_matmul", onnx_types=("FusedMatMul",), domain=MS_DOMAIN,
+    kernel_dtypes=FLOAT_DOUBLE_KERNELS, min_inputs=2, max_inputs=2,
     attrs=(AttrSpec("alpha", 1.0, z3="float", sample=one_of(1.0, 0.125)),
            AttrSpec("transA", 0, choices=(0, 1), sample=one_of(0, 1)),
            AttrSpec("transB", 0, choices=(0, 1), sample=one_of(0, 1))),

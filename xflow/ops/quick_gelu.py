@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from xflow.ir import Attrs
-from xflow.ops._contrib import MS_DOMAIN, contrib_decoder, contrib_encoder, float_attr
+from xflow.ops._contrib import FLOAT_KERNELS, MS_DOMAIN, contrib_decoder, contrib_encoder, float_attr
 from xflow.ops._forms import stand_in
 from xflow.ops.base import AttrSpec, OpDef, one_of
 from xflow.ops.elementwise import SIGMOID, same_shape
@@ -26,7 +26,8 @@ def _quick_gelu_int(xp, a, attrs):
 
 
 QUICK_GELU = OpDef(
-    name="quick_gelu", onnx_types=("QuickGelu",), domain=MS_DOMAIN, min_inputs=1, max_inputs=1,
+    name="quick_gelu", onnx_types=("QuickGelu",), domain=MS_DOMAIN,
+    kernel_dtypes=FLOAT_KERNELS, min_inputs=1, max_inputs=1,
     attrs=(AttrSpec("alpha", DEFAULT_ALPHA, z3="float", sample=one_of(1.0, DEFAULT_ALPHA)),),
     shape=same_shape, kernel=_quick_gelu, int_kernel=_quick_gelu_int,
     decode=contrib_decoder(lambda: QUICK_GELU, (1,), ("alpha",),

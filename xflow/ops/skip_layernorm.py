@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xflow.ir import Attrs, Shape
-from xflow.ops._contrib import MS_DOMAIN, compose, contrib_decoder, contrib_encoder, float_attr
+from xflow.ops._contrib import MS_DOMAIN, NORM_KERNELS, compose, contrib_decoder, contrib_encoder, float_attr
 from xflow.ops.base import AttrSpec, OpDef, ShapeError, one_of
 from xflow.ops.elementwise import ADD
 from xflow.ops.layernorm import LAYERNORM
@@ -47,7 +47,8 @@ def skip_norm_steps(norm: OpDef) -> tuple:
 EPSILON = AttrSpec("epsilon", SKIP_EPSILON, z3="float", sample=one_of(1e-12, 1e-5))
 
 SKIP_LAYERNORM = OpDef(
-    name="skip_layernorm", onnx_types=("SkipLayerNormalization",), domain=MS_DOMAIN, min_inputs=3, max_inputs=4,
+    name="skip_layernorm", onnx_types=("SkipLayerNormalization",), domain=MS_DOMAIN,
+    kernel_dtypes=NORM_KERNELS, min_inputs=3, max_inputs=4,
     attrs=(EPSILON,), shape=skip_norm_shape, kernel=compose(*skip_norm_steps(LAYERNORM)),
     int_kernel=compose(*skip_norm_steps(LAYERNORM), integer=True),
     decode=contrib_decoder(lambda: SKIP_LAYERNORM, (3, 4), ("epsilon",),

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import onnx
+
 from xflow.ir import Graph, Node, TensorType
 from xflow.ir.dims import Dim, SymbolicDim
 from xflow.ops import OPS, ShapeError
@@ -532,6 +534,10 @@ def instantiate_target(graph: Graph, rule: Rule, values: dict[str, str], env: Sh
         if in_types and entry.same_dtype_inputs and \
                 any(t.dtype != in_types[0].dtype for t in in_types if t is not None):  # type: ignore[union-attr]
             raise ShapeError(f"{p.op}: inputs have different element types")
+        if entry.kernel_dtypes and in_types and in_types[0] is not None and \
+                in_types[0].dtype not in entry.kernel_dtypes:  # type: ignore[union-attr]
+            raise ShapeError(f"{p.op}: ONNX Runtime has no kernel for element type "
+                             f"{onnx.TensorProto.DataType.Name(in_types[0].dtype)}")  # type: ignore[union-attr]
         dtype = entry.output_dtype([t.dtype for t in in_types if t is not None], attrs)
         for name, shape in zip(p.outputs, out_shapes, strict=True):
             types[name] = TensorType(dtype, shape)

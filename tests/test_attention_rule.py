@@ -34,12 +34,27 @@ def _scaled_reshaped() -> Any:
     return rule
 
 
+def _computed_target(nodes: list[onnx.NodeProto], of: str, dims: list[int]) -> str:
+    """The name of a Reshape target computed as dynamic exports compute it: ``of``'s leading dim (Shape, Gather,
+    Unsqueeze) followed by the constant ``dims``, concatenated."""
+    nodes += [helper.make_node("Shape", [of], [f"{of}_dims"]),
+              helper.make_node("Constant", [], [f"{of}_zero"], value=numpy_helper.from_array(np.array(0))),
+              helper.make_node("Gather", [f"{of}_dims", f"{of}_zero"], [f"{of}_lead"], axis=0),
+              helper.make_node("Constant", [], [f"{of}_axes"], value=numpy_helper.from_array(np.array([0]))),
+              helper.make_node("Unsqueeze", [f"{of}_lead", f"{of}_axes"], [f"{of}_lead1"]),
+              helper.make_node("Constant", [], [f"{of}_rest"], value=numpy_helper.from_array(np.array(dims))),
+              helper.make_node("Concat", [f"{of}_lead1", f"{of}_rest"], [f"{of}_target"], axis=0)]
+    return f"{of}_target"
+
+
 def _exported_attention(batch: int | str = 1, mask: bool = False, scale: float = HEAD_SIZE ** -0.25,
-                        context_reshaped: bool = True, dtype: Any = np.float32) -> onnx.ModelProto:
+                        context_reshaped: bool = True, dtype: Any = np.float32,
+                        computed: bool = False) -> onnx.ModelProto:
     """Self-attention over x (batch, SEQ, HIDDEN) as the exports write it: Q, K, V projected, Reshape to heads
     (a -1 in the target, a 0 for a symbolic batch), Transpose (K straight to Kᵀ), Q and K each times a scalar,
     MatMul, Softmax over the last axis (after adding a mask, where ``mask``), MatMul with V, the context reshaped
-    to its own shape, Transpose back, Reshape to (batch, SEQ, HIDDEN), an output projection."""
+    to its own shape, Transpose back, Reshape to (batch, SEQ, HIDDEN), an output projection. With ``computed`` the
+    last two Reshapes' targets are computed from their inputs' shapes, as dynamic exports compute them."""
     rng = np.random.default_rng(0)
     lead = 0 if isinstance(batch, str) else batch
     inits = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, (HIDDEN, HIDDEN)).astype(dtype), f"w{p}")
@@ -60,10 +75,12 @@ def _exported_attention(batch: int | str = 1, mask: bool = False, scale: float =
     nodes += [helper.make_node("Softmax", ["masked" if mask else "scores"], ["probs"], axis=-1),
               helper.make_node("MatMul", ["probs", "v_t"], ["context"])]
     if context_reshaped:
-        nodes.append(helper.make_node("Reshape", ["context", "context_shape"], ["context_same"]))
-    nodes += [helper.make_node("Transpose", ["context_same" if context_reshaped else "context"], ["merged_t"],
-                               perm=[0, 2, 1, 3]),
-              helper.make_node("Reshape", ["merged_t", "merged_shape"], ["merged"]),
+        target = _computed_target(nodes, "context", [HEADS, -1, HEAD_SIZE]) if computed else "context_shape"
+        nodes.append(helper.make_node("Reshape", ["context", target], ["context_same"]))
+    nodes.append(helper.make_node("Transpose", ["context_same" if context_reshaped else "context"], ["merged_t"],
+                                  perm=[0, 2, 1, 3]))
+    target = _computed_target(nodes, "merged_t", [SEQ, -1]) if computed else "merged_shape"
+    nodes += [helper.make_node("Reshape", ["merged_t", target], ["merged"]),
               helper.make_node("MatMul", ["merged", "wo"], ["y"])]
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", elem, (batch, SEQ, HIDDEN))],
@@ -142,6 +159,47 @@ def test_a_symbolic_batch_is_fused_for_every_batch() -> None:
     assert fused.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     for batch in (1, 3):
         np.testing.assert_allclose(_run(fused, batch), _run(model, batch), rtol=1e-5, atol=1e-5)
+
+
+def test_reshape_targets_computed_from_shapes_do_not_block_the_fusion() -> None:
+    """A dynamic export computes the context's Reshape targets from the context's own Shape: decoding resolves
+    them, and the Shape chains left reading the context go with it; the written model runs at every batch."""
+    model = _exported_attention(batch="batch", computed=True)
+    fused = _fused(model)
+    assert fused is not None
+    ops = [n.op_type for n in fused.graph.node]
+    assert "MultiHeadAttention" in ops and "Shape" not in ops and "Softmax" not in ops
+    onnx.checker.check_model(fused, full_check=True)
+    for batch in (1, 3):
+        np.testing.assert_allclose(_run(fused, batch), _run(model, batch), rtol=1e-5, atol=1e-5)
+
+
+def test_a_kept_reshape_whose_target_read_the_fused_context_is_written_anew() -> None:
+    """A Reshape outside the attention whose target was computed from the context's Shape: the chain goes with
+    the context, so that Reshape is written from its resolved target instead of as its original node."""
+    model = _exported_attention(batch="batch", computed=True)
+    model.graph.output[0].name = "y2"
+    nodes = list(model.graph.node)
+    nodes += [helper.make_node("Shape", ["context"], ["outer_dims"]),
+              helper.make_node("Constant", [], ["outer_zero"], value=numpy_helper.from_array(np.array([0]))),
+              helper.make_node("Gather", ["outer_dims", "outer_zero"], ["outer_lead"], axis=0),
+              helper.make_node("Constant", [], ["outer_rest"], value=numpy_helper.from_array(np.array([SEQ, -1]))),
+              helper.make_node("Concat", ["outer_lead", "outer_rest"], ["outer_target"], axis=0),
+              helper.make_node("Reshape", ["y", "outer_target"], ["y2"])]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    fused = _fused(model)
+    assert fused is not None and "MultiHeadAttention" in {n.op_type for n in fused.graph.node}
+    onnx.checker.check_model(fused, full_check=True)
+    for batch in (1, 3):
+        np.testing.assert_allclose(_run(fused, batch), _run(model, batch), rtol=1e-5, atol=1e-5)
+
+
+def test_a_shape_chain_something_reads_blocks_the_fusion() -> None:
+    """Where the context's shape is itself an output of the model, the context must stay: no match."""
+    model = _exported_attention(batch="batch", computed=True)
+    model.graph.output.append(helper.make_tensor_value_info("context_dims", onnx.TensorProto.INT64, (4,)))
+    assert _fused(model) is None
 
 
 def test_a_masked_attention_is_not_matched() -> None:

@@ -96,6 +96,23 @@ class Graph:
         """Graph outputs as a set."""
         return frozenset(self.outputs)
 
+    @cached_property
+    def unread_opaque(self) -> frozenset[int]:
+        """ids of the opaque standard-ONNX nodes (no subgraph) whose values nothing else in the graph reads, directly
+        or through other such nodes, and that make no graph output: what is left of a computation the IR no
+        longer needs, as the Shape -> Gather -> Concat chain of a Reshape target that decoding resolved (the IR
+        Reshape reads only its data; the chain still reads the Reshape's input). A rewrite may drop them with the
+        value they read."""
+        needed = set(self.outputs)
+        unread: set[int] = set()
+        for n in reversed(self.nodes):
+            if _pure_opaque(n) and not any(o in needed for o in n.outputs if o):
+                unread.add(id(n))
+                continue
+            needed.update(i for i in n.inputs if i)
+            needed.update(n.implicit)
+        return frozenset(unread)
+
     def is_constant(self, name: str) -> bool:
         """True when the value is an initializer."""
         return name in self.constants
@@ -548,3 +565,13 @@ def topological_sort(nodes: list[Node], inputs: Iterable[str], constants: Iterab
     if len(order) != len(nodes):
         raise CycleError(f"graph has a cycle through {len(nodes) - len(order)} nodes")
     return order
+
+
+def _pure_opaque(node: Node) -> bool:
+    """An opaque node of the standard ONNX domain without subgraphs: it computes its outputs from its inputs and
+    nothing else, so where nothing reads them it can go."""
+    if not node.is_opaque or node.origin is None or node.implicit:
+        return False
+    proto = node.origin.proto
+    return proto.domain in ("", "ai.onnx") and not any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute)

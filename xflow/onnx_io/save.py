@@ -83,18 +83,24 @@ def _opaque_proto(node: Node) -> onnx.NodeProto:
 
 def _reusable_origins(graph: Graph) -> set[int]:
     """ids of the origins whose original ONNX node can be written in place of their IR nodes: every
-    member is still in the graph, no value internal to the group is read outside it, and nothing reads
-    the group's outputs before its last member (where the original node is written)."""
+    member is still in the graph, every value the original node reads still exists, no value internal to the
+    group is read outside it, and nothing reads the group's outputs before its last member (where the original
+    node is written)."""
     members: dict[int, list[Node]] = {}
     for node in graph.nodes:
         if not node.is_opaque and node.origin is not None:
             members.setdefault(id(node.origin), []).append(node)
     reusable: set[int] = set()
+    available: set[str] | None = None
     for key, group in members.items():
         origin = group[0].origin
         assert origin is not None
         if len(group) != origin.size:
             continue
+        if available is None:
+            available = {*graph.inputs, *graph.constants, *graph.producers}
+        if any(name and name not in available for name in origin.proto.input):
+            continue  # it read a value a rewrite took away (a Reshape's computed target): encoded anew
         if len(group) > 1:
             produced = {o for n in group for o in n.outputs if o}
             proto_outputs = {o for o in origin.proto.output if o}

@@ -126,8 +126,27 @@ def plan_match(graph: Graph, match: Match, targets: MatchTargets | None = None) 
             removed.append(n)
             added.append(Node(n.op, tuple(rewire.get(i, i) for i in n.inputs), n.outputs, n.attrs, n.name,
                               n.origin if n.is_opaque else None, n.implicit))
+    removed.extend(_unread_readers(graph, removed))
     removed.extend(_dead_producers(graph, removed, added))
     return Change(tuple(removed), tuple(added), types)
+
+
+def _unread_readers(graph: Graph, removed: list[Node]) -> list[Node]:
+    """The graph's unread opaque nodes (``Graph.unread_opaque``) that read what the rewrite removes, and those
+    reading them: a dynamic export's Shape of an attention context that the fused op no longer makes."""
+    unread, users = graph.unread_opaque, graph.users
+    if not unread:
+        return []
+    gone = {id(n) for n in removed}
+    found: list[Node] = []
+    frontier = [o for n in removed for o in n.outputs if o]
+    while frontier:
+        for user, _ in users.get(frontier.pop(), ()):
+            if id(user) in unread and id(user) not in gone:
+                gone.add(id(user))
+                found.append(user)
+                frontier.extend(o for o in user.outputs if o)
+    return found
 
 
 def _computed_already(producers: dict[str, Node], outputs: tuple[str, ...], matched: tuple[Node, ...]) -> bool:

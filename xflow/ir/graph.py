@@ -96,22 +96,29 @@ class Graph:
         """Graph outputs as a set."""
         return frozenset(self.outputs)
 
+    #: how far ``is_unread`` follows readers: a longer chain counts as read (kept), which is always safe
+    UNREAD_DEPTH = 32
+
     @cached_property
-    def unread_opaque(self) -> frozenset[int]:
-        """ids of the opaque standard-ONNX nodes (no subgraph) whose values nothing else in the graph reads, directly
-        or through other such nodes, and that make no graph output: what is left of a computation the IR no
-        longer needs, as the Shape -> Gather -> Concat chain of a Reshape target that decoding resolved (the IR
-        Reshape reads only its data; the chain still reads the Reshape's input). A rewrite may drop them with the
-        value they read."""
-        needed = set(self.outputs)
-        unread: set[int] = set()
-        for n in reversed(self.nodes):
-            if _pure_opaque(n) and not any(o in needed for o in n.outputs if o):
-                unread.add(id(n))
-                continue
-            needed.update(i for i in n.inputs if i)
-            needed.update(n.implicit)
-        return frozenset(unread)
+    def unread_memo(self) -> dict[int, bool]:
+        """``is_unread``'s answers for this graph, by node id."""
+        return {}
+
+    def is_unread(self, node: Node, depth: int = 0) -> bool:
+        """True for an opaque standard-ONNX node (no subgraph) whose values nothing else in the graph reads, directly
+        or through other such nodes, and that makes no graph output: what is left of a computation the IR no longer
+        needs, as the Shape -> Gather -> Concat chain of a Reshape target that decoding resolved (the IR Reshape
+        reads only its data; the chain still reads the Reshape's input). A rewrite may drop it with the value it
+        reads. Asked per node (chains are short), not computed for the whole graph: the search asks on graph after
+        graph."""
+        memo = self.unread_memo
+        key = id(node)
+        if key not in memo:
+            outputs = [o for o in node.outputs if o]
+            memo[key] = (depth < self.UNREAD_DEPTH and _pure_opaque(node)
+                         and not any(o in self.output_set for o in outputs)
+                         and all(self.is_unread(u, depth + 1) for o in outputs for u, _ in self.users.get(o, ())))
+        return memo[key]
 
     def is_constant(self, name: str) -> bool:
         """True when the value is an initializer."""

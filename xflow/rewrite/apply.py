@@ -132,17 +132,15 @@ def plan_match(graph: Graph, match: Match, targets: MatchTargets | None = None) 
 
 
 def _unread_readers(graph: Graph, removed: list[Node]) -> list[Node]:
-    """The graph's unread opaque nodes (``Graph.unread_opaque``) that read what the rewrite removes, and those
+    """The graph's unread opaque nodes (``Graph.is_unread``) that read what the rewrite removes, and those
     reading them: a dynamic export's Shape of an attention context that the fused op no longer makes."""
-    unread, users = graph.unread_opaque, graph.users
-    if not unread:
-        return []
+    users = graph.users
     gone = {id(n) for n in removed}
     found: list[Node] = []
     frontier = [o for n in removed for o in n.outputs if o]
     while frontier:
         for user, _ in users.get(frontier.pop(), ()):
-            if id(user) in unread and id(user) not in gone:
+            if user.is_opaque and id(user) not in gone and graph.is_unread(user):
                 gone.add(id(user))
                 found.append(user)
                 frontier.extend(o for o in user.outputs if o)

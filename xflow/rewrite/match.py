@@ -470,7 +470,7 @@ def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str,
         for p_out, out in zip(p_node.outputs, node.outputs, strict=True):
             if p_out in rule.outputs:
                 continue
-            if out in graph.output_set or any(id(u) not in matched and id(u) not in graph.unread_opaque
+            if out in graph.output_set or any(id(u) not in matched and not graph.is_unread(u)
                                               for u, _ in graph.users.get(out, [])):
                 return fail(f"internal tensor {p_out} ({out}) is used outside the match")
     shapes: dict[str, tuple[Dim, ...]] = {}

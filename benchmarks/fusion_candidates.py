@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from xflow.ops.attention import TO_HEADS, TO_HEADS_T
+
 CANDIDATES_FORMAT = "xflow.candidates/1"  # generator/rule_file.py reads this format
 
 
@@ -186,7 +188,7 @@ def _attentions() -> Iterator[dict[str, Any]]:
     computed from constant values. A mask between the matmuls (causal, padding, transformers' fully-masked-row
     guard) is another function: no match there. One direction only: the reverse would need the heads' shapes
     written from dims, and measurement keeps the decomposition wherever the fused kernel is slower."""
-    heads = ["?b", "?s", "?h", "?d"]
+    heads, heads_perm = ["?b", "?s", "?h", "?d"], list(TO_HEADS)  # mha's own head layout (xflow/ops/attention.py)
     where = ["rank(q) == 3", "rank(k) == 3", "rank(v) == 3", "h >= 1",
              "b == dim(q, 0)", "s == dim(q, 1)", "d == dim(q, 2) // h", "h * d == dim(q, 2)",
              "dim(k, 0) == b", "l == dim(k, 1)", "dim(k, 2) == h * d",
@@ -195,16 +197,16 @@ def _attentions() -> Iterator[dict[str, Any]]:
     for scaled in (True, False):
         for context_reshaped in (True, False):
             q, k = ("sq", "sk") if scaled else ("tq", "tk")
-            src = [node("reshape", ["q"], "rq", shape=heads), node("transpose", ["rq"], "tq", perm=[0, 2, 1, 3]),
+            src = [node("reshape", ["q"], "rq", shape=heads), node("transpose", ["rq"], "tq", perm=heads_perm),
                    node("reshape", ["k"], "rk", shape=["?b", "?l", "?h", "?d"]),
-                   node("transpose", ["rk"], "tk", perm=[0, 2, 3, 1]),
+                   node("transpose", ["rk"], "tk", perm=list(TO_HEADS_T)),
                    *([node("smul", ["tq", "a"], "sq"), node("smul", ["tk", "c"], "sk")] if scaled else []),
                    node("matmul", [q, k], "scores"), node("softmax", ["scores"], "probs", axis=3),
                    node("reshape", ["v"], "rv", shape=["?b", "?l", "?h", "?dv"]),
-                   node("transpose", ["rv"], "tv", perm=[0, 2, 1, 3]), node("matmul", ["probs", "tv"], "context"),
+                   node("transpose", ["rv"], "tv", perm=heads_perm), node("matmul", ["probs", "tv"], "context"),
                    *([node("reshape", ["context"], "same", shape=["?b", "?h", "?s", "?dv"])]
                      if context_reshaped else []),
-                   node("transpose", ["same" if context_reshaped else "context"], "merged", perm=[0, 2, 1, 3]),
+                   node("transpose", ["same" if context_reshaped else "context"], "merged", perm=heads_perm),
                    node("reshape", ["merged"], "y", shape=["?b", "?s", "?e"])]
             fused = node("mha", ["uq", "uk", "v"] if scaled else ["q", "k", "v"], "f", num_heads="?h", scale=1.0)
             dst = [node("smul", ["q", "a"], "uq"), node("smul", ["k", "c"], "uk"), fused] if scaled else [fused]

@@ -26,6 +26,7 @@ import z3
 
 from verifier.encode import DIM, RANK, T, apply_op, symbolic_code, z3_and, z3_max
 from xflow.ops import OPS
+from xflow.ops.attention import TO_HEADS, TO_HEADS_T
 
 DOUBLE = onnx.TensorProto.DOUBLE  # constants are built in float64 for the checks
 
@@ -877,13 +878,13 @@ def _attention_core(context_reshaped: bool) -> Any:
     """softmax(Q Kᵀ) V per head of q, k, v (B, S, H·D), (B, L, H·D), (B, L, H·Dv), heads merged back: what
     MultiHeadAttention with scale 1 computes, written as transformers' exports write it (with
     ``context_reshaped``, the context first reshaped to the (B, H, S, Dv) it already has, as theirs do)."""
-    probs = ("softmax", {"axis": 3}, _mm(_heads("q", (0, 2, 1, 3)), _heads("k", (0, 2, 3, 1))))
-    context = _mm(probs, _heads("v", (0, 2, 1, 3)))
+    probs = ("softmax", {"axis": 3}, _mm(_heads("q", TO_HEADS), _heads("k", TO_HEADS_T)))
+    context = _mm(probs, _heads("v", TO_HEADS))
     if context_reshaped:
         same = F(lambda e: e.code(e.dim("q", 0), e.p("h"), e.dim("q", 1), e.div(e.dim("v", 2), e.p("h"))))
         context = ("reshape", {"shape": same}, context)
     merged = F(lambda e: e.code(e.dim("q", 0), e.dim("q", 1), e.dim("v", 2)))
-    return ("reshape", {"shape": merged}, ("transpose", {"perm": (0, 2, 1, 3)}, context))
+    return ("reshape", {"shape": merged}, ("transpose", {"perm": TO_HEADS}, context))
 
 
 def _attention_gen(rng: np.random.Generator) -> dict[str, Any]:

@@ -177,8 +177,12 @@ def _defining(rule: Rule) -> dict[str, list[Expr]]:
     return out
 
 
-def _solve(name: str, defining: dict[str, list[Expr]], variables: dict[str, Any],
-           all_shapes: dict[str, tuple[int, ...]]) -> Any:
+def _solve(name: str, defining: dict[str, list[Expr]] | None, variables: dict[str, Any],
+           all_shapes: dict[str, tuple[int, ...]] | None) -> Any:
+    """``name``'s value from its first where definition that evaluates here; None without one (or when it is
+    already bound, or there are no definitions or shapes to read)."""
+    if name in variables or not defining or all_shapes is None:
+        return None
     for expr in defining.get(name, []):
         try:
             value = expr.evaluate(ShapeEnv(variables, all_shapes))
@@ -198,10 +202,9 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
             continue
         template = node.attrs[spec.name]
         if isinstance(template, Var):
-            if template.name not in variables and defining and all_shapes is not None:
-                solved = _solve(template.name, defining, variables, all_shapes)
-                if solved is not None and rng.random() < 0.9:
-                    variables[template.name] = solved
+            solved = _solve(template.name, defining, variables, all_shapes)
+            if solved is not None and rng.random() < 0.9:
+                variables[template.name] = solved
             if template.name not in variables:
                 variables[template.name] = _sample_attr(rng, node.op, spec.name, shapes, chosen, len(node.outputs),
                                                         wide)
@@ -210,11 +213,8 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
             values = []
             for t in template:
                 if isinstance(t, Var):  # a dim of a shape: from its where definition (tied to the inputs), else small
-                    if t.name not in variables and defining and all_shapes is not None:
-                        solved = _solve(t.name, defining, variables, all_shapes)
-                        if solved is not None:
-                            variables[t.name] = solved
-                    variables.setdefault(t.name, pick(rng, [0, 1, 2]))
+                    solved = _solve(t.name, defining, variables, all_shapes)
+                    variables.setdefault(t.name, pick(rng, [0, 1, 2]) if solved is None else solved)
                     values.append(variables[t.name])
                 else:
                     values.append(t)

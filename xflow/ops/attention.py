@@ -28,8 +28,9 @@ from xflow.ops.linalg import MATMUL
 from xflow.ops.shape_ops import SPLIT, split_attrs
 from xflow.ops.softmax import SOFTMAX
 
-#: the head axes: (B, T, H, D) -> (B, H, T, D), and for the key straight to its transpose (B, H, D, T)
-_TO_HEADS, _TO_HEADS_T = (0, 2, 1, 3), (0, 2, 3, 1)
+#: the head axes: (B, T, H, D) -> (B, H, T, D) (and back: it is its own inverse), and for the key straight to its
+#: transpose (B, H, D, T); the verifier's definition axioms and the fusion rules' patterns read them from here
+TO_HEADS, TO_HEADS_T = (0, 2, 1, 3), (0, 2, 3, 1)
 _LAST_AXIS = SOFTMAX.normalize_attrs({"axis": 3})
 
 
@@ -110,14 +111,14 @@ def attention_kernel(integer: bool = False):  # noqa: ANN201 - a Kernel
     def kernel(xp: Any, arrays: Sequence[Any], attrs: Attrs) -> list[Any]:
         q, k, v = arrays
         heads, scale = attrs["num_heads"], resolved_scale(attrs, q.shape[-1])
-        scores = matmul(xp, [_heads(xp, q, heads, _TO_HEADS), _heads(xp, k, heads, _TO_HEADS_T)], Attrs())[0]
+        scores = matmul(xp, [_heads(xp, q, heads, TO_HEADS), _heads(xp, k, heads, TO_HEADS_T)], Attrs())[0]
         if scale != 1.0:
             scores = scores * (scale_stand_in(scale) if integer else scores.dtype.type(scale))
         if scores.dtype.kind == "f":  # ONNX Runtime's softmax runs in float32 for narrower types
             scores = scores.astype(xp.promote_types(scores.dtype, np.float32), copy=False)
         probs = softmax(xp, [scores], _LAST_AXIS)[0].astype(v.dtype, copy=False)
-        context = matmul(xp, [probs, _heads(xp, v, heads, _TO_HEADS)], Attrs())[0]
-        return [xp.reshape(xp.transpose(context, _TO_HEADS), (q.shape[0], q.shape[1], v.shape[-1]))]
+        context = matmul(xp, [probs, _heads(xp, v, heads, TO_HEADS)], Attrs())[0]
+        return [xp.reshape(xp.transpose(context, TO_HEADS), (q.shape[0], q.shape[1], v.shape[-1]))]
 
     return kernel
 

@@ -152,14 +152,14 @@ def test_optimize_then_place(tmp_path, models):
 
 
 def test_progress_shows_on_a_tty_only(models, capsys, monkeypatch):
-    from xflow import cli_place
+    from xflow.cli import progress
 
     piped = invoke("place", models["branches"], "--topology", "cpu", "--cost", "analytic", "--steps", "3",
                    "--time-limit", "2")
     assert piped.exit_code == 0 and "training:" not in piped.output and "improving" not in piped.output
-    monkeypatch.setattr(cli_place.sys.stderr, "isatty", lambda: True)
-    status = cli_place._progress(quiet=False)
-    assert status is not None and cli_place._progress(quiet=True) is None
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True)
+    status = progress.status_line(quiet=False)
+    assert status is not None and progress.status_line(quiet=True) is None
     status("training: step 1, best 2.000 ms")
     status.last = 0.0  # the next message is not throttled
     status("improving")

@@ -250,7 +250,7 @@ def test_generate_rules_without_a_terminal_writes_a_line_per_step_to_stderr(tmp_
 
 
 def test_progress_lines_within_a_step_are_throttled(capsys):
-    from xflow.cli_rules import ProgressLine
+    from xflow.cli.progress import ProgressLine
 
     show = ProgressLine(tty=False, every_s=3600.0)
     for text in ("verifying 1/3: 0 proved", "verifying 2/3: 1 proved", "verifying lifts: 1/2: 1 proved",

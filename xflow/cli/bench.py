@@ -1,4 +1,4 @@
-"""``xflow bench``: the zoo and given models, original vs optimized, per provider."""
+"""``xflow bench``: the zoo and given models, original vs optimized, per provider (``xflow.bench``)."""
 
 from __future__ import annotations
 
@@ -6,21 +6,24 @@ import sys
 
 import click
 
-from xflow.cli_common import check_writable, user_errors, write_json
+from xflow.cli.common import check_writable, user_errors, write_json
+from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
 
 
 @click.command()
 @click.argument("models", nargs=-1, metavar="[MODEL | FILE.onnx]...")
-@click.option("--rules", "rules_path", type=click.Path(), default=None,
-              help="Rule file (default: the shipped rules/default.json).")
-@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+@click.option("--rules", "rules_path", type=click.Path(), default=None, help=RULES_HELP)
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=OPTIMIZE_DEFAULTS.provider,
+              show_default=True,
               help="ONNX Runtime execution provider for costs and timing.")
-@click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
+@click.option("--threads", type=int, default=None, help=THREADS_HELP)
 @click.option("--small", is_flag=True, help="Reduced zoo variants (quick runs).")
-@click.option("--budget", type=int, default=300, show_default=True, help="Search budget per model.")
-@click.option("--patience", type=click.IntRange(min=0), default=10, show_default=True,
+@click.option("--budget", type=int, default=OPTIMIZE_DEFAULTS.budget, show_default=True,
+              help="Search budget per model.")
+@click.option("--patience", type=click.IntRange(min=0), default=OPTIMIZE_DEFAULTS.patience or 0, show_default=True,
               help="Stop each search after this many expansions without a cheaper graph (0: never).")
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit per model (s).")
+@click.option("--time-limit", type=float, default=OPTIMIZE_DEFAULTS.time_limit, show_default=True,
+              help="Search time limit per model (s).")
 @click.option("--seconds", type=float, default=30.0, show_default=True,
               help="About how long to time each model's variants (interleaved).")
 @click.option("--sessions", type=click.IntRange(min=1), default=3, show_default=True,

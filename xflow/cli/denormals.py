@@ -7,12 +7,13 @@ import statistics
 
 import click
 
-from xflow.cli_common import check_writable, user_errors, write_json
+from xflow.cli.common import check_writable, user_errors, write_json
+from xflow.cli.options import THREADS_HELP
 
 
 @click.command()
 @click.argument("models", nargs=-1, required=True, metavar="FILE.onnx...")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="ORT intra-op threads (default: all cores).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help=THREADS_HELP)
 @click.option("--processes", type=click.IntRange(min=2, max=8), default=5, show_default=True,
               help="Processes per side (with and without the flush), alternating.")
 @click.option("--seconds", type=click.FloatRange(min=0), default=2.0, show_default=True,

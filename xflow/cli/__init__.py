@@ -1,0 +1,42 @@
+"""The ``xflow`` command line: the click group ``main`` and one thin module per command.
+
+Each command module parses its options and calls the library; ``common`` holds what every command shares
+(one-line errors, exit codes, checked writes), ``options`` the options several take, ``progress`` the progress
+lines, ``placing`` and ``summary`` the text ``place`` and ``optimize`` print."""
+
+from __future__ import annotations
+
+import click
+
+from xflow.cli import (
+    bench,
+    denormals,
+    generate_rules,
+    optimize,
+    place,
+    place_calibrate,
+    rules,
+    run,
+    verify_rules,
+    zoo,
+)
+
+__all__ = ["main"]
+
+COMMAND_MODULES = (optimize, verify_rules, zoo, generate_rules, rules, bench, place, run, place_calibrate, denormals)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="xflow")
+def main() -> None:
+    """xflow: a graph-substitution superoptimizer for ONNX models.
+
+    Rewrites a model with substitution rules that were generated and proved (z3) beforehand,
+    chooses rewrites by costs measured with ONNX Runtime, and writes the result only after checking
+    that it computes the same outputs and runs faster.
+    """
+
+
+for _module in COMMAND_MODULES:
+    for _command in _module.COMMANDS:
+        main.add_command(_command)

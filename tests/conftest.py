@@ -8,7 +8,7 @@ import tempfile
 from hypothesis import settings
 
 # "ci" (the default): the same 100 examples every run, so a failure reproduces. "nightly"
-# (--hypothesis-profile=nightly): unseeded and ten times longer, new examples every run (README).
+# (--hypothesis-profile=nightly): unseeded and ten times longer, new examples every run (docs/TESTING.md).
 settings.register_profile("ci", derandomize=True, max_examples=100, database=None)
 settings.register_profile("nightly", derandomize=False, max_examples=1000, database=None)
 settings.load_profile("ci")

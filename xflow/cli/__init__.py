@@ -37,6 +37,11 @@ def main() -> None:
     """
 
 
-for _module in COMMAND_MODULES:
-    for _command in _module.COMMANDS:
-        main.add_command(_command)
+def _register_commands() -> None:
+    """Add every command module's ``COMMANDS`` to ``main``."""
+    for module in COMMAND_MODULES:
+        for command in module.COMMANDS:
+            main.add_command(command)
+
+
+_register_commands()

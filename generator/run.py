@@ -1,14 +1,12 @@
 """Generate substitution rules: enumerate, fingerprint, pair, re-check, prune, emit.
 
-``python -m generator.run --max-ops 2 --out candidates.json`` writes the candidates (for ``xflow
-generate-rules --candidates``) and prints the table of counts and times (TASO's Table 3).
+``generate`` gives the candidates and the table of counts and times (TASO's Table 3); ``xflow generate-rules
+--generate-only --save-candidates FILE`` writes them (for ``xflow generate-rules --candidates``) and prints the table.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -492,24 +490,3 @@ def format_table(table: list[tuple[str, int, float]]) -> str:
     """The table as aligned text."""
     return "\n".join(f"{name:<34} {count:>10} {secs:>9.2f} s" for name, count, secs in table)
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m generator.run", description=__doc__)
-    parser.add_argument("--max-ops", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--out", help="write the (unverified) candidates here, for `xflow generate-rules --candidates`")
-    args = parser.parse_args(argv)
-    result = generate(args.max_ops, args.seed, args.jobs,
-                      progress=lambda n, c, s: print(f"{n:<34} {c:>10} {s:>9.2f} s", file=sys.stderr))
-    if args.out:
-        # Candidates, not rules: a candidate's variants are only rules once the verifier has picked one.
-        from generator.rule_file import save_candidates
-
-        save_candidates(args.out, result.rules, args.max_ops, args.seed)
-    print(format_table(result.table))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

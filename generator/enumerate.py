@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
@@ -202,8 +202,111 @@ Kind = tuple[tuple[int, ...], bool]
 Accepted = tuple[Attrs, list[tuple[int, ...]], bool]
 
 
+@dataclass
+class WalkStats:
+    """The counts of one walk (or of several, added): what ``enumerate_graphs`` yielded, tried and left out."""
+
+    graphs: int = 0  # graphs yielded
+    applications: int = 0  # op applications evaluated (or found in a memo)
+    not_kept: int = 0  # graphs of ``max_ops`` ops ``keep_last`` (or a reducible last op) left out, never built
+    duplicate_tensor: int = 0  # graphs whose new tensor repeats one they have: yielded, not walked on from
+    reducible: int = 0  # prefixes whose last op must read an inner value of a reducible part, or none can
+    reducible_last: int = 0  # last ops that end a part fewer ops compute
+    open_output: int = 0  # prefixes no last op can complete: three outputs no kept graph has
+
+    def __add__(self, other: WalkStats) -> WalkStats:
+        return WalkStats(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+
+class _StartOver(dict):
+    """A memo of at most ``size`` entries that starts over when it is full: bounds a walk's memory (millions of
+    paths at 4 ops) and keeps what the paths walked lately share."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def keep(self, key: Any, value: Any) -> Any:
+        """Store ``value`` under ``key`` (emptied first when full) and return it."""
+        if len(self) >= self.size:
+            self.clear()
+        self[key] = value
+        return value
+
+
+class _RecentFirst(dict):
+    """A memo of at most ``size`` entries that drops the least recently used one for a new one."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def take(self, key: Any) -> Any:
+        """The entry of ``key`` (None when there is none), taken out: ``keep`` puts it back as the most recent."""
+        return self.pop(key, None)
+
+    def keep(self, key: Any, value: Any, new: bool) -> Any:
+        """Store ``value`` under ``key`` as the most recently used (a ``new`` one drops the oldest when full)."""
+        if new and len(self) >= self.size:
+            del self[next(iter(self))]
+        self[key] = value
+        return value
+
+
+class MenuShapes:
+    """What the menu entries give on operand shapes and kinds, memoized: the op table's shape rules and TASO's
+    operand typing, which depend on the shapes and kinds only (never on the walk's path)."""
+
+    def __init__(self) -> None:
+        self.resolved: dict[tuple[int, tuple[tuple[int, ...], ...]], Accepted | None] = {}
+        self.applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
+        self.typed_kinds: dict[tuple[str, tuple[Kind, ...]], bool] = {}
+
+    def resolved_on(self, app: Application, in_shapes: tuple[tuple[int, ...], ...]) -> Accepted | None:
+        """(attributes, output shapes, whether an output image shrinks below ``MIN_SPATIAL``) of the menu entry on
+        operands of these shapes, or None when its shape rule refuses them."""
+        key = (app.key, in_shapes)
+        if key not in self.resolved:
+            attrs = resolve(app.op, app.params, in_shapes)
+            result = None
+            if attrs is not None:
+                try:
+                    out_shapes = OPS[app.op].infer(in_shapes, attrs)
+                except ShapeError:
+                    out_shapes = None
+                if out_shapes is not None:
+                    # with it: whether an output image shrinks below MIN_SPATIAL (``accepted``)
+                    result = (attrs, out_shapes, any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes))
+            self.resolved[key] = result
+        return self.resolved[key]
+
+    def some_entry_applies(self, op: str, in_shapes: tuple[tuple[int, ...], ...]) -> bool:
+        """Whether any menu entry of ``op`` accepts these operand shapes (the op table's shape rule)."""
+        key = (op, in_shapes)
+        found = self.applies.get(key)
+        if found is None:
+            found = self.applies[key] = any(self.resolved_on(app, in_shapes) is not None for app in BY_OP[op])
+        return found
+
+    def typed(self, op: str, kinds: tuple[Kind, ...]) -> bool:
+        """``operands_typed``, memoized."""
+        found = self.typed_kinds.get((op, kinds))
+        if found is None:
+            found = self.typed_kinds[(op, kinds)] = operands_typed(op, kinds)
+        return found
+
+    def accepted(self, app: Application, in_shapes: tuple[tuple[int, ...], ...], all_weights: bool
+                 ) -> tuple[Attrs, list[tuple[int, ...]]] | None:
+        """(attributes, output shapes) of the menu entry on operands of these shapes, or None: its shape rule
+        refuses them, or an image shrinks below ``MIN_SPATIAL`` from operands that are not all weights."""
+        res = self.resolved_on(app, in_shapes)
+        if res is None or (res[2] and not all_weights):
+            return None
+        return res[0], res[1]
+
+
 def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int], bool] | None = None,
-                     stats: dict[str, int] | None = None,
+                     stats: WalkStats | None = None,
                      keep_last: Callable[[int], bool] | None = None,
                      fewer_ops: Mapping[int, int] | None = None,
                      multi_output_tensors: Container[int] | None = None,
@@ -215,22 +318,22 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
     the no-op graphs come only from the walk that takes application 0. With ``keep_last``, a graph of
     ``max_ops`` ops is yielded only when ``keep_last(its fingerprint)``; the others are counted in
-    ``stats["not_kept"]`` without being built (the 4-op run keeps only what a smaller graph computes).
+    ``stats.not_kept`` without being built (the 4-op run keeps only what a smaller graph computes).
 
     With ``fewer_ops`` (tensor fingerprint -> fewest ops of a smaller graph computing that tensor alone), a
     graph of ``max_ops`` ops is neither built nor walked towards when it has a *reducible part*: an op
     output below the last op whose ancestor ops outnumber ``fewer_ops`` of it, and whose other values only
     those ancestors read. Replacing that part by the smaller graph (a smaller rule) leaves a graph of fewer
-    ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats["reducible"]``
+    ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats.reducible``
     counts the prefixes whose last op must read an inner value of such a part, and those not walked on because a
     part of theirs has none (one op: the graphs of fewer than ``max_ops`` ops below are not yielded either).
     ``multi_output_tensors`` (the output tensors of the kept graphs of two outputs or more): an output of the prefix
     outside it must be read by the last op, since a graph that leaves it as an output has two outputs or more
-    (``stats["open_output"]`` counts the prefixes no last op can complete). ``kept_multisets`` (``output_multisets``
+    (``stats.open_output`` counts the prefixes no last op can complete). ``kept_multisets`` (``output_multisets``
     of the kept graphs' outputs) tries the last op on the operand tuples of many prefixes at once: array operations
     over their rows instead of a Python step per application find the few whose outputs' multiset hash is a kept
-    graph's, and only those are checked with ``keep_last`` (``flush_last``: the same graphs of ``max_ops`` ops in the
-    same order, yielded in batches after smaller graphs the walk reached meanwhile).
+    graph's, and only those are checked with ``keep_last`` (``GraphWalk.flush_last``: the same graphs of ``max_ops``
+    ops in the same order, yielded in batches after smaller graphs the walk reached meanwhile).
 
     With ``first_codes`` as well, a part is also reducible when as many ops compute its tensor in the canonical
     graph of a smaller code (the part's code taken as its own graph's): a smaller rule of as many ops on each
@@ -239,61 +342,74 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
     are compared: the ops before the part's end, or two ops (a chain has one order).
 
     ``last_fingerprints``: the cache of the last op's fingerprints (``kept_multisets``) to use, for a caller that
-    walks several parts with the same seed (a fresh one of ``LAST_CACHE_BITS`` otherwise)."""
-    ev = IntEvaluator(seed)
-    n_in = len(INPUTS)
-    shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
-    values: list[np.ndarray] = list(ev.inputs)
-    fps: list[int] = [tensor_fp(v) for v in values]
-    weight: list[bool] = list(WEIGHT_INPUT)
-    consumers: list[int] = [0] * n_in
-    graph: list[Op] = []
-    codes: list[bytes] = []
-    op_keys: list[tuple[int, tuple[int, ...]]] = []
-    producers: list[int] = []  # per op: first output tensor index
-    used = [0] * n_in
-    tensor_op: list[int] = [-1] * n_in  # per tensor: the op producing it (-1: an input)
-    readers: list[int] = [0] * n_in  # per tensor: bit mask of the ops reading it
-    op_cone: list[int] = []  # per op: bit mask of itself and its ancestor ops
-    st = stats if stats is not None else {}
-    resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]], bool] | None] = {}
-    counter = [0]
-    # (menu key, operand fingerprints) -> (outputs, their fingerprints); equal fingerprints mean equal values
-    evaluated: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[int]]] = {}
+    walks several parts with the same seed (a fresh one of ``LAST_CACHE_BITS`` otherwise). The counts are added to
+    ``stats``."""
+    walk = GraphWalk(max_ops, seed, first_ops, WalkStats() if stats is None else stats, keep_last, fewer_ops,
+                     multi_output_tensors, kept_multisets, first_codes, last_fingerprints)
+    yield from walk.visits()
 
-    def cached(app: Application, in_shapes: tuple[tuple[int, ...], ...]):
-        key = (app.key, in_shapes)
-        if key not in resolve_cache:
-            attrs = resolve(app.op, app.params, in_shapes)
-            result = None
-            if attrs is not None:
-                try:
-                    out_shapes = OPS[app.op].infer(in_shapes, attrs)
-                except ShapeError:
-                    out_shapes = None
-                if out_shapes is not None:
-                    # with it: whether an output image shrinks below MIN_SPATIAL (``applications_of``)
-                    result = (attrs, out_shapes, any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes))
-            resolve_cache[key] = result
-        return resolve_cache[key]
 
-    applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
-    typed_cache: dict[tuple[str, tuple[Kind, ...]], bool] = {}
-    seconds_cache: dict[tuple, list[list[int]]] = {}
-    tuple_cache: dict[tuple[int, tuple], list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]] = {}
-    counts = [0, 0]  # applications evaluated (or found in the memo), last ops not kept
+class GraphWalk:
+    """One depth-first walk of ``enumerate_graphs`` (see there for the parameters): the current path (its tensors,
+    ops and their bookkeeping, grown by ``extend`` and undone after), the memos its paths share, the prefixes
+    queued for their last op, and its counts (``stats``). Nothing refers back to the walk, so its memos are freed
+    with it, without the cyclic collector (which the generator's workers pause)."""
 
-    def some_entry_applies(op: str, in_shapes: tuple[tuple[int, ...], ...]) -> bool:
-        """Whether any menu entry of ``op`` accepts these operand shapes (the op table's shape rule)."""
-        key = (op, in_shapes)
-        found = applies.get(key)
-        if found is None:
-            found = applies[key] = any(cached(app, in_shapes) is not None for app in BY_OP[op])
-        return found
+    def __init__(self, max_ops: int, seed: int, first_ops: Callable[[int], bool] | None, stats: WalkStats,
+                 keep_last: Callable[[int], bool] | None, fewer_ops: Mapping[int, int] | None,
+                 multi_output_tensors: Container[int] | None, kept_multisets: np.ndarray | None,
+                 first_codes: FirstCodes | None, last_fingerprints: FingerprintCache | None) -> None:
+        self.max_ops, self.first_ops, self.stats = max_ops, first_ops, stats
+        self.keep_last, self.fewer_ops, self.first_codes = keep_last, fewer_ops, first_codes
+        self.multi_output_tensors, self.kept_multisets = multi_output_tensors, kept_multisets
+        self.filtering_below = fewer_ops is not None and keep_last is not None
+        # the path: per tensor (the inputs first, then each op's outputs) and per op
+        self.n_in = len(INPUTS)
+        self.shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
+        self.values: list[np.ndarray] = list(IntEvaluator(seed).inputs)
+        self.fps: list[int] = [tensor_fp(v) for v in self.values]
+        self.weight: list[bool] = list(WEIGHT_INPUT)
+        self.consumers: list[int] = [0] * self.n_in
+        self.tensor_op: list[int] = [-1] * self.n_in  # per tensor: the op producing it (-1: an input)
+        self.readers: list[int] = [0] * self.n_in  # per tensor: bit mask of the ops reading it
+        self.used = [0] * self.n_in  # per input: the ops reading it
+        self.graph: list[Op] = []
+        self.codes: list[bytes] = []
+        self.op_keys: list[tuple[int, tuple[int, ...]]] = []
+        self.producers: list[int] = []  # per op: first output tensor index
+        self.op_cone: list[int] = []  # per op: bit mask of itself and its ancestor ops
+        # the memos the paths share
+        self.menu = MenuShapes()
+        # (menu key, operand fingerprints) -> (outputs, their fingerprints); equal fingerprints mean equal values
+        self.evaluated = _StartOver(MEMO_ENTRIES)
+        self.seconds_cache = _StartOver(TUPLE_CACHE_ENTRIES)
+        self.tuple_cache = _StartOver(TUPLE_CACHE_ENTRIES)
+        self.last_memo = _StartOver(LAST_MEMO_ENTRIES)
+        self.last_cache = _RecentFirst(LAST_LEVEL_ENTRIES)
+        self.shape_cache = _RecentFirst(SHAPE_LEVEL_ENTRIES)
+        self.kind_rows = KindRows(self.menu.accepted)
+        self.int_kernels = [OPS[app.op].evaluate_int for app in APPLICATIONS]  # by menu key
+        if last_fingerprints is not None:
+            self.single_memo = last_fingerprints
+        else:
+            self.single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
+        self.multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
+        self.pending: list[_LastPrefix] = []  # prefixes queued for their last op (``queue_last``)
+        self.pending_rows = 0  # their rows tried
 
-    def operand_tuples(op: str, level: Level) -> Iterator[tuple[int, ...]]:
-        # TASO's typing of operands by the tensors' kinds (``operands_typed``); the op table's shape rule decides
-        # the rest. With ``components`` (the last op), only tuples touching every component.
+    def visits(self) -> Iterator[Visit]:
+        """The walk: its graphs of 1..max_ops ops, then (from the walk taking application 0) the graphs of no op."""
+        yield from self.walk(0, [])
+        if self.pending:
+            yield from self.flush_last()
+        if self.first_ops is None or self.first_ops(0):
+            yield from _input_sets(self.fps[:self.n_in])
+
+    def operand_tuples(self, op: str, level: Level) -> Iterator[tuple[int, ...]]:
+        """The operand tuples of ``op`` at this level by TASO's typing of operands by the tensors' kinds
+        (``operands_typed``); the op table's shape rule decides the rest. With ``components`` (the last op), only
+        tuples touching every component."""
+        shapes, weight, menu = self.shapes, self.weight, self.menu
         components = level.components
         k = arity(op)
         n = len(shapes)
@@ -305,10 +421,10 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return
         if k == 1:
             for a in (sorted(components[0]) if components is not None else range(n)):
-                if typed(op, ((shapes[a], weight[a]),)) and some_entry_applies(op, (shapes[a],)):
+                if menu.typed(op, ((shapes[a], weight[a]),)) and menu.some_entry_applies(op, (shapes[a],)):
                     yield (a,)
             return
-        seconds = second_operands(op)
+        seconds = self.second_operands(op)
         if components is None:
             for a in range(n):
                 for b in seconds[a]:
@@ -323,11 +439,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             else:
                 yield from ((a, b) for b in seconds[a] if mask[b] & need == need)
 
-    def second_operands(op: str) -> list[list[int]]:
+    def second_operands(self, op: str) -> list[list[int]]:
         """Per tensor as the first operand of ``op`` (of two), the tensors it takes as the second, ascending:
         what ``operands_typed`` and some menu entry's shape rule accept. It depends on the tensors' kinds only."""
+        shapes, weight, menu, n_in = self.shapes, self.weight, self.menu, self.n_in
         key = (op, tuple(shapes[n_in:]), tuple(weight[n_in:]))
-        found = seconds_cache.get(key)
+        found = self.seconds_cache.get(key)
         if found is None:
             by_kind: dict[Kind, list[int]] = {}
             for t in range(len(shapes)):
@@ -335,44 +452,14 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             per_kind: dict[Kind, list[int]] = {}
             for kind in by_kind:
                 accepted = [by_kind[other] for other in by_kind
-                            if typed(op, (kind, other)) and some_entry_applies(op, (kind[0], other[0]))]
+                            if menu.typed(op, (kind, other)) and menu.some_entry_applies(op, (kind[0], other[0]))]
                 per_kind[kind] = accepted[0] if len(accepted) == 1 else sorted(itertools.chain(*accepted))
-            if len(seconds_cache) >= TUPLE_CACHE_ENTRIES:
-                seconds_cache.clear()
-            found = seconds_cache[key] = [per_kind[kind] for kind in zip(shapes, weight, strict=True)]
+            found = self.seconds_cache.keep(key, [per_kind[kind] for kind in zip(shapes, weight, strict=True)])
         return found
 
-    def typed(op: str, kinds: tuple[Kind, ...]) -> bool:
-        found = typed_cache.get((op, kinds))
-        if found is None:
-            found = typed_cache[(op, kinds)] = operands_typed(op, kinds)
-        return found
-
-    def component_tensors() -> list[set[int]]:
-        """Per connected component of the current ops (joined by shared tensors): the tensors it touches."""
-        parent = list(range(len(graph)))
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        toucher: dict[int, int] = {}
-        for i, (op, attrs, operands) in enumerate(graph):
-            first = producers[i]
-            touched = list(operands) + list(range(first, first + OPS[op].num_outputs(attrs)))
-            for t in touched:
-                if t in toucher:
-                    parent[find(i)] = find(toucher[t])
-                else:
-                    toucher[t] = i
-        groups: dict[int, set[int]] = {}
-        for t, i in toucher.items():
-            groups.setdefault(find(i), set()).add(t)
-        return list(groups.values())
-
-    def input_order_ok(operands: tuple[int, ...]) -> bool:
+    def input_order_ok(self, operands: tuple[int, ...]) -> bool:
+        """Whether these operands use the inputs of a family in order (``x1`` before ``x2``)."""
+        n_in, used = self.n_in, self.used
         seen = set()
         for t in operands:
             if t < n_in and not used[t]:
@@ -382,18 +469,19 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 seen.add(t)
         return True
 
-    def level_tuples(op: str, level: Level, live: list[int], required: int
+    def level_tuples(self, op: str, level: Level, live: list[int], required: int
                      ) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
         """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
         entry: (operands, whether they read the previous op's outputs, operand shapes, all weights). With
         ``live`` (at the last op: the inner values of each reducible part), only tuples reading one of each; with
         ``required`` (a bit mask of tensors), only tuples reading all of them."""
+        shapes, weight, input_order_ok = self.shapes, self.weight, self.input_order_ok
         entry = OPS[op]
-        prev_first = producers[-1] if graph else len(shapes)
+        prev_first = self.producers[-1] if self.graph else len(shapes)
         commutative, distinct_only = entry.commutative, entry.constant_on_equal_inputs
         masked = bool(live or required)
         out = []
-        for operands in operand_tuples(op, level):
+        for operands in self.operand_tuples(op, level):
             if len(operands) == 2:
                 a, b = operands
                 if (commutative and a > b) or (distinct_only and a == b):
@@ -414,14 +502,16 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             out.append((operands, depends, in_shapes, all_weights))
         return out
 
-    def outputs_of(i: int, prefix: _LastPrefix | None = None) -> range:
+    def outputs_of(self, i: int, prefix: _LastPrefix | None = None) -> range:
         """The tensor indices of op ``i``'s outputs (in ``prefix``, a queued prefix, or the walk's current one)."""
-        starts, n = (producers, len(shapes)) if prefix is None else (prefix.producers, len(prefix.fps))
+        starts, n = (self.producers, len(self.shapes)) if prefix is None else (prefix.producers, len(prefix.fps))
         return range(starts[i], starts[i + 1] if i + 1 < len(starts) else n)
 
-    def reducible_parts(i: int, cone: int, live: list[int]) -> list[int]:
+    def reducible_parts(self, i: int, cone: int, live: list[int]) -> list[int]:
         """``live`` without the parts op ``i`` reads an inner value of, plus the reducible parts ending at op
         ``i``'s outputs (each as the bit mask of its inner values)."""
+        graph, fps, readers, fewer_ops, first_codes = self.graph, self.fps, self.readers, self.fewer_ops, \
+            self.first_codes
         operands = graph[i][2]
         mask = bit_mask(operands)
         out = [inner for inner in live if not inner & mask]
@@ -429,7 +519,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             return out
         size = cone.bit_count()
         prefix_or_pair = cone == (1 << size) - 1 or size <= 2
-        for u in outputs_of(i):
+        for u in self.outputs_of(i):
             fewest = fewer_ops.get(fps[u])
             twin = None
             if fewest is None or fewest >= size:
@@ -442,95 +532,89 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             for j in range(len(graph)):
                 if not cone >> j & 1:
                     continue
-                for v in outputs_of(j):
+                for v in self.outputs_of(j):
                     if v != u:
                         # an inner value read outside the part (or by nothing: a graph output) keeps it alive
                         dead = dead and readers[v] != 0 and readers[v] & ~cone == 0
                         inner |= 1 << v
-            if dead and (twin is None or twin < part_code(cone)):
+            if dead and (twin is None or twin < self.part_code(cone)):
                 out.append(inner)
         return out
 
-    def reducible_last(operands: tuple[int, ...], new_fps: list[int], prefix: _LastPrefix | None = None) -> bool:
+    def reducible_last(self, operands: tuple[int, ...], new_fps: list[int], prefix: _LastPrefix | None = None
+                       ) -> bool:
         """Whether the last op (of one output, reading ``operands``, in a graph of other outputs) ends a reducible
-        part: its cone computes its output only, and fewer ops compute that (``stats["reducible_last"]``). The
+        part: its cone computes its output only, and fewer ops compute that (``stats.reducible_last``). The
         graph is then the rest of it beside that part, sharing inputs only, so replacing the part leaves a graph of
         fewer ops with the same outputs. ``prefix``: the queued prefix the last op completes (default: the walk's
         current one)."""
         if len(new_fps) != 1:
             return False
         if prefix is None:
-            cones, made_by, read_by, index = op_cone, tensor_op, readers, len(graph)
+            cones, made_by, read_by, index = self.op_cone, self.tensor_op, self.readers, len(self.graph)
         else:
             cones, made_by, read_by, index = prefix.op_cone, prefix.tensor_op, prefix.readers, len(prefix.graph)
         cone = 1 << index
         for t in operands:
-            if t >= n_in:
+            if t >= self.n_in:
                 cone |= cones[made_by[t]]
-        fewest = fewer_ops.get(new_fps[0])  # type: ignore[union-attr]
+        fewest = self.fewer_ops.get(new_fps[0])  # type: ignore[union-attr]
         if fewest is None or fewest >= cone.bit_count():
             return False
         for j in range(index):
             if cone >> j & 1:
                 # every value of the part is read, and only by the part (the last op included)
-                if any(read_by[v] & ~cone or not (read_by[v] or v in operands) for v in outputs_of(j, prefix)):
+                if any(read_by[v] & ~cone or not (read_by[v] or v in operands) for v in self.outputs_of(j, prefix)):
                     return False
-        st["reducible_last"] = st.get("reducible_last", 0) + 1
+        self.stats.reducible_last += 1
         return True
 
-    def part_code(cone: int) -> bytes:
+    def part_code(self, cone: int) -> bytes:
         """The code of the ops of ``cone`` as a graph of their own: their outputs renumbered after the inputs."""
         if cone == (1 << cone.bit_count()) - 1:
-            return b"".join(codes[:cone.bit_count()])
+            return b"".join(self.codes[:cone.bit_count()])
         renamed: dict[int, int] = {}
         out = []
-        for j in range(len(graph)):
+        for j in range(len(self.graph)):
             if cone >> j & 1:
-                key, operands = op_keys[j]
+                key, operands = self.op_keys[j]
                 out.append(op_code(key, tuple(renamed.get(t, t) for t in operands)))
-                for v in outputs_of(j):
-                    renamed[v] = n_in + len(renamed)
+                for v in self.outputs_of(j):
+                    renamed[v] = self.n_in + len(renamed)
         return b"".join(out)
 
-    def applications_of(app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
+    def applications_of(self, app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
                         ) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
         """The operand tuples this menu entry applies to (its shape rule accepts them and no image shrinks
         below ``MIN_SPATIAL``): (operands, reads the previous op, attributes, output shapes, all weights)."""
         out = []
         for operands, depends, in_shapes, is_w in op_tuples:
-            res = accepted(app, in_shapes, is_w)
+            res = self.menu.accepted(app, in_shapes, is_w)
             if res is not None:
                 out.append((operands, depends, *res, is_w))
         return out
 
-    def accepted(app: Application, in_shapes: tuple[tuple[int, ...], ...], all_weights: bool
-                 ) -> tuple[Attrs, list[tuple[int, ...]]] | None:
-        """(attributes, output shapes) of the menu entry on operands of these shapes, or None: its shape rule
-        refuses them, or an image shrinks below ``MIN_SPATIAL`` from operands that are not all weights."""
-        res = cached(app, in_shapes)
-        if res is None or (res[2] and not all_weights):
-            return None
-        return res[0], res[1]
-
-    def last_fps(app: Application, operands: tuple[int, ...], attrs: Attrs, memo_key: tuple[int, int, int],
+    def last_fps(self, app: Application, operands: tuple[int, ...], attrs: Attrs, memo_key: tuple[int, int, int],
                  tensors: list[np.ndarray] | None = None) -> int | tuple[int, ...]:
         """The fingerprint of the last op's output (a tuple of them for an op of several outputs), memoized by
         (menu key, the operands' fingerprints, 0 for none): its outputs are never operands, so only their
         fingerprints are kept. ``tensors``: the values the operands index (default: the walk's). The caller ignores
         overflow (wrapping int64)."""
-        found = last_memo.get(memo_key)
+        found = self.last_memo.get(memo_key)
         if found is None:
-            if len(last_memo) >= LAST_MEMO_ENTRIES:
-                last_memo.clear()
-            tensors = values if tensors is None else tensors
+            tensors = self.values if tensors is None else tensors
             outs = OPS[app.op].evaluate_int(np, [tensors[t] for t in operands], attrs)
-            found = last_memo[memo_key] = tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs))
+            found = self.last_memo.keep(memo_key,
+                                        tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs)))
         return found
 
-    def extend(app: Application, operands: tuple[int, ...], attrs: Attrs, out_shapes: list[tuple[int, ...]],
+    def extend(self, app: Application, operands: tuple[int, ...], attrs: Attrs, out_shapes: list[tuple[int, ...]],
                is_w: bool, outs: list[np.ndarray | None], new_fps: list[int], depth: int, live: list[int]
                ) -> Iterator[Visit]:
         """Apply the op, yield the graph, walk on from it (unless it is the last or repeats a tensor), undo."""
+        shapes, values, fps, weight, consumers = self.shapes, self.values, self.fps, self.weight, self.consumers
+        tensor_op, readers, used, op_cone, n_in = self.tensor_op, self.readers, self.used, self.op_cone, self.n_in
+        graph, codes, op_keys, producers = self.graph, self.codes, self.op_keys, self.producers
         existing = set(fps)
         duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
         first = len(shapes)
@@ -558,18 +642,18 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         producers.append(first)
         outputs = tuple(t for t in range(n_in, len(shapes)) if consumers[t] == 0)
         out_fps = tuple(fps[t] for t in outputs)
-        counter[0] += 1
+        self.stats.graphs += 1
         yield Visit(tuple(graph), graph_fp(list(out_fps)), outputs, out_fps,
                     frozenset(i for i in range(n_in) if used[i]), b"".join(codes))
         if duplicate:
-            st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
-        elif depth + 1 < max_ops:
-            below = reducible_parts(index, cone, live) if filtering_below else live
+            self.stats.duplicate_tensor += 1
+        elif depth + 1 < self.max_ops:
+            below = self.reducible_parts(index, cone, live) if self.filtering_below else live
             if 0 in below:
                 # a part of one op has no inner value a later op could read: no widest graph below is kept
-                st["reducible"] = st.get("reducible", 0) + 1
+                self.stats.reducible += 1
             else:
-                yield from walk(depth + 1, below)
+                yield from self.walk(depth + 1, below)
         # undo
         producers.pop()
         op_cone.pop()
@@ -585,65 +669,66 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         del shapes[first:], values[first:], fps[first:], weight[first:], consumers[first:]
         del tensor_op[first:], readers[first:]
 
-    def last_rows(level: Level, level_key: tuple, live: list[int], required: int) -> _LastRows:
-        rows = last_cache.pop(level_key, None)
-        if rows is None:
+    def last_rows(self, level: Level, level_key: tuple, live: list[int], required: int) -> _LastRows:
+        """The last op's rows of this level (memoized by ``level_key``): those of the level without ``live`` and
+        ``required``, narrowed to them, or the rows of the tensors' shapes and kinds narrowed to the level's."""
+        rows = self.last_cache.take(level_key)
+        new = rows is None
+        if new:
             if live or required:
                 # the rows of the level without them, narrowed: levels differing only there share one build
-                rows = last_rows(level, (*level_key[:-2], (), 0), [], 0).reading(required, live)
+                rows = self.last_rows(level, (*level_key[:-2], (), 0), [], 0).reading(required, live)
             else:
-                rows = shape_rows().narrowed(np.array([u > 0 for u in used], dtype=bool), level.masks, level.full)
-            if len(last_cache) >= LAST_LEVEL_ENTRIES:
-                del last_cache[next(iter(last_cache))]
-        last_cache[level_key] = rows  # the most recently used last: the least recently used go first
-        return rows
+                rows = self.shape_rows().narrowed(np.array([u > 0 for u in self.used], dtype=bool), level.masks,
+                                                  level.full)
+        return self.last_cache.keep(level_key, rows, new)  # the most recently used last: the least recent go first
 
-    def shape_rows() -> _LastRows:
+    def shape_rows(self) -> _LastRows:
         """The last op's rows of every level with these tensor shapes and kinds, whatever inputs the graph uses and
         however its components lie (``_LastRows.narrowed`` picks a level's own): array operations over
         ``kind_rows``' tables, no Python step per row."""
-        key = (tuple(shapes[n_in:]), tuple(weight[n_in:]))
-        rows = shape_cache.pop(key, None)
-        if rows is None:
+        shapes, weight, kind_rows = self.shapes, self.weight, self.kind_rows
+        key = (tuple(shapes[self.n_in:]), tuple(weight[self.n_in:]))
+        rows = self.shape_cache.take(key)
+        new = rows is None
+        if new:
             rows = kind_rows.rows_of([kind_rows.kind((s, w)) for s, w in zip(shapes, weight, strict=True)])
-            if len(shape_cache) >= SHAPE_LEVEL_ENTRIES:
-                del shape_cache[next(iter(shape_cache))]
-        shape_cache[key] = rows
-        return rows
+        return self.shape_cache.keep(key, rows, new)
 
-    def queue_last(level: Level, level_key: tuple, live: list[int], required: int, open_outputs: list[int]) -> None:
+    def queue_last(self, level: Level, level_key: tuple, live: list[int], required: int, open_outputs: list[int]
+                   ) -> None:
         """Queue the current prefix for its last op (``kept_multisets``): its rows of the level and the state the
         last op's fingerprints, checks and graphs read, copied (the walk moves on before ``flush_last``)."""
-        table = last_rows(level, level_key, live, required)
+        table = self.last_rows(level, level_key, live, required)
         if not len(table.keys):
             return
-        tried = np.flatnonzero(table.tried(op_keys, producers[-1]))
+        tried = np.flatnonzero(table.tried(self.op_keys, self.producers[-1]))
         if not len(tried):
             return
-        pending.append(_LastPrefix(table, tried, fps.copy(), values.copy(), open_outputs, used.copy(), readers.copy(),
-                                   op_cone.copy(), tensor_op.copy(), producers.copy(), tuple(graph), b"".join(codes)))
-        pending_rows[0] += len(tried)
+        self.pending.append(_LastPrefix(table, tried, self.fps.copy(), self.values.copy(), open_outputs,
+                                        self.used.copy(), self.readers.copy(), self.op_cone.copy(),
+                                        self.tensor_op.copy(), self.producers.copy(), tuple(self.graph),
+                                        b"".join(self.codes)))
+        self.pending_rows += len(tried)
 
-    def flush_last() -> Iterator[Visit]:
+    def flush_last(self) -> Iterator[Visit]:
         """The last op over all the candidate applications of the queued prefixes at once: the applications whose
         graph's outputs have a kept graph's multiset hash, found by array operations over the prefixes' rows
         together (a prefix has a few hundred: one pass over many instead of a few dozen array operations each),
         checked one by one with ``keep_last``, then yielded prefix by prefix in the walk's order."""
-        batch = pending.copy()
-        pending.clear()
-        pending_rows[0] = 0
+        batch = self.pending.copy()
+        self.pending.clear()
+        self.pending_rows = 0
+        single_memo, keep_last = self.single_memo, self.keep_last
         sizes = np.array([len(p.tried) for p in batch], np.int64)
         table_sizes = np.array([len(p.table.keys) for p in batch], np.int64)
         table_starts = np.zeros(len(batch), np.int64)
         np.cumsum(table_sizes[:-1], out=table_starts[1:])
         prefix_of = np.repeat(np.arange(len(batch)), sizes)  # per row: its prefix in the batch
         rows = np.concatenate([p.tried for p in batch]) + table_starts[prefix_of]  # into the tables joined
-
-        def joined(field: str) -> np.ndarray:
-            return np.concatenate([getattr(p.table, field) for p in batch])[rows]
-
-        first, second, one, keys, result_of = (joined("first"), joined("second"), joined("single"), joined("keys"),
-                                               joined("result"))
+        first, second, one, keys, result_of = (_joined(batch, rows, "first"), _joined(batch, rows, "second"),
+                                               _joined(batch, rows, "single"), _joined(batch, rows, "keys"),
+                                               _joined(batch, rows, "result"))
         # each prefix's tensor fingerprints and a 0 for "no second operand", one after another
         widths = np.array([len(p.fps) + 1 for p in batch], np.int64)
         fps_at = np.cumsum(widths) - widths
@@ -652,12 +737,12 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
         no_second = at + widths[prefix_of] - 1
         # per row of one output its fingerprint (from the cache, or computed once per key in the batch and stored),
         # per row of several (split) the tuple of theirs (memoized by ``last_fps``)
-        tags, slots = single_memo.address(joined("key_tag"), fps_all[first + at],
+        tags, slots = single_memo.address(_joined(batch, rows, "key_tag"), fps_all[first + at],
                                           fps_all[np.where(second >= 0, second + at, no_second)])
         found = single_memo.values[slots]
         several: dict[int, tuple[int, ...]] = {}
         missed = np.flatnonzero((single_memo.tags[slots] != tags) & one)
-        results = kind_rows.results
+        results = self.kind_rows.results
         with np.errstate(over="ignore"):
             if len(missed):
                 _, firsts, inverse = np.unique(tags[missed], return_index=True, return_inverse=True)
@@ -667,7 +752,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                                                 result_of[once].tolist(), prefix_of[once].tolist(), strict=True):
                     tensors = batch[k].values
                     arrays = [tensors[a]] if b < 0 else [tensors[a], tensors[b]]
-                    computed.append(tensor_fp(int_kernels[key](np, arrays, results[result][0])[0]))
+                    computed.append(tensor_fp(self.int_kernels[key](np, arrays, results[result][0])[0]))
                 found[missed] = np.array(computed, dtype=np.uint64)[inverse.reshape(-1)]
                 single_memo.store(tags, slots, found, once)
             multi = np.flatnonzero(~one)
@@ -678,8 +763,8 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                     p = batch[k]
                     app, operands = APPLICATIONS[key], (a,) if b < 0 else (a, b)
                     memo_key = (app.key, p.fps[a], p.fps[b] if b >= 0 else 0)
-                    several[j] = last_fps(app, operands, results[result][0], memo_key,  # type: ignore[assignment]
-                                          p.values)
+                    several[j] = self.last_fps(app, operands, results[result][0],  # type: ignore[assignment]
+                                               memo_key, p.values)
         own = multiset_hash(found)
         if several:
             multi_at = sorted(several)
@@ -701,7 +786,7 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
                 own += np.where((first == t) | (second == t), np.uint64(0), mixed[prefix_of, i])
         survivors: list[dict[int, tuple[list[int], int]]] = [{} for _ in batch]
         # an equal hash is a candidate only: the graph's own fingerprint decides, as in the walk of one by one
-        members = multisets.members(own)
+        members = self.multisets.members(own)
         kept = 0
         for j, k, i in zip(members.tolist(), prefix_of[members].tolist(), (rows[members] - table_starts[
                 prefix_of[members]]).tolist(), strict=True):
@@ -710,138 +795,153 @@ def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int],
             operands = p.table.row(i)[1]
             rest = [p.fps[t] for t in p.open_outputs if t not in operands]
             fingerprint = graph_fp(rest + new_fps)
-            if keep_last(fingerprint) and not (filtering_below and rest  # type: ignore[misc]
-                                               and reducible_last(operands, new_fps, p)):
+            if keep_last(fingerprint) and not (self.filtering_below and rest  # type: ignore[misc]
+                                               and self.reducible_last(operands, new_fps, p)):
                 survivors[k][i] = (new_fps, fingerprint)
                 kept += 1
-        counts[0] += len(rows)
-        counts[1] += len(rows) - kept
+        self.stats.applications += len(rows)
+        self.stats.not_kept += len(rows) - kept
         for p, kept_rows in zip(batch, survivors, strict=True):
             if kept_rows:
-                yield from last_visits(p, kept_rows)
+                yield from self.last_visits(p, kept_rows)
 
-    def last_visits(p: _LastPrefix, kept_rows: dict[int, tuple[list[int], int]]) -> Iterator[Visit]:
+    def last_visits(self, p: _LastPrefix, kept_rows: dict[int, tuple[list[int], int]]) -> Iterator[Visit]:
         """The graph of each kept last op of a queued prefix, built without applying it (nothing walks on from
         it), in the walk's order."""
+        n_in = self.n_in
         existing = set(p.fps)
         n = len(p.fps)
         for i in sorted(kept_rows):
             app, operands, attrs = p.table.row(i)
             new_fps, fingerprint = kept_rows[i]
             if any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps):
-                st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
+                self.stats.duplicate_tensor += 1
             outputs = (*(t for t in p.open_outputs if t not in operands), *range(n, n + len(new_fps)))
             inputs_used = frozenset(t for t in range(n_in) if p.used[t] or t in operands)
-            counter[0] += 1
+            self.stats.graphs += 1
             yield Visit((*p.graph, (app.op, attrs, operands)), fingerprint, outputs,
                         (*(p.fps[t] for t in outputs[:-len(new_fps)]), *new_fps), inputs_used,
                         p.code + op_code(app.key, operands))
 
-    def walk(depth: int, live: list[int]) -> Iterator[Visit]:
+    def walk(self, depth: int, live: list[int]) -> Iterator[Visit]:
+        """The graphs below the current path, whose next op is at ``depth``; ``live``: the inner values of each
+        reducible part below it (``reducible_parts``)."""
+        shapes, weight, fps, used, graph, op_keys, n_in = (self.shapes, self.weight, self.fps, self.used, self.graph,
+                                                           self.op_keys, self.n_in)
         # The last op must join every component: a graph of independent parts only yields rules that are
         # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
-        components = component_tensors() if depth == max_ops - 1 and graph else None
+        last = depth == self.max_ops - 1
+        components = component_tensors(graph, self.producers) if last and graph else None
         tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}  # per op, not per menu entry
         last_key = op_keys[-1] if graph else None
-        last = depth == max_ops - 1
-        filtering = last and keep_last is not None
-        open_outputs = [t for t in range(n_in, len(shapes)) if consumers[t] == 0] if filtering else []
+        filtering = last and self.keep_last is not None
+        open_outputs = [t for t in range(n_in, len(shapes)) if self.consumers[t] == 0] if filtering else []
         required = 0
-        if filtering and multi_output_tensors is not None:
-            required = bit_mask(t for t in open_outputs if fps[t] not in multi_output_tensors)
+        if filtering and self.multi_output_tensors is not None:
+            required = bit_mask(t for t in open_outputs if fps[t] not in self.multi_output_tensors)
             if required.bit_count() > 2:  # no op reads three tensors
-                st["open_output"] = st.get("open_output", 0) + 1
+                self.stats.open_output += 1
                 return
         level = Level.of(shapes, components)
         if last and live:
-            st["reducible"] = st.get("reducible", 0) + 1
+            self.stats.reducible += 1
         # Everything the operand tuples depend on: prefixes of other ops with the same tensor shapes, kinds,
         # inputs used and components share them (most do: add, mul, sub and matmul all make a 4x4 tensor).
         level_key = (tuple(shapes[n_in:]), tuple(weight[n_in:]), tuple(u > 0 for u in used),
                      tuple(level.masks) if components is not None else None,
-                     producers[-1] if graph else len(shapes), tuple(live) if last else (), required)
-        if filtering and kept_multisets is not None and depth > 0:
-            queue_last(level, level_key, live, required, open_outputs)
-            if pending_rows[0] >= LAST_BATCH_ROWS:
-                yield from flush_last()
+                     self.producers[-1] if graph else len(shapes), tuple(live) if last else (), required)
+        if filtering and self.kept_multisets is not None and depth > 0:
+            self.queue_last(level, level_key, live, required, open_outputs)
+            if self.pending_rows >= LAST_BATCH_ROWS:
+                yield from self.flush_last()
             return
         path_keys = {k for k, _ in op_keys}
         for app in APPLICATIONS:
-            if depth == 0 and first_ops is not None and not first_ops(app.key):
+            if depth == 0 and self.first_ops is not None and not self.first_ops(app.key):
                 continue
-            applicable = tuple_cache.get((app.key, level_key))
+            applicable = self.tuple_cache.get((app.key, level_key))
             if applicable is None:
                 if app.op not in tuples:
-                    tuples[app.op] = level_tuples(app.op, level, live if last else [], required)
-                if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
-                    tuple_cache.clear()
-                applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
+                    tuples[app.op] = self.level_tuples(app.op, level, live if last else [], required)
+                applicable = self.tuple_cache.keep((app.key, level_key), self.applications_of(app, tuples[app.op]))
             # an op independent of the previous one must come after it in (menu key, operands) order
             before = last_key is not None and app.key < last_key[0]
             same = last_key is not None and app.key == last_key[0]
             on_path = app.key in path_keys
-            entry = OPS[app.op]
             for operands, depends, attrs, out_shapes, is_w in applicable:
                 if not depends and (before or (same and operands <= last_key[1])):
                     continue
                 if on_path and (app.key, operands) in op_keys:
                     continue
-                counts[0] += 1
+                self.stats.applications += 1
                 if last:
-                    memo_key = (app.key, fps[operands[0]] if operands else 0,
-                                fps[operands[1]] if len(operands) > 1 else 0)
-                    with np.errstate(over="ignore"):
-                        found = last_fps(app, operands, attrs, memo_key)
-                    new_fps = list(found) if isinstance(found, tuple) else [found]
-                    outs = [None] * len(new_fps)
-                    rest = [fps[t] for t in open_outputs if t not in operands]
-                    if filtering and not keep_last(graph_fp(rest + new_fps)):
-                        counts[1] += 1
+                    found = self.last_op_fps(app, operands, attrs, open_outputs, filtering)
+                    if found is None:
+                        self.stats.not_kept += 1
                         continue
-                    if filtering_below and rest and reducible_last(operands, new_fps):
-                        counts[1] += 1
-                        continue
+                    outs, new_fps = found
                 else:
-                    # three quarters of the applications repeat one already evaluated on other paths
-                    memo_key = (app.key, *map(fps.__getitem__, operands))
-                    memo = evaluated.get(memo_key)
-                    if memo is None:
-                        with np.errstate(over="ignore"):
-                            outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
-                        if len(evaluated) >= MEMO_ENTRIES:
-                            evaluated.clear()
-                        memo = evaluated[memo_key] = outs, [tensor_fp(o) for o in outs]
-                    outs, new_fps = memo
-                yield from extend(app, operands, attrs, out_shapes, is_w, outs, new_fps, depth, live)
+                    outs, new_fps = self.evaluate(app, operands, attrs)
+                yield from self.extend(app, operands, attrs, out_shapes, is_w, outs, new_fps, depth, live)
 
-    filtering_below = fewer_ops is not None and keep_last is not None
-    last_cache: dict[tuple, _LastRows] = {}
-    shape_cache: dict[tuple, _LastRows] = {}
-    kind_rows = KindRows(accepted)
-    int_kernels = [OPS[app.op].evaluate_int for app in APPLICATIONS]  # by menu key
-    last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
-    if last_fingerprints is not None:
-        single_memo = last_fingerprints
-    else:
-        single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
-    multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
-    pending: list[_LastPrefix] = []  # prefixes queued for their last op (``queue_last``)
-    pending_rows = [0]  # their rows tried
-    yield from walk(0, [])
-    if pending:
-        yield from flush_last()
-    if first_ops is None or first_ops(0):
-        yield from _input_sets(fps[:n_in])
-    st["graphs"] = st.get("graphs", 0) + counter[0]
-    st["applications"] = st.get("applications", 0) + counts[0]
-    if counts[1]:
-        st["not_kept"] = st.get("not_kept", 0) + counts[1]
-    # The nested walk functions refer to one another, a cycle that keeps every memo alive until the cyclic
-    # collector finds it: emptied here, they are freed now, and a collection after the walk (its callers pause
-    # the collector) does not traverse millions of memo entries first (0.4 s a part at 4 ops).
-    for memo in (last_memo, evaluated, tuple_cache, last_cache, shape_cache, seconds_cache, resolve_cache, applies,
-                 typed_cache, pending):
-        memo.clear()
+    def last_op_fps(self, app: Application, operands: tuple[int, ...], attrs: Attrs, open_outputs: list[int],
+                    filtering: bool) -> tuple[list[None], list[int]] | None:
+        """The last op's outputs (never needed: nothing reads them) and fingerprints, or None when its graph is
+        not kept (``keep_last``) or ends a reducible part."""
+        fps = self.fps
+        memo_key = (app.key, fps[operands[0]] if operands else 0, fps[operands[1]] if len(operands) > 1 else 0)
+        with np.errstate(over="ignore"):
+            found = self.last_fps(app, operands, attrs, memo_key)
+        new_fps = list(found) if isinstance(found, tuple) else [found]
+        rest = [fps[t] for t in open_outputs if t not in operands]
+        if filtering and not self.keep_last(graph_fp(rest + new_fps)):  # type: ignore[misc]
+            return None
+        if self.filtering_below and rest and self.reducible_last(operands, new_fps):
+            return None
+        return [None] * len(new_fps), new_fps
+
+    def evaluate(self, app: Application, operands: tuple[int, ...], attrs: Attrs) -> tuple[list[np.ndarray], list[int]]:
+        """The op's outputs on the path's tensors and their fingerprints, memoized by (menu key, the operands'
+        fingerprints): three quarters of the applications repeat one already evaluated on other paths."""
+        memo_key = (app.key, *map(self.fps.__getitem__, operands))
+        memo = self.evaluated.get(memo_key)
+        if memo is None:
+            with np.errstate(over="ignore"):
+                outs = OPS[app.op].evaluate_int(np, [self.values[t] for t in operands], attrs)
+            memo = self.evaluated.keep(memo_key, (outs, [tensor_fp(o) for o in outs]))
+        return memo
+
+
+def component_tensors(graph: Sequence[Op], producers: Sequence[int]) -> list[set[int]]:
+    """Per connected component of the ops of ``graph`` (joined by shared tensors; ``producers``: per op its first
+    output tensor): the tensors it touches."""
+    parent = list(range(len(graph)))
+    toucher: dict[int, int] = {}
+    for i, (op, attrs, operands) in enumerate(graph):
+        first = producers[i]
+        touched = list(operands) + list(range(first, first + OPS[op].num_outputs(attrs)))
+        for t in touched:
+            if t in toucher:
+                parent[_root(parent, i)] = _root(parent, toucher[t])
+            else:
+                toucher[t] = i
+    groups: dict[int, set[int]] = {}
+    for t, i in toucher.items():
+        groups.setdefault(_root(parent, i), set()).add(t)
+    return list(groups.values())
+
+
+def _root(parent: list[int], i: int) -> int:
+    """The root of ``i`` in the union-find forest ``parent``, halving the path on the way."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def _joined(batch: list[_LastPrefix], rows: np.ndarray, field: str) -> np.ndarray:
+    """One field of the batch's last-op tables, joined, at ``rows``."""
+    return np.concatenate([getattr(p.table, field) for p in batch])[rows]
 
 
 def operands_typed(op: str, kinds: tuple[Kind, ...]) -> bool:

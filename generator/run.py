@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from generator.enumerate import (
     FingerprintCache,
     FirstCodes,
     SortedFingerprints,
+    WalkStats,
     enumerate_graphs,
     output_multisets,
 )
@@ -175,12 +175,12 @@ class _WorkerCaches:
 _WORKER = _WorkerCaches()
 
 
-def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _walk_kept(args: WalkPart) -> tuple[WalkStats, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of the smaller run's and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
     max_ops, seed, first_ops, shared = args
     filters: WalkFilters = shared.get()
-    stats: dict[str, int] = {}
+    stats = WalkStats()
     packed, rows = [], []
     with collector_paused():
         for v in enumerate_graphs(max_ops, seed, first_ops=first_ops.__contains__, stats=stats,
@@ -421,20 +421,20 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     shared = pool.share(filters)  # 37 MB at 4 ops: once in a cluster's object store, not once per part
     parts = [(max_ops, seed, keys, shared)
              for keys in balanced_parts(weights, max(jobs * PARTS_PER_WORKER, len(weights)))]
-    walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
+    walked, rows, wide_fps, counts = 0, Buckets(seed), [], WalkStats()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (stats, arrays) in enumerate(work, 1):
-        counts.update(stats)
-        walked += stats.get("graphs", 0) + stats.get("not_kept", 0)
+        counts += stats
+        walked += stats.graphs + stats.not_kept
         rows.add_arrays(arrays, 0)
         wide_fps.append(arrays[0])
         if progress is not None:
             progress(f"walking {max_ops} ops: part {done}/{len(parts)}", walked, time.perf_counter() - t)
     t = step(f"graphs of {max_ops} ops walked (with smaller ones)", walked, t)
     step("  kept: a smaller graph has the fingerprint", sum(len(f) for f in wide_fps), t)
-    step("  prefixes with a reducible part (the last op must undo it, or none can)", counts["reducible"], t)
-    step("  prefixes left out: 3 outputs no kept graph has", counts["open_output"], t)
-    step("  left out: the last op ends a part fewer ops compute", counts["reducible_last"], t)
+    step("  prefixes with a reducible part (the last op must undo it, or none can)", counts.reducible, t)
+    step("  prefixes left out: 3 outputs no kept graph has", counts.open_output, t)
+    step("  left out: the last op ends a part fewer ops compute", counts.reducible_last, t)
     partners = found_in(small_fps, np.concatenate(wide_fps))
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps

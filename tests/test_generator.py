@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from generator import generate
-from generator.enumerate import BY_OP, INPUTS, enumerate_graphs
+from generator.enumerate import BY_OP, INPUTS, WalkStats, enumerate_graphs
 from generator.fingerprint import Buckets, Entry, candidate_pairs, canonical_text, evaluate, match_outputs
 from generator.run import balanced_parts, format_table
 from xflow.ir import Attrs
@@ -152,11 +152,11 @@ def test_keep_last_yields_exactly_the_kept_widest_graphs():
 
     plain = [v for v in walk() if len(v.graph) == 3]
     kept_fps = {v.fingerprint for v in plain[::3]}
-    stats: dict[str, int] = {}
+    stats = WalkStats()
     filtered = [v for v in walk(stats=stats, keep_last=kept_fps.__contains__) if len(v.graph) == 3]
     assert sorted(v.code for v in filtered) == sorted(v.code for v in plain if v.fingerprint in kept_fps)
     assert 0 < len(filtered) < len(plain)
-    assert stats["not_kept"] == len(plain) - len(filtered)
+    assert stats.not_kept == len(plain) - len(filtered)
 
 
 @pytest.fixture(scope="module")
@@ -250,11 +250,11 @@ def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
     fewer = dict(zip(tensors.tolist(), counts.tolist(), strict=True))
     kept_fps = set(small[0].tolist())
     plain = walk(keep_last=kept_fps.__contains__)
-    stats: dict[str, int] = {}
+    stats = WalkStats()
     pruned = walk(keep_last=kept_fps.__contains__, fewer_ops=fewer, stats=stats,
                   kept_multisets=output_multisets(small[2]))
     left_out = {v.code for v in plain} - {v.code for v in pruned}
-    assert {v.code for v in pruned} <= {v.code for v in plain} and left_out and stats["reducible"] > 0
+    assert {v.code for v in pruned} <= {v.code for v in plain} and left_out and stats.reducible > 0
     for v in plain:
         if v.code not in left_out:
             continue
@@ -263,11 +263,11 @@ def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
         assert any(fewer.get(f, 9) < 2 for f in fps[N:N + 2]), v.graph
     # a prefix output that no kept graph of several outputs has must be read by the last op: an exact pre-filter
     several = small[2][small[2][:, 1] != 0]
-    narrow_stats: dict[str, int] = {}
+    narrow_stats = WalkStats()
     narrowed = walk(keep_last=kept_fps.__contains__, fewer_ops=fewer, stats=narrow_stats,
                     multi_output_tensors=set(several[several != 0].tolist()))
     assert sorted(v.code for v in narrowed) == sorted(v.code for v in pruned)
-    assert narrow_stats["applications"] < stats["applications"]
+    assert narrow_stats.applications < stats.applications
 
 
 def test_graphs_with_a_part_as_many_ops_compute_in_a_smaller_canonical_graph_are_not_walked():
@@ -541,7 +541,7 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     firsts = {BY_OP["neg"][0].key, BY_OP["split"][0].key}
 
     def walk(**kw):
-        stats: dict[str, int] = {}
+        stats = WalkStats()
         visits = list(enumerate_graphs(3, seed=0, first_ops=firsts.__contains__, stats=stats, **filters, **kw))
         return visits, stats
 
@@ -559,7 +559,7 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     widest = [v.code for v in at_once if len(v.graph) == 3]
     split_last = {a.key for a in BY_OP["split"]}
     assert len(widest) > 100 and any(code[6] in split_last for code in widest)
-    assert stats["not_kept"] > 10 * len(widest)
+    assert stats.not_kept > 10 * len(widest)
 
 
 def test_the_widest_walk_deals_its_first_ops_into_parts_of_equal_weight_heaviest_first():

@@ -13,7 +13,7 @@ __all__ = ["GenerationResult", "generate"]
 
 def __getattr__(name: str) -> Any:  # lazy: importing a submodule does not import run.py's numpy and executor
     if name in __all__:
-        from generator import run
+        import generator.run
 
-        return getattr(run, name)
+        return getattr(generator.run, name)
     raise AttributeError(name)

@@ -64,6 +64,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     from generator.run import generate
     from generator.usefulness import match_counts, zoo_graphs
     from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, WORKER_DIED, verify_candidates
+    from verifier.status import TABLE_ORDER, OutcomeStatus
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -92,7 +93,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
         candidates = [candidates[i] for i in order[:options.limit]]
         table.append(("verified (--limit, priority order)", len(candidates), 0.0))
     result = RuleFileResult(0, table, candidates=len(candidates))
-    counts: Counter[str] = Counter()
+    counts: Counter[OutcomeStatus] = Counter()
 
     def verify(batch: list[dict[str, Any]], label: str, wide_trials: int) -> list[Any]:
         t = time.perf_counter()
@@ -100,7 +101,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
 
         def on_outcome(done: int, outcome: Any) -> None:
             counts[outcome.status] += 1
-            show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
+            show(f"verifying {label}{done}/{len(batch)}: {counts[OutcomeStatus.PROVED]} proved")
 
         outcomes = verify_candidates(batch, rlimit=options.rlimit, trials=options.trials, seed=options.seed,
                                      progress=on_outcome, guard_s=options.guard_s, executor=executor,
@@ -108,8 +109,9 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
                                      same_theorems=True)
         seconds = round(time.perf_counter() - t, 3)
         result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
-        for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):
-            table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
+        for status in TABLE_ORDER:
+            table.append((f"{label}verifier: {status}", counts.get(status, 0),
+                          seconds if status == OutcomeStatus.PROVED else 0.0))
         return outcomes
 
     outcomes = verify(candidates, "", WIDE_TRIALS)

@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from generator.enumerate import WalkStats, enumerate_graphs
 from generator.run import WalkFilters, _collect, _partition, collector_paused
+from generator.walk import WalkStats, enumerate_graphs
 from xflow.executor import LocalExecutor
 
 

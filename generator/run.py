@@ -18,13 +18,10 @@ import numpy as np
 from generator.enumerate import (
     APPLICATIONS,
     INPUT_SET,
-    LAST_CACHE_BITS,
     NO_OPERAND,
     FingerprintCache,
     FirstCodes,
     SortedFingerprints,
-    WalkStats,
-    enumerate_graphs,
     output_multisets,
 )
 from generator.fingerprint import (
@@ -44,6 +41,7 @@ from generator.packed import PackedRule, PackedRules
 from generator.packed import pack as pack_rule
 from generator.prune import CommonSubgraph, renaming_keys
 from generator.to_rules import attribute_evaluator, pair_to_rule, rule_name, rule_variables
+from generator.walk import LAST_CACHE_BITS, WalkStats, enumerate_graphs
 from xflow.executor import Executor, LocalExecutor, Shared
 
 Progress = Callable[[str, int, float], None]

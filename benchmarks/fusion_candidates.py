@@ -19,9 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from generator.candidate_file import CANDIDATES_FORMAT
 from xflow.ops.attention import TO_HEADS, TO_HEADS_T
-
-CANDIDATES_FORMAT = "xflow.candidates/1"  # generator/rule_file.py reads this format
 
 
 def node(op: str, inputs: list[str], out: str, **attrs: Any) -> dict[str, Any]:

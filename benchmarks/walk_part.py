@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from generator.enumerate import enumerate_graphs
 from generator.run import WalkFilters, _collect, _partition, collector_paused
+from generator.walk import WalkStats, enumerate_graphs
 from xflow.executor import LocalExecutor
 
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     filters = WalkFilters.of(fps, codes, outs, args.max_ops).walk_kwargs()  # as generator.run's workers walk
     if args.plain:
         filters = {"keep_last": filters["keep_last"]}
-    stats: dict[str, int] = {}
+    stats = WalkStats()
     rows: list[bytes] = []
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:

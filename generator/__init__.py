@@ -1,6 +1,7 @@
 """TASO-style substitution generator: enumerate small operator graphs, fingerprint, prune, emit xflow rules.
 
-``generate(max_ops, seed, jobs, progress) -> GenerationResult(rules, table)``; ``python -m generator.run``.
+``generate(max_ops, seed, jobs, progress) -> GenerationResult(rules, table)``; the whole pipeline (generate,
+verify, write the rule file) is ``generator.pipeline``, the candidate file ``generator.candidate_file``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from typing import Any
 __all__ = ["GenerationResult", "generate"]
 
 
-def __getattr__(name: str) -> Any:  # lazy, so ``python -m generator.run`` imports run.py only once
+def __getattr__(name: str) -> Any:  # lazy: importing a submodule does not import run.py's numpy and executor
     if name in __all__:
-        from generator import run
+        import generator.run
 
-        return getattr(run, name)
+        return getattr(generator.run, name)
     raise AttributeError(name)

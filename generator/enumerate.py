@@ -1,23 +1,18 @@
-"""Enumerate every operator graph of up to ``max_ops`` operators over TASO's algebra (as the op table has it).
+"""What the generator enumerates over (TASO's algebra, as the op table has it) and the tables its walk reads.
 
 A graph is a tuple of op applications ``(op, attrs, operands)``; ``operands`` index the graph's tensors:
 first the fixed inputs of ``INPUTS`` (in order), then each op's outputs in application order. The
 graph's outputs are the op outputs no later op consumes (a graph of no op outputs a set of inputs).
 
-Pruning while enumerating (TASO's generator): an op applies only where the op table's shape rule accepts
-the operand shapes; commutative operands come in index order; within an input family ``x1`` is used
-before ``x2``; two independent neighbouring ops come in key order; an op identical to one already in the
-graph is skipped; an image shrunk below ``MIN_SPATIAL`` ends the graph; a graph whose new tensor equals
-(by fingerprint) one it already has is reported but not extended; the last op must connect every part of
-the graph. Operands are typed as in TASO (``operand_tuples``). The walk is depth-first and streams graphs:
-nothing but the current path is kept.
+Here: the inputs and the menu of applications (``APPLICATIONS``), the seeded integer inputs and the fingerprints of
+tensors and graphs, TASO's typing of operands (``operands_typed``), and the arrays the walk tries its last op on
+(``KindRows``, ``LastRows``, the multiset hashes and fingerprint caches). The walk itself is ``generator.walk``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,22 +125,6 @@ class Visit:
 #: Images whose height or width shrinks below this are degenerate: on 1x1 or 2x2 maps stride 1 and 2 (or a
 #: pool and the identity) coincide, so identities found there are artifacts of the small enumeration shapes.
 MIN_SPATIAL = 3
-#: Most memoized op applications one walk keeps (then the memo starts over): bounds memory at 4 ops.
-MEMO_ENTRIES = 400_000
-#: The same for the last op's fingerprints where ``FingerprintCache`` does not hold them (an op of several outputs,
-#: the walk of one application at a time): ints, no arrays, about 100 bytes an entry.
-LAST_MEMO_ENTRIES = 2_000_000
-#: The last op's fingerprints of one output are cached in 2**LAST_CACHE_BITS slots (16 bytes each).
-LAST_CACHE_BITS = 24
-#: Most operand-tuple lists one walk keeps for reuse by prefixes of equal shapes (then it starts over).
-TUPLE_CACHE_ENTRIES = 50_000
-#: Most walk levels whose last-op rows one walk keeps as arrays (``_LastRows``, a few kilobytes each).
-LAST_LEVEL_ENTRIES = 5_000
-#: The same for the rows of the levels' tensor shapes and kinds, which the levels' own rows are narrowed from.
-SHAPE_LEVEL_ENTRIES = 2_000
-#: The last op is tried on the rows of queued prefixes at once once they reach this many (``flush_last``): a
-#: prefix has a few hundred, and each array operation's own cost then falls on hundreds of prefixes.
-LAST_BATCH_ROWS = 50_000
 NO_OPERAND = 255
 INPUT_SET = 254  # key of the pseudo-op "this input is an output" in the codes of graphs of no op
 
@@ -176,672 +155,10 @@ FAMILY_PREV = _family_prev()
 WEIGHT_INPUT = tuple(kind == "const" for _, _, kind, _ in INPUTS)
 
 
-@dataclass
-class Level:
-    """What every op's operand tuples at one walk level share: for the last op, the connected components of the
-    graph (``None`` before) with the ones each tensor touches as a bit mask (``full``: all of them)."""
-
-    components: list[set[int]] | None
-    masks: list[int]
-    full: int
-
-    @staticmethod
-    def of(shapes: list[tuple[int, ...]], components: list[set[int]] | None) -> Level:
-        if components is None:
-            return Level(None, [], 0)
-        masks = [0] * len(shapes)
-        for i, members in enumerate(components):
-            for t in members:
-                masks[t] |= 1 << i
-        return Level(components, masks, (1 << len(components)) - 1)
-
-
 #: A tensor's kind as the operand typing sees it: (shape, whether it is a weight).
 Kind = tuple[tuple[int, ...], bool]
 #: What an application accepting operands of some kinds gives: (attributes, output shapes, all operands weights).
 Accepted = tuple[Attrs, list[tuple[int, ...]], bool]
-
-
-def enumerate_graphs(max_ops: int = 3, seed: int = 0, first_ops: Callable[[int], bool] | None = None,
-                     stats: dict[str, int] | None = None,
-                     keep_last: Callable[[int], bool] | None = None,
-                     fewer_ops: Mapping[int, int] | None = None,
-                     multi_output_tensors: Container[int] | None = None,
-                     kept_multisets: np.ndarray | None = None,
-                     first_codes: FirstCodes | None = None,
-                     last_fingerprints: FingerprintCache | None = None) -> Iterator[Visit]:
-    """Yield every enumerated graph of 1..max_ops ops, then the graphs of no op (input sets of 1..3).
-
-    ``first_ops(i)`` selects which applications of the first op this walk takes (a partition for workers);
-    the no-op graphs come only from the walk that takes application 0. With ``keep_last``, a graph of
-    ``max_ops`` ops is yielded only when ``keep_last(its fingerprint)``; the others are counted in
-    ``stats["not_kept"]`` without being built (the 4-op run keeps only what a smaller graph computes).
-
-    With ``fewer_ops`` (tensor fingerprint -> fewest ops of a smaller graph computing that tensor alone), a
-    graph of ``max_ops`` ops is neither built nor walked towards when it has a *reducible part*: an op
-    output below the last op whose ancestor ops outnumber ``fewer_ops`` of it, and whose other values only
-    those ancestors read. Replacing that part by the smaller graph (a smaller rule) leaves a graph of fewer
-    ops, so every rule of the graph is a composition of smaller ones (TASO's pruning); ``stats["reducible"]``
-    counts the prefixes whose last op must read an inner value of such a part, and those not walked on because a
-    part of theirs has none (one op: the graphs of fewer than ``max_ops`` ops below are not yielded either).
-    ``multi_output_tensors`` (the output tensors of the kept graphs of two outputs or more): an output of the prefix
-    outside it must be read by the last op, since a graph that leaves it as an output has two outputs or more
-    (``stats["open_output"]`` counts the prefixes no last op can complete). ``kept_multisets`` (``output_multisets``
-    of the kept graphs' outputs) tries the last op on the operand tuples of many prefixes at once: array operations
-    over their rows instead of a Python step per application find the few whose outputs' multiset hash is a kept
-    graph's, and only those are checked with ``keep_last`` (``flush_last``: the same graphs of ``max_ops`` ops in the
-    same order, yielded in batches after smaller graphs the walk reached meanwhile).
-
-    With ``first_codes`` as well, a part is also reducible when as many ops compute its tensor in the canonical
-    graph of a smaller code (the part's code taken as its own graph's): a smaller rule of as many ops on each
-    side rewrites it into the canonical graph, so every graph holding it has the rules of the graph holding the
-    canonical one instead, composed with that smaller rule. Only parts whose own graph's op order is the walk's
-    are compared: the ops before the part's end, or two ops (a chain has one order).
-
-    ``last_fingerprints``: the cache of the last op's fingerprints (``kept_multisets``) to use, for a caller that
-    walks several parts with the same seed (a fresh one of ``LAST_CACHE_BITS`` otherwise)."""
-    ev = IntEvaluator(seed)
-    n_in = len(INPUTS)
-    shapes: list[tuple[int, ...]] = [s for _, _, _, s in INPUTS]
-    values: list[np.ndarray] = list(ev.inputs)
-    fps: list[int] = [tensor_fp(v) for v in values]
-    weight: list[bool] = list(WEIGHT_INPUT)
-    consumers: list[int] = [0] * n_in
-    graph: list[Op] = []
-    codes: list[bytes] = []
-    op_keys: list[tuple[int, tuple[int, ...]]] = []
-    producers: list[int] = []  # per op: first output tensor index
-    used = [0] * n_in
-    tensor_op: list[int] = [-1] * n_in  # per tensor: the op producing it (-1: an input)
-    readers: list[int] = [0] * n_in  # per tensor: bit mask of the ops reading it
-    op_cone: list[int] = []  # per op: bit mask of itself and its ancestor ops
-    st = stats if stats is not None else {}
-    resolve_cache: dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[Attrs, list[tuple[int, ...]], bool] | None] = {}
-    counter = [0]
-    # (menu key, operand fingerprints) -> (outputs, their fingerprints); equal fingerprints mean equal values
-    evaluated: dict[tuple[int, tuple[int, ...]], tuple[list[np.ndarray], list[int]]] = {}
-
-    def cached(app: Application, in_shapes: tuple[tuple[int, ...], ...]):
-        key = (app.key, in_shapes)
-        if key not in resolve_cache:
-            attrs = resolve(app.op, app.params, in_shapes)
-            result = None
-            if attrs is not None:
-                try:
-                    out_shapes = OPS[app.op].infer(in_shapes, attrs)
-                except ShapeError:
-                    out_shapes = None
-                if out_shapes is not None:
-                    # with it: whether an output image shrinks below MIN_SPATIAL (``applications_of``)
-                    result = (attrs, out_shapes, any(len(o) == 4 and min(o[2:]) < MIN_SPATIAL for o in out_shapes))
-            resolve_cache[key] = result
-        return resolve_cache[key]
-
-    applies: dict[tuple[str, tuple[tuple[int, ...], ...]], bool] = {}
-    typed_cache: dict[tuple[str, tuple[Kind, ...]], bool] = {}
-    seconds_cache: dict[tuple, list[list[int]]] = {}
-    tuple_cache: dict[tuple[int, tuple], list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]] = {}
-    counts = [0, 0]  # applications evaluated (or found in the memo), last ops not kept
-
-    def some_entry_applies(op: str, in_shapes: tuple[tuple[int, ...], ...]) -> bool:
-        """Whether any menu entry of ``op`` accepts these operand shapes (the op table's shape rule)."""
-        key = (op, in_shapes)
-        found = applies.get(key)
-        if found is None:
-            found = applies[key] = any(cached(app, in_shapes) is not None for app in BY_OP[op])
-        return found
-
-    def operand_tuples(op: str, level: Level) -> Iterator[tuple[int, ...]]:
-        # TASO's typing of operands by the tensors' kinds (``operands_typed``); the op table's shape rule decides
-        # the rest. With ``components`` (the last op), only tuples touching every component.
-        components = level.components
-        k = arity(op)
-        n = len(shapes)
-        if k == 0:
-            if components is None:
-                yield ()
-            return
-        if components is not None and len(components) > k:
-            return
-        if k == 1:
-            for a in (sorted(components[0]) if components is not None else range(n)):
-                if typed(op, ((shapes[a], weight[a]),)) and some_entry_applies(op, (shapes[a],)):
-                    yield (a,)
-            return
-        seconds = second_operands(op)
-        if components is None:
-            for a in range(n):
-                for b in seconds[a]:
-                    yield (a, b)
-            return
-        # the components a tensor touches as a bit mask: a tuple qualifies when its masks cover them all
-        full, mask = level.full, level.masks
-        for a in range(n):
-            need = full & ~mask[a]
-            if not need:
-                yield from ((a, b) for b in seconds[a])
-            else:
-                yield from ((a, b) for b in seconds[a] if mask[b] & need == need)
-
-    def second_operands(op: str) -> list[list[int]]:
-        """Per tensor as the first operand of ``op`` (of two), the tensors it takes as the second, ascending:
-        what ``operands_typed`` and some menu entry's shape rule accept. It depends on the tensors' kinds only."""
-        key = (op, tuple(shapes[n_in:]), tuple(weight[n_in:]))
-        found = seconds_cache.get(key)
-        if found is None:
-            by_kind: dict[Kind, list[int]] = {}
-            for t in range(len(shapes)):
-                by_kind.setdefault((shapes[t], weight[t]), []).append(t)
-            per_kind: dict[Kind, list[int]] = {}
-            for kind in by_kind:
-                accepted = [by_kind[other] for other in by_kind
-                            if typed(op, (kind, other)) and some_entry_applies(op, (kind[0], other[0]))]
-                per_kind[kind] = accepted[0] if len(accepted) == 1 else sorted(itertools.chain(*accepted))
-            if len(seconds_cache) >= TUPLE_CACHE_ENTRIES:
-                seconds_cache.clear()
-            found = seconds_cache[key] = [per_kind[kind] for kind in zip(shapes, weight, strict=True)]
-        return found
-
-    def typed(op: str, kinds: tuple[Kind, ...]) -> bool:
-        found = typed_cache.get((op, kinds))
-        if found is None:
-            found = typed_cache[(op, kinds)] = operands_typed(op, kinds)
-        return found
-
-    def component_tensors() -> list[set[int]]:
-        """Per connected component of the current ops (joined by shared tensors): the tensors it touches."""
-        parent = list(range(len(graph)))
-
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        toucher: dict[int, int] = {}
-        for i, (op, attrs, operands) in enumerate(graph):
-            first = producers[i]
-            touched = list(operands) + list(range(first, first + OPS[op].num_outputs(attrs)))
-            for t in touched:
-                if t in toucher:
-                    parent[find(i)] = find(toucher[t])
-                else:
-                    toucher[t] = i
-        groups: dict[int, set[int]] = {}
-        for t, i in toucher.items():
-            groups.setdefault(find(i), set()).add(t)
-        return list(groups.values())
-
-    def input_order_ok(operands: tuple[int, ...]) -> bool:
-        seen = set()
-        for t in operands:
-            if t < n_in and not used[t]:
-                prev = FAMILY_PREV[t]
-                if prev is not None and not used[prev] and prev not in seen:
-                    return False
-                seen.add(t)
-        return True
-
-    def level_tuples(op: str, level: Level, live: list[int], required: int
-                     ) -> list[tuple[tuple[int, ...], bool, tuple, bool]]:
-        """The operand tuples of ``op`` at this walk level that pass every test not depending on the menu
-        entry: (operands, whether they read the previous op's outputs, operand shapes, all weights). With
-        ``live`` (at the last op: the inner values of each reducible part), only tuples reading one of each; with
-        ``required`` (a bit mask of tensors), only tuples reading all of them."""
-        entry = OPS[op]
-        prev_first = producers[-1] if graph else len(shapes)
-        commutative, distinct_only = entry.commutative, entry.constant_on_equal_inputs
-        masked = bool(live or required)
-        out = []
-        for operands in operand_tuples(op, level):
-            if len(operands) == 2:
-                a, b = operands
-                if (commutative and a > b) or (distinct_only and a == b):
-                    continue
-                all_weights = weight[a] and weight[b]
-                depends = a >= prev_first or b >= prev_first
-                in_shapes: tuple = (shapes[a], shapes[b])
-                mask = 1 << a | 1 << b
-            elif len(operands) == 1:
-                (a,) = operands
-                all_weights, depends, in_shapes, mask = weight[a], a >= prev_first, (shapes[a],), 1 << a
-            else:
-                all_weights, depends, in_shapes, mask = True, False, (), 0
-            if not input_order_ok(operands):
-                continue
-            if masked and (mask & required != required or not all(inner & mask for inner in live)):
-                continue
-            out.append((operands, depends, in_shapes, all_weights))
-        return out
-
-    def outputs_of(i: int, prefix: _LastPrefix | None = None) -> range:
-        """The tensor indices of op ``i``'s outputs (in ``prefix``, a queued prefix, or the walk's current one)."""
-        starts, n = (producers, len(shapes)) if prefix is None else (prefix.producers, len(prefix.fps))
-        return range(starts[i], starts[i + 1] if i + 1 < len(starts) else n)
-
-    def reducible_parts(i: int, cone: int, live: list[int]) -> list[int]:
-        """``live`` without the parts op ``i`` reads an inner value of, plus the reducible parts ending at op
-        ``i``'s outputs (each as the bit mask of its inner values)."""
-        operands = graph[i][2]
-        mask = bit_mask(operands)
-        out = [inner for inner in live if not inner & mask]
-        if fewer_ops is None:
-            return out
-        size = cone.bit_count()
-        prefix_or_pair = cone == (1 << size) - 1 or size <= 2
-        for u in outputs_of(i):
-            fewest = fewer_ops.get(fps[u])
-            twin = None
-            if fewest is None or fewest >= size:
-                if first_codes is None or not prefix_or_pair:
-                    continue
-                twin = first_codes.code_of(fps[u], size)
-                if twin is None:
-                    continue
-            inner, dead = 0, True
-            for j in range(len(graph)):
-                if not cone >> j & 1:
-                    continue
-                for v in outputs_of(j):
-                    if v != u:
-                        # an inner value read outside the part (or by nothing: a graph output) keeps it alive
-                        dead = dead and readers[v] != 0 and readers[v] & ~cone == 0
-                        inner |= 1 << v
-            if dead and (twin is None or twin < part_code(cone)):
-                out.append(inner)
-        return out
-
-    def reducible_last(operands: tuple[int, ...], new_fps: list[int], prefix: _LastPrefix | None = None) -> bool:
-        """Whether the last op (of one output, reading ``operands``, in a graph of other outputs) ends a reducible
-        part: its cone computes its output only, and fewer ops compute that (``stats["reducible_last"]``). The
-        graph is then the rest of it beside that part, sharing inputs only, so replacing the part leaves a graph of
-        fewer ops with the same outputs. ``prefix``: the queued prefix the last op completes (default: the walk's
-        current one)."""
-        if len(new_fps) != 1:
-            return False
-        if prefix is None:
-            cones, made_by, read_by, index = op_cone, tensor_op, readers, len(graph)
-        else:
-            cones, made_by, read_by, index = prefix.op_cone, prefix.tensor_op, prefix.readers, len(prefix.graph)
-        cone = 1 << index
-        for t in operands:
-            if t >= n_in:
-                cone |= cones[made_by[t]]
-        fewest = fewer_ops.get(new_fps[0])  # type: ignore[union-attr]
-        if fewest is None or fewest >= cone.bit_count():
-            return False
-        for j in range(index):
-            if cone >> j & 1:
-                # every value of the part is read, and only by the part (the last op included)
-                if any(read_by[v] & ~cone or not (read_by[v] or v in operands) for v in outputs_of(j, prefix)):
-                    return False
-        st["reducible_last"] = st.get("reducible_last", 0) + 1
-        return True
-
-    def part_code(cone: int) -> bytes:
-        """The code of the ops of ``cone`` as a graph of their own: their outputs renumbered after the inputs."""
-        if cone == (1 << cone.bit_count()) - 1:
-            return b"".join(codes[:cone.bit_count()])
-        renamed: dict[int, int] = {}
-        out = []
-        for j in range(len(graph)):
-            if cone >> j & 1:
-                key, operands = op_keys[j]
-                out.append(op_code(key, tuple(renamed.get(t, t) for t in operands)))
-                for v in outputs_of(j):
-                    renamed[v] = n_in + len(renamed)
-        return b"".join(out)
-
-    def applications_of(app: Application, op_tuples: list[tuple[tuple[int, ...], bool, tuple, bool]]
-                        ) -> list[tuple[tuple[int, ...], bool, Attrs, list[tuple[int, ...]], bool]]:
-        """The operand tuples this menu entry applies to (its shape rule accepts them and no image shrinks
-        below ``MIN_SPATIAL``): (operands, reads the previous op, attributes, output shapes, all weights)."""
-        out = []
-        for operands, depends, in_shapes, is_w in op_tuples:
-            res = accepted(app, in_shapes, is_w)
-            if res is not None:
-                out.append((operands, depends, *res, is_w))
-        return out
-
-    def accepted(app: Application, in_shapes: tuple[tuple[int, ...], ...], all_weights: bool
-                 ) -> tuple[Attrs, list[tuple[int, ...]]] | None:
-        """(attributes, output shapes) of the menu entry on operands of these shapes, or None: its shape rule
-        refuses them, or an image shrinks below ``MIN_SPATIAL`` from operands that are not all weights."""
-        res = cached(app, in_shapes)
-        if res is None or (res[2] and not all_weights):
-            return None
-        return res[0], res[1]
-
-    def last_fps(app: Application, operands: tuple[int, ...], attrs: Attrs, memo_key: tuple[int, int, int],
-                 tensors: list[np.ndarray] | None = None) -> int | tuple[int, ...]:
-        """The fingerprint of the last op's output (a tuple of them for an op of several outputs), memoized by
-        (menu key, the operands' fingerprints, 0 for none): its outputs are never operands, so only their
-        fingerprints are kept. ``tensors``: the values the operands index (default: the walk's). The caller ignores
-        overflow (wrapping int64)."""
-        found = last_memo.get(memo_key)
-        if found is None:
-            if len(last_memo) >= LAST_MEMO_ENTRIES:
-                last_memo.clear()
-            tensors = values if tensors is None else tensors
-            outs = OPS[app.op].evaluate_int(np, [tensors[t] for t in operands], attrs)
-            found = last_memo[memo_key] = tensor_fp(outs[0]) if len(outs) == 1 else tuple(map(tensor_fp, outs))
-        return found
-
-    def extend(app: Application, operands: tuple[int, ...], attrs: Attrs, out_shapes: list[tuple[int, ...]],
-               is_w: bool, outs: list[np.ndarray | None], new_fps: list[int], depth: int, live: list[int]
-               ) -> Iterator[Visit]:
-        """Apply the op, yield the graph, walk on from it (unless it is the last or repeats a tensor), undo."""
-        existing = set(fps)
-        duplicate = any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps)
-        first = len(shapes)
-        index = len(graph)
-        for o, s, f in zip(outs, out_shapes, new_fps, strict=True):
-            shapes.append(tuple(s))
-            values.append(o)
-            fps.append(f)
-            weight.append(is_w)
-            consumers.append(0)
-            tensor_op.append(index)
-            readers.append(0)
-        cone = 1 << index
-        for t in operands:
-            consumers[t] += 1
-            readers[t] |= 1 << index
-            if t < n_in:
-                used[t] += 1
-            else:
-                cone |= op_cone[tensor_op[t]]
-        op_cone.append(cone)
-        graph.append((app.op, attrs, operands))
-        codes.append(op_code(app.key, operands))
-        op_keys.append((app.key, operands))
-        producers.append(first)
-        outputs = tuple(t for t in range(n_in, len(shapes)) if consumers[t] == 0)
-        out_fps = tuple(fps[t] for t in outputs)
-        counter[0] += 1
-        yield Visit(tuple(graph), graph_fp(list(out_fps)), outputs, out_fps,
-                    frozenset(i for i in range(n_in) if used[i]), b"".join(codes))
-        if duplicate:
-            st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
-        elif depth + 1 < max_ops:
-            below = reducible_parts(index, cone, live) if filtering_below else live
-            if 0 in below:
-                # a part of one op has no inner value a later op could read: no widest graph below is kept
-                st["reducible"] = st.get("reducible", 0) + 1
-            else:
-                yield from walk(depth + 1, below)
-        # undo
-        producers.pop()
-        op_cone.pop()
-        for t in operands:
-            readers[t] &= ~(1 << index)
-        op_keys.pop()
-        graph.pop()
-        codes.pop()
-        for t in operands:
-            consumers[t] -= 1
-            if t < n_in:
-                used[t] -= 1
-        del shapes[first:], values[first:], fps[first:], weight[first:], consumers[first:]
-        del tensor_op[first:], readers[first:]
-
-    def last_rows(level: Level, level_key: tuple, live: list[int], required: int) -> _LastRows:
-        rows = last_cache.pop(level_key, None)
-        if rows is None:
-            if live or required:
-                # the rows of the level without them, narrowed: levels differing only there share one build
-                rows = last_rows(level, (*level_key[:-2], (), 0), [], 0).reading(required, live)
-            else:
-                rows = shape_rows().narrowed(np.array([u > 0 for u in used], dtype=bool), level.masks, level.full)
-            if len(last_cache) >= LAST_LEVEL_ENTRIES:
-                del last_cache[next(iter(last_cache))]
-        last_cache[level_key] = rows  # the most recently used last: the least recently used go first
-        return rows
-
-    def shape_rows() -> _LastRows:
-        """The last op's rows of every level with these tensor shapes and kinds, whatever inputs the graph uses and
-        however its components lie (``_LastRows.narrowed`` picks a level's own): array operations over
-        ``kind_rows``' tables, no Python step per row."""
-        key = (tuple(shapes[n_in:]), tuple(weight[n_in:]))
-        rows = shape_cache.pop(key, None)
-        if rows is None:
-            rows = kind_rows.rows_of([kind_rows.kind((s, w)) for s, w in zip(shapes, weight, strict=True)])
-            if len(shape_cache) >= SHAPE_LEVEL_ENTRIES:
-                del shape_cache[next(iter(shape_cache))]
-        shape_cache[key] = rows
-        return rows
-
-    def queue_last(level: Level, level_key: tuple, live: list[int], required: int, open_outputs: list[int]) -> None:
-        """Queue the current prefix for its last op (``kept_multisets``): its rows of the level and the state the
-        last op's fingerprints, checks and graphs read, copied (the walk moves on before ``flush_last``)."""
-        table = last_rows(level, level_key, live, required)
-        if not len(table.keys):
-            return
-        tried = np.flatnonzero(table.tried(op_keys, producers[-1]))
-        if not len(tried):
-            return
-        pending.append(_LastPrefix(table, tried, fps.copy(), values.copy(), open_outputs, used.copy(), readers.copy(),
-                                   op_cone.copy(), tensor_op.copy(), producers.copy(), tuple(graph), b"".join(codes)))
-        pending_rows[0] += len(tried)
-
-    def flush_last() -> Iterator[Visit]:
-        """The last op over all the candidate applications of the queued prefixes at once: the applications whose
-        graph's outputs have a kept graph's multiset hash, found by array operations over the prefixes' rows
-        together (a prefix has a few hundred: one pass over many instead of a few dozen array operations each),
-        checked one by one with ``keep_last``, then yielded prefix by prefix in the walk's order."""
-        batch = pending.copy()
-        pending.clear()
-        pending_rows[0] = 0
-        sizes = np.array([len(p.tried) for p in batch], np.int64)
-        table_sizes = np.array([len(p.table.keys) for p in batch], np.int64)
-        table_starts = np.zeros(len(batch), np.int64)
-        np.cumsum(table_sizes[:-1], out=table_starts[1:])
-        prefix_of = np.repeat(np.arange(len(batch)), sizes)  # per row: its prefix in the batch
-        rows = np.concatenate([p.tried for p in batch]) + table_starts[prefix_of]  # into the tables joined
-
-        def joined(field: str) -> np.ndarray:
-            return np.concatenate([getattr(p.table, field) for p in batch])[rows]
-
-        first, second, one, keys, result_of = (joined("first"), joined("second"), joined("single"), joined("keys"),
-                                               joined("result"))
-        # each prefix's tensor fingerprints and a 0 for "no second operand", one after another
-        widths = np.array([len(p.fps) + 1 for p in batch], np.int64)
-        fps_at = np.cumsum(widths) - widths
-        fps_all = np.fromiter((f for p in batch for f in (*p.fps, 0)), np.uint64, int(widths.sum()))
-        at = fps_at[prefix_of]
-        no_second = at + widths[prefix_of] - 1
-        # per row of one output its fingerprint (from the cache, or computed once per key in the batch and stored),
-        # per row of several (split) the tuple of theirs (memoized by ``last_fps``)
-        tags, slots = single_memo.address(joined("key_tag"), fps_all[first + at],
-                                          fps_all[np.where(second >= 0, second + at, no_second)])
-        found = single_memo.values[slots]
-        several: dict[int, tuple[int, ...]] = {}
-        missed = np.flatnonzero((single_memo.tags[slots] != tags) & one)
-        results = kind_rows.results
-        with np.errstate(over="ignore"):
-            if len(missed):
-                _, firsts, inverse = np.unique(tags[missed], return_index=True, return_inverse=True)
-                once = missed[firsts]
-                computed = []
-                for key, a, b, result, k in zip(keys[once].tolist(), first[once].tolist(), second[once].tolist(),
-                                                result_of[once].tolist(), prefix_of[once].tolist(), strict=True):
-                    tensors = batch[k].values
-                    arrays = [tensors[a]] if b < 0 else [tensors[a], tensors[b]]
-                    computed.append(tensor_fp(int_kernels[key](np, arrays, results[result][0])[0]))
-                found[missed] = np.array(computed, dtype=np.uint64)[inverse.reshape(-1)]
-                single_memo.store(tags, slots, found, once)
-            multi = np.flatnonzero(~one)
-            if len(multi):
-                for j, key, a, b, result, k in zip(multi.tolist(), keys[multi].tolist(), first[multi].tolist(),
-                                                   second[multi].tolist(), result_of[multi].tolist(),
-                                                   prefix_of[multi].tolist(), strict=True):
-                    p = batch[k]
-                    app, operands = APPLICATIONS[key], (a,) if b < 0 else (a, b)
-                    memo_key = (app.key, p.fps[a], p.fps[b] if b >= 0 else 0)
-                    several[j] = last_fps(app, operands, results[result][0], memo_key,  # type: ignore[assignment]
-                                          p.values)
-        own = multiset_hash(found)
-        if several:
-            multi_at = sorted(several)
-            width = max(len(several[j]) for j in multi_at)
-            padded = np.array([(*several[j], *(0,) * (width - len(several[j]))) for j in multi_at], dtype=np.uint64)
-            own[multi_at] = multiset_hash(padded).sum(axis=1, dtype=np.uint64)
-        # the multiset hash of the graph's outputs: the open outputs the last op does not read, and its own
-        most_open = max(len(p.open_outputs) for p in batch)
-        if most_open:
-            opened = np.full((len(batch), most_open), -2, np.int64)  # -2: no tensor (-1 is "no second operand")
-            open_fps = np.zeros((len(batch), most_open), np.uint64)  # a 0 mixes to 0
-            for k, p in enumerate(batch):
-                if p.open_outputs:
-                    opened[k, :len(p.open_outputs)] = p.open_outputs
-                    open_fps[k, :len(p.open_outputs)] = [p.fps[t] for t in p.open_outputs]
-            mixed = multiset_hash(open_fps)
-            for i in range(most_open):
-                t = opened[prefix_of, i]
-                own += np.where((first == t) | (second == t), np.uint64(0), mixed[prefix_of, i])
-        survivors: list[dict[int, tuple[list[int], int]]] = [{} for _ in batch]
-        # an equal hash is a candidate only: the graph's own fingerprint decides, as in the walk of one by one
-        members = multisets.members(own)
-        kept = 0
-        for j, k, i in zip(members.tolist(), prefix_of[members].tolist(), (rows[members] - table_starts[
-                prefix_of[members]]).tolist(), strict=True):
-            p = batch[k]
-            new_fps = list(several[j]) if j in several else [int(found[j])]
-            operands = p.table.row(i)[1]
-            rest = [p.fps[t] for t in p.open_outputs if t not in operands]
-            fingerprint = graph_fp(rest + new_fps)
-            if keep_last(fingerprint) and not (filtering_below and rest  # type: ignore[misc]
-                                               and reducible_last(operands, new_fps, p)):
-                survivors[k][i] = (new_fps, fingerprint)
-                kept += 1
-        counts[0] += len(rows)
-        counts[1] += len(rows) - kept
-        for p, kept_rows in zip(batch, survivors, strict=True):
-            if kept_rows:
-                yield from last_visits(p, kept_rows)
-
-    def last_visits(p: _LastPrefix, kept_rows: dict[int, tuple[list[int], int]]) -> Iterator[Visit]:
-        """The graph of each kept last op of a queued prefix, built without applying it (nothing walks on from
-        it), in the walk's order."""
-        existing = set(p.fps)
-        n = len(p.fps)
-        for i in sorted(kept_rows):
-            app, operands, attrs = p.table.row(i)
-            new_fps, fingerprint = kept_rows[i]
-            if any(f in existing for f in new_fps) or len(set(new_fps)) < len(new_fps):
-                st["duplicate_tensor"] = st.get("duplicate_tensor", 0) + 1
-            outputs = (*(t for t in p.open_outputs if t not in operands), *range(n, n + len(new_fps)))
-            inputs_used = frozenset(t for t in range(n_in) if p.used[t] or t in operands)
-            counter[0] += 1
-            yield Visit((*p.graph, (app.op, attrs, operands)), fingerprint, outputs,
-                        (*(p.fps[t] for t in outputs[:-len(new_fps)]), *new_fps), inputs_used,
-                        p.code + op_code(app.key, operands))
-
-    def walk(depth: int, live: list[int]) -> Iterator[Visit]:
-        # The last op must join every component: a graph of independent parts only yields rules that are
-        # products of smaller ones (a disconnected graph of fewer ops is still enumerated as a target).
-        components = component_tensors() if depth == max_ops - 1 and graph else None
-        tuples: dict[str, list[tuple[tuple[int, ...], bool, tuple, bool]]] = {}  # per op, not per menu entry
-        last_key = op_keys[-1] if graph else None
-        last = depth == max_ops - 1
-        filtering = last and keep_last is not None
-        open_outputs = [t for t in range(n_in, len(shapes)) if consumers[t] == 0] if filtering else []
-        required = 0
-        if filtering and multi_output_tensors is not None:
-            required = bit_mask(t for t in open_outputs if fps[t] not in multi_output_tensors)
-            if required.bit_count() > 2:  # no op reads three tensors
-                st["open_output"] = st.get("open_output", 0) + 1
-                return
-        level = Level.of(shapes, components)
-        if last and live:
-            st["reducible"] = st.get("reducible", 0) + 1
-        # Everything the operand tuples depend on: prefixes of other ops with the same tensor shapes, kinds,
-        # inputs used and components share them (most do: add, mul, sub and matmul all make a 4x4 tensor).
-        level_key = (tuple(shapes[n_in:]), tuple(weight[n_in:]), tuple(u > 0 for u in used),
-                     tuple(level.masks) if components is not None else None,
-                     producers[-1] if graph else len(shapes), tuple(live) if last else (), required)
-        if filtering and kept_multisets is not None and depth > 0:
-            queue_last(level, level_key, live, required, open_outputs)
-            if pending_rows[0] >= LAST_BATCH_ROWS:
-                yield from flush_last()
-            return
-        path_keys = {k for k, _ in op_keys}
-        for app in APPLICATIONS:
-            if depth == 0 and first_ops is not None and not first_ops(app.key):
-                continue
-            applicable = tuple_cache.get((app.key, level_key))
-            if applicable is None:
-                if app.op not in tuples:
-                    tuples[app.op] = level_tuples(app.op, level, live if last else [], required)
-                if len(tuple_cache) >= TUPLE_CACHE_ENTRIES:
-                    tuple_cache.clear()
-                applicable = tuple_cache[(app.key, level_key)] = applications_of(app, tuples[app.op])
-            # an op independent of the previous one must come after it in (menu key, operands) order
-            before = last_key is not None and app.key < last_key[0]
-            same = last_key is not None and app.key == last_key[0]
-            on_path = app.key in path_keys
-            entry = OPS[app.op]
-            for operands, depends, attrs, out_shapes, is_w in applicable:
-                if not depends and (before or (same and operands <= last_key[1])):
-                    continue
-                if on_path and (app.key, operands) in op_keys:
-                    continue
-                counts[0] += 1
-                if last:
-                    memo_key = (app.key, fps[operands[0]] if operands else 0,
-                                fps[operands[1]] if len(operands) > 1 else 0)
-                    with np.errstate(over="ignore"):
-                        found = last_fps(app, operands, attrs, memo_key)
-                    new_fps = list(found) if isinstance(found, tuple) else [found]
-                    outs = [None] * len(new_fps)
-                    rest = [fps[t] for t in open_outputs if t not in operands]
-                    if filtering and not keep_last(graph_fp(rest + new_fps)):
-                        counts[1] += 1
-                        continue
-                    if filtering_below and rest and reducible_last(operands, new_fps):
-                        counts[1] += 1
-                        continue
-                else:
-                    # three quarters of the applications repeat one already evaluated on other paths
-                    memo_key = (app.key, *map(fps.__getitem__, operands))
-                    memo = evaluated.get(memo_key)
-                    if memo is None:
-                        with np.errstate(over="ignore"):
-                            outs = entry.evaluate_int(np, [values[t] for t in operands], attrs)
-                        if len(evaluated) >= MEMO_ENTRIES:
-                            evaluated.clear()
-                        memo = evaluated[memo_key] = outs, [tensor_fp(o) for o in outs]
-                    outs, new_fps = memo
-                yield from extend(app, operands, attrs, out_shapes, is_w, outs, new_fps, depth, live)
-
-    filtering_below = fewer_ops is not None and keep_last is not None
-    last_cache: dict[tuple, _LastRows] = {}
-    shape_cache: dict[tuple, _LastRows] = {}
-    kind_rows = KindRows(accepted)
-    int_kernels = [OPS[app.op].evaluate_int for app in APPLICATIONS]  # by menu key
-    last_memo: dict[tuple[int, int, int], int | tuple[int, ...]] = {}
-    if last_fingerprints is not None:
-        single_memo = last_fingerprints
-    else:
-        single_memo = FingerprintCache.of(LAST_CACHE_BITS if kept_multisets is not None else 0)
-    multisets = MultisetFilter.of(kept_multisets if kept_multisets is not None else np.zeros(0, np.uint64))
-    pending: list[_LastPrefix] = []  # prefixes queued for their last op (``queue_last``)
-    pending_rows = [0]  # their rows tried
-    yield from walk(0, [])
-    if pending:
-        yield from flush_last()
-    if first_ops is None or first_ops(0):
-        yield from _input_sets(fps[:n_in])
-    st["graphs"] = st.get("graphs", 0) + counter[0]
-    st["applications"] = st.get("applications", 0) + counts[0]
-    if counts[1]:
-        st["not_kept"] = st.get("not_kept", 0) + counts[1]
-    # The nested walk functions refer to one another, a cycle that keeps every memo alive until the cyclic
-    # collector finds it: emptied here, they are freed now, and a collection after the walk (its callers pause
-    # the collector) does not traverse millions of memo entries first (0.4 s a part at 4 ops).
-    for memo in (last_memo, evaluated, tuple_cache, last_cache, shape_cache, seconds_cache, resolve_cache, applies,
-                 typed_cache, pending):
-        memo.clear()
 
 
 def operands_typed(op: str, kinds: tuple[Kind, ...]) -> bool:
@@ -942,7 +259,7 @@ class KindRows:
                 for app in self.binary])
         return found
 
-    def rows_of(self, tensor_kinds: list[int]) -> _LastRows:
+    def rows_of(self, tensor_kinds: list[int]) -> LastRows:
         """The rows of every application of one or two operands over tensors of these kinds, in the walk's order
         (menu key, first operand, second)."""
         kinds = np.array(tensor_kinds, np.intp)
@@ -958,18 +275,18 @@ class KindRows:
         results = np.concatenate([two[app2, first2, second2], one[app1, first1]]).astype(np.int64)
         order = np.lexsort((second, first, keys))
         results = results[order]
-        return _LastRows.of(self.results, keys[order], first[order], second[order], results,
+        return LastRows.of(self.results, keys[order], first[order], second[order], results,
                             np.array(self.single, bool)[results] if len(results) else np.zeros(0, bool))
 
 
 @dataclass
-class _LastPrefix:
+class LastPrefix:
     """A prefix of ``max_ops - 1`` ops queued for its last op (``enumerate_graphs``' ``kept_multisets``): its
     last-op rows (``table``, those tried at ``tried``) and the walk's state they read, copied: tensor fingerprints
     and values, open outputs, per input its readers count, per tensor its readers and producing op, per op its cone
     and first output, the ops and their code."""
 
-    table: _LastRows
+    table: LastRows
     tried: np.ndarray
     fps: list[int]
     values: list[np.ndarray]
@@ -984,7 +301,7 @@ class _LastPrefix:
 
 
 @dataclass
-class _LastRows:
+class LastRows:
     """The last op's candidate applications at one walk level, in the walk's order, as arrays: menu key, first and
     second operand (-1: none), the index of what the application gives (``results``: attributes, output shapes,
     all weights), whether it has one output."""
@@ -1001,8 +318,8 @@ class _LastRows:
 
     @staticmethod
     def of(results: list[Accepted], keys: np.ndarray, first: np.ndarray, second: np.ndarray, result: np.ndarray,
-           single: np.ndarray) -> _LastRows:
-        return _LastRows(results, keys, first, second, result, single, _op_codes(keys, first, second),
+           single: np.ndarray) -> LastRows:
+        return LastRows(results, keys, first, second, result, single, _op_codes(keys, first, second),
                          np.maximum(first, second), key_tag(keys))
 
     def row(self, i: int) -> tuple[Application, tuple[int, ...], Attrs]:
@@ -1011,12 +328,12 @@ class _LastRows:
         return (APPLICATIONS[int(self.keys[i])], (first,) if second < 0 else (first, second),
                 self.results[int(self.result[i])][0])
 
-    def subset(self, at: np.ndarray) -> _LastRows:
+    def subset(self, at: np.ndarray) -> LastRows:
         """The rows at the positions ``at`` (ascending)."""
-        return _LastRows(self.results, self.keys[at], self.first[at], self.second[at], self.result[at],
+        return LastRows(self.results, self.keys[at], self.first[at], self.second[at], self.result[at],
                          self.single[at], self.code[at], self.top[at], self.key_tag[at])
 
-    def narrowed(self, used: np.ndarray, masks: list[int], full: int) -> _LastRows:
+    def narrowed(self, used: np.ndarray, masks: list[int], full: int) -> LastRows:
         """The rows of one level from those of its shapes and kinds: the graph uses the inputs ``used`` (a flag
         per input), each tensor touches the components of its bit mask in ``masks``, ``full`` is all of them. A row
         must touch every component (``operand_tuples``) and take an input only after the earlier ones of its
@@ -1035,7 +352,7 @@ class _LastRows:
                 & ((touched[first] | touched[second]) == full))
         return self.subset(np.flatnonzero(keep))
 
-    def reading(self, required: int, live: list[int]) -> _LastRows:
+    def reading(self, required: int, live: list[int]) -> LastRows:
         """The rows whose operands include every tensor of the bit mask ``required`` and one of each mask of
         ``live`` (``level_tuples``' narrowing, on the arrays)."""
         one = np.int64(1)
@@ -1196,18 +513,3 @@ class FirstCodes:
         if at is None or int(self.ops[at]) != size:
             return None
         return self.codes[at, :3 * size].tobytes()
-
-
-def _input_sets(fps: list[int]) -> Iterator[Visit]:
-    """Graphs of no op: canonical sets of 1..3 inputs (each its own output)."""
-    from itertools import combinations
-
-    n = len(INPUTS)
-    for k in (1, 2, 3):
-        for combo in combinations(range(n), k):
-            chosen = set(combo)
-            if any(FAMILY_PREV[t] is not None and FAMILY_PREV[t] not in chosen for t in combo):
-                continue
-            out_fps = tuple(fps[t] for t in combo)
-            yield Visit((), graph_fp(list(out_fps)), combo, out_fps, frozenset(combo),
-                        b"".join(op_code(INPUT_SET, (t,)) for t in combo))

@@ -1,16 +1,13 @@
 """Generate substitution rules: enumerate, fingerprint, pair, re-check, prune, emit.
 
-``python -m generator.run --max-ops 2 --out candidates.json`` writes the candidates (for ``xflow
-generate-rules --candidates``) and prints the table of counts and times (TASO's Table 3).
+``generate`` gives the candidates and the table of counts and times (TASO's Table 3); ``xflow generate-rules
+--generate-only --save-candidates FILE`` writes them (for ``xflow generate-rules --candidates``) and prints the table.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,12 +18,10 @@ import numpy as np
 from generator.enumerate import (
     APPLICATIONS,
     INPUT_SET,
-    LAST_CACHE_BITS,
     NO_OPERAND,
     FingerprintCache,
     FirstCodes,
     SortedFingerprints,
-    enumerate_graphs,
     output_multisets,
 )
 from generator.fingerprint import (
@@ -46,6 +41,7 @@ from generator.packed import PackedRule, PackedRules
 from generator.packed import pack as pack_rule
 from generator.prune import CommonSubgraph, renaming_keys
 from generator.to_rules import attribute_evaluator, pair_to_rule, rule_name, rule_variables
+from generator.walk import LAST_CACHE_BITS, WalkStats, enumerate_graphs
 from xflow.executor import Executor, LocalExecutor, Shared
 
 Progress = Callable[[str, int, float], None]
@@ -177,12 +173,12 @@ class _WorkerCaches:
 _WORKER = _WorkerCaches()
 
 
-def _walk_kept(args: WalkPart) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _walk_kept(args: WalkPart) -> tuple[WalkStats, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """One part of the widest walk: (its counts, rows of the ``max_ops``-op graphs whose fingerprint is one
     of the smaller run's and that have no reducible part: see ``enumerate_graphs``' ``fewer_ops``)."""
     max_ops, seed, first_ops, shared = args
     filters: WalkFilters = shared.get()
-    stats: dict[str, int] = {}
+    stats = WalkStats()
     packed, rows = [], []
     with collector_paused():
         for v in enumerate_graphs(max_ops, seed, first_ops=first_ops.__contains__, stats=stats,
@@ -423,20 +419,20 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     shared = pool.share(filters)  # 37 MB at 4 ops: once in a cluster's object store, not once per part
     parts = [(max_ops, seed, keys, shared)
              for keys in balanced_parts(weights, max(jobs * PARTS_PER_WORKER, len(weights)))]
-    walked, rows, wide_fps, counts = 0, Buckets(seed), [], Counter[str]()
+    walked, rows, wide_fps, counts = 0, Buckets(seed), [], WalkStats()
     work = pool.imap_unordered(_walk_kept, parts, memory_bytes=PART_MEMORY_BYTES)
     for done, (stats, arrays) in enumerate(work, 1):
-        counts.update(stats)
-        walked += stats.get("graphs", 0) + stats.get("not_kept", 0)
+        counts += stats
+        walked += stats.graphs + stats.not_kept
         rows.add_arrays(arrays, 0)
         wide_fps.append(arrays[0])
         if progress is not None:
             progress(f"walking {max_ops} ops: part {done}/{len(parts)}", walked, time.perf_counter() - t)
     t = step(f"graphs of {max_ops} ops walked (with smaller ones)", walked, t)
     step("  kept: a smaller graph has the fingerprint", sum(len(f) for f in wide_fps), t)
-    step("  prefixes with a reducible part (the last op must undo it, or none can)", counts["reducible"], t)
-    step("  prefixes left out: 3 outputs no kept graph has", counts["open_output"], t)
-    step("  left out: the last op ends a part fewer ops compute", counts["reducible_last"], t)
+    step("  prefixes with a reducible part (the last op must undo it, or none can)", counts.reducible, t)
+    step("  prefixes left out: 3 outputs no kept graph has", counts.open_output, t)
+    step("  left out: the last op ends a part fewer ops compute", counts.reducible_last, t)
     partners = found_in(small_fps, np.concatenate(wide_fps))
     rows.add_arrays((small_fps[partners], small_codes[partners], small_outs[partners]), 0)
     del small_fps, small_codes, small_outs, wide_fps
@@ -492,24 +488,3 @@ def format_table(table: list[tuple[str, int, float]]) -> str:
     """The table as aligned text."""
     return "\n".join(f"{name:<34} {count:>10} {secs:>9.2f} s" for name, count, secs in table)
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m generator.run", description=__doc__)
-    parser.add_argument("--max-ops", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--out", help="write the (unverified) candidates here, for `xflow generate-rules --candidates`")
-    args = parser.parse_args(argv)
-    result = generate(args.max_ops, args.seed, args.jobs,
-                      progress=lambda n, c, s: print(f"{n:<34} {c:>10} {s:>9.2f} s", file=sys.stderr))
-    if args.out:
-        # Candidates, not rules: a candidate's variants are only rules once the verifier has picked one.
-        from generator.rule_file import save_candidates
-
-        save_candidates(args.out, result.rules, args.max_ops, args.seed)
-    print(format_table(result.table))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from generator import generate
-from generator.enumerate import BY_OP, INPUTS, enumerate_graphs
+from generator.enumerate import BY_OP, INPUTS
 from generator.fingerprint import Buckets, Entry, candidate_pairs, canonical_text, evaluate, match_outputs
 from generator.run import balanced_parts, format_table
+from generator.walk import WalkStats, enumerate_graphs
 from xflow.ir import Attrs
 from xflow.ops import OPS
 from xflow.rules import parse_rule
@@ -152,11 +153,11 @@ def test_keep_last_yields_exactly_the_kept_widest_graphs():
 
     plain = [v for v in walk() if len(v.graph) == 3]
     kept_fps = {v.fingerprint for v in plain[::3]}
-    stats: dict[str, int] = {}
+    stats = WalkStats()
     filtered = [v for v in walk(stats=stats, keep_last=kept_fps.__contains__) if len(v.graph) == 3]
     assert sorted(v.code for v in filtered) == sorted(v.code for v in plain if v.fingerprint in kept_fps)
     assert 0 < len(filtered) < len(plain)
-    assert stats["not_kept"] == len(plain) - len(filtered)
+    assert stats.not_kept == len(plain) - len(filtered)
 
 
 @pytest.fixture(scope="module")
@@ -250,11 +251,11 @@ def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
     fewer = dict(zip(tensors.tolist(), counts.tolist(), strict=True))
     kept_fps = set(small[0].tolist())
     plain = walk(keep_last=kept_fps.__contains__)
-    stats: dict[str, int] = {}
+    stats = WalkStats()
     pruned = walk(keep_last=kept_fps.__contains__, fewer_ops=fewer, stats=stats,
                   kept_multisets=output_multisets(small[2]))
     left_out = {v.code for v in plain} - {v.code for v in pruned}
-    assert {v.code for v in pruned} <= {v.code for v in plain} and left_out and stats["reducible"] > 0
+    assert {v.code for v in pruned} <= {v.code for v in plain} and left_out and stats.reducible > 0
     for v in plain:
         if v.code not in left_out:
             continue
@@ -263,11 +264,11 @@ def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
         assert any(fewer.get(f, 9) < 2 for f in fps[N:N + 2]), v.graph
     # a prefix output that no kept graph of several outputs has must be read by the last op: an exact pre-filter
     several = small[2][small[2][:, 1] != 0]
-    narrow_stats: dict[str, int] = {}
+    narrow_stats = WalkStats()
     narrowed = walk(keep_last=kept_fps.__contains__, fewer_ops=fewer, stats=narrow_stats,
                     multi_output_tensors=set(several[several != 0].tolist()))
     assert sorted(v.code for v in narrowed) == sorted(v.code for v in pruned)
-    assert narrow_stats["applications"] < stats["applications"]
+    assert narrow_stats.applications < stats.applications
 
 
 def test_graphs_with_a_part_as_many_ops_compute_in_a_smaller_canonical_graph_are_not_walked():
@@ -485,9 +486,9 @@ def test_the_common_subgraph_test_draws_the_same_fresh_tensor_whatever_came_befo
     """The fresh tensor that replaces a common subterm depends on the seed and the subterm alone: drawn from one
     generator per part, it depended on the pairs checked before in that part, so the ≤ 3-op candidates changed
     with --jobs (the number of parts)."""
-    from generator.enumerate import enumerate_graphs
     from generator.fingerprint import N_IN, Buckets, candidate_pairs, expressions
     from generator.prune import CommonSubgraph
+    from generator.walk import enumerate_graphs
 
     pairs = candidate_pairs(Buckets(0).extend(enumerate_graphs(2, 0)))[1]
     with_common = [p for p in pairs if set(expressions(p.a.graph)[N_IN:]) & set(expressions(p.b.graph)[N_IN:])]
@@ -526,7 +527,7 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     by one (the widest ones come in batches, after smaller ones the other walk yields between them), a last op of
     two outputs (split) included, with a cache of 8 slots (entries overwritten all the time) and with batches of a
     single prefix or a few."""
-    import generator.enumerate as enumerate_module
+    import generator.walk as walk_module
     from generator.enumerate import output_multisets
     from generator.fingerprint import pack
     from generator.run import fewest_ops
@@ -541,7 +542,7 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     firsts = {BY_OP["neg"][0].key, BY_OP["split"][0].key}
 
     def walk(**kw):
-        stats: dict[str, int] = {}
+        stats = WalkStats()
         visits = list(enumerate_graphs(3, seed=0, first_ops=firsts.__contains__, stats=stats, **filters, **kw))
         return visits, stats
 
@@ -551,15 +552,15 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     one_by_one, stats = walk()
     at_once, array_stats = walk(kept_multisets=output_multisets(small[2]))
     assert by_size(at_once) == by_size(one_by_one) and array_stats == stats
-    monkeypatch.setattr(enumerate_module, "LAST_CACHE_BITS", 3)
+    monkeypatch.setattr(walk_module, "LAST_CACHE_BITS", 3)
     for rows in (1, 200):  # a prefix at a time, a few at a time
-        monkeypatch.setattr(enumerate_module, "LAST_BATCH_ROWS", rows)
+        monkeypatch.setattr(walk_module, "LAST_BATCH_ROWS", rows)
         visits, batch_stats = walk(kept_multisets=output_multisets(small[2]))
         assert by_size(visits) == by_size(one_by_one) and batch_stats == stats
     widest = [v.code for v in at_once if len(v.graph) == 3]
     split_last = {a.key for a in BY_OP["split"]}
     assert len(widest) > 100 and any(code[6] in split_last for code in widest)
-    assert stats["not_kept"] > 10 * len(widest)
+    assert stats.not_kept > 10 * len(widest)
 
 
 def test_the_widest_walk_deals_its_first_ops_into_parts_of_equal_weight_heaviest_first():
@@ -677,3 +678,26 @@ def test_fewest_ops_keeps_only_the_tensors_of_small_graphs_when_asked():
     assert set(counts.tolist()) == {0, 1, 2} and set(few_counts.tolist()) == {0, 1}  # 0: an input itself
     assert dict(zip(few_tensors.tolist(), few_counts.tolist(), strict=True)) == {
         t: c for t, c in zip(tensors.tolist(), counts.tolist(), strict=True) if c <= 1}
+
+
+def test_a_finished_walk_and_its_memos_are_freed_without_the_cyclic_collector():
+    """The walk's memos are fields of a ``GraphWalk`` nothing refers back to: once its graphs are read and the walk
+    dropped, it is freed at once, with the collector paused as the generator's workers pause it (a cycle would keep
+    millions of memo entries alive until a collection traverses them)."""
+    import gc
+    import weakref
+
+    from generator.walk import GraphWalk
+
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        walk = GraphWalk(2, 0, lambda k: k < 3, WalkStats(), None, None, None, None, None, None)
+        visits = list(walk.visits())
+        assert walk.evaluated and walk.tuple_cache and walk.stats.graphs == len([v for v in visits if v.graph])
+        freed = weakref.ref(walk)
+        del walk
+        assert freed() is None
+    finally:
+        if paused:
+            gc.enable()

@@ -65,7 +65,7 @@ def test_lifted_rules_are_neither_tested_nor_used():
 
 
 def test_the_rule_file_step_leaves_compositions_out_unless_kept():
-    from generator.rule_file import split_compositions
+    from generator.pipeline import split_compositions
 
     rules = [TRANSPOSE_MATMUL, DOUBLE_TRANSPOSE, COMPOSED, NEW]
     kept, composed = split_compositions(rules, keep=False)

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 
 from generator.lift import lift_candidate, lift_candidates
 from verifier.batch import verify_candidate
+from verifier.status import OutcomeStatus
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.save import to_model_proto
 from xflow.rewrite.apply import apply_match
@@ -62,7 +63,7 @@ def test_bias_lift_concatenates_the_biases_like_the_kernels():
     assert bias_concat and bias_concat[0]["attrs"] == {"axis": 0}
     assert lifted["provenance"]["lifted"] == {"from": "merge", "by": "bias"}
     outcome = verify_candidate(lifted)
-    assert outcome.status == "proved", outcome.statuses
+    assert outcome.status == OutcomeStatus.PROVED, outcome.statuses
 
 
 def test_batchnorm_lift_is_proved_and_merges_conv_batchnorm_pairs_of_a_real_graph():
@@ -71,7 +72,7 @@ def test_batchnorm_lift_is_proved_and_merges_conv_batchnorm_pairs_of_a_real_grap
     assert _ops(lifted["src"]) == ["conv", "batchnorm", "conv", "batchnorm"]
     assert _ops(lifted["dst"]).count("batchnorm") == 1 and _ops(lifted["dst"]).count("concat") == 5
     outcome = verify_candidate(lifted)
-    assert outcome.status == "proved", outcome.statuses
+    assert outcome.status == OutcomeStatus.PROVED, outcome.statuses
     rule = outcome.rule
 
     model = _two_conv_bn_model()
@@ -89,11 +90,11 @@ def test_batchnorm_lift_is_proved_and_merges_conv_batchnorm_pairs_of_a_real_grap
 
 
 def test_unsound_lift_is_refuted_by_the_verifier():
-    assert verify_candidate(ADD_INPUTS).status == "proved"
+    assert verify_candidate(ADD_INPUTS).status == OutcomeStatus.PROVED
     lifted = lift_candidate(ADD_INPUTS, "bias")
     assert lifted is not None
     outcome = verify_candidate(lifted)
-    assert outcome.status == "refuted", outcome.statuses
+    assert outcome.status == OutcomeStatus.REFUTED, outcome.statuses
 
 
 def test_kernels_built_by_other_ops_and_fused_activations_are_not_lifted():
@@ -167,6 +168,6 @@ def test_lifts_start_from_the_shapes_the_rule_was_found_on():
         found_on = lifted["provenance"]["found_on"]
         assert all(found_on[name] == [4] for name in names), found_on
         outcome = verify_candidate(lifted)
-        assert outcome.status == "proved", (kind, outcome.statuses)
+        assert outcome.status == OutcomeStatus.PROVED, (kind, outcome.statuses)
     outcome = verify_candidate(lift_candidate(SCALED_KERNEL, "bias"))
-    assert outcome.status == "refuted" and "mismatch" in outcome.reason, outcome.statuses
+    assert outcome.status == OutcomeStatus.REFUTED and "mismatch" in outcome.reason, outcome.statuses

@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 import pytest
 
-from generator.enumerate import INPUTS, MENU_OPS, WEIGHT_INPUT, enumerate_graphs
+from generator.enumerate import INPUTS, MENU_OPS, WEIGHT_INPUT
 from generator.fingerprint import Buckets, candidate_pairs, canonical_text
+from generator.walk import enumerate_graphs
 from xflow.ops import OPS
 
 RULES = Path(__file__).resolve().parent.parent / "rules" / "new-menus.json"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from generator.candidate_file import load_candidates, save_candidates
 from generator.generalize import canonical_key, const_slots, dedupe
 from generator.packed import PackedRules, pack, unpack
-from generator.rule_file import load_candidates, save_candidates
 from generator.run import generate
 
 
@@ -48,3 +48,19 @@ def test_the_candidate_file_is_what_json_dump_writes(one_op, tmp_path):
     assert load_candidates(str(path), 1) == list(one_op.rules)
     save_candidates(str(path), [], 1, 0)
     assert json.loads(path.read_text())["candidates"] == []
+
+
+def test_generate_only_writes_the_candidates_generate_gives_and_no_rule_file(one_op, tmp_path):
+    from click.testing import CliRunner
+
+    from xflow.cli import main
+
+    saved, out = tmp_path / "c.json", tmp_path / "r.json"
+    run = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--jobs", "1", "--generate-only",
+                                    "--save-candidates", str(saved), "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert load_candidates(str(saved), 1) == list(one_op.rules)
+    assert f"wrote {saved}: {len(one_op.rules)} candidates" in run.output and not out.exists()
+    assert "verifier" not in run.output  # the table stops at generation
+    missing = CliRunner().invoke(main, ["generate-rules", "--max-ops", "1", "--generate-only"])
+    assert missing.exit_code != 0 and "--save-candidates" in missing.output

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 from generator.generalize import canonical_key, dedupe
 from generator.run import generate
 from verifier.batch import verify_candidate
+from verifier.status import OutcomeStatus
 from xflow.cli import main
 from xflow.onnx_io import graph_from_model
 from xflow.rewrite.match import find_matches
@@ -54,7 +55,7 @@ def _conv_relu_model(channels: int, hw: int, kernel: int, stride: int) -> onnx.M
 
 def _proved(candidate: dict) -> dict:
     outcome = verify_candidate(candidate)
-    assert outcome.status == "proved", outcome.statuses
+    assert outcome.status == OutcomeStatus.PROVED, outcome.statuses
     rule = outcome.rule
     assert not any("shape(" in w for w in rule.get("where", [])), rule["where"]
     assert rule["provenance"]["z3"]["status"] == "proved"
@@ -90,7 +91,7 @@ def test_split_sizes_generalize_to_the_concatenated_pieces(candidates_2ops):
 def test_shape_specific_coincidence_is_not_shipped(candidates_2ops):
     # on the enumeration's 1x1 kernels a matmul over the last two axes is an elementwise product
     candidate = _by_doc(candidates_2ops, "matmul[](add[](k11,k11),k11) -> add[](mul[](k11,k11),mul[](k11,k11))")
-    assert verify_candidate(candidate).status != "proved"
+    assert verify_candidate(candidate).status != OutcomeStatus.PROVED
 
 
 def test_variants_go_from_general_to_pinned(candidates_2ops):
@@ -226,7 +227,7 @@ def test_matmul_merge_of_a_shared_input_is_proved_for_activations_of_any_rank():
     candidate = pair_to_rule(Pair(a, b, 0), seed=0, max_ops=3)
     assert "rank(w1) == rank(w2)" in candidate["variants"][0]["where"]
     outcome = verify_candidate(candidate, rlimit=4_000_000)
-    assert outcome.status == "proved", outcome.statuses
+    assert outcome.status == OutcomeStatus.PROVED, outcome.statuses
     rule = outcome.rule
     assert not any(w.startswith("rank(x1) ==") for w in rule["where"]), rule["where"]
     bert_like = parse_rule(rule)

@@ -14,6 +14,7 @@ from tests.test_verifier_speed import _Shapes
 from verifier import AXIOMS, check_consistency, encode_rule, numeric_check, prove_rule, verify_rule
 from verifier.axioms import FIRST_AXIS, Axiom, _same
 from verifier.encode import Unsupported
+from verifier.status import OutcomeStatus
 from xflow.ops import OPS
 from xflow.rules import parse_rule
 
@@ -215,19 +216,19 @@ def test_consistency_catches_a_bad_axiom():
 def test_example_rules_proved(raw):
     rule = parse_rule(raw)
     result = prove_rule(rule, rlimit=20_000_000)
-    assert result.status == "proved", result
+    assert result.status == OutcomeStatus.PROVED, result
     assert numeric_check(rule).ok
-    assert verify_rule(rule).status == "proved"
+    assert verify_rule(rule).status == OutcomeStatus.PROVED
 
 
 @pytest.mark.parametrize("raw", UNSOUND, ids=lambda r: r["name"])
 def test_unsound_rules_rejected(raw):
     rule = parse_rule(raw)
     proof = prove_rule(rule, rlimit=3_000_000)
-    assert proof.status != "proved", proof
+    assert proof.status != OutcomeStatus.PROVED, proof
     numeric = numeric_check(rule, trials=20)
     assert numeric.trials_run >= 1 and not numeric.ok, numeric
-    assert verify_rule(rule).status == "refuted"
+    assert verify_rule(rule).status == OutcomeStatus.REFUTED
 
 
 def test_unsupported_is_never_proved():
@@ -239,7 +240,7 @@ def test_unsupported_is_never_proved():
     rule = parse_rule(raw)
     with pytest.raises(Unsupported):
         encode_rule(rule)
-    assert prove_rule(rule).status == "unsupported"
+    assert prove_rule(rule).status == OutcomeStatus.UNSUPPORTED
 
 
 #: fused_matmul[transA] -> transpose ; matmul: true only where x has rank 4, which only the target's transpose says
@@ -271,7 +272,7 @@ def test_a_rule_true_where_its_target_is_well_formed_is_proved_and_applies_only_
     from xflow.rewrite.match import find_matches
 
     rule = parse_rule(UNFUSE_TRANS_A)
-    assert prove_rule(rule).status == "proved"
+    assert prove_rule(rule).status == OutcomeStatus.PROVED
     assert len(list(find_matches(_fused_matmul_graph(4), rule))) == 1
     assert list(find_matches(_fused_matmul_graph(3), rule)) == []
 
@@ -283,13 +284,13 @@ def test_a_proof_with_no_numeric_instance_is_unchecked_not_proved(monkeypatch):
     import verifier.prove as prove
 
     rule = parse_rule(CONV_RELU_FOLD)
-    assert verify_rule(rule).status == "proved"
+    assert verify_rule(rule).status == OutcomeStatus.PROVED
     # the same rule, with the numeric check given no draws at all: nothing ran, so nothing was checked
     monkeypatch.setattr(prove, "numeric_check", lambda r, **kw: numeric.numeric_check(r, **{**kw, "attempts": 0,
                                                                                            "found_on": None}))
     result = verify_rule(rule)
-    assert result.proof.status == "proved" and result.numeric.trials_run == 0
-    assert result.status == "unchecked" and not result.ok
+    assert result.proof.status == OutcomeStatus.PROVED and result.numeric.trials_run == 0
+    assert result.status == OutcomeStatus.UNCHECKED and not result.ok
 
 
 def _unary_rule(src: list, dst: list, out: str) -> object:

@@ -11,6 +11,7 @@ import pytest
 from verifier import AXIOMS, prove_rule
 from verifier.axioms import _relu
 from verifier.relevance import axioms_for, relevant_axioms
+from verifier.status import OutcomeStatus
 from xflow.rules import default_rules_path, parse_rule
 
 RELU_TWICE = {"name": "relu_twice", "inputs": {"x": "any"},
@@ -65,9 +66,9 @@ def test_a_refutation_from_the_selected_axioms_is_retried_with_all_of_them():
     rule = parse_rule(RELU_TWICE)
     assert "relu_idempotent" not in _names(axioms_for(rule, hidden))
     subset_only = prove_rule(rule, rlimit=2_000_000, axioms=axioms_for(rule, hidden), relevant_only=False)
-    assert subset_only.status == "refuted", subset_only
+    assert subset_only.status == OutcomeStatus.REFUTED, subset_only
     result = prove_rule(rule, rlimit=2_000_000, axioms=hidden)
-    assert result.status == "proved", result
+    assert result.status == OutcomeStatus.PROVED, result
     assert "relevant ones gave a countermodel" in result.reason
 
 
@@ -79,7 +80,7 @@ def test_the_selection_never_refutes_a_shipped_rule():
         rule = parse_rule(raw)
         assert len(axioms_for(rule)) < len(AXIOMS)
         result = prove_rule(rule)
-        assert result.status == "proved", (raw["name"], result)
+        assert result.status == OutcomeStatus.PROVED, (raw["name"], result)
 
 
 def test_a_false_rule_on_tensors_of_another_rank_is_not_proved():
@@ -91,7 +92,7 @@ def test_a_false_rule_on_tensors_of_another_rank_is_not_proved():
                        "dst": [{"op": "neg", "in": ["x"], "out": ["b"]}], "outputs": {"a": "b"},
                        "where": ["rank(x) == 1"]})
     result = prove_rule(rule, rlimit=1_000_000, relevant_only=False)
-    assert result.status != "proved", result
+    assert result.status != OutcomeStatus.PROVED, result
 
 
 def _pad(src: str, out: str, spatial: tuple[int, int, int, int]) -> dict:
@@ -206,6 +207,6 @@ def test_false_rules_of_the_padding_families_are_not_proved(raw):
     from verifier import numeric_check
 
     rule = parse_rule(raw)
-    assert prove_rule(rule, rlimit=1_000_000, relevant_only=False).status != "proved"
+    assert prove_rule(rule, rlimit=1_000_000, relevant_only=False).status != OutcomeStatus.PROVED
     numeric = numeric_check(rule, trials=3, found_on=raw["provenance"]["found_on"])
     assert numeric.trials_run and not numeric.ok, numeric

@@ -9,6 +9,7 @@ from verifier import numeric_check, prove
 from verifier.batch import GENERATION_ROUNDS, verify_candidate
 from verifier.numeric import _fitted
 from verifier.prove import GENERATION_RLIMIT, ProofContext, prove_rule
+from verifier.status import OutcomeStatus
 from xflow.ops import OPS, ShapeError
 from xflow.ops.base import OpDef
 from xflow.rules import parse_rule
@@ -115,7 +116,7 @@ def test_a_proof_after_the_wall_clock_guard_fired_starts_from_a_fresh_context(mo
     assert stopped.status in ("timeout", "proved"), stopped  # z3 may have begun its check before the interrupt
     after = prove_rule(rule, context=context)
     alone = prove_rule(rule, context=ProofContext())
-    assert after.status == alone.status == "proved"
+    assert after.status == alone.status == OutcomeStatus.PROVED
     assert after.rlimit_used == alone.rlimit_used
 
 
@@ -148,8 +149,8 @@ def test_a_rarely_valid_variant_is_drawn_longer_not_left_unchecked():
     found_on = RARELY_VALID["provenance"]["found_on"]
     first = numeric_check(rule, trials=3, seed=0, attempts=ATTEMPTS, found_on=found_on)
     assert first.ok and 0 < first.trials_run < 3, first  # what the first draws give: too few to count
-    outcome = Outcome(RARELY_VALID["name"], "unchecked")
+    outcome = Outcome(RARELY_VALID["name"], OutcomeStatus.UNCHECKED)
     checked = _checked(rule, RARELY_VALID, 3, 0, outcome)
     assert checked is not None and checked.ok and checked.trials_run >= 3, outcome.statuses
     verified = verify_candidate(RARELY_VALID, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
-    assert verified.status != "unchecked", verified.statuses
+    assert verified.status != OutcomeStatus.UNCHECKED, verified.statuses

@@ -9,6 +9,7 @@ import pytest
 from verifier import prove_rule
 from verifier.batch import verify_candidate
 from verifier.prove import DEFAULT_RLIMIT, GENERATION_RLIMIT
+from verifier.status import OutcomeStatus
 from xflow.rules import parse_rule
 
 
@@ -49,7 +50,7 @@ PAD_PRODUCT = _rule([{"op": "mul", "in": ["i1", "i1"], "out": ["s0"]},
 @pytest.mark.parametrize("raw", [ZEROS, END_PADS, PAD_PRODUCT], ids=["zeros", "end_pads", "pad_product"])
 def test_the_new_axioms_prove_true_candidates_within_the_generation_budget(raw):
     result = prove_rule(parse_rule(raw), GENERATION_RLIMIT)
-    assert result.status == "proved", result
+    assert result.status == OutcomeStatus.PROVED, result
     assert result.rlimit_used < GENERATION_RLIMIT // 3
 
 
@@ -57,9 +58,9 @@ def test_a_zero_is_not_every_tensor():
     """x * (x - x) -> x is false: with the zero axiom it stays unproved, and the numeric check refutes it before
     z3 is asked."""
     false = {**ZERO_PRODUCT, "dst": [], "outputs": {"s1": "i1"}}
-    assert prove_rule(parse_rule(false), 1_000_000).status != "proved"
+    assert prove_rule(parse_rule(false), 1_000_000).status != OutcomeStatus.PROVED
     outcome = verify_candidate(false, rlimit=1_000_000)
-    assert outcome.status == "refuted" and outcome.rlimit_used == 0, outcome
+    assert outcome.status == OutcomeStatus.REFUTED and outcome.rlimit_used == 0, outcome
 
 
 def test_pads_that_move_the_windows_are_refuted():
@@ -67,16 +68,16 @@ def test_pads_that_move_the_windows_are_refuted():
     proves it, and the numeric check refutes it before z3 is asked."""
     wrong = {**END_PADS, "dst": [{"op": "conv", "in": ["i1", "kd"], "out": ["d0"],
                                   "attrs": {"act": "none", "group": "?cg", "pads": [0, 0, 2, 2], "strides": [2, 2]}}]}
-    assert prove_rule(parse_rule(wrong), GENERATION_RLIMIT).status != "proved"
+    assert prove_rule(parse_rule(wrong), GENERATION_RLIMIT).status != OutcomeStatus.PROVED
     outcome = verify_candidate(wrong, rlimit=GENERATION_RLIMIT)
-    assert outcome.status == "refuted" and outcome.rlimit_used == 0, outcome
+    assert outcome.status == OutcomeStatus.REFUTED and outcome.rlimit_used == 0, outcome
 
 
 def test_a_larger_budget_proves_what_the_generation_budget_leaves_unknown():
     """ZERO_PRODUCT_SQUARED needs about a million units: unknown at generate-rules' default, proved at verify-rules'
     (``--rlimit`` raises the first), the same count both times."""
     small = verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=GENERATION_RLIMIT)
-    assert small.status == "unknown" and small.rlimit_used >= GENERATION_RLIMIT, small
+    assert small.status == OutcomeStatus.UNKNOWN and small.rlimit_used >= GENERATION_RLIMIT, small
     large = [verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=DEFAULT_RLIMIT) for _ in range(2)]
     assert [o.status for o in large] == ["proved", "proved"]
     assert large[0].rlimit_used == large[1].rlimit_used
@@ -139,7 +140,7 @@ def test_a_proof_verify_rules_would_not_repeat_is_checked_on_its_schedule():
     proved again as verify-rules would: still proved here, and those units are counted; without it they are not."""
     plain = verify_candidate(ZERO_PRODUCT, rlimit=300_000, rounds=(1_000,))
     replayed = verify_candidate(ZERO_PRODUCT, rlimit=300_000, rounds=(1_000,), replay=True)
-    assert plain.status == replayed.status == "proved"
+    assert plain.status == replayed.status == OutcomeStatus.PROVED
     again = verify_candidate(ZERO_PRODUCT)  # verify-rules' budget and rounds
     assert replayed.rlimit_used == plain.rlimit_used + again.rlimit_used
     cheap = verify_candidate(ZERO_PRODUCT, rlimit=300_000, replay=True)  # proved in the first round: no replay
@@ -166,14 +167,14 @@ def test_a_candidate_z3_leaves_unknown_is_checked_on_more_shapes():
     from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS
 
     plain = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
-    assert plain.status == "unknown", plain
+    assert plain.status == OutcomeStatus.UNKNOWN, plain
     wide = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
                             wide_trials=WIDE_TRIALS)
-    assert wide.status == "refuted" and "wider numeric check after z3's first round" in wide.reason, wide
+    assert wide.status == OutcomeStatus.REFUTED and "wider numeric check after z3's first round" in wide.reason, wide
     assert wide.rlimit_used < plain.rlimit_used / 4, (wide.rlimit_used, plain.rlimit_used)
     # a true candidate z3 cannot settle stays unknown
     assert verify_candidate(ZERO_PRODUCT_SQUARED, rlimit=GENERATION_RLIMIT,
-                            wide_trials=WIDE_TRIALS).status == "unknown"
+                            wide_trials=WIDE_TRIALS).status == OutcomeStatus.UNKNOWN
 
 
 def _bn_conv(src: str, out: str, pad: list) -> list:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidates, verify_group
 from verifier.prove import GENERATION_RLIMIT
+from verifier.status import OutcomeStatus
 from verifier.theorem import same_theorem_groups, theorem_key
 
 
@@ -66,18 +67,19 @@ def test_reverses_are_grouped_in_the_candidates_order():
 
 def test_a_reverse_takes_over_what_z3_could_not_prove_without_spending_its_budget_again():
     first, second = verify_group([ZERO_PRODUCT_SQUARED, _reverse(ZERO_PRODUCT_SQUARED, "zps_rev")], **SETTINGS)
-    assert first.status == "unknown" and first.rlimit_used >= GENERATION_RLIMIT, first
-    assert second.status == "unknown" and second.rlimit_used == 0 and second.variants_tried == 0, second
+    assert first.status == OutcomeStatus.UNKNOWN and first.rlimit_used >= GENERATION_RLIMIT, first
+    assert second.status == OutcomeStatus.UNKNOWN and second.rlimit_used == 0 and second.variants_tried == 0, second
     assert "the same theorem as zps's variant 0" in second.reason
     # alone, the reverse spends the whole budget for the same answer
     alone = verify_group([_reverse(ZERO_PRODUCT_SQUARED, "zps_rev")], **SETTINGS)[0]
-    assert alone.status == "unknown" and alone.rlimit_used >= GENERATION_RLIMIT, alone
+    assert alone.status == OutcomeStatus.UNKNOWN and alone.rlimit_used >= GENERATION_RLIMIT, alone
 
 
 def test_a_reverse_takes_over_a_refutation_without_a_numeric_check():
     first, second = verify_group([MOVED_PADS, _reverse(MOVED_PADS, "moved_rev")], **SETTINGS)
-    assert first.status == "refuted" and first.variants_tried == 1, first
-    assert second.status == "refuted" and second.variants_tried == 0 and "same theorem" in second.reason, second
+    assert first.status == OutcomeStatus.REFUTED and first.variants_tried == 1, first
+    assert second.status == OutcomeStatus.REFUTED and second.variants_tried == 0 and "same theorem" in second.reason, \
+        second
 
 
 def test_a_proved_direction_leaves_the_other_to_its_own_proof():
@@ -85,7 +87,7 @@ def test_a_proved_direction_leaves_the_other_to_its_own_proof():
     one's reverse needs more than the generation budget): the other direction is verified as if alone."""
     first, second = verify_group([ZERO_PRODUCT, _reverse(ZERO_PRODUCT, "zp_rev")], **SETTINGS)
     alone = verify_group([_reverse(ZERO_PRODUCT, "zp_rev")], **SETTINGS)[0]
-    assert first.status == "proved" and first.rule is not None, first
+    assert first.status == OutcomeStatus.PROVED and first.rule is not None, first
     assert second.rlimit_used > 0 and second.variants_tried == 1, second
     assert (second.status, second.rlimit_used, second.reason) == (alone.status, alone.rlimit_used, alone.reason)
 
@@ -96,7 +98,7 @@ def test_a_variant_the_earlier_direction_did_not_state_is_verified():
     general = {**_reverse(MOVED_PADS, "general"), "where": ["rank(i1) == 4"]}
     reverse = {**_reverse(MOVED_PADS, "moved_rev"), "variants": [general, _reverse(MOVED_PADS, "moved_rev")]}
     first, second = verify_group([MOVED_PADS, reverse], **SETTINGS)
-    assert first.status == "refuted" and second.status == "refuted", (first, second)
+    assert first.status == OutcomeStatus.REFUTED and second.status == OutcomeStatus.REFUTED, (first, second)
     assert second.variants_tried == 1 and second.variant_statuses == {0: "refuted", 1: "refuted"}
 
 
@@ -107,3 +109,24 @@ def test_pairing_gives_the_same_outcomes_in_one_process_or_two():
     assert [o.name for o in one] == ["zp", "moved", "moved_rev", "zp_rev"]
     assert [(o.status, o.rlimit_used, o.reason) for o in one] == [(o.status, o.rlimit_used, o.reason) for o in two]
     assert [o.status for o in one][:3] == ["proved", "refuted", "refuted"]
+
+
+def test_outcome_statuses_are_enum_members_written_as_their_words():
+    """Statuses are ``OutcomeStatus`` members, not free text, down to each variant's; in JSON, in "status: reason"
+    lines and in comparisons they are the words the rule files and reports have always held."""
+    import json
+
+    import pytest
+
+    from verifier.batch import _worst
+
+    first, second = verify_group([MOVED_PADS, _reverse(MOVED_PADS, "moved_rev")], **SETTINGS)
+    assert type(first.status) is OutcomeStatus and type(second.status) is OutcomeStatus
+    assert all(type(s) is OutcomeStatus for o in (first, second) for s in o.variant_statuses.values())
+    assert {OutcomeStatus.of_line(line) for line in second.statuses} == {OutcomeStatus.REFUTED}
+    assert json.dumps({"status": OutcomeStatus.PROVED}) == '{"status": "proved"}'
+    assert f"{OutcomeStatus.TIMEOUT}: guard" == "timeout: guard" and OutcomeStatus.UNKNOWN == "unknown"
+    assert _worst(["refuted: a", "timeout: b", "malformed: c"]) is OutcomeStatus.TIMEOUT
+    assert _worst(["malformed: c"]) is OutcomeStatus.MALFORMED and _worst([]) is OutcomeStatus.UNCHECKED
+    with pytest.raises(ValueError):
+        OutcomeStatus.of_line("maybe: a word no outcome has")

@@ -10,6 +10,7 @@ from tests.test_verifier_speed import _Shapes
 from verifier import prove_rule
 from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidate
 from verifier.prove import GENERATION_RLIMIT
+from verifier.status import OutcomeStatus
 from xflow.ops import OPS
 from xflow.rules import parse_rule
 
@@ -51,7 +52,7 @@ ICONV_STRIDED = _rule([{"op": "const_iconv", "out": ["s0"], "attrs": {"shape": [
                                                                                 "iconv_strided"])
 def test_the_new_axioms_prove_true_candidates_within_the_generation_budget(raw):
     result = prove_rule(parse_rule(raw), GENERATION_RLIMIT)
-    assert result.status == "proved", result
+    assert result.status == OutcomeStatus.PROVED, result
 
 
 def test_conv_and_pool_facts_bound_variable_pads_and_strides():
@@ -85,10 +86,10 @@ ENLARGE_ANY_STRIDE["provenance"] = {"found_on": {"i1": [1, 4, 7, 7], "k13": [4, 
 def test_the_wider_check_refutes_a_candidate_claiming_strides_it_was_not_found_at():
     outcome = verify_candidate(ENLARGE_ANY_STRIDE, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
                                wide_trials=WIDE_TRIALS)
-    assert outcome.status == "refuted", outcome
+    assert outcome.status == OutcomeStatus.REFUTED, outcome
     assert "wider numeric check" in outcome.reason
     plain = verify_candidate(ENLARGE_ANY_STRIDE, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
-    assert plain.status == "unknown", plain  # the usual draws (strides 1 and 2) find no counterexample
+    assert plain.status == OutcomeStatus.UNKNOWN, plain  # the usual draws (strides 1 and 2) find no counterexample
 
 
 
@@ -117,10 +118,10 @@ def test_the_wider_check_draws_enough_to_refute_a_candidate_that_holds_for_one_k
     kernel where the two sides differ."""
     candidate = _enlarge_any_kernel()
     plain = verify_candidate(candidate, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
-    assert plain.status == "unknown", plain
+    assert plain.status == OutcomeStatus.UNKNOWN, plain
     outcome = verify_candidate(candidate, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,
                                wide_trials=WIDE_TRIALS)
-    assert outcome.status == "refuted" and "wider numeric check" in outcome.reason, outcome
+    assert outcome.status == OutcomeStatus.REFUTED and "wider numeric check" in outcome.reason, outcome
     assert outcome.rlimit_used < plain.rlimit_used  # refuted before the later rounds spend the budget
 
 
@@ -155,7 +156,7 @@ def test_a_stride_moved_across_a_1x1_conv_is_proved_from_the_window_arithmetic(o
     from verifier.encode import encode_rule
 
     rule = parse_rule(_stride_moved(op))
-    assert prove_rule(rule, GENERATION_RLIMIT).status == "proved"
+    assert prove_rule(rule, GENERATION_RLIMIT).status == OutcomeStatus.PROVED
     text = " ".join(str(h) for h in encode_rule(rule).hypotheses)
     assert "dim(in_k11, 2)" in text  # the output facts name the kernel's window
 

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from verifier.numeric import BACKEND_ENV, array_module, numeric_check
-from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, prepare, prove_rule
+from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, ProofResult, prepare, prove_rule
+from verifier.status import WORST_FIRST, OutcomeStatus
 from verifier.theorem import TheoremKey, same_theorem_groups, theorem_key
 from xflow.errors import XflowError
 from xflow.executor import Executor, LocalExecutor
@@ -37,11 +38,12 @@ WIDE_TRIALS = 30
 
 @dataclass
 class Outcome:
-    """What became of one candidate: ``status`` proved / refuted / unknown / timeout / unsupported / unchecked.
-    ``rlimit_used`` is the z3 resource count spent on it (machine-independent), ``z3_seconds`` the time."""
+    """What became of one candidate: its ``status`` (proved, refuted, unknown, timeout, unsupported or unchecked),
+    ``rlimit_used`` the z3 resource count spent on it (machine-independent), ``z3_seconds`` the time;
+    ``statuses``: a "status: reason" line per attempt."""
 
     name: str
-    status: str
+    status: OutcomeStatus
     rule: dict[str, Any] | None = None
     variant: int = -1
     variants_tried: int = 0
@@ -50,7 +52,7 @@ class Outcome:
     reason: str = ""
     statuses: list[str] = field(default_factory=list)
     #: each parsed variant's final status when the candidate is not proved (refuted, unknown, unchecked, ...)
-    variant_statuses: dict[int, str] = field(default_factory=dict)
+    variant_statuses: dict[int, OutcomeStatus] = field(default_factory=dict)
 
 
 #: The budgets (z3 resource units) every numerically checked variant of a candidate is tried on in turn before
@@ -99,15 +101,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
 
     Without ``last_round`` only ``rounds`` are tried: a prefix of the full schedule, so a proof found there is the
     full schedule's proof too."""
-    variants = candidate.get("variants") or [candidate]
-    outcome = Outcome(candidate["name"], "unchecked")
-    parsed: list[tuple[int, dict[str, Any], Any]] = []
-    for index, raw in enumerate(variants):
-        raw = {k: v for k, v in raw.items() if k != "variants"}
-        try:
-            parsed.append((index, raw, parse_rule(raw)))
-        except RuleError as exc:
-            outcome.statuses.append(f"malformed: {exc}")
+    outcome = Outcome(candidate["name"], OutcomeStatus.UNCHECKED)
+    parsed = _parsed_variants(candidate, outcome)
     numerics: dict[int, Any] = {}  # variant -> its numeric result when it passed, None when it did not
     final = outcome.variant_statuses
 
@@ -115,19 +110,12 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
         if index not in numerics:
             numerics[index] = _checked(rule, raw, trials, seed, outcome)
             if numerics[index] is None:
-                final[index] = outcome.statuses[-1].split(":", 1)[0]
+                final[index] = OutcomeStatus.of_line(outcome.statuses[-1])
         return numerics[index] is not None
 
     settled: set[int] = set()
-    taken_over_unknown = False  # a variant left unknown elsewhere: the wider check cannot refute the candidate
-    for index, raw, _ in parsed if same_theorems else ():
-        earlier = same_theorems.get(theorem_key(raw))
-        if earlier is not None:
-            status, source = earlier
-            settled.add(index)
-            final[index] = status
-            outcome.statuses.append(f"{status}: the same theorem as {source}, {status} there")
-            taken_over_unknown |= status == "unknown"
+    # a variant left unknown elsewhere: the wider check cannot refute the candidate
+    taken_over_unknown = _take_over(parsed, same_theorems or {}, outcome, settled)
     encoded: dict[int, Any] = {}  # each variant encoded once, whatever the number of rounds it takes part in
     context: ProofContext | None = None  # one z3 context for all the candidate's proofs, made at the first
     wider: dict[int, Any] = {}  # variant -> its wider numeric check, run at most once
@@ -162,7 +150,7 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
                 continue
             left = rlimit - outcome.rlimit_used
             if left <= 0:
-                outcome.statuses.append("unknown: z3 budget spent on earlier variants")
+                outcome.statuses.append(f"{OutcomeStatus.UNKNOWN}: z3 budget spent on earlier variants")
                 break
             if step is not None:
                 budget = min(left, step)
@@ -176,7 +164,7 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
             outcome.z3_seconds += proof.seconds
             outcome.rlimit_used += proof.rlimit_used
             outcome.statuses.append(f"{proof.status}: {proof.reason}")
-            if proof.status in ("refuted", "unsupported"):
+            if proof.status in (OutcomeStatus.REFUTED, OutcomeStatus.UNSUPPORTED):
                 settled.add(index)
                 final[index] = proof.status
             if proof.proved and replay and (budget > ESCALATION[0] or not first_call) \
@@ -184,16 +172,8 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
                 settled.add(index)  # proved on a schedule verify-rules does not repeat: not written
                 continue
             if proof.proved:
-                numeric = numerics[index]
-                provenance = dict(raw.get("provenance", {}))
-                # resource units, not seconds: the provenance must not depend on the machine that proved it
-                provenance["z3"] = {"status": "proved", "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
-                                    "variant": index}
-                provenance["numeric"] = {"max_abs_err": numeric.max_abs_err, "trials": numeric.trials_run,
-                                         "backend": array_module().__name__, "dtype": "float64",
-                                         "shapes": [{k: list(v) for k, v in s.items()} for s in numeric.shapes]}
-                outcome.rule = {**raw, "provenance": provenance}
-                outcome.status, outcome.variant = "proved", index
+                outcome.rule = _proved_rule(raw, index, proof, numerics[index], rlimit)
+                outcome.status, outcome.variant = OutcomeStatus.PROVED, index
                 return outcome
         else:
             continue
@@ -201,18 +181,62 @@ def verify_candidate(candidate: dict[str, Any], rlimit: int = DEFAULT_RLIMIT, tr
     outcome.status = _worst(outcome.statuses)
     outcome.reason = outcome.statuses[-1] if outcome.statuses else "no variant"
     for index, _, _ in parsed:
-        final.setdefault(index, "unknown")  # tried within the whole budget, or never reached before it was spent
-    if outcome.status == "unknown" and wide_trials and not taken_over_unknown:
+        # tried within the whole budget, or never reached before it was spent
+        final.setdefault(index, OutcomeStatus.UNKNOWN)
+    if outcome.status == OutcomeStatus.UNKNOWN and wide_trials and not taken_over_unknown:
         refute_wider("after z3 spent its budget")
     return outcome
 
 
+def _parsed_variants(candidate: dict[str, Any], outcome: Outcome) -> list[tuple[int, dict[str, Any], Any]]:
+    """(index, raw JSON, parsed rule) of each variant of ``candidate`` that parses; a "malformed" line in
+    ``outcome`` for each that does not."""
+    parsed: list[tuple[int, dict[str, Any], Any]] = []
+    for index, raw in enumerate(candidate.get("variants") or [candidate]):
+        raw = {k: v for k, v in raw.items() if k != "variants"}
+        try:
+            parsed.append((index, raw, parse_rule(raw)))
+        except RuleError as exc:
+            outcome.statuses.append(f"{OutcomeStatus.MALFORMED}: {exc}")
+    return parsed
+
+
+def _take_over(parsed: list[tuple[int, dict[str, Any], Any]], same_theorems: dict[TheoremKey, tuple[str, str]],
+               outcome: Outcome, settled: set[int]) -> bool:
+    """Settle each variant stating the theorem of an earlier variant that was not proved (``same_theorems``) with
+    that variant's status, in ``outcome`` and ``settled``; whether one of them was unknown."""
+    taken_over_unknown = False
+    for index, raw, _ in parsed if same_theorems else ():
+        earlier = same_theorems.get(theorem_key(raw))
+        if earlier is not None:
+            status, source = OutcomeStatus(earlier[0]), earlier[1]
+            settled.add(index)
+            outcome.variant_statuses[index] = status
+            outcome.statuses.append(f"{status}: the same theorem as {source}, {status} there")
+            taken_over_unknown |= status == OutcomeStatus.UNKNOWN
+    return taken_over_unknown
+
+
+def _proved_rule(raw: dict[str, Any], index: int, proof: ProofResult, numeric: Any, rlimit: int) -> dict[str, Any]:
+    """The rule of a proved variant: ``raw`` with its provenance (the proof's budget and units, the numeric
+    check's error, trials and shapes)."""
+    provenance = dict(raw.get("provenance", {}))
+    # resource units, not seconds: the provenance must not depend on the machine that proved it; the word itself
+    # (``.value``), as JSON data is plain
+    provenance["z3"] = {"status": OutcomeStatus.PROVED.value, "rlimit": rlimit, "rlimit_used": proof.rlimit_used,
+                        "variant": index}
+    provenance["numeric"] = {"max_abs_err": numeric.max_abs_err, "trials": numeric.trials_run,
+                             "backend": array_module().__name__, "dtype": "float64",
+                             "shapes": [{k: list(v) for k, v in s.items()} for s in numeric.shapes]}
+    return {**raw, "provenance": provenance}
+
+
 def _refuted_wider(outcome: Outcome, variants: list[int], reason: str, when: str) -> None:
     """``outcome`` refuted by the wider numeric check: every one of ``variants`` has a counterexample there."""
-    outcome.status = "refuted"
-    outcome.reason = f"refuted: {reason} (wider numeric check {when})"
+    outcome.status = OutcomeStatus.REFUTED
+    outcome.reason = f"{OutcomeStatus.REFUTED}: {reason} (wider numeric check {when})"
     outcome.statuses.append(outcome.reason)
-    outcome.variant_statuses.update(dict.fromkeys(variants, "refuted"))
+    outcome.variant_statuses.update(dict.fromkeys(variants, OutcomeStatus.REFUTED))
 
 
 def verify_group(group: Sequence[dict[str, Any]], rlimit: int = DEFAULT_RLIMIT, trials: int = 3, seed: int = 0,
@@ -223,16 +247,16 @@ def verify_group(group: Sequence[dict[str, Any]], rlimit: int = DEFAULT_RLIMIT, 
     refuted or unknown is taken over instead of verified again. A refutation holds for the same theorem either
     way round; an unknown is a bet: z3's search follows the order terms reach it, so the other direction could
     be proved within the budget, but seldom is, and trying costs the whole budget again."""
-    known: dict[TheoremKey, tuple[str, str]] = {}
+    known: dict[TheoremKey, tuple[OutcomeStatus, str]] = {}
     outcomes = []
     for candidate in group:
         outcome = verify_candidate(candidate, rlimit, trials, seed, guard_s, rounds, replay, wide_trials, known)
         outcomes.append(outcome)
-        if outcome.status == "proved":
+        if outcome.status == OutcomeStatus.PROVED:
             continue  # its variants before the proved one were not given the whole budget
         variants = candidate.get("variants") or [candidate]
         for index, status in outcome.variant_statuses.items():
-            if status in ("refuted", "unknown"):
+            if status in (OutcomeStatus.REFUTED, OutcomeStatus.UNKNOWN):
                 known.setdefault(theorem_key(variants[index]), (status, f"{candidate['name']}'s variant {index}"))
     return outcomes
 
@@ -257,9 +281,10 @@ def _replays(raw: dict[str, Any], trials: int, seed: int, guard_s: float | None,
     again = verify_candidate(raw, DEFAULT_RLIMIT, trials, seed, guard_s, last_round=False)
     outcome.z3_seconds += again.z3_seconds
     outcome.rlimit_used += again.rlimit_used
-    if again.status != "proved":
-        outcome.statuses.append(f"unknown: proved, but not again on verify-rules' schedule ({again.reason})")
-    return again.status == "proved"
+    if again.status != OutcomeStatus.PROVED:
+        outcome.statuses.append(f"{OutcomeStatus.UNKNOWN}: proved, but not again on verify-rules' schedule "
+                                f"({again.reason})")
+    return again.status == OutcomeStatus.PROVED
 
 
 def _checked(rule: Any, raw: dict[str, Any], trials: int, seed: int, outcome: Outcome) -> Any:
@@ -274,21 +299,22 @@ def _checked(rule: Any, raw: dict[str, Any], trials: int, seed: int, outcome: Ou
             # seed: the first draws repeat)
             numeric = numeric_check(rule, trials=trials, seed=seed, found_on=found_on)
     except MemoryError:
-        outcome.statuses.append("unknown: out of memory in the numeric check")
+        outcome.statuses.append(f"{OutcomeStatus.UNKNOWN}: out of memory in the numeric check")
         return None
     if not numeric.ok or numeric.trials_run < trials:
-        status = "refuted" if numeric.trials_run and not numeric.ok else "unchecked"
+        status = OutcomeStatus.REFUTED if numeric.trials_run and not numeric.ok else OutcomeStatus.UNCHECKED
         outcome.statuses.append(f"{status}: {numeric.reason}")
         return None
     return numeric
 
 
-def _worst(statuses: list[str]) -> str:
-    kinds = [s.split(":", 1)[0] for s in statuses]
-    for kind in ("timeout", "unknown", "refuted", "unsupported", "unchecked", "malformed"):
+def _worst(statuses: list[str]) -> OutcomeStatus:
+    """The status of a candidate no variant of which is proved, from its "status: reason" lines (``WORST_FIRST``)."""
+    kinds = {OutcomeStatus.of_line(s) for s in statuses}
+    for kind in WORST_FIRST:
         if kind in kinds:
             return kind
-    return "unchecked"
+    return OutcomeStatus.UNCHECKED
 
 
 Work = tuple[tuple[dict[str, Any], ...], int, int, int, float | None, tuple[int, ...], bool, int]
@@ -313,11 +339,11 @@ def _limit_memory(limit_bytes: int) -> None:
 
 
 #: The reason of a candidate whose worker process died while verifying it.
-WORKER_DIED = "unknown: its worker died (memory limit or crash)"
+WORKER_DIED = f"{OutcomeStatus.UNKNOWN}: its worker died (memory limit or crash)"
 
 
 def _died(candidate: dict[str, Any]) -> Outcome:
-    return Outcome(candidate["name"], "unknown", reason=WORKER_DIED, statuses=[WORKER_DIED])
+    return Outcome(candidate["name"], OutcomeStatus.UNKNOWN, reason=WORKER_DIED, statuses=[WORKER_DIED])
 
 
 #: Items ``run_guarded`` keeps submitted per worker; more than the 2 per worker + 1 its suspect rule assumes were

@@ -19,6 +19,7 @@ from verifier.axioms import AXIOMS, Axiom, axiom_formulas
 from verifier.encode import Unsupported, encode_rule
 from verifier.numeric import NumericResult, numeric_check
 from verifier.relevance import axioms_for
+from verifier.status import OutcomeStatus
 from xflow.rules.model import Rule
 
 #: z3 resource units for one rule (all its outputs together), when the caller does not say. Every shipped rule
@@ -43,32 +44,32 @@ __all__ = ["DEFAULT_GUARD_S", "DEFAULT_RLIMIT", "GENERATION_RLIMIT", "NumericRes
 class ProofResult:
     """Outcome of a z3 proof attempt: only ``proved`` means the rule follows from the axioms.
 
-    ``status`` is "proved", "refuted" (z3 found a model of the axioms where the rule fails), "unknown" (the
-    resource budget ran out, or z3 gave up: deterministic), "timeout" (the wall-clock guard stopped z3:
-    depends on the machine) or "unsupported" (the rule cannot be encoded). ``rlimit_used`` is the resource
+    ``status`` (an ``OutcomeStatus``) is "proved", "refuted" (z3 found a model of the axioms where the rule
+    fails), "unknown" (the resource budget ran out, or z3 gave up: deterministic), "timeout" (the wall-clock guard
+    stopped z3: depends on the machine) or "unsupported" (the rule cannot be encoded). ``rlimit_used`` is the resource
     count z3 spent, the same on every machine."""
 
-    status: str
+    status: OutcomeStatus
     seconds: float
     reason: str = ""
     rlimit_used: int = 0
 
     @property
     def proved(self) -> bool:
-        return self.status == "proved"
+        return self.status == OutcomeStatus.PROVED
 
 
 @dataclass(frozen=True)
 class VerifyResult:
     """A proof attempt and a numeric check together; ``status`` combines them."""
 
-    status: str
+    status: OutcomeStatus
     proof: ProofResult
     numeric: NumericResult
 
     @property
     def ok(self) -> bool:
-        return self.status == "proved"
+        return self.status == OutcomeStatus.PROVED
 
 
 _FORMULAS: dict[str, z3.BoolRef] = {}
@@ -174,12 +175,12 @@ def prove_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, axioms: tuple[Axiom, ..
     if prepared is None:
         prepared = prepare(rule, axioms)
     if prepared.relevant is None:
-        return ProofResult("unsupported", time.monotonic() - start, prepared.unsupported)
+        return ProofResult(OutcomeStatus.UNSUPPORTED, time.monotonic() - start, prepared.unsupported)
     enc = prepared.enc
     relevant = prepared.relevant if relevant_only else axioms
     context = ProofContext() if context is None else context
     first = _prove_with(enc, rlimit, relevant, guard_s, start, context)
-    if first.status != "refuted" or len(relevant) == len(axioms):
+    if first.status != OutcomeStatus.REFUTED or len(relevant) == len(axioms):
         return first
     # a model of some axioms need not be one of all of them: only the full set may refute
     again = _prove_with(enc, rlimit, axioms, guard_s, start, context)
@@ -226,7 +227,8 @@ def _prove_with(enc: Any, rlimit: int, axioms: tuple[Axiom, ...], guard_s: float
     if fired.is_set():
         context.renew()
         if not result.proved:
-            return ProofResult("timeout", result.seconds, f"wall-clock guard ({guard_s:g} s) stopped z3 after "
+            return ProofResult(OutcomeStatus.TIMEOUT, result.seconds,
+                               f"wall-clock guard ({guard_s:g} s) stopped z3 after "
                                f"{result.rlimit_used} of {rlimit} resource units", result.rlimit_used)
     return result
 
@@ -237,7 +239,7 @@ def _prove_goals(enc: Any, context: ProofContext, axioms: tuple[Axiom, ...], sta
     hypotheses = [h.translate(ctx) for h in enc.hypotheses]
     base, used = context.count, 0  # the context's count before this proof, and what this proof spent
 
-    def result(status: str, reason: str) -> ProofResult:
+    def result(status: OutcomeStatus, reason: str) -> ProofResult:
         return ProofResult(status, time.monotonic() - start, reason, used)
 
     for index, (s, d, src, dst) in enumerate(enc.goals):
@@ -266,27 +268,27 @@ def _prove_goals(enc: Any, context: ProofContext, axioms: tuple[Axiom, ...], sta
                     # the solver may still hold this goal: the candidate's later proofs get a fresh context
                     context.renew()
                     if guard_fired.is_set():
-                        return result("unknown", f"output {s} -> {d}: interrupted")
-                    return result("unknown", f"output {s} -> {d}: z3 failed: {exc}")
+                        return result(OutcomeStatus.UNKNOWN, f"output {s} -> {d}: interrupted")
+                    return result(OutcomeStatus.UNKNOWN, f"output {s} -> {d}: z3 failed: {exc}")
                 used = context.count - base
                 if answer == z3.sat and not mbqi:
                     answer = z3.unknown  # E-matching alone does not instantiate enough to refute
                 if answer != z3.unknown or guard_fired.is_set():
                     break
             if guard_fired.is_set():
-                return result("unknown", f"output {s} -> {d}: interrupted")
+                return result(OutcomeStatus.UNKNOWN, f"output {s} -> {d}: interrupted")
             step *= 2
         if solver is None:
-            return result("unknown", f"budget spent before output {s}")
+            return result(OutcomeStatus.UNKNOWN, f"budget spent before output {s}")
         if answer == z3.sat:
-            return result("refuted", f"output {s} -> {d}: z3 found a countermodel")
+            return result(OutcomeStatus.REFUTED, f"output {s} -> {d}: z3 found a countermodel")
         if answer != z3.unsat:
             # z3 says "canceled" or "max. resource limit exceeded" for a spent budget, depending on where it stops
             why = why or "unknown"
             if used >= goal_end or why == "canceled" or "resource limit" in why:
                 why = f"resource limit spent ({used} of {rlimit} units)"
-            return result("unknown", f"output {s} -> {d}: {why}")
-    return result("proved", f"{len(enc.goals)} output(s) proved in {used} resource units")
+            return result(OutcomeStatus.UNKNOWN, f"output {s} -> {d}: {why}")
+    return result(OutcomeStatus.PROVED, f"{len(enc.goals)} output(s) proved in {used} resource units")
 
 
 def verify_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, trials: int = 3, seed: int = 0) -> VerifyResult:
@@ -295,9 +297,10 @@ def verify_rule(rule: Rule, rlimit: int = DEFAULT_RLIMIT, trials: int = 3, seed:
     type-check together is proved vacuously (its shape facts are contradictory) and must not pass."""
     numeric = numeric_check(rule, trials=trials, seed=seed, found_on=rule.provenance.get("found_on"))
     if numeric.trials_run and not numeric.ok:
-        return VerifyResult("refuted", ProofResult("unknown", 0.0, "not attempted: numeric counterexample"),
+        return VerifyResult(OutcomeStatus.REFUTED,
+                            ProofResult(OutcomeStatus.UNKNOWN, 0.0, "not attempted: numeric counterexample"),
                             numeric)
     proof = prove_rule(rule, rlimit)
-    if proof.status == "proved" and numeric.trials_run < trials:
-        return VerifyResult("unchecked", proof, numeric)
+    if proof.status == OutcomeStatus.PROVED and numeric.trials_run < trials:
+        return VerifyResult(OutcomeStatus.UNCHECKED, proof, numeric)
     return VerifyResult(proof.status, proof, numeric)

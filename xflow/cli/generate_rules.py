@@ -1,4 +1,4 @@
-"""``xflow generate-rules``: enumerate, pair, prove and write a rule file (``generator.rule_file``)."""
+"""``xflow generate-rules``: enumerate, pair, prove and write a rule file (``generator.pipeline``)."""
 
 from __future__ import annotations
 
@@ -41,18 +41,21 @@ MAX_CANDIDATE_OPS = 16
                    "redone or extended with --candidates.")
 @click.option("--candidates", "candidates_path", type=click.Path(dir_okay=False), default=None,
               help="Verify the candidates of this file (written by --save-candidates) instead of generating.")
+@click.option("--generate-only", is_flag=True,
+              help="Stop after generation: write the candidates to --save-candidates and print the table; nothing "
+                   "is verified and no rule file is written.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @executor_options
 @user_errors
 def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: int, guard_s: float, trials: int,
                    limit: int | None, keep_independent_batching: bool, keep_compositions: bool,
-                   save_path: str | None, candidates_path: str | None, quiet: bool, executor: str,
-                   address: str | None) -> None:
+                   save_path: str | None, candidates_path: str | None, generate_only: bool, quiet: bool,
+                   executor: str, address: str | None) -> None:
     """Enumerate operator graphs, pair equal ones, prune, generalize, prove (z3) and check (numeric).
 
     Only proved rules are written. Prints the pruning and proof table at the end.
     """
-    from generator.rule_file import RuleFileOptions, write_rule_file
+    from generator.pipeline import RuleFileOptions, write_rule_file
     from generator.run import format_table
     from verifier.batch import check_backend
     from xflow.executor import make_executor
@@ -60,11 +63,13 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     if candidates_path is None and max_ops > MAX_ENUMERATED_OPS:
         raise click.BadParameter(f"{max_ops}: graphs are enumerated up to {MAX_ENUMERATED_OPS} ops (larger sizes "
                                  "are for --candidates)", param_hint="--max-ops")
+    if generate_only and (save_path is None or candidates_path is not None):
+        raise click.BadParameter("needs --save-candidates FILE and no --candidates", param_hint="--generate-only")
     check_writable(out_path)
     if save_path is not None:
         check_writable(save_path)
     options = RuleFileOptions(out_path, max_ops, jobs, seed, rlimit, guard_s, trials, limit,
-                              keep_independent_batching, save_path, candidates_path, keep_compositions)
+                              keep_independent_batching, save_path, candidates_path, keep_compositions, generate_only)
     engine = make_executor(executor, jobs, address)
     try:
         check_backend(engine)
@@ -79,6 +84,9 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
         click.echo(f"{len(result.worker_deaths)} candidate(s) killed their worker (memory limit or crash; not "
                    "proved): " + ", ".join(result.worker_deaths[:20]), err=True)
     click.echo(format_table(result.table))
+    if generate_only:
+        click.echo(f"wrote {save_path}: {result.candidates} candidates in {result.seconds:.1f} s")
+        return
     click.echo(f"wrote {out_path}: {result.shipped} proved rules in {result.seconds:.1f} s "
                f"(z3 {result.z3_seconds:.1f} s in all)")
 

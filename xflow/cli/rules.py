@@ -68,8 +68,8 @@ def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batchin
     import json
 
     from generator.generalize import canonical_key, dedupe
+    from generator.pipeline import split_batching
     from generator.redundancy import find_compositions
-    from generator.rule_file import split_batching
     from xflow.rules import load_rules, rules_from_json
     from xflow.rules.io import dump_rules
 

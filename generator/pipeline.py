@@ -1,22 +1,18 @@
-"""The shipped rule file, end to end: generate (or read saved) candidates, order them, prove and check
+"""The generation pipeline, end to end: generate (or read saved) candidates, order them, prove and check
 them, lift the proved conv rules to the forms models have, drop what floods the search, and write the
-rules with their provenance. ``xflow generate-rules`` is a thin front to ``write_rule_file``."""
+rules with their provenance. ``xflow generate-rules`` is a thin front to ``write_rule_file``; with
+``generate_only`` it stops once the candidates are saved (the candidate file: ``generator.candidate_file``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from generator.packed import PackedRules
-from xflow.errors import XflowError
-from xflow.files import write_atomically
-
-CANDIDATES_FORMAT = "xflow.candidates/1"
+from generator.candidate_file import load_candidates, save_candidates
 
 
 @dataclass(frozen=True)
@@ -35,6 +31,7 @@ class RuleFileOptions:
     save_path: str | None = None  # also write the unverified candidates here
     candidates_path: str | None = None  # verify these saved candidates instead of generating
     keep_compositions: bool = False  # also write rules that are compositions of smaller proved rules
+    generate_only: bool = False  # stop once the candidates are generated (and saved to ``save_path``)
 
 
 @dataclass
@@ -47,6 +44,7 @@ class RuleFileResult:
     z3_seconds: float = 0.0
     seconds: float = 0.0
     worker_deaths: list[str] = field(default_factory=list)
+    candidates: int = 0  # generated or read
 
 
 def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lambda _t: None,
@@ -66,6 +64,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     from generator.run import generate
     from generator.usefulness import match_counts, zoo_graphs
     from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, WORKER_DIED, verify_candidates
+    from verifier.status import TABLE_ORDER, OutcomeStatus
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -81,6 +80,8 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
         candidates = generated.rules  # one per shape-generic key (``generate`` dedupes while it emits)
     if options.save_path is not None:
         save_candidates(options.save_path, candidates, options.max_ops, options.seed)
+    if options.generate_only:
+        return RuleFileResult(0, table, seconds=time.perf_counter() - started, candidates=len(candidates))
     if options.limit is not None and options.limit < len(candidates):
         # what can fire on the zoo first (in a lifted form too), then the generator's own priority
         t = time.perf_counter()
@@ -91,8 +92,8 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
         order = sorted(range(len(candidates)), key=lambda i: (fires[i] == 0, priority(candidates[i])))
         candidates = [candidates[i] for i in order[:options.limit]]
         table.append(("verified (--limit, priority order)", len(candidates), 0.0))
-    result = RuleFileResult(0, table)
-    counts: Counter[str] = Counter()
+    result = RuleFileResult(0, table, candidates=len(candidates))
+    counts: Counter[OutcomeStatus] = Counter()
 
     def verify(batch: list[dict[str, Any]], label: str, wide_trials: int) -> list[Any]:
         t = time.perf_counter()
@@ -100,7 +101,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
 
         def on_outcome(done: int, outcome: Any) -> None:
             counts[outcome.status] += 1
-            show(f"verifying {label}{done}/{len(batch)}: {counts['proved']} proved")
+            show(f"verifying {label}{done}/{len(batch)}: {counts[OutcomeStatus.PROVED]} proved")
 
         outcomes = verify_candidates(batch, rlimit=options.rlimit, trials=options.trials, seed=options.seed,
                                      progress=on_outcome, guard_s=options.guard_s, executor=executor,
@@ -108,8 +109,9 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
                                      same_theorems=True)
         seconds = round(time.perf_counter() - t, 3)
         result.worker_deaths += [o.name for o in outcomes if o.reason == WORKER_DIED]
-        for status in ("proved", "refuted", "unknown", "timeout", "unsupported", "unchecked"):
-            table.append((f"{label}verifier: {status}", counts.get(status, 0), seconds if status == "proved" else 0.0))
+        for status in TABLE_ORDER:
+            table.append((f"{label}verifier: {status}", counts.get(status, 0),
+                          seconds if status == OutcomeStatus.PROVED else 0.0))
         return outcomes
 
     outcomes = verify(candidates, "", WIDE_TRIALS)
@@ -150,41 +152,6 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
     result.shipped = len(shipped)
     result.seconds = time.perf_counter() - started
     return result
-
-
-def save_candidates(path: str, candidates: Iterable[dict[str, Any]], max_ops: int, seed: int) -> None:
-    """Write generated (unverified) candidates for a later ``--candidates`` run, atomically."""
-    def dump(tmp: str) -> None:
-        # one candidate at a time (the generator's are packed: all of them as dicts would not fit at 4 ops); the
-        # bytes json.dump gives for the whole object, each candidate through ``json.dumps``, whose C encoder is
-        # several times ``json.dump``'s Python one (a million candidates, 4.6 GB, at 4 ops); packed ones hold
-        # that text already
-        texts = candidates.texts() if isinstance(candidates, PackedRules) else map(json.dumps, candidates)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"format": CANDIDATES_FORMAT, "max_ops": max_ops, "seed": seed})[:-1]
-                    + ', "candidates": [')
-            for i, text in enumerate(texts):
-                if i:
-                    f.write(", ")
-                f.write(text)
-            f.write("]}")
-
-    write_atomically(path, dump)
-
-
-def load_candidates(path: str, max_ops: int) -> list[dict[str, Any]]:
-    """The candidates ``save_candidates`` wrote; XflowError naming the file when it is not such a file or
-    holds candidates of another size."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise XflowError(path, f"cannot read candidates ({e})") from None
-    if not isinstance(data, dict) or data.get("format") != CANDIDATES_FORMAT:
-        raise XflowError(path, "not a candidate file written by --save-candidates")
-    if data.get("max_ops") != max_ops:
-        raise XflowError(path, f"candidates of {data.get('max_ops')} ops; pass --max-ops {data.get('max_ops')}")
-    return list(data["candidates"])
 
 
 def split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -16,6 +16,7 @@ from xflow.cli_common import check_writable, save_model, user_errors, write_json
 from xflow.cli_place import place_option, place_request
 from xflow.cli_rules import executor_options, proof_budget_options
 from xflow.errors import XflowError
+from xflow.optimize.options import DEFAULTS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -34,26 +35,30 @@ def main() -> None:
 @click.argument("out_path", metavar="OUT.onnx", type=click.Path())
 @click.option("--rules", "rules_path", type=click.Path(), default=None,
               help="Rule file (default: the shipped rules/default.json).")
-@click.option("--alpha", type=float, default=1.05, show_default=True,
+@click.option("--alpha", type=float, default=DEFAULTS.search.alpha, show_default=True,
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
-@click.option("--budget", type=int, default=300, show_default=True, help="Most graphs the search expands.")
-@click.option("--patience", type=click.IntRange(min=0), default=10, show_default=True,
+@click.option("--budget", type=int, default=DEFAULTS.search.budget, show_default=True,
+              help="Most graphs the search expands.")
+@click.option("--patience", type=click.IntRange(min=0), default=DEFAULTS.search.patience or 0, show_default=True,
               help="Once a cheaper graph is found, stop the search after this many expansions in a row find no "
               "cheaper one (0: never).")
-@click.option("--alternatives", type=click.IntRange(min=0), default=2, show_default=True,
+@click.option("--branches", "--alternatives", "branches", type=click.IntRange(min=0),
+              default=DEFAULTS.search.branches, show_default=True,
               help="Also search on from up to this many other first sweeps (rules applied at every match of the "
               "input); their best graphs and the best one are timed end to end and the fastest is kept.")
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Search time limit in seconds.")
-@click.option("--memory-limit", type=click.FloatRange(min=1), default=None, metavar="MB",
+@click.option("--time-limit", type=float, default=DEFAULTS.search.time_limit, show_default=True,
+              help="Search time limit in seconds.")
+@click.option("--memory-limit", type=click.FloatRange(min=1), default=DEFAULTS.search.memory_limit_mb, metavar="MB",
               help="Stop the search (keeping the best graph so far) once the process uses this much memory.")
-@click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
+@click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default=DEFAULTS.cost.kind,
               show_default=True, help="Cost model for the search: node costs measured with ONNX Runtime "
               "(cached) or an analytic estimate.")
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=None,
+@click.option("--cost-db", type=click.Path(dir_okay=False), default=DEFAULTS.cost.db,
               help="SQLite cache of measured costs (default: $XDG_CACHE_HOME/xflow/costs.sqlite).")
-@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=DEFAULTS.runtime.provider, show_default=True,
               help="ONNX Runtime execution provider for cost measurement, verification and timing.")
-@click.option("--threads", type=int, default=None, help="ORT intra-op threads (default: all cores).")
+@click.option("--threads", type=int, default=DEFAULTS.runtime.threads,
+              help="ORT intra-op threads (default: all cores).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1xD2...",
               help="Measure a dynamic input at this shape, e.g. --input-shape input=1x3x224x224 (the written "
                    "model keeps its dynamic dims). Repeatable.")
@@ -61,9 +66,9 @@ def main() -> None:
               help="Sizes of a dynamic dim (an input's dim_param; x[0] for an unnamed one) at which costs are "
                    "measured and the A/B timed, e.g. --shape-profile batch=1,8 --shape-profile seq=128. Every "
                    "combination is timed. Default: 1 for a dim first in an input, else 128. Repeatable.")
-@click.option("--inputs", "inputs_npz", type=click.Path(), default=None,
+@click.option("--inputs", "inputs_npz", type=click.Path(), default=DEFAULTS.inputs.npz,
               help="An .npz of input arrays for the equivalence check and timing (default: seeded random).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--seed", type=int, default=DEFAULTS.inputs.seed, show_default=True, help="Seed for random inputs.")
 @click.option("--keep-if-slower", is_flag=True, help="Write the optimized model even if it did not measure faster.")
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file.")
@@ -71,7 +76,7 @@ def main() -> None:
 @place_option
 @user_errors
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
-             alternatives: int,
+             branches: int,
              time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
              threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
@@ -84,16 +89,16 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     """
     from xflow.files import check_output_file
     from xflow.onnx_io import parse_input_shapes
-    from xflow.onnx_io.profile import parse_shape_profile
-    from xflow.pipeline import OptimizeOptions, optimize_file
+    from xflow.onnx_io.shape_profile import parse_shape_profile
+    from xflow.optimize import OptimizeOptions, optimize_file
 
-    options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
-                              alternatives=alternatives,
-                              time_limit=time_limit, memory_limit=memory_limit, provider=provider,
-                              threads=threads, cost=cost_kind, cost_db=cost_db,
-                              input_shapes=parse_input_shapes(input_shapes),
-                              shape_profile=parse_shape_profile(shape_profile),
-                              inputs_npz=inputs_npz, seed=seed, keep_if_slower=keep_if_slower)
+    options = OptimizeOptions.of(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
+                                 branches=branches,
+                                 time_limit=time_limit, memory_limit=memory_limit, provider=provider,
+                                 threads=threads, cost=cost_kind, cost_db=cost_db,
+                                 input_shapes=parse_input_shapes(input_shapes),
+                                 shape_profile=parse_shape_profile(shape_profile),
+                                 inputs_npz=inputs_npz, seed=seed, keep_if_slower=keep_if_slower)
     say = (lambda _m: None) if quiet else click.echo
     progress = _search_progress() if (not quiet and sys.stderr.isatty()) else None
     if report_path:

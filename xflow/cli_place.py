@@ -39,7 +39,7 @@ def _cost_model(kind: str, cost_db: str | None):  # noqa: ANN202 - CostModel
     from xflow.cost.cache import CostCache
     from xflow.cost.measured import MeasuredCost
 
-    return MeasuredCost("cpu", cache=CostCache(cost_db))
+    return MeasuredCost(cache=CostCache(cost_db))
 
 
 class _StatusLine:
@@ -310,7 +310,7 @@ def place_request(spec: str | None, time_limit: float, out_path: str, quiet: boo
     topology, the options, ``OUT.plan.json``, and the table of baselines and RL printed once it is written."""
     if not spec:
         return None
-    from xflow.pipeline import PlaceRequest
+    from xflow.optimize import PlaceRequest
     from xflow.placement.options import PlaceOptions
     from xflow.placement.topology import load_topology
 

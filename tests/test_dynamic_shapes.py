@@ -251,7 +251,7 @@ def test_costs_are_keyed_by_the_profiles_concrete_shapes():
 def test_the_cost_of_a_dynamic_graph_is_its_mean_cost_at_the_profile_points():
     from xflow.cost import AnalyticCost, GraphCoster
     from xflow.onnx_io import graph_from_model
-    from xflow.optimize.search import profile_cost
+    from xflow.optimize.costing import profile_cost
 
     source = load_source(dynamic_relu(), OptimizeOptions.of(shape_profile={"batch": (1, 8), "seq": (4,)}).inputs)
     dynamic = GraphCoster(profile_cost(AnalyticCost(), source.shapes)).cost(source.graph)

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from xflow.cost.base import CostModel
-from xflow.optimize import finalize, original, report, search, select, verify
+from xflow.optimize import costing, finalize, load, report, search, select, verify
 from xflow.optimize.finalize import Finalist
-from xflow.optimize.load import Source
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest, place
 from xflow.ort import Sessions
@@ -27,16 +26,16 @@ class _Run:
     placement: Any = None
 
 
-def run_passes(source: Source, output_label: str, options: OptimizeOptions, cost_model: CostModel | None,
+def run_passes(source: load.Source, output_label: str, options: OptimizeOptions, cost_model: CostModel | None,
                sessions: Sessions, say: Callable[[str], None], progress: Callable[[SearchReport], None] | None,
                place_request: PlaceRequest | None) -> _Run:
     """The passes up to write on ``source`` (the load pass's result); ``cost_model`` None: the one the options ask
     for."""
     checks = options.checks
     rules = search.rule_file(options.rules_path)
-    coster = search.coster(cost_model or search.make_cost_model(options.cost, sessions, source.graph), source.shapes)
+    coster = costing.coster(cost_model or costing.make_cost_model(options.cost, sessions, source.graph), source.shapes)
     searched = search.search(source.graph, rules, coster, options.search, progress)
-    ran = original.try_original(source, options.inputs, sessions) \
+    ran = load.try_original(source, options.inputs, sessions) \
         if checks.measure or (searched.modified and checks.verify) else None
     probe = finalize.denormal_probe(ran, sessions)
     finalized = finalize.finalize(searched, checks.measure, probe)
@@ -56,7 +55,7 @@ def run_passes(source: Source, output_label: str, options: OptimizeOptions, cost
     return run
 
 
-def _say_why_nothing(searched: search.Searched, selected: select.Selected, source: Source,
+def _say_why_nothing(searched: search.Searched, selected: select.Selected, source: load.Source,
                      say: Callable[[str], None]) -> None:
     if not searched.rules:
         say(f"no rules in {searched.rules_file}: the model is {source.kept_as}")

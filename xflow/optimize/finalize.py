@@ -13,7 +13,7 @@ from xflow.cost import GraphCoster
 from xflow.ir import Graph
 from xflow.onnx_io import to_model_proto
 from xflow.optimize.denormal_probe import DenormalProbe
-from xflow.optimize.original import OriginalNotRunnable, OriginalRun
+from xflow.optimize.load import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
 from xflow.optimize.search import Searched
 from xflow.ort import Sessions

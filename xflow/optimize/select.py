@@ -12,7 +12,7 @@ import numpy as np
 
 from xflow.onnx_io.shared_weights import SharedWeightsFiles, weights_in_memory, write_sharing_weights
 from xflow.optimize.finalize import Finalist
-from xflow.optimize.original import OriginalNotRunnable, OriginalRun
+from xflow.optimize.load import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
 from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker

@@ -13,9 +13,8 @@ from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equiva
 from xflow.errors import XflowError, one_line
 from xflow.optimize.decision import Decision
 from xflow.optimize.finalize import Finalist
-from xflow.optimize.load import Source
+from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
 from xflow.optimize.options import CheckSettings, InputSettings
-from xflow.optimize.original import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
 from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker

@@ -62,6 +62,7 @@ def test_a_slower_rewrite_is_reverted_and_the_run_says_so(tmp_path):
     report, said, written = _run(tmp_path, keep_if_slower=False)
     assert report.rules_applied == {"relu_on_a_doubled_copy": 1} and report.verified
     assert report.decision == "copied (optimized model was not faster)"
+    assert report.outcome == "kept-original-not-faster" and report.copied
     assert [n.op_type for n in written.graph.node] == ["Relu"]
     assert any(line.startswith("the optimized model was not measurably faster") and "the original is" in line
                for line in said), said

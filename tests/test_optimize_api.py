@@ -83,3 +83,26 @@ def test_python_api_works_in_memory(tmp_path, monkeypatch):
     assert report.nodes_after == len(out.graph.node) < len(model.graph.node)
     assert list(scratch.iterdir()) == []
     assert_same_outputs(model, out)
+
+
+def test_flat_option_names_fill_their_groups_and_the_rest_keep_the_defaults():
+    from xflow.optimize import DEFAULTS
+
+    options = OptimizeOptions.of(budget=4, branches=0, memory_limit=512.0, cost_db="c.sqlite", seed=3, measure=False)
+    assert (options.search.budget, options.search.branches, options.search.memory_limit_mb) == (4, 0, 512.0)
+    assert options.search.alpha == DEFAULTS.search.alpha and options.search.patience == DEFAULTS.search.patience
+    assert options.cost.db == "c.sqlite" and options.cost.kind == DEFAULTS.cost.kind
+    assert options.inputs.seed == 3 and not options.checks.measure and options.checks.verify
+    assert OptimizeOptions.of() == DEFAULTS
+    with pytest.raises(TypeError, match="alternatives"):  # one word: branches
+        OptimizeOptions.of(alternatives=0)
+
+
+def test_the_decision_is_data_and_the_report_writes_it_with_its_reason():
+    from xflow.optimize import Decision
+
+    assert Decision.OPTIMIZED.describe(copied=False) == "optimized"
+    assert Decision.NOT_FASTER.describe(copied=True) == "copied (optimized model was not faster)"
+    assert Decision.NO_RULES.describe(copied=False) == "original re-encoded (no rules)"
+    assert Decision("kept-original-not-faster") is Decision.NOT_FASTER
+    assert len({d.reason for d in Decision}) == len(Decision)  # every decision says its own reason

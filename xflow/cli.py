@@ -42,8 +42,9 @@ def main() -> None:
 @click.option("--patience", type=click.IntRange(min=0), default=DEFAULTS.search.patience or 0, show_default=True,
               help="Once a cheaper graph is found, stop the search after this many expansions in a row find no "
               "cheaper one (0: never).")
-@click.option("--branches", "--alternatives", "branches", type=click.IntRange(min=0),
-              default=DEFAULTS.search.branches, show_default=True,
+@click.option("--alternatives", "alternatives", type=click.IntRange(min=0), default=None, hidden=True,
+              help="The former name of --branches.")
+@click.option("--branches", type=click.IntRange(min=0), default=DEFAULTS.search.branches, show_default=True,
               help="Also search on from up to this many other first sweeps (rules applied at every match of the "
               "input); their best graphs and the best one are timed end to end and the fastest is kept.")
 @click.option("--time-limit", type=float, default=DEFAULTS.search.time_limit, show_default=True,
@@ -76,7 +77,7 @@ def main() -> None:
 @place_option
 @user_errors
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
-             branches: int,
+             alternatives: int | None, branches: int,
              time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
              threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
@@ -93,7 +94,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     from xflow.optimize import OptimizeOptions, optimize_file
 
     options = OptimizeOptions.of(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
-                                 branches=branches,
+                                 branches=branches if alternatives is None else alternatives,
                                  time_limit=time_limit, memory_limit=memory_limit, provider=provider,
                                  threads=threads, cost=cost_kind, cost_db=cost_db,
                                  input_shapes=parse_input_shapes(input_shapes),

@@ -48,7 +48,8 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     run = _Run(selected.chosen if verified.graph is not None else None, report.assemble(passes, output_label))
     if place_request is not None:
         written = verified.graph if verified.graph is not None else source.graph
-        run.placement = place(written, source.shapes, place_request, coster.model, os.path.basename(output_label))
+        run.placement = place(written, source.shapes, place_request, coster.model,
+                              os.path.basename(output_label)).placement
         run.report.plan_output = place_request.plan_path
         run.report.placement_chosen, run.report.placement_seconds = run.placement.plan.chosen, \
             run.placement.plan.seconds

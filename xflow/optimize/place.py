@@ -10,6 +10,7 @@ from xflow.cost.base import CostModel
 from xflow.cost.profile_mean import graph_at
 from xflow.ir import Graph
 from xflow.onnx_io.shape_profile import ShapePlan
+from xflow.optimize.passes import PassResult
 
 
 @dataclass
@@ -24,10 +25,19 @@ class PlaceRequest:
     show: Callable[[Any], None] | None = None
 
 
-def place(graph: Graph, plan: ShapePlan | None, request: PlaceRequest, cost_model: CostModel, name: str) -> Any:
+@dataclass(kw_only=True)
+class Placed(PassResult):
+    """The place pass's result: the graph planned (unchanged) and the placement (a PlacementResult: its plan, the
+    baselines beside it)."""
+
+    placement: Any
+
+
+def place(graph: Graph, plan: ShapePlan | None, request: PlaceRequest, cost_model: CostModel, name: str) -> Placed:
     """The place pass: plan ``graph`` (the one written; a dynamic one at the profile's first point) on the
-    topology with the run's own cost model (same provider and cost cache as the search); a PlacementResult."""
+    topology with the run's own cost model (same provider and cost cache as the search)."""
     from xflow.placement.place import place as place_model
 
     placed = graph_at(graph, plan.points()[0]) if plan is not None and plan.is_dynamic else graph
-    return place_model(placed, cost_model, request.topology, request.options, name, request.progress)
+    return Placed(graph=graph, placement=place_model(placed, cost_model, request.topology, request.options, name,
+                                                     request.progress))

@@ -71,12 +71,14 @@ def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions, cost_
                          lambda _m: None, None, None)
     if run.chosen is None:  # the original itself (given, or parsed from its file with its weights)
         result = source.proto if source.proto is not None else onnx.load(source.label)
-        return result, report.finish(run.report, write.Written(len(result.graph.node), True), started)
+        kept = write.Written(graph=None, nodes=len(result.graph.node), copied=True)
+        return result, report.finish(run.report, kept, started)
     chosen = run.chosen
     result = chosen.proto  # made once: the sessions of select and verify read its bytes
     if not fits_in_memory(chosen.graph):  # weights read in from their files: the model stands on its own
         onnx.load_external_data_for_model(result, chosen.graph.context.base_dir if chosen.graph.context else "")
-    return result, report.finish(run.report, write.Written(len(result.graph.node), False), started)
+    written = write.Written(graph=chosen.graph, modified=True, nodes=len(result.graph.node), copied=False)
+    return result, report.finish(run.report, written, started)
 
 
 @contextlib.contextmanager

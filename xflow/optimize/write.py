@@ -11,11 +11,13 @@ from xflow.files import check_output_file, copy_atomically
 from xflow.ir import Graph
 from xflow.onnx_io import save
 from xflow.optimize.load import Source
+from xflow.optimize.passes import PassResult
 
 
-@dataclass(frozen=True)
-class Written:
-    """The write pass's figures: ONNX nodes written, and whether the file is a copy of the input."""
+@dataclass(kw_only=True)
+class Written(PassResult):
+    """The write pass's result: the graph written (None: the original), its ONNX nodes, and whether the file is a
+    byte-for-byte copy of the input."""
 
     nodes: int
     copied: bool
@@ -39,5 +41,6 @@ def write(source: Source, graph: Graph | None, out_path: str, scratch: str) -> W
     if graph is None and source.copyable:
         assert source.path is not None
         copy_atomically(source.path, out_path, scratch)
-        return Written(source.onnx_nodes, True)
-    return Written(save(graph if graph is not None else source.graph, out_path, scratch=scratch), False)
+        return Written(graph=None, nodes=source.onnx_nodes, copied=True)
+    nodes = save(graph if graph is not None else source.graph, out_path, scratch=scratch)
+    return Written(graph=graph, modified=graph is not None, nodes=nodes, copied=False)

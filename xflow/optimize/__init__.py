@@ -1,10 +1,11 @@
 """``xflow optimize`` as passes: load -> search -> finalize -> select -> verify -> place (optional) -> write.
 
-One module per pass, each returning a result (after onnx-ir's ``PassResult``: the graph it hands on, whether it
-changed it, its own figures); ``options`` holds every setting and ``DEFAULTS``, the one place a default is
-written; ``report`` assembles the report from the passes' results; ``decision`` says what was written and why;
-``chain`` runs the passes and ``run`` is the entry points (``optimize_file`` for the CLI, ``optimize_model`` and
-``optimize`` for pipelines)."""
+One module per pass (``load`` also runs the original once on the check inputs), each returning a result after
+onnx-ir's ``PassResult`` (``passes``: the graph it hands on, whether it changed it, its own figures); ``options``
+holds every setting and ``DEFAULTS``, the one place a default is written; ``costing`` makes the run's cost model;
+``denormal_probe`` tells finalize where values hold denormals; ``report`` assembles the report from the passes'
+results; ``decision`` says what was written and why; ``chain`` runs the passes before write and ``run`` holds the
+entry points (``optimize_file`` for the CLI, ``optimize_model`` and ``optimize`` for pipelines)."""
 
 import sys
 import types

@@ -28,7 +28,7 @@ from tests.test_cli import CONV_BIAS_RELU_FOLD
 from xflow.equivalence import verify_against_original
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.optimize import OptimizeOptions, OptimizeReport, optimize_file
-from xflow.ort import open_session
+from xflow.ort import Sessions, open_session
 from xflow.rules import default_rules_path, load_rules
 from xflow.runtime import random_feeds
 
@@ -81,7 +81,8 @@ def same_outputs(src: str | onnx.ModelProto, out: str | onnx.ModelProto) -> None
         if not isinstance(src, str):
             onnx.save(src, path)
         for seed in (0, 1):
-            verify_against_original(path, a, b, random_feeds(a, seed), f"seed {seed}", seed, threads=1)
+            verify_against_original(path, a, b, random_feeds(a, seed), f"seed {seed}", seed,
+                                    sessions=Sessions(threads=1))
 
 
 def optimize_and_compare(model: onnx.ModelProto, rules: str, directory: str) -> OptimizeReport:

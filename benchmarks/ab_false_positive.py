@@ -25,7 +25,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from xflow import zoo
-from xflow.runtime import decide_ab, make_session, measure_ab, random_feeds
+from xflow.ort import open_session
+from xflow.runtime import decide_ab, measure_ab, random_feeds
 
 
 def matmul_chain(depth: int = 4, width: int = 256) -> onnx.ModelProto:
@@ -71,11 +72,11 @@ def run(name: str, trials: int, confirm: bool = True, against: bytes | None = No
     for _ in range(trials):
         # Fresh sessions each trial, as each `xflow optimize` run builds them: where their weights land in
         # memory differs from one pair to the next and can make one copy persistently faster.
-        a, b = make_session(data, threads=threads), make_session(other, threads=threads)
+        a, b = open_session(data, threads=threads), open_session(other, threads=threads)
         feeds = random_feeds(a, 0)
         start = time.perf_counter()
         if confirm:
-            ab = decide_ab(a, b, feeds, lambda side: make_session(data if side == "a" else other, threads=threads))
+            ab = decide_ab(a, b, feeds, lambda side: open_session(data if side == "a" else other, threads=threads))
         else:
             ab = measure_ab(a, b, feeds)
         seconds.append(time.perf_counter() - start)

@@ -19,7 +19,8 @@ from xflow.cost import GraphCoster
 from xflow.cost.cache import CostCache
 from xflow.cost.measured import MeasuredCost
 from xflow.onnx_io import graph_from_model
-from xflow.runtime import make_session, median_latency, random_feeds
+from xflow.ort import open_session
+from xflow.runtime import median_latency, random_feeds
 
 DEFAULT_MODELS = ["resnet50", "resnext50", "inception_v3", "squeezenet", "bert", "nasnet_a", "nasrnn"]
 
@@ -35,7 +36,7 @@ def main(models: list[str]) -> None:
             cache = CostCache(os.path.join(folder, f"{name}.sqlite"))
             grouped = GraphCoster(MeasuredCost(cache=cache)).cost(graph)
             isolated = sum(MeasuredCost(cache=cache).node_costs(graph, graph.nodes))
-            session = make_session(model.SerializeToString())
+            session = open_session(model.SerializeToString())
             latency = median_latency(session, random_feeds(session, 0), runs=20)
             print(f"| {name} | {isolated * 1e3:.1f} | {grouped * 1e3:.1f} | {latency * 1e3:.1f} |", flush=True)
 

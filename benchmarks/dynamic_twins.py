@@ -22,8 +22,8 @@ import numpy as np
 import onnx
 
 from xflow import zoo
-from xflow.pipeline import OptimizeOptions, optimize_file
-from xflow.runtime import make_session
+from xflow.optimize import OptimizeOptions, optimize_file
+from xflow.ort import open_session
 
 
 def run_pair(name: str, small: bool, folder: str) -> dict:
@@ -33,7 +33,7 @@ def run_pair(name: str, small: bool, folder: str) -> dict:
         src, out = os.path.join(folder, f"{name}-{kind}.onnx"), os.path.join(folder, f"{name}-{kind}-opt.onnx")
         onnx.save(zoo.build(name, small=small, dynamic=kind == "dynamic"), src)
         # keep_if_slower: the optimized twin is written (and run below) whatever the A/B says
-        options = OptimizeOptions(cost_db=os.path.join(folder, "costs.db"), keep_if_slower=True)
+        options = OptimizeOptions.of(cost_db=os.path.join(folder, "costs.db"), keep_if_slower=True)
         report = optimize_file(src, out, options, say=lambda _m: None)
         chosen = [f["rewrites"] for f in report.finalists if f["chosen"]]
         row[kind] = {"rules": report.rules_applied, "explored": report.graphs_explored, "stop": report.search_stop,
@@ -41,7 +41,7 @@ def run_pair(name: str, small: bool, folder: str) -> dict:
                      "faster": report.decision == "optimized" and (report.rank_test_p or 1) < 0.01,
                      "checked_at": report.checked_at}
         if kind == "dynamic":
-            original, optimized = make_session(src), make_session(out)
+            original, optimized = open_session(src), open_session(out)
             base = zoo.random_inputs(zoo.build(name, small=small), seed=1)
             diffs = {}
             for batch in (2, 5):
@@ -62,7 +62,7 @@ def run_exports(name: str, static_dir: str, dynamic_dir: str, rules: str | None,
     for kind, src in (("static", os.path.join(static_dir, f"{name}.onnx")),
                       ("dynamic", os.path.join(dynamic_dir, f"{name}.onnx"))):
         out = os.path.join(folder, f"{name}-{kind}-opt.onnx")
-        options = OptimizeOptions(rules_path=rules, cost="analytic", measure=False, verify=False, budget=budget,
+        options = OptimizeOptions.of(rules_path=rules, cost="analytic", measure=False, verify=False, budget=budget,
                                   time_limit=3600.0, keep_if_slower=True)
         report = optimize_file(src, out, options, say=lambda _m: None)
         row[kind] = {"rules": report.rules_applied, "explored": report.graphs_explored, "stop": report.search_stop,
@@ -73,7 +73,7 @@ def run_exports(name: str, static_dir: str, dynamic_dir: str, rules: str | None,
             row["interface_kept"] = all(  # byte for byte
                 [vi.SerializeToString() for vi in getattr(written.graph, field)] ==
                 [vi.SerializeToString() for vi in getattr(source.graph, field)] for field in ("input", "output"))
-            original, optimized = make_session(src), make_session(out)
+            original, optimized = open_session(src), open_session(out)
             checked = []
             for inp_sizes in _check_sizes(original):
                 feeds = random_feeds(original, 1, inp_sizes)

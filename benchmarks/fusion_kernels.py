@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from xflow.runtime import session_options
+from xflow.ort import session_options
 
 FLOAT = TensorProto.FLOAT
 MS = "com.microsoft"

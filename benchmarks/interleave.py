@@ -1,7 +1,7 @@
 """Time ONNX files against the first one, interleaved in one process: a long, steady second opinion on a ratio
 the bench's shorter columns leave in doubt (a peer's output against the export, say).
 
-Each file gets one ONNX Runtime session with the measurement settings (``xflow.runtime.make_session``: ORT_ENABLE_ALL,
+Each file gets one ONNX Runtime session with the measurement settings (``xflow.ort.open_session``: ORT_ENABLE_ALL,
 spinning off) and the same seeded random inputs. A round runs every file ``--runs`` times and keeps the median;
 rounds alternate the order of the files. Printed per file: the median of its round medians, and the median over
 rounds of (first file's round median / its own) with the rounds in which it was faster. One session per file means
@@ -16,7 +16,8 @@ import argparse
 import statistics
 import time
 
-from xflow.runtime import make_session, random_feeds
+from xflow.ort import open_session
+from xflow.runtime import random_feeds
 
 
 def main() -> int:
@@ -26,7 +27,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs of each file per round")
     parser.add_argument("--threads", type=int, default=2, help="ORT intra-op threads")
     args = parser.parse_args()
-    sessions = [make_session(f, threads=args.threads) for f in args.files]
+    sessions = [open_session(f, threads=args.threads) for f in args.files]
     feeds = random_feeds(sessions[0], seed=0)
     for session in sessions:
         for _ in range(3):

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from xflow.runtime import make_session
+from xflow.ort import open_session
 
 HIDDEN, STEPS, GATES = 512, 8, 8
 
@@ -114,7 +114,7 @@ def main() -> None:
     wx = [(rng.standard_normal((HIDDEN, HIDDEN)) * scale).astype(np.float32) for _ in range(GATES)]
     wh = [(rng.standard_normal((HIDDEN, HIDDEN)) * scale).astype(np.float32) for _ in range(GATES)]
     names = ["original", "gate merge", "fused", "batched x"]
-    sessions = {n: make_session(variant(n, wx, wh)) for n in names}
+    sessions = {n: open_session(variant(n, wx, wh)) for n in names}
     feeds = {f"x_{t}": rng.standard_normal((1, HIDDEN)).astype(np.float32) for t in range(STEPS)}
     feeds["h_0"] = rng.standard_normal((1, HIDDEN)).astype(np.float32)
     want = sessions["original"].run(None, feeds)[0]

@@ -28,7 +28,8 @@ import os
 import tempfile
 
 from xflow.bench import geomean
-from xflow.runtime import random_feeds, session_options
+from xflow.ort import session_options
+from xflow.runtime import random_feeds
 
 CLASSES = {
     "contraction": {"Gemm", "MatMul", "FusedMatMul", "Conv", "FusedConv", "FusedGemm", "MatMulInteger",

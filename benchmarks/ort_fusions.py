@@ -26,7 +26,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from xflow.runtime import session_options
+from xflow.ort import session_options
 
 OPTIMIZERS = ("SkipLayerNormFusion", "LayerNormFusion", "SimplifiedLayerNormFusion", "GeluFusion", "BiasGeluFusion",
               "FastGeluFusion", "QuickGeluFusion", "MatMulAddFusion", "GemmActivationFusion", "AttentionFusion",

@@ -46,7 +46,7 @@ def cost_model(kind: str, cost_db: str | None = None):  # noqa: ANN201
     from xflow.cost.cache import CostCache
     from xflow.cost.measured import MeasuredCost
 
-    return MeasuredCost("cpu", cache=CostCache(cost_db))
+    return MeasuredCost(cache=CostCache(cost_db))
 
 
 def clock_of(args) -> Callable[[], float]:  # noqa: ANN001

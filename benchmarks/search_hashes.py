@@ -1,6 +1,6 @@
 """Structural hashes of the search's best graph and of the finalists on the zoo, with a fixed cost model.
 
-A refactor of the search, the rewrite engine or the pipeline's finalize stage must leave them as they
+A refactor of the search, the rewrite engine or optimize's finalize pass must leave them as they
 are. Run it before and after a change and compare the two files:
 
     PYTHONHASHSEED=0 python benchmarks/search_hashes.py > before.json      # on the old commit
@@ -22,7 +22,7 @@ import time
 from xflow import zoo
 from xflow.cost import AnalyticCost, GraphCoster
 from xflow.onnx_io import graph_from_model
-from xflow.pipeline import OptimizeOptions, finalize
+from xflow.optimize.finalize import finalists
 from xflow.rules import load_rules
 from xflow.search import SearchLimits, backtracking_search
 
@@ -42,13 +42,13 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             coster = GraphCoster(AnalyticCost(fuses=args.fused))
             result = backtracking_search(graph, rules, coster, limits)
-            finalists = finalize(result, OptimizeOptions(cost="analytic"), coster, rules)
+            found = finalists(result, True, coster, rules)
             key = f"{name}{'-small' if small else ''}"
             out[key] = {"best": result.graph.structural_hash, "cost": result.best_cost,
                         "stop": str(result.stop_reason), "explored": result.explored,
                         "generated": result.generated,
-                        "alternatives": [a.graph.structural_hash for a in result.alternatives],
-                        "finalists": [f.simplified.graph.structural_hash for f in finalists]}
+                        "alternatives": [a.graph.structural_hash for a in result.branches],
+                        "finalists": [f.simplified.graph.structural_hash for f in found]}
             print(f"{key}: {time.perf_counter() - started:.1f} s, {out[key]['stop']}", file=sys.stderr, flush=True)
     json.dump(out, sys.stdout, indent=1, sort_keys=True)
     print()

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from xflow.onnx_io import load, save
-from xflow.runtime import make_session
+from xflow.ort import open_session
 
 SIZES = ((1, 128), (4, 128), (4, 37), (1, 5))
 
@@ -50,7 +50,7 @@ def compare(src: str, out: str) -> dict:
         a = getattr(original.graph, field) if field != "opset_import" else original.opset_import
         b = getattr(written.graph, field) if field != "opset_import" else written.opset_import
         row[f"{field}_identical"] = [x.SerializeToString() for x in a] == [x.SerializeToString() for x in b]
-    a, b = make_session(src), make_session(out)
+    a, b = open_session(src), open_session(out)
     for batch, seq in SIZES:
         feeds = _feeds(a, batch, seq, batch * 1000 + seq)
         if feeds is None:

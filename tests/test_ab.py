@@ -11,7 +11,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from xflow.runtime import ABResult, decide_ab, make_session, measure_ab, random_feeds, sign_test, signed_rank_p
+from xflow.ort import open_session
+from xflow.runtime import ABResult, decide_ab, measure_ab, random_feeds, sign_test, signed_rank_p
 
 
 def test_sign_test_is_the_binomial_tail():
@@ -42,7 +43,7 @@ def _matmul_chain(depth: int) -> onnx.ModelProto:
 def test_measure_ab_finds_the_model_with_a_tenth_of_the_work_faster_and_not_the_reverse():
     # One thread each and a second of rounds: with two threads on a machine whose cores are busy, a run's
     # time is mostly waiting for a core, and 0.1 s of rounds measured the larger model faster.
-    small, large = make_session(_matmul_chain(2), threads=1), make_session(_matmul_chain(20), threads=1)
+    small, large = open_session(_matmul_chain(2), threads=1), open_session(_matmul_chain(20), threads=1)
     feeds = random_feeds(small, 0)
     faster = measure_ab(large, small, feeds, min_runs=10, target_seconds=1.0)
     slower = measure_ab(small, large, feeds, min_runs=10, target_seconds=1.0)
@@ -59,17 +60,17 @@ def test_faster_is_decided_over_fresh_session_pairs():
     def fresh(a: onnx.ModelProto, b: onnx.ModelProto):  # noqa: ANN202 - a maker of ORT sessions
         def make(side: str):  # noqa: ANN202
             made.append(side)
-            return make_session(a if side == "a" else b, threads=1)
+            return open_session(a if side == "a" else b, threads=1)
         return make
 
-    feeds = random_feeds(make_session(small, threads=1), 0)
+    feeds = random_feeds(open_session(small, threads=1), 0)
     timing = {"min_runs": 10, "target_seconds": 0.1, "min_pairs": 8, "max_pairs": 8}
-    faster = decide_ab(make_session(large, threads=1), make_session(small, threads=1), feeds, fresh(large, small),
+    faster = decide_ab(open_session(large, threads=1), open_session(small, threads=1), feeds, fresh(large, small),
                        **timing)
     assert faster.b_is_faster() and faster.pairs == 8 and faster.b_wins == 8 and faster.p_value == 1 / 256
     assert made == ["b", "a", "a", "b"] * 3 + ["b", "a"]  # 7 fresh pairs, in alternating order
     made.clear()
-    slower = decide_ab(make_session(small, threads=1), make_session(large, threads=1), feeds, fresh(small, large),
+    slower = decide_ab(open_session(small, threads=1), open_session(large, threads=1), feeds, fresh(small, large),
                        **timing)
     assert not slower.b_is_faster() and slower.pairs == 2 and len(made) == 2
 
@@ -78,15 +79,17 @@ def test_finalists_are_timed_end_to_end_and_the_fastest_is_picked(tmp_path):
     """``xflow optimize`` times the search's graphs from different branches against each other and keeps
     the fastest, whatever their estimated costs said."""
     from xflow.onnx_io import graph_from_model
-    from xflow.pipeline import Finalist, OptimizeOptions, select_by_latency
+    from xflow.optimize.finalize import Finalist
+    from xflow.optimize.select import select_by_latency
+    from xflow.ort import Sessions
     from xflow.rewrite.simplify import Simplified
 
     original = tmp_path / "in.onnx"
     onnx.save(_matmul_chain(20), original)
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), cost, ())
                  for depth, cost in ((20, 1.0), (2, 2.0), (10, 0.5))]
-    feeds = random_feeds(make_session(str(original)), 0)
-    picked = select_by_latency(finalists, feeds, OptimizeOptions(threads=1), str(tmp_path),
+    feeds = random_feeds(open_session(str(original)), 0)
+    picked = select_by_latency(finalists, feeds, Sessions(threads=1, scratch=str(tmp_path)),
                                rounds=15, seconds=0.3)  # one thread: see the test above
     assert picked is not None and picked.index == 1
     assert all(m is not None for m in picked.medians)  # every finalist ORT runs is timed
@@ -123,22 +126,23 @@ def test_the_signed_rank_test_is_exact():
 def test_each_halving_stage_times_the_survivors_on_fresh_sessions(tmp_path, monkeypatch):
     """One session's luck lasts its life: every stage after the first makes new sessions for the finalists left,
     and the last two are each timed on two sessions."""
-    import xflow.pipeline as pipeline
     from xflow.onnx_io import graph_from_model
-    from xflow.pipeline import Finalist, OptimizeOptions, select_by_latency
+    from xflow.optimize.finalize import Finalist
+    from xflow.optimize.select import select_by_latency
+    from xflow.ort import Sessions
     from xflow.rewrite.simplify import Simplified
 
     made: list[str] = []
-    real = pipeline.make_session
+    real = Sessions.open
 
-    def counting(model, *args, **kwargs):  # noqa: ANN001, ANN202 - the real maker, each session counted
+    def counting(self, model, *args, **kwargs):  # noqa: ANN001, ANN202 - the real maker, each session counted
         made.append(os.path.basename(model).removesuffix(".onnx"))
-        return real(model, *args, **kwargs)
+        return real(self, model, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "make_session", counting)
+    feeds = random_feeds(open_session(_matmul_chain(2)), 0)  # before the count starts
+    monkeypatch.setattr(Sessions, "open", counting)
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), 1.0, ()) for depth in (20, 2, 10, 15)]
-    feeds = random_feeds(make_session(_matmul_chain(2)), 0)
-    picked = select_by_latency(finalists, feeds, OptimizeOptions(threads=1), str(tmp_path), rounds=5, seconds=0.1)
+    picked = select_by_latency(finalists, feeds, Sessions(threads=1, scratch=str(tmp_path)), rounds=5, seconds=0.1)
     assert picked.index == 1
     # four first sessions, then the faster two (the 2- and 10-deep chains) again
     assert sorted(made) == sorted(["finalist0", "finalist1", "finalist2", "finalist3", "finalist1", "finalist2"])
@@ -147,11 +151,13 @@ def test_each_halving_stage_times_the_survivors_on_fresh_sessions(tmp_path, monk
 
 def test_finalists_are_timed_from_memory_when_their_files_cannot_be_written(tmp_path):
     from xflow.onnx_io import graph_from_model
-    from xflow.pipeline import Finalist, OptimizeOptions, select_by_latency
+    from xflow.optimize.finalize import Finalist
+    from xflow.optimize.select import select_by_latency
+    from xflow.ort import Sessions
     from xflow.rewrite.simplify import Simplified
 
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), 1.0, ()) for depth in (20, 2)]
-    feeds = random_feeds(make_session(_matmul_chain(2)), 0)
-    picked = select_by_latency(finalists, feeds, OptimizeOptions(threads=1), str(tmp_path / "gone"), rounds=15,
+    feeds = random_feeds(open_session(_matmul_chain(2)), 0)
+    picked = select_by_latency(finalists, feeds, Sessions(threads=1, scratch=str(tmp_path / "gone")), rounds=15,
                                seconds=0.3)
     assert picked.index == 1 and all(m is not None for m in picked.medians)

@@ -16,7 +16,7 @@ from xflow.cli import main
 from xflow.ir import OPAQUE
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.save import to_model_proto
-from xflow.runtime import make_session
+from xflow.ort import open_session
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -86,8 +86,8 @@ def test_a_transformer_block_is_wholly_in_the_algebra_and_writes_back_the_same_o
     ops = {n.op for n in graph.nodes}
     assert {"gather", "layernorm", "div", "unsqueeze", "cast", "where", "softmax", "erf", "pow", "reducemean",
             "sqrt"} <= ops
-    before = make_session(model).run(None, _feeds())[0]
-    after = make_session(to_model_proto(graph)).run(None, _feeds())[0]
+    before = open_session(model).run(None, _feeds())[0]
+    after = open_session(to_model_proto(graph)).run(None, _feeds())[0]
     np.testing.assert_allclose(after, before, rtol=1e-6, atol=1e-6)
 
 
@@ -115,8 +115,8 @@ def test_constants_and_shape_computations_on_fixed_dims_are_known_to_the_decoder
     assert [n.op for n in decoded] == ["reshape", "div"]
     assert decoded[0].attrs["shape"] == (2, 12) and decoded[0].inputs == ("x",)  # the computed target, folded
     x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
-    np.testing.assert_array_equal(make_session(to_model_proto(graph)).run(None, {"x": x})[0],
-                                  make_session(model).run(None, {"x": x})[0])
+    np.testing.assert_array_equal(open_session(to_model_proto(graph)).run(None, {"x": x})[0],
+                                  open_session(model).run(None, {"x": x})[0])
     # loading and saving stays lossless: the constant nodes are written back as they were
     assert to_model_proto(graph, reuse_protos=True).SerializeToString(deterministic=True) == \
         model.SerializeToString(deterministic=True)

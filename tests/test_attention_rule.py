@@ -16,9 +16,9 @@ from onnx import helper, numpy_helper
 
 from verifier import AXIOMS, prove_rule, verify_rule
 from xflow.onnx_io import graph_from_model, to_model_proto
+from xflow.ort import session_options
 from xflow.rewrite import apply_match, find_matches
 from xflow.rules import load_rules, rules_from_json
-from xflow.runtime import session_options
 
 RULES = os.path.join(os.path.dirname(__file__), "..", "rules")
 HEADS, HEAD_SIZE, SEQ, HIDDEN = 2, 4, 6, 8

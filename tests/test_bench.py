@@ -115,7 +115,7 @@ def test_a_peer_that_changes_the_outputs_is_flagged_and_counts_as_one_x(tmp_path
     from onnx import TensorProto, helper
 
     from xflow.bench import ONNXSLIM, ORIGINAL, XFLOW, BenchRow, counted_speedup, format_row, output_drift
-    from xflow.runtime import make_session
+    from xflow.ort import open_session
 
     def model(op):
         return helper.make_model(helper.make_graph(
@@ -123,8 +123,8 @@ def test_a_peer_that_changes_the_outputs_is_flagged_and_counts_as_one_x(tmp_path
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])]),
             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
-    sessions = {ORIGINAL: make_session(model("Relu")), XFLOW: make_session(model("Relu")),
-                ONNXSLIM: make_session(model("Neg"))}
+    sessions = {ORIGINAL: open_session(model("Relu")), XFLOW: open_session(model("Relu")),
+                ONNXSLIM: open_session(model("Neg"))}
     feeds = {"x": np.array([-1.0, 0.5, 2.0, -3.0], np.float32)}
     drift = output_drift(sessions, feeds)
     assert list(drift) == [ONNXSLIM] and "differs" in drift[ONNXSLIM]
@@ -140,8 +140,8 @@ def test_each_variant_is_timed_on_several_sessions(tmp_path, monkeypatch):
     import xflow.bench as bench
 
     made: list[str] = []
-    real = bench.make_session
-    monkeypatch.setattr(bench, "make_session", lambda path, *a, **k: (made.append(path), real(path, *a, **k))[1])
+    real = bench.open_session
+    monkeypatch.setattr(bench, "open_session", lambda path, *a, **k: (made.append(path), real(path, *a, **k))[1])
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [CONV_RELU_FOLD]}))
     settings = BenchSettings(rules_path=str(rules), small=True, budget=2, seconds_per_model=0.1, min_runs=3,

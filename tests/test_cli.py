@@ -154,3 +154,29 @@ def test_zoo_writes_a_runnable_model(tmp_path):
     unknown = subprocess.run([sys.executable, "-m", "xflow.cli", "zoo", "nope", str(tmp_path / "x.onnx")],
                              capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown zoo model" in unknown.stderr
+
+
+def test_the_optimize_flags_default_to_the_one_place_defaults_are_written():
+    """The CLI, the bench and the search read one set of defaults (``xflow.optimize.DEFAULTS``)."""
+    from xflow.bench import BenchSettings
+    from xflow.optimize import DEFAULTS
+    from xflow.search import SearchLimits
+
+    params = {p.name: p for p in main.commands["optimize"].params}
+    assert (params["budget"].default, params["patience"].default, params["branches"].default) == (300, 10, 2)
+    assert params["budget"].default == DEFAULTS.search.budget == BenchSettings().budget == SearchLimits().budget
+    assert params["patience"].default == DEFAULTS.search.patience == BenchSettings().patience
+    assert params["alpha"].default == DEFAULTS.search.alpha and params["seed"].default == DEFAULTS.inputs.seed
+    assert params["time_limit"].default == DEFAULTS.search.time_limit == BenchSettings().time_limit
+    assert params["cost_kind"].default == DEFAULTS.cost.kind and params["provider"].default == DEFAULTS.runtime.provider
+    assert params["alternatives"].hidden and not params["branches"].hidden  # the former name, still accepted
+
+
+def test_alternatives_is_still_accepted_as_the_former_name_of_branches(tmp_path):
+    src = conv_relu_model(tmp_path / "m.onnx")
+    rules = write_rules(tmp_path / "rules.json", [CONV_BIAS_RELU_FOLD])
+    for flag in ("--alternatives", "--branches"):
+        result = invoke("optimize", src, str(tmp_path / f"out{flag}.onnx"), "--rules", rules, flag, "0",
+                        "--keep-if-slower", "--cost", "analytic", "-q")
+        assert result.exit_code == 0, result.output
+    assert invoke("optimize", src, str(tmp_path / "o.onnx"), "--alternatives", "-1").exit_code == 2

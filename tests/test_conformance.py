@@ -24,12 +24,13 @@ import pytest
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE, SPLIT_SPLIT_MERGE
 from tests.test_node_suite import run_ort, suite
+from xflow.equivalence import EquivalenceError
 from xflow.errors import XflowError
-from xflow.pipeline import EquivalenceError, OptimizeOptions, optimize_file
+from xflow.optimize import OptimizeOptions, optimize_file
 from xflow.rules import default_rules_path, load_rules
 
 pytestmark = pytest.mark.slow
-PIPELINE = importlib.import_module("xflow.pipeline")
+PIPELINE = importlib.import_module("xflow.optimize.search")
 
 MIN_CASES = 1000
 MIN_REWRITTEN = 1  # with the shipped rules (1 of 1,526 cases on 2026-11-23)
@@ -92,7 +93,7 @@ def run_case(case: Any, expected: list[Any], rtol: float, atol: float, rules: st
     onnx.save(case.model, src)
     before = open(src, "rb").read()
     outcome = Outcome(all_agree(expected, case.expected, rtol, atol), None, False)
-    options = OptimizeOptions(rules_path=rules, budget=50, time_limit=600.0, cost="analytic", measure=False,
+    options = OptimizeOptions.of(rules_path=rules, budget=50, time_limit=600.0, cost="analytic", measure=False,
                               verify=True)  # no time limit: under load it would cut the searches short
     try:
         report = optimize_file(src, out, options, say=lambda _m: None)

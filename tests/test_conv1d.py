@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from xflow.onnx_io import graph_from_model, to_model_proto
-from xflow.runtime import make_session
+from xflow.ort import open_session
 
 
 def _conv1d_model(length: int | str = 17, dilations: list[int] | None = None, kernel_input: bool = False
@@ -37,7 +37,7 @@ def _conv1d_model(length: int | str = 17, dilations: list[int] | None = None, ke
 
 
 def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    return make_session(model, threads=1).run(None, {"x": x})[0]
+    return open_session(model, threads=1).run(None, {"x": x})[0]
 
 
 def test_a_1d_conv_is_a_2d_conv_between_unsqueeze_and_squeeze():

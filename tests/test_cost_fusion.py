@@ -144,5 +144,6 @@ def test_every_single_rewrite_of_inception_costs_the_same_derived_and_fresh():
 
 def test_search_with_fused_costs_reports_the_cost_of_the_graph_it_returns():
     graph = graph_from_model(zoo.build("inception_v3", small=True))
-    result = backtracking_search(graph, load_rules(), GraphCoster(AnalyticCost(fuses=True)), SearchLimits(budget=30))
+    result = backtracking_search(graph, load_rules(), GraphCoster(AnalyticCost(fuses=True)),
+                                 SearchLimits(budget=30, patience=None, branches=0))
     assert result.best_cost == pytest.approx(GraphCoster(AnalyticCost(fuses=True)).cost(result.graph), rel=1e-9)

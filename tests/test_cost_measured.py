@@ -215,7 +215,7 @@ def test_later_sessions_are_put_on_the_first_sessions_scale_by_reference_groups(
 
 
 def test_the_report_gives_the_range_of_session_scales(tmp_path):
-    from xflow.pipeline import OptimizeOptions, optimize_file
+    from xflow.optimize import OptimizeOptions, optimize_file
 
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("MatMul", ["x", f"W{k}"], [f"y{k}"]) for k in range(2)]  # one input: a merge
@@ -227,7 +227,7 @@ def test_the_report_gives_the_range_of_session_scales(tmp_path):
     model.ir_version = 8
     src = tmp_path / "m.onnx"
     onnx.save(model, src)
-    options = OptimizeOptions(cost_db=str(tmp_path / "c.sqlite"), budget=5, measure=False)
+    options = OptimizeOptions.of(cost_db=str(tmp_path / "c.sqlite"), budget=5, measure=False)
     report = optimize_file(str(src), str(tmp_path / "o.onnx"), options, say=lambda _m: None)
     # the original's nodes in the first session, the merged MatMul and its Split in a later one
     assert report.measure_sessions >= 2

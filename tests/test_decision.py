@@ -10,8 +10,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from xflow.pipeline import OptimizeOptions, optimize_file
-from xflow.runtime import make_session, random_feeds
+from xflow.optimize import OptimizeOptions, optimize_file
+from xflow.ort import open_session
+from xflow.runtime import random_feeds
 
 # relu(x) -> the first half of relu(concat(x, x)): the same values for twice the work plus two copies.
 # The condition keeps it from matching its own doubled relu, so the search ends.
@@ -52,7 +53,7 @@ def _run(tmp_path, keep_if_slower: bool):  # noqa: ANN001, ANN202
     rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [RELU_ON_A_DOUBLED_COPY]}))
     onnx.save(_relu_model(), src)
     said: list[str] = []
-    options = OptimizeOptions(rules_path=str(rules), budget=4, alternatives=0, keep_if_slower=keep_if_slower)
+    options = OptimizeOptions.of(rules_path=str(rules), budget=4, branches=0, keep_if_slower=keep_if_slower)
     report = optimize_file(str(src), str(out), options, cost_model=CopiesLookFree(), say=said.append)
     return report, said, onnx.load(str(out))
 
@@ -61,6 +62,7 @@ def test_a_slower_rewrite_is_reverted_and_the_run_says_so(tmp_path):
     report, said, written = _run(tmp_path, keep_if_slower=False)
     assert report.rules_applied == {"relu_on_a_doubled_copy": 1} and report.verified
     assert report.decision == "copied (optimized model was not faster)"
+    assert report.outcome == "kept-original-not-faster" and report.copied
     assert [n.op_type for n in written.graph.node] == ["Relu"]
     assert any(line.startswith("the optimized model was not measurably faster") and "the original is" in line
                for line in said), said
@@ -71,5 +73,5 @@ def test_keep_if_slower_writes_the_rewrite_and_it_computes_the_same(tmp_path):
     report, _, written = _run(tmp_path, keep_if_slower=True)
     assert report.decision == "optimized"
     assert sorted(n.op_type for n in written.graph.node) == ["Concat", "Relu", "Split"]
-    feeds = random_feeds(make_session(_relu_model()), 0)
-    np.testing.assert_array_equal(make_session(written).run(None, feeds)[0], np.maximum(feeds["x"], 0))
+    feeds = random_feeds(open_session(_relu_model()), 0)
+    np.testing.assert_array_equal(open_session(written).run(None, feeds)[0], np.maximum(feeds["x"], 0))

@@ -15,10 +15,11 @@ from onnx import TensorProto, helper, numpy_helper
 from verifier import verify_rule
 from xflow.cost import AnalyticCost, GraphCoster
 from xflow.onnx_io import graph_from_model, to_model_proto
-from xflow.pipeline import OptimizeOptions, denormal_values, finalize
+from xflow.optimize.denormal_probe import denormal_values
+from xflow.optimize.finalize import finalists
+from xflow.ort import Sessions, session_options
 from xflow.rewrite import apply_match, find_matches
 from xflow.rules import load_rules
-from xflow.runtime import session_options
 from xflow.search import SearchReport, StopReason
 
 RULES = os.path.join(os.path.dirname(__file__), "..", "rules", "denormal-lifts.json")
@@ -86,7 +87,7 @@ def _finalists(model: onnx.ModelProto, measure: bool = True, probe=None) -> list
     coster = GraphCoster(AnalyticCost())
     cost = coster.cost(graph)
     nothing = SearchReport(graph, cost, cost, (), StopReason.NO_RULES, 0, 0, 0.0)
-    return finalize(nothing, OptimizeOptions(measure=measure), coster, load_rules(RULES), probe)
+    return finalists(nothing, measure, coster, load_rules(RULES), probe)
 
 
 def test_finalize_offers_the_lift_to_the_end_to_end_timing() -> None:
@@ -101,12 +102,12 @@ def test_the_lift_goes_only_where_the_run_holds_denormals(tmp_path) -> None:  # 
     """A run of the graph on the original's inputs tells which values hold denormals: the masked softmax's output
     does, the scores and values do not, and with a mask of -10 nothing does; finalize lifts only matches reading
     such a value (and all of them where nothing is known)."""
-    options = OptimizeOptions(threads=1)
+    sessions = Sessions(threads=1, scratch=str(tmp_path))
     graph = graph_from_model(_masked_attention())
     probabilities = next(n.outputs[0] for n in graph.nodes if n.op == "softmax")
-    assert denormal_values(graph, [probabilities, "s", "v", "a"], _feeds(), options, str(tmp_path)) == {probabilities}
+    assert denormal_values(graph, [probabilities, "s", "v", "a"], _feeds(), sessions) == {probabilities}
     calm = graph_from_model(_masked_attention(masked=-10.0))
-    assert denormal_values(calm, [probabilities, "s", "v"], _feeds(), options, str(tmp_path)) == frozenset()
+    assert denormal_values(calm, [probabilities, "s", "v"], _feeds(), sessions) == frozenset()
     assert _finalists(_masked_attention(), probe=lambda g, names: frozenset()) == []
     (lifted,) = _finalists(_masked_attention(), probe=lambda g, names: frozenset({probabilities}))
     assert lifted.completed

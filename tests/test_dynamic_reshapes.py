@@ -13,9 +13,9 @@ from tests.test_ops import DecodeCtx
 from xflow.ir.dims import SymbolSource, integer_terms, symbol, symbol_sources
 from xflow.onnx_io import graph_from_model, save, to_model_proto
 from xflow.ops._runtime_dims import runtime_shape
+from xflow.ort import open_session
 from xflow.rewrite import apply_match, find_matches
 from xflow.rules import parse_rule
-from xflow.runtime import make_session
 
 batch, seq = symbol("batch"), symbol("seq")
 WIDTH = 768
@@ -83,7 +83,7 @@ def computing_opaque(graph) -> list[str]:  # noqa: ANN001
 
 
 def _run_everywhere(original: onnx.ModelProto, written: onnx.ModelProto) -> None:
-    a, b = make_session(original), make_session(written)
+    a, b = open_session(original), open_session(written)
     rng = np.random.default_rng(1)
     for n in (1, 4):
         for length in (3, 7):
@@ -159,7 +159,7 @@ def test_an_expand_to_a_computed_symbolic_shape_is_in_the_algebra():
     assert expand.attrs["shape"] == (seq, seq) and computing_opaque(graph) == []
     written = to_model_proto(graph, reuse_protos=False)
     onnx.checker.check_model(written)
-    a, b = make_session(model), make_session(written)
+    a, b = open_session(model), open_session(written)
     for shape in ((1, 3, 3), (4, 7, 7)):
         feeds = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
         np.testing.assert_array_equal(a.run(None, feeds)[0], b.run(None, feeds)[0])
@@ -203,7 +203,7 @@ def _evaluate(pieces, sources, inputs: dict[str, tuple[int, ...]]) -> list[int]:
         [numpy_helper.from_array(v, k) for k, v in ctx.constants.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     feeds = {k: np.zeros(v, np.float32) for k, v in inputs.items()}
-    return make_session(model).run(None, feeds)[0].tolist()
+    return open_session(model).run(None, feeds)[0].tolist()
 
 
 def test_symbols_are_read_from_the_inputs_dims_and_polynomials_computed():

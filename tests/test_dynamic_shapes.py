@@ -8,9 +8,11 @@ from onnx import TensorProto, helper
 
 from xflow.errors import XflowError
 from xflow.ir.dims import concrete, dims_of, divides, equal, parse_dim, symbol
-from xflow.onnx_io.profile import DEFAULT_BATCH, DEFAULT_SIZE, parse_shape_profile, shape_plan
-from xflow.pipeline import OptimizeOptions, VerifyFigures, check_other_sizes, load_source
-from xflow.runtime import make_session
+from xflow.onnx_io.shape_profile import DEFAULT_BATCH, DEFAULT_SIZE, parse_shape_profile, shape_plan
+from xflow.optimize import OptimizeOptions
+from xflow.optimize.load import load_source
+from xflow.optimize.verify import VerifyFigures, check_other_sizes
+from xflow.ort import open_session
 
 batch, seq = symbol("batch"), symbol("seq")
 
@@ -79,23 +81,23 @@ def test_a_rewrite_valid_only_at_the_measuring_size_is_caught():
     pinned.graph.node[0].output[0] = "r"
     pinned.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, -1, 8], np.int64), "shape"))
     pinned.graph.node.append(helper.make_node("Reshape", ["r", "shape"], ["y"]))
-    options = OptimizeOptions(shape_profile={"seq": (4,)})
-    source = load_source(model, options)
+    options = OptimizeOptions.of(shape_profile={"seq": (4,)})
+    source = load_source(model, options.inputs)
     assert source.measuring == {"x": (1, 4, 8)}
-    session, candidate = make_session(model), make_session(pinned)
+    session, candidate = open_session(model), open_session(pinned)
     figures = VerifyFigures()
-    failure = check_other_sizes(source, session, candidate, options, figures)
+    failure = check_other_sizes(source, session, candidate, options.inputs.seed, figures)
     assert failure is not None and "batch=2 seq=5" in failure
-    assert check_other_sizes(source, session, make_session(model), options, VerifyFigures()) is None
+    assert check_other_sizes(source, session, open_session(model), options.inputs.seed, VerifyFigures()) is None
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "bert"])
 def test_dynamic_twin_finds_the_static_models_rewrites(name):
     """The search runs on a dynamic-batch export as on its static twin (at the default profile, batch 1)."""
     from xflow import zoo
-    from xflow.pipeline import optimize_model
+    from xflow.optimize import optimize_model
 
-    options = OptimizeOptions(cost="analytic", measure=False, verify=False, budget=40, time_limit=600)  # budget-bound
+    options = OptimizeOptions.of(cost="analytic", measure=False, verify=False, budget=40, time_limit=600)  # by budget
     _, static = optimize_model(zoo.build(name, small=True), options)
     written, dynamic = optimize_model(zoo.build(name, small=True, dynamic=True), options)
     assert static.rules_applied and dynamic.rules_applied == static.rules_applied
@@ -105,13 +107,13 @@ def test_dynamic_twin_finds_the_static_models_rewrites(name):
 
 def test_zoo_dynamic_twins_run_at_any_batch():
     from xflow import zoo
-    from xflow.runtime import make_session
+    from xflow.ort import open_session
 
     for name in zoo.MODELS:
         static, twin = zoo.build(name, small=True), zoo.build(name, small=True, dynamic=True)
         feeds = zoo.random_inputs(static, seed=0)
-        expected = make_session(static).run(None, feeds)
-        session = make_session(twin)
+        expected = open_session(static).run(None, feeds)
+        session = open_session(twin)
         for batch in (1, 3):
             got = session.run(None, {k: np.concatenate([v] * batch) for k, v in feeds.items()})
             for e, g in zip(expected, got, strict=True):
@@ -126,7 +128,7 @@ def test_random_dynamic_batch_models_optimize_to_models_equal_at_every_batch(tmp
     from tests.strategies import dynamic_batch_models
     from tests.test_fuzz import fuzz_rules
     from xflow.equivalence import check_equivalence
-    from xflow.pipeline import optimize_file
+    from xflow.optimize import optimize_file
     from xflow.runtime import random_feeds
 
     rules = fuzz_rules(str(tmp_path))[0]
@@ -138,14 +140,14 @@ def test_random_dynamic_batch_models_optimize_to_models_equal_at_every_batch(tmp
         src, out = str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")
         onnx.save(model, src)
         # no time limit (as the static fuzz): under load it would cut searches short and fewer be rewritten
-        options = OptimizeOptions(rules_path=rules, budget=40, time_limit=600.0, cost="analytic", measure=False,
+        options = OptimizeOptions.of(rules_path=rules, budget=40, time_limit=600.0, cost="analytic", measure=False,
                                   verify=False)
         report = optimize_file(src, out, options, say=lambda _m: None)
         rewritten.append(bool(report.rules_applied))
         written = onnx.load(out)
         assert list(written.graph.input) == list(model.graph.input)
         assert list(written.graph.output) == list(model.graph.output)
-        a, b = make_session(src, threads=1), make_session(out, threads=1)
+        a, b = open_session(src, threads=1), open_session(out, threads=1)
         for k, batch in enumerate((1, 2, 5)):
             shapes = {i.name: (batch, *i.shape[1:]) for i in a.get_inputs()}
             check_equivalence(a, b, random_feeds(a, k, shapes), f"batch {batch}",
@@ -158,7 +160,7 @@ def test_random_dynamic_batch_models_optimize_to_models_equal_at_every_batch(tmp
 def test_inputs_npz_set_the_measuring_shapes_of_a_dynamic_model(tmp_path):
     npz = tmp_path / "in.npz"
     np.savez(npz, x=np.zeros((3, 5, 8), np.float32))
-    source = load_source(dynamic_relu(), OptimizeOptions(inputs_npz=str(npz)))
+    source = load_source(dynamic_relu(), OptimizeOptions.of(inputs_npz=str(npz)).inputs)
     assert source.measuring == {"x": (3, 5, 8)}
     assert [n.op for n in source.graph.nodes] == ["relu"]
 
@@ -236,9 +238,9 @@ def test_costs_are_keyed_by_the_profiles_concrete_shapes():
     """The graph keeps its symbols; the cost cache key of a node names the sizes it was measured at: another
     profile point is another entry."""
     from xflow.cost.measured import MeasuredCost
-    from xflow.search.profile_cost import GraphAtPoint
+    from xflow.cost.profile_mean import GraphAtPoint
 
-    graph = load_source(dynamic_relu(), OptimizeOptions(shape_profile={"batch": (1, 8), "seq": (4,)})).graph
+    graph = load_source(dynamic_relu(), OptimizeOptions.of(shape_profile={"batch": (1, 8), "seq": (4,)}).inputs).graph
     (relu,) = graph.nodes
     assert graph.types["y"].shape == (batch, seq, 8)
     coster = MeasuredCost()
@@ -249,9 +251,9 @@ def test_costs_are_keyed_by_the_profiles_concrete_shapes():
 def test_the_cost_of_a_dynamic_graph_is_its_mean_cost_at_the_profile_points():
     from xflow.cost import AnalyticCost, GraphCoster
     from xflow.onnx_io import graph_from_model
-    from xflow.pipeline import profile_cost
+    from xflow.optimize.costing import profile_cost
 
-    source = load_source(dynamic_relu(), OptimizeOptions(shape_profile={"batch": (1, 8), "seq": (4,)}))
+    source = load_source(dynamic_relu(), OptimizeOptions.of(shape_profile={"batch": (1, 8), "seq": (4,)}).inputs)
     dynamic = GraphCoster(profile_cost(AnalyticCost(), source.shapes)).cost(source.graph)
     at = [GraphCoster(AnalyticCost()).cost(graph_from_model(dynamic_relu((b, 4, 8)))) for b in (1, 8)]
     assert dynamic == pytest.approx(sum(at) / 2) and at[0] < at[1]
@@ -281,7 +283,7 @@ def test_derived_dims_through_a_shape_subgraph_come_from_symbolic_inference():
 def test_a_model_that_cannot_run_at_the_profile_says_which_sizes(tmp_path):
     """seq must be 4 here (a weight of 4 rows is added to it): the default seq=128 cannot run, and the run
     names the sizes it tried and the option that sets others, then copies the model."""
-    from xflow.pipeline import optimize_file
+    from xflow.optimize import optimize_file
 
     model = dynamic_relu(("batch", "seq"))
     model.graph.node[0].output[0] = "r"
@@ -290,7 +292,7 @@ def test_a_model_that_cannot_run_at_the_profile_says_which_sizes(tmp_path):
     src = str(tmp_path / "m.onnx")
     onnx.save(model, src)
     said = []
-    report = optimize_file(src, str(tmp_path / "o.onnx"), OptimizeOptions(cost="analytic"), say=said.append)
+    report = optimize_file(src, str(tmp_path / "o.onnx"), OptimizeOptions.of(cost="analytic"), say=said.append)
     assert report.copied
     assert any("at batch=1 seq=128; --shape-profile sets other sizes" in line for line in said), said
 
@@ -340,7 +342,7 @@ def test_a_rule_that_holds_at_batch_1_only_does_not_match_a_dynamic_batch_graph(
     dynamic = graph_from_model(_transpose_model(("batch", 4, 8)))
     assert dynamic.nodes[0].op == "transpose" and dynamic.types["y"].shape == (4, batch, 8)
     assert list(find_matches(dynamic, rule)) == []
-    source = load_source(_transpose_model(("batch", 4, 8)), OptimizeOptions())  # the profile's batch is 1
+    source = load_source(_transpose_model(("batch", 4, 8)), OptimizeOptions.of().inputs)  # the profile's batch is 1
     assert list(find_matches(source.graph, rule)) == []
 
 
@@ -385,7 +387,7 @@ def test_head_reshapes_with_computed_targets_are_in_the_algebra(tmp_path, positi
     assert reshape.inputs == ("h" if positions else "m",) and reshape.attrs["shape"] == (batch, seq, 2, 4)
     written = to_model_proto(graph, reuse_protos=False)
     onnx.checker.check_model(written)
-    a, b = make_session(model), make_session(written)
+    a, b = open_session(model), open_session(written)
     for shape in ((1, 5, 8), (3, 7, 8)):
         feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
         np.testing.assert_allclose(a.run(None, feeds)[0], b.run(None, feeds)[0], rtol=1e-6, atol=1e-6)

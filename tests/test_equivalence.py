@@ -18,8 +18,9 @@ from xflow.equivalence import (
     float64_reference,
     verify_against_original,
 )
-from xflow.pipeline import OptimizeOptions, optimize_file
-from xflow.runtime import make_session, random_feeds
+from xflow.optimize import OptimizeOptions, optimize_file
+from xflow.ort import open_session
+from xflow.runtime import random_feeds
 
 PROPERTY = settings(derandomize=True, max_examples=60, deadline=None, database=None)
 
@@ -138,13 +139,13 @@ def test_all_nan_inputs_are_reported_and_other_inputs_checked(tmp_path):
     bad = _model([helper.make_node("Add", ["x", "w"], ["y"])], [w])  # x + 2 is not x * 2
     path = tmp_path / "good.onnx"
     onnx.save(good, path)
-    a = make_session(good)
+    a = open_session(good)
     nan_feeds = {"x": np.full((2, 3), np.nan, np.float32)}
-    verdict = verify_against_original(str(path), a, make_session(good), nan_feeds, "--inputs")
+    verdict = verify_against_original(str(path), a, open_session(good), nan_feeds, "--inputs")
     assert verdict.inputs == ["--inputs", "random inputs (draw 1)"]
     assert "not all finite" in verdict.notes[0] and "6 of 6" in verdict.notes[0]
     with pytest.raises(EquivalenceError, match="differs at"):
-        verify_against_original(str(path), a, make_session(bad), nan_feeds, "--inputs")
+        verify_against_original(str(path), a, open_session(bad), nan_feeds, "--inputs")
 
 
 def test_outputs_nan_on_every_input_are_refused_as_unverifiable():
@@ -152,7 +153,7 @@ def test_outputs_nan_on_every_input_are_refused_as_unverifiable():
     one = numpy_helper.from_array(np.array(-1.0, np.float32), "one")
     model = _model([helper.make_node("Mul", ["x", "x"], ["s"]), helper.make_node("Sub", ["one", "s"], ["d"]),
                     helper.make_node("Sqrt", ["d"], ["y"])], [one])
-    a, b = make_session(model), make_session(model)
+    a, b = open_session(model), open_session(model)
     with pytest.raises(NonFiniteReference, match="NaN/inf everywhere on every input tried"):
         check_equivalence(a, b, random_feeds(a, 0), "seed 0", lambda k: random_feeds(a, k))
 
@@ -166,10 +167,10 @@ def test_optimize_with_all_nan_inputs_does_not_claim_a_vacuous_match(tmp_path):
     model = shared_input_model(3)
     src, out, npz = tmp_path / "in.onnx", tmp_path / "out.onnx", tmp_path / "nan.npz"
     onnx.save(model, src)
-    feeds = random_feeds(make_session(model), 0)
+    feeds = random_feeds(open_session(model), 0)
     np.savez(npz, **{k: np.full_like(v, np.nan) for k, v in feeds.items()})
     said: list[str] = []
-    options = OptimizeOptions(rules_path=rules_file(tmp_path), budget=20, measure=False, inputs_npz=str(npz))
+    options = OptimizeOptions.of(rules_path=rules_file(tmp_path), budget=20, measure=False, inputs_npz=str(npz))
     report = optimize_file(str(src), str(out), options, cost_model=LAUNCH_BOUND, say=said.append)
     assert report.decision == "optimized" and report.verified, report.decision
     assert report.verify_inputs[0] == "--inputs" and len(report.verify_inputs) >= 2
@@ -189,7 +190,7 @@ def test_float64_reference_runs_ops_without_a_float64_kernel_in_float32(tmp_path
     assert session is not None and "Conv in float32" in what, what
     x = rng.uniform(-1, 1, (1, 2, 5, 5))
     (wide,) = session.run(None, {"x": x})
-    (narrow,) = make_session(model).run(None, {"x": x.astype(np.float32)})
+    (narrow,) = open_session(model).run(None, {"x": x.astype(np.float32)})
     assert wide.dtype == np.float64
     np.testing.assert_allclose(wide, narrow, rtol=1e-5, atol=1e-6)
 

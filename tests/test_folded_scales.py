@@ -15,9 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from verifier import verify_rule
 from xflow.onnx_io import graph_from_model, to_model_proto
+from xflow.ort import session_options
 from xflow.rewrite import apply_match, find_matches, fold_constants
 from xflow.rules import load_rules
-from xflow.runtime import session_options
 
 RULES = os.path.join(os.path.dirname(__file__), "..", "rules", "folded-scales.json")
 SHAPE = (1, 7, 16)

@@ -27,9 +27,10 @@ from tests.strategies import conv_models, dense_models
 from tests.test_cli import CONV_BIAS_RELU_FOLD
 from xflow.equivalence import verify_against_original
 from xflow.onnx_io import graph_from_model, to_model_proto
-from xflow.pipeline import OptimizeOptions, OptimizeReport, optimize_file
+from xflow.optimize import OptimizeOptions, OptimizeReport, optimize_file
+from xflow.ort import Sessions, open_session
 from xflow.rules import default_rules_path, load_rules
-from xflow.runtime import make_session, random_feeds
+from xflow.runtime import random_feeds
 
 # Seed and example count come from the hypothesis profile (tests/conftest.py): "ci" by default (the same
 # 100 examples every run), "nightly" with --hypothesis-profile=nightly (new examples every run).
@@ -48,7 +49,7 @@ MIN_SHIPPED_RULES_FIRED = {"dense": 3, "conv": 4}
 # Runs where simplify_splits changed the written graph, over the three rule files (dense: 20; conv: 2,
 # too few to bound, counted and printed only).
 MIN_SIMPLIFIED = {"dense": 4}
-PIPELINE = importlib.import_module("xflow.pipeline")
+PIPELINE = importlib.import_module("xflow.optimize.search")
 
 
 def fuzz_rules(directory: str) -> list[str]:
@@ -64,7 +65,7 @@ def fuzz_rules(directory: str) -> list[str]:
 def ort_runs(model: onnx.ModelProto) -> bool:
     """Whether ONNX Runtime (CPU) has kernels for every op of the model in its types (float16 is patchy)."""
     try:
-        make_session(model, threads=1)
+        open_session(model, threads=1)
     except Exception:  # noqa: BLE001 - ORT's NotImplemented and friends
         return False
     return True
@@ -73,14 +74,15 @@ def ort_runs(model: onnx.ModelProto) -> bool:
 def same_outputs(src: str | onnx.ModelProto, out: str | onnx.ModelProto) -> None:
     """The two models agree on two seeded random inputs, by xflow's check (xflow.equivalence) against the
     original run in float64 (tests/test_equivalence.py shows that check refusing broken outputs)."""
-    a, b = make_session(src, threads=1), make_session(out, threads=1)
+    a, b = open_session(src, threads=1), open_session(out, threads=1)
     assert [o.name for o in b.get_outputs()] == [o.name for o in a.get_outputs()]
     with tempfile.TemporaryDirectory(prefix="xflow-fuzz-") as folder:
         path = src if isinstance(src, str) else os.path.join(folder, "src.onnx")
         if not isinstance(src, str):
             onnx.save(src, path)
         for seed in (0, 1):
-            verify_against_original(path, a, b, random_feeds(a, seed), f"seed {seed}", seed, threads=1)
+            verify_against_original(path, a, b, random_feeds(a, seed), f"seed {seed}", seed,
+                                    sessions=Sessions(threads=1))
 
 
 def optimize_and_compare(model: onnx.ModelProto, rules: str, directory: str) -> OptimizeReport:
@@ -89,7 +91,7 @@ def optimize_and_compare(model: onnx.ModelProto, rules: str, directory: str) -> 
     src, out = os.path.join(directory, "in.onnx"), os.path.join(directory, "out.onnx")
     onnx.save(model, src)
     # No time limit: under load it cut searches short and the share of rewritten examples fell with it.
-    options = OptimizeOptions(rules_path=rules, budget=40, time_limit=600.0, cost="analytic", measure=False,
+    options = OptimizeOptions.of(rules_path=rules, budget=40, time_limit=600.0, cost="analytic", measure=False,
                               verify=False)
     report = optimize_file(src, out, options, say=lambda _m: None)
     written = onnx.load(out)
@@ -204,7 +206,7 @@ def test_regression_double_model_with_scalar_mul_is_not_refused(tmp_path):
     model.ir_version = 8
     src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
     onnx.save(model, src)
-    options = OptimizeOptions(rules_path=fuzz_rules(str(tmp_path))[0], budget=40, cost="analytic", measure=False)
+    options = OptimizeOptions.of(rules_path=fuzz_rules(str(tmp_path))[0], budget=40, cost="analytic", measure=False)
     report = optimize_file(str(src), str(out), options, say=lambda _m: None)
     assert report.decision == "optimized" and report.verified
     assert report.rules_applied.get("matmul_merge_shared_lhs")
@@ -213,14 +215,14 @@ def test_regression_double_model_with_scalar_mul_is_not_refused(tmp_path):
 ORT_FP16_CRASH = """
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
-from xflow.runtime import make_session
+from xflow.ort import open_session
 nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]), helper.make_node("MatMul", ["t", "w"], ["y"])]
 w = numpy_helper.from_array(np.array([[0.5, -1.0]], np.float16), "w")
 graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 1, 1])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 1, 2])], [w])
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 model.ir_version = 8
-make_session(model)
+open_session(model)
 """
 
 

@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.rulebook import MATMUL_MERGE, SPLIT_SPLIT_MERGE
 from xflow.cost import AnalyticCost
 from xflow.onnx_io import load
-from xflow.pipeline import OptimizeOptions, optimize_file
+from xflow.optimize import OptimizeOptions, optimize_file
 
 SAVE_MODULE = importlib.import_module("xflow.onnx_io.save")
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def rules(tmp_path) -> str:
 
 
 def optimize(src: Path, out: Path, rules: str) -> None:
-    options = OptimizeOptions(rules_path=rules, cost="analytic", measure=False, verify=True, budget=30)
+    options = OptimizeOptions.of(rules_path=rules, cost="analytic", measure=False, verify=True, budget=30)
     report = optimize_file(str(src), str(out), options, cost_model=LAUNCH_BOUND, say=lambda _m: None)
     assert report.decision == "optimized" and report.verified
     assert report.rules_applied == {"matmul_merge_shared_lhs": 2, "split_split_merge": 1}
@@ -108,13 +108,13 @@ def test_external_data_is_loaded_lazily_and_written_back_external(tmp_path, rule
 PEAK_SCRIPT = textwrap.dedent("""
     import json, sys
     from xflow.cost import AnalyticCost
-    from xflow.pipeline import OptimizeOptions, optimize_file
+    from xflow.optimize import OptimizeOptions, optimize_file
     def status_mb(key):
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key + ":"))
     src, out, rules = sys.argv[1:4]
     base = status_mb("VmRSS")
-    options = OptimizeOptions(rules_path=rules, cost="analytic", measure=False, verify=False, budget=30)
+    options = OptimizeOptions.of(rules_path=rules, cost="analytic", measure=False, verify=False, budget=30)
     report = optimize_file(src, out, options, cost_model=AnalyticCost(overhead_seconds=1e-3), say=lambda m: None)
     print(json.dumps({"growth_mb": status_mb("VmHWM") - base, "decision": report.decision}))
 """)

@@ -14,11 +14,11 @@ from verifier.batch import verify_candidate
 from verifier.status import OutcomeStatus
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.save import to_model_proto
+from xflow.ort import open_session
 from xflow.rewrite.apply import apply_match
 from xflow.rewrite.fold import fold_constants
 from xflow.rewrite.match import find_matches
 from xflow.rules import parse_rule
-from xflow.runtime import make_session
 
 CONV = {"strides": "?s", "pads": "?p", "group": 1, "act": "?act"}
 
@@ -83,8 +83,8 @@ def test_batchnorm_lift_is_proved_and_merges_conv_batchnorm_pairs_of_a_real_grap
     optimized = to_model_proto(rewritten)
     assert [n.op_type for n in optimized.graph.node].count("Conv") == 1
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
-    before = make_session(model).run(None, feeds)
-    after = make_session(optimized).run(None, feeds)
+    before = open_session(model).run(None, feeds)
+    after = open_session(optimized).run(None, feeds)
     for a, b in zip(before, after, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 

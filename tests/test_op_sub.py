@@ -13,9 +13,9 @@ from verifier.encode import ATTR_LAYOUT
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.save import to_model_proto
 from xflow.ops import OPS, ShapeError
+from xflow.ort import open_session
 from xflow.placement.features import _FAMILY, OP_FAMILIES
 from xflow.rules import parse_rule
-from xflow.runtime import make_session
 
 SUB_AXIOMS = [a for a in AXIOMS if "ewsub" in a.name]
 
@@ -45,8 +45,8 @@ def test_onnx_sub_decodes_and_writes_back_the_same_outputs():
     graph = graph_from_model(model)
     assert [n.op for n in graph.nodes] == ["sub", "relu"]
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
-    before = make_session(model).run(None, {"x": x})[0]
-    after = make_session(to_model_proto(graph)).run(None, {"x": x})[0]
+    before = open_session(model).run(None, {"x": x})[0]
+    after = open_session(to_model_proto(graph)).run(None, {"x": x})[0]
     np.testing.assert_array_equal(before, after)
 
 

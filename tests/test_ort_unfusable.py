@@ -21,9 +21,9 @@ from xflow.cost.cache import CostCache
 from xflow.cost.fusion import chain, head_of
 from xflow.cost.measured import MeasuredCost, _median_kernel_times
 from xflow.onnx_io import graph_from_model, to_model_proto
+from xflow.ort import Sessions, session_options
 from xflow.rewrite import apply_match, find_matches, fold_constants
 from xflow.rules import load_rules
-from xflow.runtime import session_options
 
 RULES = os.path.join(os.path.dirname(__file__), "..", "rules", "ort-unfusable.json")
 FLOAT = TensorProto.FLOAT
@@ -163,7 +163,7 @@ def test_the_add_layernorm_group_is_measured_with_its_fused_kernel(tmp_path) -> 
     """Measured in one session, the group costs what ORT's SkipLayerNormalization takes (not 0, as a fused
     node named by ORT counted before)."""
     graph = graph_from_model(_residual_block(matmul=False))
-    model = MeasuredCost(cache=CostCache(tmp_path / "c.sqlite"), threads=1, warmup=1, runs=3)
+    model = MeasuredCost(Sessions(threads=1), cache=CostCache(tmp_path / "c.sqlite"), warmup=1, runs=3)
     GraphCoster(model).cost(graph)
     with sqlite3.connect(tmp_path / "c.sqlite") as conn:
         costs = dict(conn.execute("SELECT op, seconds FROM costs").fetchall())

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from tests.test_bad_input import SAVE_MODULE, failing_open, snapshot
 from tests.test_determinism import ROOT, rule_file
 from xflow.cli import main
-from xflow.pipeline import OptimizeOptions, optimize_file
+from xflow.optimize import OptimizeOptions, optimize_file
 
 BACKTRACK = importlib.import_module("xflow.search.backtrack")
 
@@ -67,7 +67,7 @@ def test_memory_limit_reached_mid_search_keeps_the_best_so_far(zoo_model, tmp_pa
     src, rules = zoo_model
     calls = iter(range(10**6))
     monkeypatch.setattr(BACKTRACK, "rss_mb", lambda: 100.0 + 10.0 * next(calls))
-    options = OptimizeOptions(rules_path=rules, cost="analytic", measure=False, budget=100000, time_limit=600,
+    options = OptimizeOptions.of(rules_path=rules, cost="analytic", measure=False, budget=100000, time_limit=600,
                               memory_limit=145)
     report = optimize_file(str(src), str(tmp_path / "out.onnx"), options, say=lambda _m: None)
     assert report.search_stop == "memory" and report.graphs_explored == 5

@@ -16,6 +16,11 @@ from xflow.rules import rules_from_json
 from xflow.search import SearchLimits, backtracking_search, complete_sweeps
 
 
+def limits(**given: object) -> SearchLimits:
+    """Search limits as these tests were written for (no patience, no branches), ``given`` over them."""
+    return SearchLimits(**{"patience": None, "branches": 0, **given})  # type: ignore[arg-type]
+
+
 def assert_same_outputs(model: onnx.ModelProto, out: onnx.ModelProto) -> None:
     """Both models give the same outputs in ORT on one random x of shape (4, 64)."""
     x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
@@ -62,7 +67,7 @@ def test_search_merges_three_parallel_matmuls_and_output_matches_ort():
     model = shared_input_model(3)
     graph = graph_from_model(model)
     rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
-    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=300))
+    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), limits(budget=300))
     assert result.best_cost < result.initial_cost
     counts = result.graph.op_counts()
     assert counts["matmul"] == 1 and counts["split"] == 1
@@ -76,7 +81,7 @@ def test_search_merges_three_parallel_matmuls_and_output_matches_ort():
 def test_search_dedups_graphs_reached_in_different_orders():
     graph = graph_from_model(shared_input_model(3))
     result = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), GraphCoster(LAUNCH_BOUND),
-                                 SearchLimits(budget=1000, alpha=10.0))
+                                 limits(budget=1000, alpha=10.0))
     assert result.stop_reason == "exhausted"
     # 3 matmuls: pairwise merges in any order reach a small, finite set of distinct graphs
     assert result.generated < 100
@@ -85,16 +90,16 @@ def test_search_dedups_graphs_reached_in_different_orders():
 def test_budget_and_no_rules_stop_reasons():
     graph = graph_from_model(shared_input_model(4))
     coster = GraphCoster(LAUNCH_BOUND)
-    once = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, SearchLimits(budget=1))
+    once = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, limits(budget=1))
     assert once.stop_reason == "budget"
-    none = backtracking_search(graph, [], coster)
+    none = backtracking_search(graph, [], coster, limits(budget=1000))
     assert none.stop_reason == "no-rules" and none.graph is graph
 
 
 def test_incremental_hash_and_cost_agree_with_full_recomputation():
     graph = graph_from_model(shared_input_model(3))
     coster = GraphCoster(LAUNCH_BOUND)
-    result = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, SearchLimits(budget=50))
+    result = backtracking_search(graph, rules_from_json([MATMUL_MERGE]), coster, limits(budget=50))
     g = result.graph
     fresh = type(g)(g.nodes, g.inputs, g.outputs, g.types, g.constants, g.context)
     assert fresh.hash_sum == g.hash_sum
@@ -131,7 +136,7 @@ def test_incremental_matching_finds_every_match_of_the_child(name):
 def test_search_result_is_the_same_in_every_run():
     graph = graph_from_model(shared_input_model(5))
     rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
-    runs = [backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=50)) for _ in range(2)]
+    runs = [backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), limits(budget=50)) for _ in range(2)]
     assert runs[0].steps == runs[1].steps and runs[0].best_cost == runs[1].best_cost
     assert runs[0].graph.structural_hash == runs[1].graph.structural_hash
     assert (runs[0].explored, runs[0].generated) == (runs[1].explored, runs[1].generated)
@@ -157,8 +162,8 @@ def test_sweep_rewrites_every_copy_of_a_repeated_pattern_in_one_expansion():
     model = conv_relu_model(4)
     graph = graph_from_model(model)
     rules = rules_from_json([CONV_RELU_FOLD])
-    swept = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=1))
-    single = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=1, sweep=False))
+    swept = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), limits(budget=1))
+    single = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), limits(budget=1, sweep=False))
     assert single.graph.op_counts().get("relu") == 3  # one fold per expansion
     assert "relu" not in swept.graph.op_counts() and len(swept.steps) == 4
     assert swept.best_cost < single.best_cost
@@ -192,7 +197,7 @@ def test_patience_stops_a_search_that_no_longer_improves():
     graph = graph_from_model(conv_relu_model(3))
     rules = rules_from_json([CONV_RELU_FOLD])
     result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND),
-                                 SearchLimits(budget=1000, alpha=10.0, patience=2))
+                                 limits(budget=1000, alpha=10.0, patience=2))
     assert result.stop_reason == "patience"
     assert "relu" not in result.graph.op_counts()  # every fold was found before it stopped
     assert result.explored <= 4
@@ -203,7 +208,7 @@ def test_patience_waits_for_the_first_cheaper_graph():
     with patience 1 still crosses that plateau: patience counts from the first cheaper graph."""
     graph = graph_from_model(shared_input_model(3))
     rules = rules_from_json([MATMUL_MERGE, SPLIT_SPLIT_MERGE])
-    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), SearchLimits(budget=300, patience=1))
+    result = backtracking_search(graph, rules, GraphCoster(LAUNCH_BOUND), limits(budget=300, patience=1))
     assert result.best_cost < result.initial_cost
     assert result.graph.op_counts()["matmul"] == 1
 
@@ -214,8 +219,8 @@ def test_sweep_rounds_merge_all_eight_matmuls_sharing_an_input_in_one_expansion(
     model = shared_input_model(8)
     graph = graph_from_model(model)
     rules = rules_from_json([MATMUL_MERGE])
-    one_round = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=1, sweep_rounds=1))
-    rounds = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=1))
+    one_round = backtracking_search(graph, rules, GraphCoster(KernelCount()), limits(budget=1, sweep_rounds=1))
+    rounds = backtracking_search(graph, rules, GraphCoster(KernelCount()), limits(budget=1))
     assert one_round.graph.op_counts()["matmul"] == 4
     assert rounds.graph.op_counts()["matmul"] == 1 and len(rounds.steps) == 7
     assert rounds.best_cost < one_round.best_cost
@@ -237,7 +242,7 @@ def test_sweeps_pair_copies_alike():
                               opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     result = backtracking_search(graph_from_model(model), rules_from_json([MATMUL_MERGE]),
-                                 GraphCoster(KernelCount()), SearchLimits(budget=1))
+                                 GraphCoster(KernelCount()), limits(budget=1))
     matmuls = [n for n in result.graph.nodes if n.op == "matmul"]
     assert len(matmuls) == 2 and matmuls[0].inputs[1] == matmuls[1].inputs[1]  # one concatenated weight
 
@@ -261,16 +266,16 @@ def two_part_model() -> onnx.ModelProto:
 def test_branches_search_on_from_the_first_sweeps_the_best_graph_did_not_take():
     graph = graph_from_model(two_part_model())
     rules = rules_from_json([MATMUL_MERGE, CONV_RELU_FOLD])
-    plain = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=50))
-    result = backtracking_search(graph, rules, GraphCoster(KernelCount()), SearchLimits(budget=50, branches=2))
-    assert plain.alternatives == [] and len(result.root_sweeps) == 2
+    plain = backtracking_search(graph, rules, GraphCoster(KernelCount()), limits(budget=50))
+    result = backtracking_search(graph, rules, GraphCoster(KernelCount()), limits(budget=50, branches=2))
+    assert plain.branches == [] and len(result.root_sweeps) == 2
     assert result.best_cost == plain.best_cost
-    (alternative,) = result.alternatives
+    (branch,) = result.branches
     first_rules = {sweep.steps[0].rule for sweep in result.root_sweeps}
     assert first_rules == {MATMUL_MERGE["name"], CONV_RELU_FOLD["name"]}
-    assert alternative.steps[0].rule != result.steps[0].rule  # it started from the other sweep
-    assert alternative.cost == pytest.approx(result.best_cost)  # and got as far: every fold and merge
-    assert alternative.graph.op_counts() == result.graph.op_counts()
+    assert branch.steps[0].rule != result.steps[0].rule  # it started from the other sweep
+    assert branch.cost == pytest.approx(result.best_cost)  # and got as far: every fold and merge
+    assert branch.graph.op_counts() == result.graph.op_counts()
 
 
 class SplitsCostLikeKernels(KernelCount):
@@ -292,7 +297,7 @@ def test_a_sweep_with_a_limit_crosses_a_plateau_and_the_search_keeps_it_only_if_
     assert relaxed is not None
     assert relaxed.graph.op_counts()["matmul"] == 1  # every round taken, each one a plateau
     assert relaxed.cost == pytest.approx(coster.cost(graph))  # 1 matmul + 7 splits: no cheaper
-    result = backtracking_search(graph, index.rules, coster, SearchLimits(budget=5))  # the sweep is no better: not kept
+    result = backtracking_search(graph, index.rules, coster, limits(budget=5))  # the sweep is no better: not kept
     assert result.best_cost == pytest.approx(result.initial_cost) and not result.steps
 
 
@@ -310,7 +315,7 @@ def test_complete_sweeps_applies_a_rule_at_every_match_whatever_the_costs_say():
     graph = graph_from_model(model)
     rules = rules_from_json([MATMUL_MERGE])
     coster = GraphCoster(WideMatmulsCostMore())
-    assert not backtracking_search(graph, rules, coster, SearchLimits(budget=20)).steps  # no merge looks cheaper
+    assert not backtracking_search(graph, rules, coster, limits(budget=20)).steps  # no merge looks cheaper
     completed = complete_sweeps(graph, coster.cost(graph), rules, coster)
     assert completed is not None and len(completed.steps) == 7
     assert completed.graph.op_counts()["matmul"] == 1
@@ -322,14 +327,14 @@ def test_complete_sweeps_applies_a_rule_at_every_match_whatever_the_costs_say():
 def test_optimize_times_the_completion_of_the_best_graph_as_a_finalist():
     """A search cut short (one sweep round) ends with four of eight matmuls merged in pairs; the finalists
     are that graph and its completion, with every matmul merged into one."""
-    from xflow.pipeline import OptimizeOptions, finalize
+    from xflow.optimize.finalize import finalists
 
     graph = graph_from_model(shared_input_model(8))
     rules = rules_from_json([MATMUL_MERGE])
     coster = GraphCoster(KernelCount())
-    result = backtracking_search(graph, rules, coster, SearchLimits(budget=1, sweep_rounds=1))
+    result = backtracking_search(graph, rules, coster, limits(budget=1, sweep_rounds=1))
     assert result.graph.op_counts()["matmul"] == 4
-    best, completion = finalize(result, OptimizeOptions(cost="analytic"), coster, rules)
+    best, completion = finalists(result, True, coster, rules)
     assert not best.completed and best.simplified.graph.op_counts()["matmul"] == 4
     assert completion.completed and completion.simplified.graph.op_counts()["matmul"] == 1
     assert completion.steps[:len(result.steps)] == result.steps and len(completion.steps) == 7
@@ -338,12 +343,12 @@ def test_optimize_times_the_completion_of_the_best_graph_as_a_finalist():
 def test_a_first_sweep_the_best_graph_did_not_take_is_timed_alone_and_on_the_best_graph():
     """The search's best graph merges the matmuls; the conv-relu folds' first sweep is a finalist as it is,
     and the best graph with the folds applied too (the two gains add up end to end when both are real)."""
-    from xflow.pipeline import OptimizeOptions, finalize
+    from xflow.optimize.finalize import finalists
 
     graph = graph_from_model(two_part_model())
     rules = rules_from_json([MATMUL_MERGE, CONV_RELU_FOLD])
     coster = GraphCoster(KernelCount())
-    result = backtracking_search(graph, rules, coster, SearchLimits(budget=1))  # one expansion: one sweep kept
+    result = backtracking_search(graph, rules, coster, limits(budget=1))  # one expansion: one sweep kept
     assert {s.rule for s in result.steps} == {MATMUL_MERGE["name"]}
     assert {s.steps[0].rule for s in result.root_sweeps} == {MATMUL_MERGE["name"], CONV_RELU_FOLD["name"]}
 
@@ -351,7 +356,7 @@ def test_a_first_sweep_the_best_graph_did_not_take_is_timed_alone_and_on_the_bes
         counts = finalist.simplified.graph.op_counts()
         return counts.get("matmul", 0), counts.get("relu", 0)
 
-    found = [shape(f) for f in finalize(result, OptimizeOptions(cost="analytic"), coster, rules)]
+    found = [shape(f) for f in finalists(result, True, coster, rules)]
     assert found[0] == (1, 2)  # the best graph
     assert (4, 0) in found  # the folds' sweep alone, on the input
     assert (1, 0) in found  # and on the best graph

@@ -13,7 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.load import load
 from xflow.onnx_io.shared_weights import write_sharing_weights
-from xflow.runtime import make_session, random_feeds
+from xflow.ort import open_session
+from xflow.runtime import random_feeds
 
 WEIGHT_BYTES = 256 * 256 * 4
 
@@ -39,10 +40,10 @@ def test_graphs_share_one_copy_of_each_weight_and_run_as_their_models(tmp_path):
     assert [os.path.basename(p) for p in files.model_paths] == ["finalist0.onnx", "finalist1.onnx", "finalist2.onnx"]
     size = os.path.getsize(files.data_path)
     assert 4 * WEIGHT_BYTES <= size < 4 * WEIGHT_BYTES + 4 * 4096  # four weights, not six: the twin's are shared
-    feeds = random_feeds(make_session(_two_matmuls(0)), 0)
+    feeds = random_feeds(open_session(_two_matmuls(0)), 0)
     for path, seed in zip(files.model_paths, (0, 0, 1), strict=True):
-        expected = make_session(_two_matmuls(seed)).run(None, feeds)[0]
-        np.testing.assert_array_equal(make_session(path).run(None, feeds)[0], expected)
+        expected = open_session(_two_matmuls(seed)).run(None, feeds)[0]
+        np.testing.assert_array_equal(open_session(path).run(None, feeds)[0], expected)
     files.remove()
     assert not list(tmp_path.iterdir())
 

@@ -13,9 +13,9 @@ from xflow.ir.dims import dims_of, symbol
 from xflow.onnx_io import graph_from_model, save, to_model_proto
 from xflow.onnx_io.fold_constants import fold_constants
 from xflow.ops.shape_ops import resolved_target
+from xflow.ort import open_session
 from xflow.rewrite import apply_match, find_matches
 from xflow.rules import parse_rule
-from xflow.runtime import make_session
 
 WINDOW, SIDE, CHANNELS = 4, 6, 8  # a 6x6 map padded to 8x8: four 4x4 windows per image
 
@@ -81,7 +81,7 @@ def test_static_dims_of_a_dynamic_export_fold_and_the_window_ops_enter_the_algeb
 
 
 def _run_at_every_batch(original: onnx.ModelProto, written: onnx.ModelProto) -> None:
-    a, b = make_session(original), make_session(written)
+    a, b = open_session(original), open_session(written)
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, SIDE, SIDE, CHANNELS)).astype(np.float32)
         expected, got = a.run(None, {"x": x})[0], b.run(None, {"x": x})[0]

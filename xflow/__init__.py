@@ -1,6 +1,6 @@
 """xflow: a graph-substitution superoptimizer for ONNX models.
 
-Pipeline (``xflow.pipeline``, a chain of in-memory stages): load (``xflow.onnx_io``) -> search
+``xflow.optimize``, a chain of in-memory passes: load (``xflow.onnx_io``) -> search
 (``xflow.search``; rules from ``rules/``, costs from ``xflow.cost``) -> finalize (complete, fold,
 simplify) -> select (finalists timed end to end) -> verify (outputs and A/B timing in ONNX Runtime)
 -> place (optional) -> write. ``xflow.optimize(model, **options)`` for pipelines.
@@ -8,18 +8,17 @@ simplify) -> select (finalists timed end to end) -> verify (outputs and A/B timi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import onnx
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["optimize"]
 
 
-def optimize(model: onnx.ModelProto | str, **options: Any) -> onnx.ModelProto:
-    """Optimize an ONNX model (ModelProto or path) for pipelines: verified, never slower by default.
-    Options are the fields of ``xflow.pipeline.OptimizeOptions``; see ``xflow.pipeline.optimize``."""
-    from xflow.pipeline import optimize as run
-
-    return run(model, **options)
+def __getattr__(name: str) -> Any:
+    """``xflow.optimize``: the package, loaded when first asked for (its imports are slow), and callable as
+    ``xflow.optimize(model, **options) -> ModelProto`` (verified, never slower by default; options are the flat
+    names of ``xflow.optimize.OptimizeOptions.of``)."""
+    if name == "optimize":
+        return importlib.import_module("xflow.optimize")
+    raise AttributeError(f"module 'xflow' has no attribute {name!r}")

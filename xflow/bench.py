@@ -5,6 +5,7 @@ off. A peer whose outputs drift from the original's beyond tolerance is flagged 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import io
 import logging
@@ -14,15 +15,16 @@ import platform
 import statistics
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import onnx
 
 from xflow.cost.measured import device_name
 from xflow.errors import XflowError
-from xflow.pipeline import OptimizeOptions, optimize_file
+from xflow.optimize import DEFAULTS, OptimizeOptions, optimize_file
+from xflow.ort import open_session
 from xflow.rules.naming import by_readable_name
-from xflow.runtime import make_session, measure_interleaved, random_feeds
+from xflow.runtime import measure_interleaved, random_feeds
 
 ORIGINAL = "original"
 XFLOW = "xflow"
@@ -55,13 +57,13 @@ class BenchRow:
 class BenchSettings:
     """What the bench runs with."""
 
-    rules_path: str | None = None
-    provider: str = "cpu"
-    threads: int | None = None
+    rules_path: str | None = DEFAULTS.rules_path
+    provider: str = DEFAULTS.runtime.provider
+    threads: int | None = DEFAULTS.runtime.threads
     small: bool = False
-    budget: int = 300  # the search settings of ``xflow optimize``: the bench runs what a user runs
-    patience: int | None = 10
-    time_limit: float = 60.0
+    budget: int = DEFAULTS.search.budget  # the search settings of ``xflow optimize``: the bench runs what a user runs
+    patience: int | None = DEFAULTS.search.patience
+    time_limit: float = DEFAULTS.search.time_limit
     seconds_per_model: float = 30.0  # a large model needs tens of interleaved rounds for a stable ratio
     min_runs: int = 10
     seed: int = 0
@@ -125,12 +127,12 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     """Search cold and warm, write xflow's model (verified, never slower), build the other tools'
     models, and time them all against the original in the same interleaved runs."""
     cold_db = os.path.join(work, f"{label}.costs.sqlite")  # fresh: a cold cost cache for this model
-    base = OptimizeOptions(rules_path=settings.rules_path, budget=settings.budget, patience=settings.patience,
-                           time_limit=settings.time_limit,
-                           provider=settings.provider, threads=settings.threads, cost_db=cold_db, seed=settings.seed)
+    base = OptimizeOptions.of(rules_path=settings.rules_path, budget=settings.budget, patience=settings.patience,
+                              time_limit=settings.time_limit, provider=settings.provider, threads=settings.threads,
+                              cost_db=cold_db, seed=settings.seed)
     quiet: Callable[[str], None] = lambda _m: None  # noqa: E731
     cold = optimize_file(model_path, os.path.join(work, f"{label}.cold.onnx"),
-                         OptimizeOptions(**{**asdict(base), "measure": False}), say=quiet)
+                         dataclasses.replace(base, checks=dataclasses.replace(base.checks, measure=False)), say=quiet)
     xflow_path = os.path.join(work, f"{label}.xflow.onnx")
     warm = optimize_file(model_path, xflow_path, base, say=quiet)
     row = BenchRow(label, warm.nodes_before, warm.nodes_after if warm.decision == "optimized" else warm.nodes_before,
@@ -172,7 +174,7 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     sessions = {}
     for name, path in paths.items():
         try:
-            sessions[name] = make_session(path, settings.provider, settings.threads)
+            sessions[name] = open_session(path, settings.provider, settings.threads)
         except Exception as exc:  # noqa: BLE001 - another tool's output ORT refuses is a note, not a crash
             if name in (ORIGINAL, XFLOW):
                 raise
@@ -183,7 +185,7 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
         row.notes.append(f"{name} changes the outputs ({problem}): counted as 1.0x")
     timed = {(name, 0): session for name, session in sessions.items()}
     for copy in range(1, settings.sessions_per_variant):  # made in turns, so no variant's sessions are all newer
-        timed |= {(name, copy): make_session(paths[name], settings.provider, settings.threads) for name in sessions}
+        timed |= {(name, copy): open_session(paths[name], settings.provider, settings.threads) for name in sessions}
     per_session, row.runs = measure_interleaved(timed, feeds, settings.min_runs, settings.seconds_per_model)
     medians = {name: statistics.median(m for (variant, _), m in per_session.items() if variant == name)
                for name in sessions}

@@ -168,9 +168,8 @@ class _Child:
 
 def _child(argv: list[str]) -> int:
     """One side of the comparison: a session with or without the flush, timed; the median on stdout as JSON."""
-    import onnxruntime as ort
-
-    from xflow.runtime import random_feeds, session_options
+    from xflow.ort import Profiling, Sessions
+    from xflow.runtime import random_feeds
 
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
@@ -183,15 +182,12 @@ def _child(argv: list[str]) -> int:
     parser.add_argument("--save")
     parser.add_argument("--profile", help="a folder for ORT's profile: print each node's kernel time instead")
     args = parser.parse_args(argv)
-    options = session_options(args.threads)
-    options.add_session_config_entry(FLUSH_KEY, "1" if args.flush else "0")
-    if args.profile:
-        options.enable_profiling = True
-        options.profile_file_prefix = os.path.join(args.profile, f"profile{int(args.flush)}")
+    profiling = Profiling(os.path.join(args.profile, f"profile{int(args.flush)}")) if args.profile else None
     try:
-        session = ort.InferenceSession(args.model, sess_options=options, providers=["CPUExecutionProvider"])
+        session = Sessions("cpu", args.threads).open(args.model, config={FLUSH_KEY: "1" if args.flush else "0"},
+                                                     profiling=profiling)
         if args.inputs:
-            from xflow.pipeline import read_inputs  # only here: the pipeline's imports are slow to load
+            from xflow.optimize import read_inputs  # only here: optimize's imports are slow to load
 
             feeds = read_inputs(args.inputs)
         elif args.input_shape:

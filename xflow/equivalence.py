@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from xflow.errors import XflowError
+from xflow.ort import Sessions
 
 #: How many times the original's own float32 error (against the float64 reference) a rewrite may make.
 ERROR_FACTOR = 16.0
@@ -188,13 +189,12 @@ def check_equivalence(session_a: Any, session_b: Any, feeds: Feeds, inputs_label
 MAX_REFERENCE_BYTES = 512 << 20
 
 
-def float64_reference(model: Any, provider: str = "cpu", threads: int | None = None) -> tuple[Any | None, str]:
+def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any | None, str]:
     """A session running ``model`` (a path or a ModelProto) in float64 and what it is, or (None, why there is none)."""
     import onnx
 
     from xflow.onnx_io.shell import elements
     from xflow.onnx_io.widen import float64_session
-    from xflow.runtime import make_session
 
     try:
         shell = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
@@ -207,7 +207,8 @@ def float64_reference(model: Any, provider: str = "cpu", threads: int | None = N
         return None, f"the original (no float64 copy: {type(exc).__name__})"
     # No graph optimizations: they cost the build most of its time on a float64 model, and a fusion may
     # bring float32 constants back (ORT fuses a scalar Mul into FusedMatMul with a float32 alpha).
-    session, what = float64_session(model, lambda m: make_session(m, provider, threads, optimization="none"))
+    maker = sessions if sessions is not None else Sessions()
+    session, what = float64_session(model, lambda m: maker.open(m, optimization="none"))
     return (session, what) if session is not None else (None, f"the original ({what})")
 
 
@@ -220,7 +221,7 @@ def positive_feeds(feeds: Feeds) -> dict[str, np.ndarray]:
 
 def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
                             seed: int = 0, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                            provider: str = "cpu", threads: int | None = None) -> Verdict:
+                            sessions: Sessions | None = None) -> Verdict:
     """``check_equivalence`` of the original ``model`` (a path or a ModelProto, run by ``session_a``) and the
     optimized model (``session_b``) on ``feeds``, against the original's float64 copy where ORT can run one.
     Other inputs, when needed, are seeded random draws; the last one is made positive."""
@@ -230,5 +231,5 @@ def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: F
         drawn = random_feeds(session_a, seed + k, input_shapes)
         return positive_feeds(drawn) if k == EXTRA_DRAWS else drawn
 
-    reference_session, reference = float64_reference(model, provider, threads)
+    reference_session, reference = float64_reference(model, sessions)
     return check_equivalence(session_a, session_b, feeds, inputs_label, draw, reference_session, reference)

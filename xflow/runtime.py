@@ -1,9 +1,9 @@
-"""ONNX Runtime helpers: sessions with fair timing settings, random feeds, A/B latency."""
+"""Running and timing ONNX Runtime sessions (made by ``xflow.ort.Sessions``): random feeds, interleaved timing,
+the A/B decision, and the successive halving of the select stage: every timing rule of xflow is here."""
 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -11,40 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import onnx
-
-PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
-
-
-def session_options(threads: int | None = None, optimization: str = "all"):  # noqa: ANN201 - ort type
-    """Session options used for every measurement: intra-op spinning off (two sessions in one
-    process otherwise steal each other's cores), a fixed thread count, ORT_ENABLE_ALL."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads or os.cpu_count() or 1
-    opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-             "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
-    opts.graph_optimization_level = level
-    # Fatal only: every error ORT logs also comes back as the exception xflow reports in one line
-    opts.log_severity_level = 4
-    return opts
-
-
-def make_session(model: onnx.ModelProto | str | bytes, provider: str = "cpu", threads: int | None = None,
-                 optimization: str = "all"):  # noqa: ANN201 - ort type
-    """An InferenceSession on ``provider`` with the measurement settings."""
-    import onnxruntime as ort
-
-    ort.set_default_logger_severity(4)  # the environment's own logger, which some load errors go through
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    providers = [PROVIDERS[provider]] + (["CPUExecutionProvider"] if provider != "cpu" else [])
-    return ort.InferenceSession(source, sess_options=session_options(threads, optimization), providers=providers)
-
 
 _INT_DTYPES = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
 
@@ -294,3 +260,34 @@ def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, war
         session.run(None, dict(feeds))
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def successive_halving(makers: Mapping[int, Callable[[], Any]], sessions: dict[int, Any],
+                       feeds: Mapping[str, np.ndarray], rounds: int, seconds: float) -> tuple[int, dict[int, float]]:
+    """The fastest of several models end to end, by successive halving: ``sessions`` (one per model, made by its
+    maker in ``makers``) are timed in interleaved rounds (``interleaved_times``); after each stage of at least
+    ``rounds`` rounds and about ``seconds``, the slower half is dropped and the rest timed again on fresh sessions,
+    until two are left and each has been timed on two sessions. A model's figure is the median over its sessions
+    of each session's median (a session's luck, where its buffers land, lasts its whole life, and every stage draws
+    it again). The fastest one's key and each timed model's figure (s)."""
+    makers = dict(makers)
+    session_medians: dict[int, list[float]] = {i: [] for i in sessions}
+
+    def figure(i: int) -> float:
+        return statistics.median(session_medians[i])
+
+    alive = list(sessions)
+    while True:
+        timed, _ = interleaved_times({i: sessions[i] for i in alive}, feeds, rounds, seconds)
+        for i, values in timed.items():
+            session_medians[i].append(statistics.median(values))
+        if len(alive) <= 2 and all(len(session_medians[i]) >= 2 for i in alive) or len(alive) == 1:
+            break
+        alive = sorted(alive, key=figure)[:max(2, (len(alive) + 1) // 2)]
+        for i in list(sessions):
+            del sessions[i]  # released before its fresh one is made: one model's weights fewer at a time
+            if i not in alive:
+                del makers[i]
+        for i in alive:
+            sessions[i] = makers[i]()  # a fresh draw of the session's luck
+    return min(alive, key=figure), {i: figure(i) for i in session_medians}

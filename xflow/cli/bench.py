@@ -13,16 +13,17 @@ from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
 @click.command()
 @click.argument("models", nargs=-1, metavar="[MODEL | FILE.onnx]...")
 @click.option("--rules", "rules_path", type=click.Path(), default=None, help=RULES_HELP)
-@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=OPTIMIZE_DEFAULTS.provider,
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=OPTIMIZE_DEFAULTS.runtime.provider,
               show_default=True,
               help="ONNX Runtime execution provider for costs and timing.")
 @click.option("--threads", type=int, default=None, help=THREADS_HELP)
 @click.option("--small", is_flag=True, help="Reduced zoo variants (quick runs).")
-@click.option("--budget", type=int, default=OPTIMIZE_DEFAULTS.budget, show_default=True,
+@click.option("--budget", type=int, default=OPTIMIZE_DEFAULTS.search.budget, show_default=True,
               help="Search budget per model.")
-@click.option("--patience", type=click.IntRange(min=0), default=OPTIMIZE_DEFAULTS.patience or 0, show_default=True,
+@click.option("--patience", type=click.IntRange(min=0), default=OPTIMIZE_DEFAULTS.search.patience or 0,
+              show_default=True,
               help="Stop each search after this many expansions without a cheaper graph (0: never).")
-@click.option("--time-limit", type=float, default=OPTIMIZE_DEFAULTS.time_limit, show_default=True,
+@click.option("--time-limit", type=float, default=OPTIMIZE_DEFAULTS.search.time_limit, show_default=True,
               help="Search time limit per model (s).")
 @click.option("--seconds", type=float, default=30.0, show_default=True,
               help="About how long to time each model's variants (interleaved).")

@@ -102,4 +102,4 @@ def cost_model(kind: str, cost_db: str | None):  # noqa: ANN201 - CostModel
     from xflow.cost.cache import CostCache
     from xflow.cost.measured import MeasuredCost
 
-    return MeasuredCost("cpu", cache=CostCache(cost_db))
+    return MeasuredCost(cache=CostCache(cost_db))

@@ -42,7 +42,7 @@ def denormals(models: tuple[str, ...], threads: int | None, processes: int, seco
     from xflow.denormals import FLUSH_KEY, check_denormals
     from xflow.onnx_io import parse_input_shapes, read_model
     from xflow.onnx_io.load import check_input_shapes
-    from xflow.pipeline import read_inputs
+    from xflow.optimize import read_inputs
 
     if json_path:
         check_writable(json_path)

@@ -1,8 +1,7 @@
-"""``xflow optimize IN OUT``: the options of one optimization, handed to ``xflow.pipeline.optimize_file``."""
+"""``xflow optimize IN OUT``: the options of one optimization, handed to ``xflow.optimize.optimize_file``."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -22,27 +21,29 @@ _D = OPTIMIZE_DEFAULTS
 @click.argument("in_path", metavar="IN.onnx", type=click.Path(dir_okay=True))
 @click.argument("out_path", metavar="OUT.onnx", type=click.Path())
 @click.option("--rules", "rules_path", type=click.Path(), default=None, help=RULES_HELP)
-@click.option("--alpha", type=float, default=_D.alpha, show_default=True,
+@click.option("--alpha", type=float, default=_D.search.alpha, show_default=True,
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
-@click.option("--budget", type=int, default=_D.budget, show_default=True, help="Most graphs the search expands.")
-@click.option("--patience", type=click.IntRange(min=0), default=_D.patience or 0, show_default=True,
+@click.option("--budget", type=int, default=_D.search.budget, show_default=True, help="Most graphs the search expands.")
+@click.option("--patience", type=click.IntRange(min=0), default=_D.search.patience or 0, show_default=True,
               help="Once a cheaper graph is found, stop the search after this many expansions in a row find no "
               "cheaper one (0: never).")
-@click.option("--alternatives", type=click.IntRange(min=0), default=_D.alternatives, show_default=True,
+@click.option("--alternatives", "alternatives", type=click.IntRange(min=0), default=None, hidden=True,
+              help="The former name of --branches.")
+@click.option("--branches", type=click.IntRange(min=0), default=_D.search.branches, show_default=True,
               help="Also search on from up to this many other first sweeps (rules applied at every match of the "
               "input); their best graphs and the best one are timed end to end and the fastest is kept.")
-@click.option("--time-limit", type=float, default=_D.time_limit, show_default=True,
+@click.option("--time-limit", type=float, default=_D.search.time_limit, show_default=True,
               help="Search time limit in seconds.")
-@click.option("--memory-limit", type=click.FloatRange(min=1), default=_D.memory_limit, metavar="MB",
+@click.option("--memory-limit", type=click.FloatRange(min=1), default=_D.search.memory_limit_mb, metavar="MB",
               help="Stop the search (keeping the best graph so far) once the process uses this much memory.")
-@click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default=_D.cost,
+@click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default=_D.cost.kind,
               show_default=True, help="Cost model for the search: node costs measured with ONNX Runtime "
               "(cached) or an analytic estimate.")
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=_D.cost_db,
+@click.option("--cost-db", type=click.Path(dir_okay=False), default=_D.cost.db,
               help="SQLite cache of measured costs (default: $XDG_CACHE_HOME/xflow/costs.sqlite).")
-@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=_D.provider, show_default=True,
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=_D.runtime.provider, show_default=True,
               help="ONNX Runtime execution provider for cost measurement, verification and timing.")
-@click.option("--threads", type=int, default=_D.threads, help=THREADS_HELP)
+@click.option("--threads", type=int, default=_D.runtime.threads, help=THREADS_HELP)
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1xD2...",
               help="Measure a dynamic input at this shape, e.g. --input-shape input=1x3x224x224 (the written "
                    "model keeps its dynamic dims). Repeatable.")
@@ -50,9 +51,9 @@ _D = OPTIMIZE_DEFAULTS
               help="Sizes of a dynamic dim (an input's dim_param; x[0] for an unnamed one) at which costs are "
                    "measured and the A/B timed, e.g. --shape-profile batch=1,8 --shape-profile seq=128. Every "
                    "combination is timed. Default: 1 for a dim first in an input, else 128. Repeatable.")
-@click.option("--inputs", "inputs_npz", type=click.Path(), default=_D.inputs_npz,
+@click.option("--inputs", "inputs_npz", type=click.Path(), default=_D.inputs.npz,
               help="An .npz of input arrays for the equivalence check and timing (default: seeded random).")
-@click.option("--seed", type=int, default=_D.seed, show_default=True, help="Seed for random inputs.")
+@click.option("--seed", type=int, default=_D.inputs.seed, show_default=True, help="Seed for random inputs.")
 @click.option("--keep-if-slower", is_flag=True, help="Write the optimized model even if it did not measure faster.")
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file.")
@@ -60,7 +61,8 @@ _D = OPTIMIZE_DEFAULTS
 @place_option
 @user_errors
 def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
-             alternatives: int, time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None,
+             alternatives: int | None, branches: int, time_limit: float, memory_limit: float | None, cost_kind: str,
+             cost_db: str | None,
              provider: str, threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
@@ -72,12 +74,13 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     """
     from xflow.files import check_output_file
     from xflow.onnx_io import parse_input_shapes
-    from xflow.onnx_io.profile import parse_shape_profile
-    from xflow.pipeline import optimize_file
+    from xflow.onnx_io.shape_profile import parse_shape_profile
+    from xflow.optimize import OptimizeOptions, optimize_file
 
-    options = dataclasses.replace(
-        OPTIMIZE_DEFAULTS, rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
-        alternatives=alternatives, time_limit=time_limit, memory_limit=memory_limit, provider=provider,
+    options = OptimizeOptions.of(
+        rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
+        branches=branches if alternatives is None else alternatives, time_limit=time_limit, memory_limit=memory_limit,
+        provider=provider,
         threads=threads, cost=cost_kind, cost_db=cost_db, input_shapes=parse_input_shapes(input_shapes),
         shape_profile=parse_shape_profile(shape_profile), inputs_npz=inputs_npz, seed=seed,
         keep_if_slower=keep_if_slower)

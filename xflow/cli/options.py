@@ -1,7 +1,7 @@
 """Options more than one command takes, and the defaults they share with the library.
 
-``OPTIMIZE_DEFAULTS`` is the one place this package reads ``OptimizeOptions``: the search settings' defaults shown
-by ``optimize`` and ``bench`` are its fields, not numbers written again here."""
+``OPTIMIZE_DEFAULTS`` is the one place this package reads the library's defaults (``xflow.optimize.options``): the
+settings' defaults shown by ``optimize`` and ``bench`` are its fields, not numbers written again here."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import click
 
 from xflow.cli.common import fail
 from xflow.errors import XflowError
-from xflow.pipeline import OptimizeOptions
+from xflow.optimize.options import DEFAULTS
 
-#: ``xflow optimize``'s defaults (``dataclasses.replace`` it with the options given)
-OPTIMIZE_DEFAULTS = OptimizeOptions()
+#: ``xflow optimize``'s defaults, in their groups (``search``, ``runtime``, ``cost``, ``inputs``, ``checks``)
+OPTIMIZE_DEFAULTS = DEFAULTS
 
 RULES_HELP = "Rule file (default: the shipped rules/default.json)."
 THREADS_HELP = "ORT intra-op threads (default: all cores)."

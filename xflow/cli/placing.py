@@ -39,11 +39,11 @@ def print_report(plan, echo: Callable[[str], None] = click.echo) -> None:  # noq
 
 
 def place_request(spec: str | None, time_limit: float, out_path: str, quiet: bool):  # noqa: ANN201 - PlaceRequest
-    """What ``xflow optimize --place`` asks of the pipeline's place stage (None without ``--place``): the
+    """What ``xflow optimize --place`` asks of the place pass (None without ``--place``): the
     topology, the options, ``OUT.plan.json``, and the table of baselines and RL printed once it is written."""
     if not spec:
         return None
-    from xflow.pipeline import PlaceRequest
+    from xflow.optimize import PlaceRequest
     from xflow.placement.options import PlaceOptions
     from xflow.placement.topology import load_topology
 

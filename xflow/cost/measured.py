@@ -20,7 +20,6 @@ import platform
 import re
 import statistics
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,11 +31,10 @@ from onnx import numpy_helper
 from xflow.cost.analytic import AnalyticCost
 from xflow.cost.base import group_key, is_folded, node_key
 from xflow.cost.cache import CostCache
-from xflow.files import run_folder
 from xflow.ir import Graph, Node
 from xflow.onnx_io.save import import_node_domains
 from xflow.ops import OPS
-from xflow.runtime import PROVIDERS, session_options
+from xflow.ort import Profiling, Sessions
 
 _EVENT = re.compile(r"^xf(\d+)[nov]")
 _VALUE = re.compile(r"^xf(\d+)[ov]")
@@ -151,14 +149,13 @@ class MeasuredCost:
 
     name = "measured"
 
-    def __init__(self, provider: str = "cpu", threads: int | None = None, cache: CostCache | None = None,
+    def __init__(self, sessions: Sessions | None = None, cache: CostCache | None = None,
                  warmup: int = 3, runs: int = 10, seed: int = 0, batch_bytes: int | None = None) -> None:
         import onnxruntime as ort
 
-        if provider not in PROVIDERS:
-            raise ValueError(f"unknown provider {provider!r}")
-        self.provider = provider
-        self.threads = threads or os.cpu_count() or 1
+        self.sessions = sessions if sessions is not None else Sessions()
+        provider = self.provider = self.sessions.provider
+        self.threads = self.sessions.thread_count
         self.cache = cache
         self.warmup = warmup
         self.runs = runs
@@ -399,23 +396,13 @@ class MeasuredCost:
 
     def _profile(self, batch: _Batch, count: int) -> dict[int, float]:
         """Run the batch model warm-up + timed times with ORT profiling; median seconds per subgraph."""
-        import onnxruntime as ort
 
-        # ORT writes its profile to a file: a run folder in the system temp directory, which a later run
-        # removes if this process is killed before it does
-        with run_folder(os.path.join(tempfile.gettempdir(), "xflow")) as folder:
-            opts = session_options(self.threads)
-            opts.enable_profiling = True
-            opts.profile_file_prefix = os.path.join(folder, "profile")
-            providers = [PROVIDERS[self.provider]] + (["CPUExecutionProvider"] if self.provider != "cpu" else [])
+        # ORT writes its profile to a file: a fresh folder of the run's scratch (or of the system temp directory)
+        with self.sessions.folder() as folder:
             optimized = os.path.join(folder, "optimized.onnx")
-            if any(n.op_type in RENAMED_BY_ORT for n in batch.model.graph.node):
-                opts.optimized_model_filepath = optimized
-                opts.add_session_config_entry("session.optimized_model_external_initializers_file_name",
-                                              "optimized.data")
-                opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
-                                              "1024")
-            session = ort.InferenceSession(batch.model.SerializeToString(), sess_options=opts, providers=providers)
+            renaming = any(n.op_type in RENAMED_BY_ORT for n in batch.model.graph.node)
+            profiling = Profiling(os.path.join(folder, "profile"), optimized if renaming else None)
+            session = self.sessions.open(batch.model, profiling=profiling)
             self.stats.sessions += 1
             renamed = _renamed_nodes(optimized) if os.path.exists(optimized) else {}
             for _ in range(self.warmup + self.runs):

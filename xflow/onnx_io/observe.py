@@ -18,6 +18,7 @@ import onnx
 
 from xflow.ir import TensorType
 from xflow.onnx_io.shell import INLINE_ELEMENTS, elements, weights_as_inputs
+from xflow.ort.sessions import Sessions
 
 #: Inputs (by position) whose values set an op's output shape.
 SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
@@ -72,12 +73,7 @@ def observed_types(model: onnx.ModelProto, input_types: dict[str, TensorType]) -
                             onnx.helper.tensor_dtype_to_np_dtype(input_types[name].dtype)) for name in real_inputs}
     feeds.update({t.name: np.zeros(list(t.dims), onnx.helper.tensor_dtype_to_np_dtype(t.data_type)) for t in large})
     try:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 4  # fatal only: a failure here just leaves the types unknown
-        session = ort.InferenceSession(shell.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = Sessions.inspecting(shell.SerializeToString())  # a failure here just leaves the types unknown
         names = [o.name for o in session.get_outputs()]
         values = session.run(names, feeds)
     except Exception:  # best effort: a model ORT cannot run keeps the shapes inference found

@@ -219,7 +219,7 @@ class OpDef:
     fit: Fit | None = None
     # what the op saves depends on the values it reads, not only on their shapes (a scale lifting denormals into
     # the normal range, where the op after it runs at full speed): node costs measured on random inputs cannot see
-    # it, so a rule that adds this op is applied at every match and timed end to end (``pipeline.finalize``)
+    # it, so a rule that adds this op is applied at every match and timed end to end (``xflow.optimize.finalize``)
     gain_in_values: bool = False
     # with ``gain_in_values``: the element types it may be written on (a scale by 2**64 overflows float16)
     value_dtypes: tuple[int, ...] = ()

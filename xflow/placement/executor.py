@@ -15,10 +15,11 @@ import onnx
 from xflow.errors import XflowError
 from xflow.ir import Graph
 from xflow.onnx_io import to_model_proto
+from xflow.ort import Sessions
 from xflow.placement.problem import Problem
 from xflow.placement.segments import segment_order
 from xflow.placement.topology import Topology
-from xflow.runtime import make_session, random_feeds, session_options
+from xflow.runtime import random_feeds
 
 
 @dataclass(frozen=True)
@@ -111,12 +112,8 @@ def cuda_available() -> bool:
 
 def _session(model: onnx.ModelProto, kind: str, threads: int):  # noqa: ANN202 - ort type
     if kind == "cpu":
-        return make_session(model, "cpu", threads=threads)
-    import onnxruntime as ort
-
-    opts = session_options(threads)
-    opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    return ort.InferenceSession(model.SerializeToString(), sess_options=opts, providers=["CUDAExecutionProvider"])
+        return Sessions("cpu", threads).open(model)
+    return Sessions("cuda", threads).open(model, config={"session.disable_cpu_ep_fallback": "1"}, cpu_fallback=False)
 
 
 @dataclass(frozen=True)
@@ -153,7 +150,7 @@ class Executor:
         if any(d.kind == "cuda" for d in topology.devices) and not cuda_available():
             raise XflowError(topology.name, "has CUDA devices but onnxruntime cannot run CUDA here")
         model = to_model_proto(problem.graph)
-        reference = make_session(model, "cpu")
+        reference = Sessions("cpu").open(model)
         self.feeds = dict(feeds) if feeds is not None else random_feeds(reference, seed)
         names = [o.name for o in reference.get_outputs()]
         self.reference = dict(zip(names, reference.run(None, self.feeds), strict=True))

@@ -1,7 +1,7 @@
 """Cost-based search over rule applications."""
 
 from xflow.search.backtrack import (
-                                    Alternative,
+                                    Branch,
                                     SearchLimits,
                                     SearchReport,
                                     Step,
@@ -10,5 +10,5 @@ from xflow.search.backtrack import (
                                     complete_sweeps,
 )
 
-__all__ = ["Alternative", "SearchLimits", "SearchReport", "Step", "StopReason", "backtracking_search",
+__all__ = ["Branch", "SearchLimits", "SearchReport", "Step", "StopReason", "backtracking_search",
            "complete_sweeps"]

@@ -60,18 +60,19 @@ class StopReason(StrEnum):
 
 @dataclass(frozen=True)
 class SearchLimits:
-    """How far a search may go and how it explores: TASO's relaxation, its budgets, and the sweeps."""
+    """How far a search may go and how it explores: TASO's relaxation, its budgets, and the sweeps. Its
+    defaults are ``xflow optimize``'s (``xflow.optimize.options.DEFAULTS.search``): the one place they are written."""
 
     alpha: float = 1.05  # keep graphs whose cost is below alpha x the best cost
-    budget: int = 1000  # graphs expanded (popped) at most
+    budget: int = 300  # graphs expanded (popped) at most
     time_limit: float = 60.0  # seconds, the branches' searches included
     max_growth: float = 2.0  # a graph may grow to this many times the input's nodes (+4)
     memory_limit_mb: float | None = None  # stop expanding once the process's RSS passes this
-    patience: int | None = None  # once a cheaper graph is found, stop after this many expansions without one
+    patience: int | None = 10  # once a cheaper graph is found, stop after this many expansions without one (None: no)
     sweep: bool = True  # also apply a rule at all of its improving matches at once (see ``_sweep``)
     sweep_rounds: int = SWEEP_ROUNDS
     sweep_rules: int = SWEEP_RULES
-    branches: int = 0  # other first sweeps searched on as roots of their own (see ``backtracking_search``)
+    branches: int = 2  # other first sweeps searched on as roots of their own (see ``backtracking_search``)
 
 
 @dataclass
@@ -90,12 +91,12 @@ class SearchReport:
     cost_hits: int = 0
     trace: list[tuple[float, float]] = field(default_factory=list)  # (elapsed s, best cost)
     # the best graph of each other branch (see ``backtracking_search``'s ``branches``), cheapest first
-    alternatives: list[Alternative] = field(default_factory=list)
-    root_sweeps: list[Alternative] = field(default_factory=list)  # the sweeps made from the input graph
+    branches: list[Branch] = field(default_factory=list)
+    root_sweeps: list[Branch] = field(default_factory=list)  # the sweeps made from the input graph
 
 
 @dataclass(frozen=True)
-class Alternative:
+class Branch:
     """A graph the search reached along another branch, with its estimated cost and its path."""
 
     graph: Graph
@@ -313,7 +314,7 @@ def _in_sweep_order(graph: Graph, improving: list[tuple[Match, float]]) -> list[
 def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: GraphCoster,
                     max_growth: float = 2.0, rounds: int = 2 * SWEEP_ROUNDS,
                     time_limit: float = 10.0, min_matches: int = 2,
-                    keep: Callable[[Match], bool] | None = None) -> Alternative | None:
+                    keep: Callable[[Match], bool] | None = None) -> Branch | None:
     """Apply each of ``rules`` in turn at every match it has in ``graph``, in rounds as a sweep does
     (copies of a structure paired alike, matches the last round created taken next), whatever the
     estimated costs say; None when no rule applies at ``min_matches`` places (a search result's rules already
@@ -341,7 +342,7 @@ def complete_sweeps(graph: Graph, cost: float, rules: Sequence[Rule], coster: Gr
         if swept is not None:
             graph, cost = swept.graph, swept.cost
             steps.extend(_step(m) for m in swept.applied)
-    return Alternative(graph, cost, tuple(steps)) if steps else None
+    return Branch(graph, cost, tuple(steps)) if steps else None
 
 
 def rss_mb() -> float:
@@ -381,10 +382,10 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
 
     With ``branches``, the sweeps made from the input graph that the best graph does not start with are
     searched on as roots of their own (up to that many, within the same time limit), and their best
-    graphs come back as ``alternatives``: best-first search with alpha drops a branch whose first sweep
+    graphs come back as ``branches``: best-first search with alpha drops a branch whose first sweep
     costs a little more even when it leads much further (NasRNN: batching the steps first, 2.9x when
     measured end to end, against merging each gate's matmuls first, 1.9x), and measured costs of single
-    kernels cannot always tell which, so ``xflow optimize`` times the alternatives end to end.
+    kernels cannot always tell which, so ``xflow optimize`` times the branches end to end.
 
     A rule whose saving is in the values (``Rule.gain_in_values``) is not searched: estimates from costs measured
     on random inputs cannot see it (``xflow optimize`` times it end to end instead)."""
@@ -396,7 +397,7 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
         # one branch per rule: the strict and the plateau sweep of one rule start the same way
         started = {result.steps[0].rule} if result.steps else set()
         for branch in result.root_sweeps:
-            if len(result.alternatives) >= limits.branches:
+            if len(result.branches) >= limits.branches:
                 break
             if branch.steps[0].rule in started:
                 continue  # the main search, or an earlier branch, started with this rule
@@ -409,8 +410,8 @@ def backtracking_search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster
             sub = _search(branch.graph.fresh(), rules, coster, limits, left, None, targets, result.graph.hash_sum)
             result.explored += sub.explored
             result.generated += sub.generated
-            result.alternatives.append(Alternative(sub.graph, sub.best_cost, branch.steps + sub.steps))
-        result.alternatives.sort(key=lambda a: a.cost)
+            result.branches.append(Branch(sub.graph, sub.best_cost, branch.steps + sub.steps))
+        result.branches.sort(key=lambda a: a.cost)
         result.seconds = time.perf_counter() - start
         result.cost_lookups, result.cost_hits = coster.lookups, coster.hits
     return result
@@ -521,7 +522,7 @@ def _search(graph: Graph, rules: Sequence[Rule], coster: GraphCoster, limits: Se
                 result.graph, result.best_cost, result.steps = swept.graph, swept.cost, sweep_entry.steps
                 result.trace.append((time.perf_counter() - start, swept.cost))
             if entry is root:
-                result.root_sweeps.append(Alternative(swept.graph, swept.cost, sweep_entry.steps))
+                result.root_sweeps.append(Branch(swept.graph, swept.cost, sweep_entry.steps))
             if swept.cost < alpha * result.best_cost:
                 heapq.heappush(queue, (swept.cost, next(counter), sweep_entry))
         if result.best_cost < best_before:

@@ -1,0 +1,166 @@
+"""The finalize pass: the graphs worth timing end to end (the search's best, its branches', the first sweeps
+and their completions, the denormal lift), each folded and simplified."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import onnx
+
+from xflow.cost import GraphCoster
+from xflow.ir import Graph
+from xflow.onnx_io import to_model_proto
+from xflow.optimize.denormal_probe import DenormalProbe
+from xflow.optimize.load import OriginalNotRunnable, OriginalRun
+from xflow.optimize.passes import PassResult
+from xflow.optimize.search import Searched
+from xflow.ort import Sessions
+from xflow.rewrite import Match, find_matches, fold_constants
+from xflow.rewrite.simplify import Simplified, simplify_splits
+from xflow.rules import Rule
+from xflow.search import Branch, SearchReport, Step, complete_sweeps
+
+#: Which of the named values of a graph hold denormals when it runs on the original's inputs (None: not known).
+Probe = Callable[[Graph, Sequence[str]], "frozenset[str] | None"]
+
+#: Branches estimated dearer than this times the best graph are not timed.
+FINALIST_SPREAD = 1.5
+#: The cheapest first sweeps from the input graph (each cheaper than the input by the estimate), each timed as it
+#: is and applied to the best graph: the measured cost model sums kernels measured apart and misses by about as
+#: much what a rewrite changes in the whole run (on BERT-base, a Linear bias given a leading unit axis looks a
+#: wash at the matches the search takes and runs 2.5% faster at all of them).
+ROOT_SWEEP_FINALISTS = 4
+
+
+@dataclass
+class Finalist:
+    """A graph the search ended with, folded and simplified, with its estimated cost and its path."""
+
+    simplified: Simplified
+    cost: float
+    steps: tuple[Step, ...]
+    completed: bool = False  # made by ``complete_sweeps`` from a search result
+
+    @property
+    def graph(self) -> Graph:
+        """The finalist's graph, folded and simplified."""
+        return self.simplified.graph
+
+    @functools.cached_property
+    def proto(self) -> onnx.ModelProto:
+        """Its ONNX model, made once however many passes need it."""
+        return to_model_proto(self.graph)
+
+    @functools.cached_property
+    def serialized(self) -> bytes:
+        """Its ONNX model's bytes, serialized once for every session made of it."""
+        return self.proto.SerializeToString()
+
+
+@dataclass(kw_only=True)
+class Finalized(PassResult):
+    """The finalize pass's result: the finalists, the search's best first (``graph``: its graph, None when there
+    is none)."""
+
+    finalists: list[Finalist] = field(default_factory=list)
+
+
+def denormal_probe(ran: OriginalRun | OriginalNotRunnable | None, sessions: Sessions) -> DenormalProbe | None:
+    """The denormal probe on the original's inputs (None when the original did not run)."""
+    return DenormalProbe(ran.feeds, sessions) if isinstance(ran, OriginalRun) else None
+
+
+def finalize(searched: Searched, measure: bool, probe: Probe | None = None) -> Finalized:
+    """The finalize pass (``finalists`` of the search's result; only the best graph where nothing will ``measure``
+    the others), its graph the first finalist's."""
+    found = finalists(searched.report, measure, searched.coster, searched.rules, probe)
+    return Finalized(graph=found[0].graph if found else None, modified=bool(found), finalists=found)
+
+
+def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: list[Rule],
+              probe: Probe | None = None) -> list[Finalist]:
+    """The graphs to time end to end: the best graph, then the other branches' best graphs within ``FINALIST_SPREAD``
+    of its cost (different graphs only), the cheapest first sweeps from the input alone and applied to the
+    best graph (``ROOT_SWEEP_FINALISTS``), then each branch's graph
+    with the rules of its path applied at every match left (``complete_sweeps``), where that makes another
+    graph; and the best graph (the input, where the search found no rewrite) with each rule whose saving is in the
+    values applied at every match whose values ``probe`` finds denormal (every match without a probe;
+    ``_value_sweep``); each folded and simplified. None when nothing is left."""
+    lifting = [rule for rule in rules if rule.gain_in_values] if measure else []
+    if not result.steps:
+        lifted = _value_sweep(Branch(result.graph, result.best_cost, ()), lifting, coster, probe)
+        return [_finalist(lifted, True)] if lifted is not None else []
+    best = Branch(result.graph, result.best_cost, result.steps)
+    if not measure:
+        return [_finalist(best)]  # nothing will time the others
+    sources = [best]
+    seen = {result.graph.hash_sum}
+    for alt in result.branches:
+        if not alt.steps or alt.graph.hash_sum in seen or alt.cost > FINALIST_SPREAD * result.best_cost:
+            continue
+        seen.add(alt.graph.hash_sum)
+        sources.append(alt)
+    found = [_finalist(source) for source in sources]
+    # each first sweep from the input alone (one rule at every match): a rule whose measured gain is real
+    # end to end stays separable from one whose estimated gain is not, when the search's best graph mixes
+    # the two (an Add -> Sum that escapes a slow ORT fusion beside matmul merges the estimate flatters)
+    by_name = {rule.name: rule for rule in rules}
+    taken = [sweep for sweep in sorted(result.root_sweeps, key=lambda alt: alt.cost)
+             if sweep.graph.hash_sum not in seen and sweep.cost < result.initial_cost
+             and sweep.cost <= FINALIST_SPREAD * result.best_cost][:ROOT_SWEEP_FINALISTS]
+    for sweep in taken:
+        seen.add(sweep.graph.hash_sum)
+        found.append(_finalist(sweep))
+    # ... and the best graph with each such sweep's rule applied at every match left: the two gains, when
+    # both are real, add up end to end
+    best_rules = {s.rule for s in best.steps}
+    for sweep in taken:
+        extra = [by_name[name] for name in dict.fromkeys(s.rule for s in sweep.steps)
+                 if name in by_name and name not in best_rules]
+        combined = complete_sweeps(best.graph, best.cost, extra, coster) if extra else None
+        if combined is None or combined.graph.hash_sum in seen:
+            continue
+        seen.add(combined.graph.hash_sum)
+        found.append(_finalist(Branch(combined.graph, combined.cost, best.steps + combined.steps), True))
+    for source in sources:
+        path_rules = [by_name[name] for name in dict.fromkeys(s.rule for s in source.steps) if name in by_name]
+        completed = complete_sweeps(source.graph, source.cost, path_rules, coster)
+        if completed is None or completed.graph.hash_sum in seen or completed.cost > FINALIST_SPREAD * result.best_cost:
+            continue
+        seen.add(completed.graph.hash_sum)
+        found.append(_finalist(Branch(completed.graph, completed.cost, source.steps + completed.steps), True))
+    lifted = _value_sweep(best, lifting, coster, probe)
+    if lifted is not None and lifted.graph.hash_sum not in seen:
+        found.append(_finalist(lifted, True))
+    return found
+
+
+def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
+                 probe: Probe | None = None) -> Branch | None:
+    """``source`` with each rule whose saving is in the values (``Rule.gain_in_values``) applied at every match
+    whose values are of the rule's ``value_dtypes`` (the op table's) and one of which holds denormals (``probe``;
+    any, when it cannot tell), whatever the estimate says (costs measured on random inputs cannot see that saving;
+    the end-to-end timing of the finalists can); None when none applies."""
+    if not rules:
+        return None
+    types = source.graph.types
+    held: frozenset[str] | None = None
+    if probe is not None:
+        bound = [value for rule in rules for match in find_matches(source.graph, rule)
+                 for value in match.values.values()]
+        held = probe(source.graph, bound) if bound else frozenset()
+
+    def keep(match: Match) -> bool:
+        values = match.values.values()
+        return all(types[v].dtype in match.rule.value_dtypes for v in values if v in types) and \
+            (held is None or any(v in held for v in values))
+
+    swept = complete_sweeps(source.graph, source.cost, rules, coster, rounds=1, min_matches=1, keep=keep)
+    return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else None
+
+
+def _finalist(source: Branch, completed: bool = False) -> Finalist:
+    return Finalist(simplify_splits(fold_constants(source.graph)), source.cost, source.steps, completed)
+

@@ -1,0 +1,161 @@
+"""The report of one run (``--report``), assembled from the passes' results in one place."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from xflow.cost.base import CostModel
+from xflow.cost.measured import MeasuredCost
+from xflow.cost.profile_mean import ProfileCost
+from xflow.optimize.decision import Decision
+from xflow.optimize.finalize import Finalized
+from xflow.optimize.load import Source
+from xflow.optimize.search import Searched
+from xflow.optimize.select import Selected
+from xflow.optimize.verify import Verified, VerifyFigures
+from xflow.optimize.write import Written
+
+
+@dataclass(kw_only=True)
+class OptimizeReport(VerifyFigures):
+    """Every figure of one run, as written by ``--report``."""
+
+    input: str
+    output: str
+    rules_file: str
+    rules_loaded: int
+    nodes_before: int  # ONNX nodes of the input model
+    nodes_after: int  # ONNX nodes of the model written (returned)
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    cost_model: str
+    cost_before: float
+    cost_after: float
+    search_seconds: float
+    search_stop: str
+    graphs_explored: int
+    graphs_generated: int
+    cost_cache_lookups: int  # node costs asked for during the search (in-memory memo)
+    cost_cache_hits: int
+    rules_applied: dict[str, int]  # by rule id
+    steps: list[dict[str, Any]]
+    rule_names: dict[str, str] = field(default_factory=dict)  # readable name of each applied rule, by id
+    decision: str = ""  # ``Decision.describe``: "optimized", or how the original was written and why
+    outcome: str = ""  # the ``Decision``'s value ("optimized", "no-rewrite", "kept-original-not-faster", ...)
+    total_seconds: float = 0.0
+    cost_db: str | None = None  # the SQLite cost cache used (measured costs only)
+    cost_db_hits: int = 0  # node configurations found in it
+    cost_db_misses: int = 0
+    nodes_measured: int = 0  # node configurations measured in this run
+    measure_sessions: int = 0  # ORT sessions built to measure them
+    measure_seconds: float = 0.0
+    nodes_not_measurable: int = 0  # costed analytically (dynamic shapes, subgraphs, refused by ORT)
+    # the time each later measuring session's reference groups took over their time in the first (>1:
+    # slower); its costs were divided by it (min and max over the run; empty with one session or none)
+    session_scale: list[float] = field(default_factory=list)
+    # graphs from different branches of the search timed end to end to choose the one written (when
+    # there was more than one): estimated and measured ms, rewrites, nodes, which one was chosen
+    finalists: list[dict[str, Any]] = field(default_factory=list)
+    # after the search: nested splits folded into one, elementwise ops hoisted before a split
+    splits_folded: int = 0
+    elementwise_hoisted: int = 0
+    channelwise_hoisted: int = 0
+    splits_regridded: int = 0
+    weights_permuted: int = 0
+    # nodes of the IR before and after (a Gemm is a matmul and an add there, a fused Conv+Relu two nodes)
+    ir_nodes_before: int = 0
+    ir_nodes_after: int = 0
+    nodes_opaque: int = 0  # nodes of the loaded model outside the algebra (opaque: carried, never rewritten)
+    nodes_opaque_computing: int = 0  # of those, the ones computing at run time (no Constant, no folded shape node)
+    copied: bool = False  # the model written is a byte-for-byte copy of the input
+    # values a rule whose gain is in the values bound that held float32/64 denormals on the check inputs
+    values_with_denormals: list[str] = field(default_factory=list)
+    plan_output: str | None = None  # --place: the plan written, the placement chosen and its step time
+    placement_chosen: str | None = None
+    placement_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Passes:
+    """The results of the passes before write, in the order they ran."""
+
+    source: Source
+    searched: Searched
+    finalized: Finalized
+    selected: Selected
+    verified: Verified
+    denormals: frozenset[str] = frozenset()
+
+
+def assemble(passes: Passes, output_label: str) -> OptimizeReport:
+    """The report from the passes' results (the write pass's figures and the placement still to fill)."""
+    source, search, verified = passes.source, passes.searched.report, passes.verified
+    graph = source.graph
+    written = verified.graph if verified.graph is not None else graph
+    chosen = passes.selected.chosen
+    steps = chosen.steps if chosen is not None else ()
+    applied = {s.rule for s in steps}
+    simplified = chosen.simplified if chosen is not None else None
+    measured = _measured(passes.searched.coster.model)
+    stats = measured.stats if measured is not None else None
+    return OptimizeReport(
+        # the verify pass's figures as they are (the report extends VerifyFigures)
+        **vars(verified.figures),
+        input=source.label, output=output_label, nodes_before=source.onnx_nodes, nodes_after=source.onnx_nodes,
+        ops_before=graph.op_counts(), ops_after=written.op_counts(), ir_nodes_before=len(graph.nodes),
+        ir_nodes_after=len(written.nodes), nodes_opaque=graph.opaque_count(),
+        nodes_opaque_computing=len(graph.opaque_computing()), outcome=verified.decision.value,
+        rules_file=passes.searched.rules_file, rules_loaded=len(passes.searched.rules),
+        cost_model=passes.searched.coster.model.name, cost_before=search.initial_cost,
+        search_seconds=search.seconds, search_stop=str(search.stop_reason), graphs_explored=search.explored,
+        graphs_generated=search.generated, cost_cache_lookups=search.cost_lookups, cost_cache_hits=search.cost_hits,
+        cost_after=chosen.cost if chosen is not None else search.best_cost,
+        rules_applied=dict(Counter(s.rule for s in steps)),
+        rule_names={r.name: r.readable_name for r in passes.searched.rules if r.name in applied},
+        steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in steps],
+        splits_folded=simplified.nested_splits if simplified else 0,
+        elementwise_hoisted=simplified.elementwise_hoisted if simplified else 0,
+        channelwise_hoisted=simplified.channelwise_hoisted if simplified else 0,
+        splits_regridded=simplified.regridded if simplified else 0,
+        weights_permuted=simplified.weights_permuted if simplified else 0,
+        finalists=_finalists(passes.finalized, passes.selected),
+        cost_db=str(measured.cache.path) if measured is not None and measured.cache is not None else None,
+        cost_db_hits=stats.cache_hits if stats else 0, cost_db_misses=stats.cache_misses if stats else 0,
+        nodes_measured=stats.measured if stats else 0, measure_sessions=stats.sessions if stats else 0,
+        measure_seconds=stats.seconds if stats else 0.0,
+        nodes_not_measurable=stats.fallback + stats.failed if stats else 0,
+        session_scale=[min(stats.session_factors), max(stats.session_factors)]
+        if stats and stats.session_factors else [],
+        values_with_denormals=sorted(passes.denormals))
+
+
+def finish(report: OptimizeReport, written: Written, started: float) -> OptimizeReport:
+    """The report with the write pass's figures, the decision in words and the run's seconds."""
+    report.copied = written.copied
+    report.decision = Decision(report.outcome).describe(written.copied)
+    report.nodes_after = written.nodes
+    report.total_seconds = time.perf_counter() - started
+    return report
+
+
+def _measured(model: CostModel) -> MeasuredCost | None:
+    if isinstance(model, ProfileCost):
+        model = model.model
+    return model if isinstance(model, MeasuredCost) else None
+
+
+def _finalists(finalized: Finalized, selected: Selected) -> list[dict[str, Any]]:
+    picked = selected.picked
+    if picked is None:
+        return []
+    return [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps), "nodes": len(f.simplified.graph.nodes),
+             "measured_ms": (picked.medians[i] * 1e3 if picked.medians[i] is not None else None),
+             "chosen": i == picked.index, "completed": f.completed}
+            for i, f in enumerate(finalized.finalists)]

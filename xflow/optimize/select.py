@@ -1,0 +1,84 @@
+"""The select pass: time the finalists end to end and keep the fastest (``xflow.runtime.successive_halving``)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from xflow.onnx_io.shared_weights import SharedWeightsFiles, weights_in_memory, write_sharing_weights
+from xflow.optimize.finalize import Finalist
+from xflow.optimize.load import OriginalNotRunnable, OriginalRun
+from xflow.optimize.passes import PassResult
+from xflow.ort import Sessions
+from xflow.ort.graphs import session_maker
+from xflow.runtime import successive_halving
+
+
+@dataclass
+class Picked:
+    """Which finalist measured fastest end to end, and each one's median latency (s; None: ORT refused it)."""
+
+    index: int
+    medians: list[float | None]
+
+
+@dataclass(kw_only=True)
+class Selected(PassResult):
+    """The select pass's result: the finalist chosen (None: none), and the timing when there was a choice."""
+
+    chosen: Finalist | None = None
+    picked: Picked | None = None
+
+
+def select(finalists: list[Finalist], original: OriginalRun | OriginalNotRunnable | None,
+           sessions: Sessions) -> Selected:
+    """The select pass: with more than one finalist and the original's inputs to run them on, the fastest end to
+    end (``select_by_latency``); else the first finalist (the search's best)."""
+    picked = None
+    if len(finalists) > 1 and isinstance(original, OriginalRun):
+        picked = select_by_latency(finalists, original.feeds, sessions)
+    chosen = finalists[picked.index if picked is not None else 0] if finalists else None
+    return Selected(graph=chosen.graph if chosen is not None else None, modified=chosen is not None,
+                    chosen=chosen, picked=picked)
+
+
+def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], sessions: Sessions,
+                      rounds: int = 7, seconds: float = 2.0) -> Picked:
+    """Time the finalists end to end on the original's inputs and pick the fastest by successive halving
+    (``successive_halving``; the finalists worth telling apart are often within 2-3% of each other, about what one
+    session's luck moves a model). The chosen one is then verified and timed against the original as any other; a
+    finalist ORT cannot run is not timed (and the best one is still verified)."""
+    graphs = [finalist.graph for finalist in finalists]
+    shared = None
+    if sessions.scratch is not None and all(weights_in_memory(g) for g in graphs):
+        with contextlib.suppress(OSError):  # no room for the files: each session from bytes, as below
+            shared = write_sharing_weights(graphs, sessions.scratch, "finalist")
+    try:
+        return _time_finalists(finalists, shared, feeds, sessions, rounds, seconds)
+    finally:
+        if shared is not None:
+            shared.remove()
+
+
+def _time_finalists(finalists: list[Finalist], shared: SharedWeightsFiles | None, feeds: dict[str, np.ndarray],
+                    sessions: Sessions, rounds: int, seconds: float) -> Picked:
+    """``select_by_latency``'s timing, its sessions made from ``shared``'s files where written."""
+    makers: dict[int, Callable[[], Any]] = {}
+    opened: dict[int, Any] = {}
+    for i, finalist in enumerate(finalists):
+        try:
+            makers[i] = functools.partial(sessions.open, shared.model_paths[i]) if shared is not None else \
+                session_maker(sessions, finalist.graph, f"finalist{i}", lambda f=finalist: f.serialized)
+            opened[i] = makers[i]()
+            opened[i].run(None, dict(feeds))
+        except Exception:  # noqa: BLE001 - one that does not run is not chosen
+            opened.pop(i, None)
+    if not opened:
+        return Picked(0, [None] * len(finalists))
+    fastest, figures = successive_halving({i: makers[i] for i in opened}, opened, feeds, rounds, seconds)
+    return Picked(fastest, [figures.get(i) for i in range(len(finalists))])

@@ -1,0 +1,229 @@
+"""The verify pass: the chosen graph's outputs against the original's (at every profile point and one off it),
+then the A/B timing that decides whether it is written (``xflow.runtime.decide_ab``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equivalence, verify_against_original
+from xflow.errors import XflowError, one_line
+from xflow.optimize.decision import Decision
+from xflow.optimize.finalize import Finalist
+from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
+from xflow.optimize.options import CheckSettings, InputSettings
+from xflow.optimize.passes import PassResult
+from xflow.ort import Sessions
+from xflow.ort.graphs import session_maker
+from xflow.runtime import decide_ab, median_latency, random_feeds
+
+
+@dataclass
+class VerifyFigures:
+    """The verify pass's figures, the A/B timing's included (the report carries them as they are)."""
+
+    verified: bool = False
+    max_abs_diff: dict[str, float] = field(default_factory=dict)
+    verify_reference: str = ""  # what the outputs were compared against (xflow.equivalence)
+    verify_inputs: list[str] = field(default_factory=list)  # the input sets compared on, the run's own first
+    latency_before_ms: float | None = None
+    latency_after_ms: float | None = None
+    speedup: float | None = None
+    timed_runs: int = 0  # interleaved rounds over all session pairs
+    session_pairs: int = 0  # pairs of fresh sessions (original, optimized) the A/B timed
+    faster_pairs: int = 0  # pairs in which the optimized model's median was the lower
+    rank_test_p: float | None = None  # one-sided signed-rank test over the pairs (written when < 0.01)
+    # dynamic models: the A/B at each profile point (the figures above are the first point's), and the
+    # points equivalence was checked at besides the first (profile points and an off-profile one)
+    profile_points: list[dict[str, Any]] = field(default_factory=list)
+    checked_at: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Verified(PassResult):
+    """The verify pass's result: the graph to write (None: the original), the decision, and the figures."""
+
+    decision: Decision
+    figures: VerifyFigures = field(default_factory=VerifyFigures)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What verify compares: the original model and its run, the chosen finalist (None: none), the settings."""
+
+    source: Source
+    original: OriginalRun | OriginalNotRunnable | None
+    chosen: Finalist | None
+    checks: CheckSettings
+    inputs: InputSettings
+    no_rules: bool = False  # the rule file held none (what nothing chosen means)
+
+
+def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], output_label: str = "") -> Verified:
+    """The verify pass: run the chosen graph on the original's inputs, compare the outputs (EquivalenceError when
+    they differ or ORT refuses it), time both (interleaved) and keep the optimized one only when it is faster over
+    pairs of fresh sessions (``decide_ab``; or ``keep_if_slower``). With nothing chosen, only the original's
+    latency is measured."""
+    source, original, chosen, checks = checked.source, checked.original, checked.chosen, checked.checks
+    if chosen is None:
+        return _time_original(original, checks, source, say,
+                              Decision.NO_RULES if checked.no_rules else Decision.NO_REWRITE)
+    if not checks.verify and not checks.measure:  # nothing to run in ORT (and no weights to load there)
+        return Verified(graph=chosen.graph, modified=True, decision=Decision.OPTIMIZED)
+    if isinstance(original, OriginalNotRunnable) or original is None:
+        problem = original.problem if original is not None else "the original was not run"
+        say(f"{problem}: the rewrites cannot be verified, so the model is {source.kept_as}")
+        return Verified(graph=None, decision=Decision.CANNOT_RUN)
+    try:
+        make_candidate = session_maker(sessions, chosen.graph, "candidate", lambda: chosen.serialized)
+        candidate = make_candidate()
+        candidate.run(None, original.feeds)  # ORT runs it at all: refused here, said below
+    except XflowError as exc:  # the scratch file could not be written: name the output, not the scratch path
+        raise XflowError(output_label or source.label, f"{exc.problem} (writing the model to verify beside it)") \
+            from None
+    except Exception as exc:  # noqa: BLE001 - any ORT refusal of our output is reported the same way
+        raise EquivalenceError(source.label, f"ONNX Runtime cannot run the optimized model, nothing written: "
+                                             f"{one_line(exc)}") from None
+    figures = VerifyFigures()
+    if checks.verify:
+        refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
+        if refused is not None:  # the original is written: no figures of a model not written
+            return Verified(graph=None, decision=refused)
+    decision = _decide(checked, original, candidate, make_candidate, sessions, figures, say) \
+        if checks.measure else Decision.OPTIMIZED
+    return Verified(graph=chosen.graph if decision is Decision.OPTIMIZED else None,
+                    modified=decision is Decision.OPTIMIZED, decision=decision, figures=figures)
+
+
+def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, sessions: Sessions,
+                     figures: VerifyFigures, say: Callable[[str], None]) -> Decision | None:
+    """The outputs against the original's, at the run's inputs and then at the other sizes; the decision to keep
+    the original when they cannot be compared or differ at other sizes (None: they match)."""
+    source, inputs = checked.source, checked.inputs
+    try:
+        compared = verify_against_original(source.runnable, original.session, candidate, original.feeds,
+                                           inputs.label, inputs.seed, source.measuring, sessions)
+    except EquivalenceError as exc:
+        raise EquivalenceError(source.label, f"optimized model is not equivalent, nothing written: {exc.problem}") \
+            from None
+    except NonFiniteReference as exc:
+        say(f"{exc.problem}: the model is {source.kept_as}")
+        return Decision.NOT_FINITE
+    for note in compared.notes:
+        say(note)
+    figures.max_abs_diff, figures.verified = compared.max_abs_diff, True
+    figures.verify_reference, figures.verify_inputs = compared.reference, compared.inputs
+    failure = check_other_sizes(source, original.session, candidate, inputs.seed, figures)
+    if failure is not None:
+        say(f"{failure}: the original is {source.kept_as}")
+        return Decision.NOT_EQUIVALENT_AT_OTHER_SIZES
+    return None
+
+
+def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candidate: Callable[[], Any],
+            sessions: Sessions, figures: VerifyFigures, say: Callable[[str], None]) -> Decision:
+    """The A/B of the original and the candidate over pairs of fresh sessions, at every profile point."""
+    source, keep_if_slower = checked.source, checked.checks.keep_if_slower
+
+    def fresh(side: str) -> Any:  # decide_ab's maker of fresh sessions: "a" the original, "b" the optimized graph
+        return sessions.open(source.runnable) if side == "a" else make_candidate()
+    ab = decide_ab(original.session, candidate, original.feeds, fresh)
+    figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
+    figures.speedup, figures.timed_runs = ab.speedup, ab.runs
+    figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value
+    slower_at = time_other_points(source, original.session, candidate, fresh, checked.inputs.seed, figures) \
+        if ab.b_is_faster() else ""
+    # "Faster" must be more than one lucky session, which a longer run does not reproduce: decide_ab asks
+    # it of pairs of fresh sessions (a signed-rank test over them), and at every profile point.
+    if slower_at and not keep_if_slower and ab.b_is_faster():
+        say(f"the optimized model was not measurably faster at {slower_at}: the original is {source.kept_as} "
+            "(use --keep-if-slower to override)")
+        return Decision.NOT_FASTER_AT_EVERY_POINT
+    if not (ab.b_is_faster() or keep_if_slower):
+        say(f"the optimized model was not measurably faster ({figures.latency_after_ms:.3f} ms vs "
+            f"{figures.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.pairs} session pairs, "
+            f"signed-rank p = {ab.p_value:.2g}): the original is {source.kept_as} "
+            "(use --keep-if-slower to override)")
+        return Decision.NOT_FASTER
+    return Decision.OPTIMIZED
+
+
+def _point_feeds(source: Source, session: Any, point: Mapping[str, int], seed: int) -> dict[str, np.ndarray] | None:
+    """Random inputs at a point, or None when the original does not run on them (a size the model cannot take)."""
+    feeds = random_feeds(session, seed, source.shapes_at(point))
+    try:
+        session.run(None, dict(feeds))
+    except Exception:  # noqa: BLE001 - ORT's own types: the original refuses this size
+        return None
+    return feeds
+
+
+def check_other_sizes(source: Source, session: Any, candidate: Any, seed: int, figures: VerifyFigures) -> str | None:
+    """Equivalence at the profile's other points and at one off-profile point (every symbol at a size the
+    profile does not list, so a rewrite valid only at the measuring sizes cannot pass), against the original
+    in float32 with the dtype's tolerance; what failed, in words, or None. Points the original cannot run at
+    are skipped (the off-profile one tries another size first)."""
+    plan = source.dynamic
+    if plan is None:
+        return None
+    points = [(p, False) for p in plan.points()[1:]] + [(p, True) for p in plan.off_profile()]
+    off_checked = False
+    for point, off in points:
+        if off and off_checked:
+            break
+        feeds = _point_feeds(source, session, point, seed)
+        if feeds is None:
+            continue
+        label = plan.describe(point)
+        try:
+            check_equivalence(session, candidate, feeds, label,
+                              lambda k, p=point: random_feeds(session, seed + k, source.shapes_at(p)))
+        except EquivalenceError as exc:
+            return f"the optimized model differs from the original at {label} ({exc.problem})"
+        except NonFiniteReference:
+            continue
+        except Exception as exc:  # noqa: BLE001 - ORT refuses the optimized model at this size
+            return f"ONNX Runtime cannot run the optimized model at {label} ({one_line(exc)})"
+        figures.checked_at.append(label)
+        off_checked = off_checked or off
+    return None
+
+
+def time_other_points(source: Source, session: Any, candidate: Any, fresh: Callable[[str], Any], seed: int,
+                      figures: VerifyFigures) -> str:
+    """The A/B at every profile point after the first, once the first found the optimized model faster
+    (recorded in ``figures.profile_points`` with the first); the points where the optimized model was not
+    faster, in words ("" when none)."""
+    plan = source.dynamic
+    if plan is None:
+        return ""
+    points = plan.points()
+    figures.profile_points = [{"point": points[0], "latency_before_ms": figures.latency_before_ms,
+                               "latency_after_ms": figures.latency_after_ms, "faster": True}]
+    slower: list[str] = []
+    for point in points[1:]:
+        feeds = _point_feeds(source, session, point, seed)
+        if feeds is None:
+            continue
+        ab = decide_ab(session, candidate, feeds, fresh)
+        figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
+                                       "latency_after_ms": ab.b_median * 1e3, "faster": ab.b_is_faster()})
+        if not ab.b_is_faster():
+            slower.append(plan.describe(point))
+    return "; ".join(slower)
+
+
+def _time_original(original: OriginalRun | OriginalNotRunnable | None, checks: CheckSettings, source: Source,
+                   say: Callable[[str], None], decision: Decision) -> Verified:
+    """Nothing chosen: the original's own latency (when it runs and timing is on)."""
+    verified = Verified(graph=None, decision=decision)
+    if isinstance(original, OriginalNotRunnable):
+        say(f"{original.problem}: not timed; the model is {source.kept_as}")
+    elif original is not None and checks.measure:
+        figures = verified.figures
+        figures.latency_before_ms = figures.latency_after_ms = median_latency(original.session, original.feeds) * 1e3
+        figures.speedup, figures.timed_runs = 1.0, 20
+    return verified

@@ -230,7 +230,7 @@ def load_source(model: onnx.ModelProto | str, options: OptimizeOptions) -> Sourc
     given = dict(options.input_shapes)
     if options.inputs_npz and plan.is_dynamic and not given and not options.shape_profile:
         given = _npz_shapes(plan, read_inputs(options.inputs_npz))  # measured at the user's inputs' shapes
-        plan = shape_plan(proto, {}, given, label)
+        plan = shape_plan(proto, {}, given, label, plan.relations)
     measuring = {**plan.shapes_at(plan.points()[0]), **given}
     check_input_shapes(proto, given, label)
     # an input of unknown rank has no symbols to size: --input-shape gives it its shape
@@ -273,10 +273,16 @@ def run_original(source: Source, options: OptimizeOptions) -> OriginalRun:
     except XflowError:
         raise
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, NotImplemented, ...)
-        if options.inputs_npz:  # the user's inputs do not fit the model: their error, not a pass-through
-            raise XflowError(options.inputs_npz, f"ONNX Runtime cannot run {source.label} on these inputs: "
-                                                 f"{one_line(exc)}") from None
         plan = source.shapes
+        # only the user's sizes can break a relation the graph states: the defaults are derived from them
+        broken = plan.broken_relation(plan.points()[0]) if plan is not None and plan.is_dynamic else None
+        if options.inputs_npz:  # the user's inputs do not fit the model: their error, not a pass-through
+            why = f"they break {broken}: " if broken is not None else ""
+            raise XflowError(options.inputs_npz, f"ONNX Runtime cannot run {source.label} on these inputs: "
+                                                 f"{why}{one_line(exc)}") from None
+        if broken is not None:
+            raise XflowError(source.label, f"the sizes given break {broken}, so ONNX Runtime cannot run the model "
+                                           f"({one_line(exc)})") from None
         where = f" at {plan.describe(plan.points()[0])}; --shape-profile sets other sizes" \
             if plan is not None and plan.is_dynamic else ""
         raise OriginalNotRunnable(source.label, f"ONNX Runtime cannot run the model{where} ({one_line(exc)})") \

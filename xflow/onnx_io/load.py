@@ -125,6 +125,12 @@ def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     return {**checked, **{k: t for k, t in plain.items() if k not in checked}}
 
 
+def plain_symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+    """The types ONNX Runtime's symbolic shape inference gives without assuming any two dims equal (where it
+    stops is where a model's dims must meet: ``dim_relations``); {} when it fails."""
+    return _symbolic_inference(model, auto_merge=False)
+
+
 #: the sizes of the inputs' symbols (in name order) at the two runs that check merged types: distinct, > 1
 _CHECK_SIZES = ((2, 3, 5, 7, 11, 13), (3, 5, 7, 11, 13, 17))
 

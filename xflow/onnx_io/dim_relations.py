@@ -54,8 +54,9 @@ class DimRelation:
     def describe(self, point: Mapping[str, int]) -> str:
         """The relation with the point's sizes (``total_seq = past_seq + seq: 128 != 128 + 1``)."""
         sides = {s: point[s.name] for s in self.expr.free_symbols}
-        shown = " + ".join(str(v) for v in sides.values()) if self.expr.is_Add and \
-            all(a.is_Symbol for a in self.expr.args) else str(self.expr.subs(sides))
+        terms = self.expr.as_ordered_terms()  # the order str(self) prints them in
+        shown = " + ".join(str(sides[t]) for t in terms) if self.expr.is_Add and all(t.is_Symbol for t in terms) \
+            else str(self.expr.subs(sides))
         value = int(self.expr.subs(sides))
         return f"{self} ({self.where}): {self.symbol}={point[self.symbol]}, but {shown} = {value}"
 

@@ -1,0 +1,132 @@
+"""Dims the graph relates (``xflow.onnx_io.dim_relations``) and a shape profile that respects them: a decoder
+with a KV cache is measured at a decode step and a prefill with ``total_seq = past_seq + seq`` at every point,
+optimizes with no options, and a user's sizes that break the relation get one line naming it."""
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from xflow.cli import main
+from xflow.ir.dims import symbol
+from xflow.onnx_io import graph_from_model
+from xflow.onnx_io.dim_relations import DimRelation, solve_sizes
+from xflow.onnx_io.profile import model_relations, shape_plan
+from xflow.onnx_io.save import to_model_proto
+from xflow.rewrite import apply_match, find_matches
+from xflow.rules.io import load_rules
+from xflow.runtime import make_session
+from xflow.zoo.decoder import decoder_feeds, gpt2_decoder, llama_decoder
+
+BUILDERS = {"llama": llama_decoder, "gpt2": gpt2_decoder}
+SYMBOLS = ("batch", "seq", "total_seq", "past_seq")
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDERS))
+def decoder(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param) / f"{request.param}.onnx"
+    model = BUILDERS[request.param]()
+    onnx.save(model, path)
+    return request.param, model, str(path)
+
+
+def test_the_cache_concat_relates_total_to_past_and_new_tokens(decoder):
+    _, model, _ = decoder
+    found = model_relations(model)
+    assert [str(r) for r in found.relations] == ["total_seq = past_seq + seq"]
+    assert found.relations[0].where == "output present_key_0 dim 2"
+    assert [(c.past, c.new) for c in found.caches] == [("past_seq", "seq")]
+
+
+def test_the_default_profile_is_a_decode_step_and_a_prefill_that_keep_the_relation(decoder):
+    _, model, _ = decoder
+    plan = shape_plan(model, {}, {}, "m.onnx")
+    assert plan.points() == [{"batch": 1, "seq": 1, "total_seq": 128, "past_seq": 127},
+                             {"batch": 1, "seq": 128, "total_seq": 128, "past_seq": 0}]
+    off = list(plan.off_profile())
+    for point in plan.points() + off:
+        assert point["total_seq"] == point["past_seq"] + point["seq"]
+        assert plan.broken_relation(point) is None
+    assert {"batch": 2, "seq": 2, "total_seq": 3, "past_seq": 1} in off  # within the position tables
+    session = make_session(model.SerializeToString(), "cpu", 1)
+    for point in plan.points():
+        shapes = plan.shapes_at(point)
+        feeds = decoder_feeds(model, point["batch"], point["seq"], point["past_seq"])
+        assert {name: a.shape for name, a in feeds.items()} == shapes
+        session.run(None, feeds)
+
+
+def test_a_profile_with_more_batches_takes_both_steps_at_each():
+    plan = shape_plan(llama_decoder(), {"batch": (1, 4)}, {}, "m.onnx")
+    assert [(p["batch"], p["seq"], p["past_seq"], p["total_seq"]) for p in plan.points()] == \
+        [(1, 1, 127, 128), (1, 128, 0, 128), (4, 1, 127, 128), (4, 128, 0, 128)]
+
+
+def test_sizes_given_for_some_related_dims_derive_the_others():
+    """--shape-profile total_seq=64: the cache length is what is left of it (a prefill of 128 would not fit)."""
+    plan = shape_plan(llama_decoder(), {"total_seq": (64,)}, {}, "m.onnx")
+    assert plan.points() == [{"batch": 1, "seq": 1, "total_seq": 64, "past_seq": 63}]
+    derived = solve_sizes([DimRelation("total_seq", symbol("past_seq") + symbol("seq"), "here")], {"seq"}, SYMBOLS)
+    assert derived == {"total_seq": symbol("past_seq") + symbol("seq")}
+    both = solve_sizes([DimRelation("total_seq", symbol("past_seq") + symbol("seq"), "here")],
+                       {"seq", "total_seq"}, SYMBOLS)
+    assert both == {"past_seq": symbol("total_seq") - symbol("seq")}
+
+
+def test_optimize_with_no_options_runs_the_decoder(decoder, tmp_path):
+    """``xflow optimize IN OUT``: the original runs at the default sizes; where the search found a rewrite (the
+    measured costs decide), outputs are checked at the prefill and an off-profile point too; the written model's
+    interface is the input's, byte for byte."""
+    _, model, path = decoder
+    out = tmp_path / "out.onnx"
+    result = CliRunner().invoke(main, ["optimize", path, str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "cannot run" not in result.output and "cannot be verified" not in result.output
+    if "copied (no improving rewrite)" not in result.output:
+        assert "outputs match at other sizes too: batch=1 seq=128 total_seq=128 past_seq=0; " \
+               "batch=2 seq=2 total_seq=3 past_seq=1" in result.output
+    written = onnx.load(out)
+    for field in ("input", "output"):
+        assert [v.SerializeToString() for v in getattr(written.graph, field)] == \
+            [v.SerializeToString() for v in getattr(model.graph, field)]
+
+
+def test_sizes_that_break_the_relation_get_one_line_naming_it(decoder, tmp_path):
+    _, _, path = decoder
+    out = tmp_path / "out.onnx"
+    result = CliRunner().invoke(main, ["optimize", path, str(out), "--cost", "analytic",
+                                       "--shape-profile", "seq=1 past_seq=128 total_seq=128"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "break total_seq = past_seq + seq (output present_key_0 dim 2): total_seq=128, " \
+                                "but 128 + 1 = 129" in lines[0], lines
+    assert not out.exists()
+
+
+def rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """The model with every shipped rule applied where it matches (each up to 12 times, in the rule file's
+    order), whatever it costs: the rewrites a search may choose, over the graph's symbolic dims."""
+    graph, applied = graph_from_model(model), 0
+    for rule in load_rules():
+        for _ in range(12):
+            match = next(find_matches(graph, rule), None)
+            new = apply_match(graph, match) if match is not None else None
+            if new is None:
+                break
+            graph, applied = new, applied + 1
+    return to_model_proto(graph), applied
+
+
+def test_the_rewritten_decoder_equals_the_original_at_every_cache_length(decoder):
+    """The rules that match a decoder keep its outputs at batch 1 and 4 over a cache of 0, 1 and 127 (one new
+    token, and a prefill of 8 over no cache), left-padded where there is a cache."""
+    name, model, _ = decoder
+    changed, applied = rewritten(model)
+    assert applied > 0
+    original = make_session(model.SerializeToString(), "cpu", 1)
+    optimized = make_session(changed.SerializeToString(), "cpu", 1)
+    for batch in (1, 4):
+        for seq, past in ((1, 0), (1, 1), (1, 127), (8, 0)):
+            feeds = decoder_feeds(model, batch, seq, past, seed=batch + past, padded=1 if past else 0)
+            for want, got in zip(original.run(None, feeds), optimized.run(None, feeds), strict=True):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {batch} {seq} {past}")

@@ -38,6 +38,19 @@ def test_the_cache_concat_relates_total_to_past_and_new_tokens(decoder):
     assert [(c.past, c.new) for c in found.caches] == [("past_seq", "seq")]
 
 
+@pytest.mark.parametrize(("name", "where"), [("llama", "Or /Or_26"),
+                                           ("gpt2", "dims ONNX Runtime's shape inference merges")])
+def test_the_mask_meets_the_cache_where_the_outputs_do_not_say_total_seq(name, where):
+    """Outputs named per output (as an export without their dynamic axes): the mask's broadcast against the
+    cache says it, read from the plain inference (Llama's Or) or from its merges past GPT-2's clamped Slice."""
+    model = BUILDERS[name]()
+    for vi in model.graph.output:
+        if vi.name.startswith("present"):
+            vi.type.tensor_type.shape.dim[2].dim_param = f"{vi.name}_dim_2"
+    found = model_relations(model)
+    assert [(str(r), r.where) for r in found.relations] == [("total_seq = past_seq + seq", where)]
+
+
 def test_the_default_profile_is_a_decode_step_and_a_prefill_that_keep_the_relation(decoder):
     _, model, _ = decoder
     plan = shape_plan(model, {}, {}, "m.onnx")

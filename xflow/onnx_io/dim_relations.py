@@ -20,14 +20,16 @@ output, not with the input dim it meets. Only polynomial relations over the inpu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import onnx
 import sympy
 
-from xflow.ir.dims import Dim, dims_of, free_symbols, integer_terms, is_static, symbol
+from xflow.ir.dims import Dim, dims_of, free_symbols, integer_terms, is_static, parse_dim, symbol
 from xflow.ir.types import TensorType
+
+Meet = Callable[[Dim, Dim, str], None]  # records that two dims must be equal, and where
 
 #: ops whose inputs broadcast against each other (numpy rules), so that two dims > 1 at one axis are equal
 BROADCASTING = frozenset({
@@ -83,9 +85,12 @@ class DimRelations:
                 and not r.holds(point)]
 
 
-def find_relations(model: onnx.ModelProto, inferred: Mapping[str, TensorType]) -> DimRelations:
+def find_relations(model: onnx.ModelProto, inferred: Mapping[str, TensorType],
+                   merges: Iterable[tuple[str, str]] = ()) -> DimRelations:
     """The relations between ``model``'s input symbols that its graph states, from the value types
-    ``inferred`` for it (ONNX Runtime's symbolic inference without merging: ``load.plain_symbolic_types``)."""
+    ``inferred`` for it (ONNX Runtime's symbolic inference without merging: ``load.plain_symbolic_types``), and
+    from the dims that inference assumed equal where it merges them (``load.symbolic_merges``): past a clamped
+    Slice (``Min(256, past_seq + seq)``) the plain one knows no more, and the mask meets the cache only there."""
     initializers = {t.name for t in model.graph.initializer}
     inputs = {vi.name: dims_of(vi) for vi in model.graph.input if vi.name not in initializers}
     named = {s for dims in inputs.values() for s in free_symbols(dims or ())}
@@ -97,6 +102,8 @@ def find_relations(model: onnx.ModelProto, inferred: Mapping[str, TensorType]) -
         if relation is not None:
             found.setdefault(_key(relation), relation)
 
+    for a, b in merges:
+        meet(parse_dim(a), parse_dim(b), "dims ONNX Runtime's shape inference merges")
     for vi in model.graph.output:
         declared, t = dims_of(vi), inferred.get(vi.name)
         if declared is not None and t is not None and t.shape is not None and len(t.shape) == len(declared):
@@ -124,7 +131,8 @@ def _shape(types: Mapping[str, TensorType], name: str) -> tuple[Dim, ...] | None
     return t.shape if t is not None else None
 
 
-def _meet_broadcast(shapes: Sequence[Sequence[Dim]], meet, label: str) -> None:  # noqa: ANN001 - a closure
+def _meet_broadcast(shapes: Sequence[Sequence[Dim]], meet: Meet, label: str) -> None:
+    """Meet the dims of broadcast operands at each axis (from the right) where neither is 1."""
     rank = max((len(s) for s in shapes), default=0)
     for axis in range(1, rank + 1):
         dims = [s[-axis] for s in shapes if len(s) >= axis and not (is_static(s[-axis]) and int(s[-axis]) == 1)]
@@ -133,7 +141,7 @@ def _meet_broadcast(shapes: Sequence[Sequence[Dim]], meet, label: str) -> None: 
 
 
 def _meet_concat(node: onnx.NodeProto, shapes: list[tuple[Dim, ...] | None],
-                 inputs: Mapping[str, tuple[Dim, ...] | None], meet, label: str) -> Cache | None:  # noqa: ANN001
+                 inputs: Mapping[str, tuple[Dim, ...] | None], meet: Meet, label: str) -> Cache | None:
     """Meet the dims off the Concat's axis; the cache it extends when it appends to a graph input's dim."""
     known = [s for s in shapes if s is not None]
     if len(known) != len(shapes) or len(known) < 2 or len({len(s) for s in known}) != 1:

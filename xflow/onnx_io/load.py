@@ -7,6 +7,7 @@ import itertools
 import logging
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -170,6 +171,23 @@ def _dims_at(t: TensorType, point: Mapping[str, int]) -> tuple[int, ...] | None:
 
 def _symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> dict[str, TensorType]:
     """The types ORT's symbolic shape inference gives (see ``symbolic_types``); {} when it fails."""
+    inference = _run_symbolic_inference(model, auto_merge)
+    return {} if inference is None or inference.out_mp_ is None else _value_types(inference.out_mp_)
+
+
+def symbolic_merges(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """The dims ORT's symbolic shape inference with ``auto_merge`` assumed equal to go on, as pairs of dim texts
+    (``("past_seq + seq", "total_seq")``; a made-up symbol where it named a node's output dim itself); [] when it
+    fails."""
+    inference = _run_symbolic_inference(model, auto_merge=True)
+    if inference is None:
+        return []
+    return [(str(inference.symbolic_dims_.get(k, k)), str(inference.symbolic_dims_.get(v, v)))
+            for k, v in inference.suggested_merge_.items()]
+
+
+def _run_symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> Any:
+    """ORT's SymbolicShapeInference, run over ``model`` as far as it goes; None when it fails."""
     try:
         from onnxruntime.tools import symbolic_shape_infer
 
@@ -185,12 +203,11 @@ def _symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> dict[str, T
             while inference.run_:
                 inference._infer_impl()
             inference._update_output_from_vi()
-            inferred = inference.out_mp_
         finally:
             quiet.setLevel(level)
     except Exception:  # noqa: BLE001 - best effort, as ONNX's own inference: unknown dims stay unknown
-        return {}
-    return {} if inferred is None else _value_types(inferred)
+        return None
+    return inference
 
 
 def _value_types(inferred: onnx.ModelProto) -> dict[str, TensorType]:

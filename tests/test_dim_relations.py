@@ -143,3 +143,25 @@ def test_the_rewritten_decoder_equals_the_original_at_every_cache_length(decoder
             feeds = decoder_feeds(model, batch, seq, past, seed=batch + past, padded=1 if past else 0)
             for want, got in zip(original.run(None, feeds), optimized.run(None, feeds), strict=True):
                 np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"{name} {batch} {seq} {past}")
+
+
+def test_input_shapes_or_inputs_that_break_the_relation_name_it(tmp_path):
+    """``--input-shape`` and ``--inputs`` sizes are the profile point: where they break the relation, the one
+    line names it (and the file the sizes came from); nothing is written."""
+    model = llama_decoder()
+    path, out = str(tmp_path / "llama.onnx"), tmp_path / "out.onnx"
+    onnx.save(model, path)
+    shapes = ["--input-shape", "input_ids=1x1", "--input-shape", "attention_mask=1x128",
+              "--input-shape", "past_key_0=1x2x128x8"]
+    result = CliRunner().invoke(main, ["optimize", path, str(out), "--cost", "analytic", *shapes])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert f"{path}: the sizes given break total_seq = past_seq + seq" in result.output
+    feeds = decoder_feeds(model, 1, 1, 128)
+    feeds["attention_mask"] = feeds["attention_mask"][:, :128]
+    npz = str(tmp_path / "inputs.npz")
+    np.savez(npz, **feeds)
+    result = CliRunner().invoke(main, ["optimize", path, str(out), "--cost", "analytic", "--inputs", npz])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert f"{npz}: ONNX Runtime cannot run {path} on these inputs: they break total_seq = past_seq + seq" \
+        in result.output
+    assert not out.exists()

@@ -165,3 +165,12 @@ def test_input_shapes_or_inputs_that_break_the_relation_name_it(tmp_path):
     assert f"{npz}: ONNX Runtime cannot run {path} on these inputs: they break total_seq = past_seq + seq" \
         in result.output
     assert not out.exists()
+
+
+def test_the_loader_checks_merged_types_at_sizes_that_keep_the_relation():
+    """ORT's merged inference is checked by two runs of the model; made at sizes where total_seq = past_seq +
+    seq, they run, so the types past GPT-2's clamped causal Slice are known and its matmuls, norms and
+    elementwise ops are in the algebra (at unrelated sizes both runs failed and all of them stayed opaque)."""
+    graph = graph_from_model(gpt2_decoder())
+    opaque = {n.onnx_type for n in graph.opaque_computing()}
+    assert not opaque & {"MatMul", "LayerNormalization", "Mul", "Transpose", "Reshape", "Softmax"}, opaque

@@ -15,7 +15,8 @@ from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
-from xflow.ir.dims import concrete, dims_of, equal, free_symbols, is_static, symbol_sources
+from xflow.ir.dims import Dim, concrete, dims_of, equal, free_symbols, is_static, symbol_sources
+from xflow.onnx_io.dim_relations import find_relations, solve_sizes
 from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
@@ -115,14 +116,17 @@ def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     export's embeddings: ``batch`` against the batch of an Expand it cannot follow), and nothing after it is
     known. With ``auto_merge`` it assumes such symbols equal, which may be wrong (a dim that is 1 at run time
     merged with ``batch``): those types are kept only where two runs of the model, at two sets of sizes where
-    the inputs' symbols differ from each other and from 1, give exactly the dims they say."""
+    the inputs' symbols differ from each other and from 1, give exactly the dims they say, and where the symbols
+    the graph relates (``dim_relations``: a KV cache's ``total_seq = past_seq + seq``) keep their relation, so
+    that the runs can be made at all."""
     plain = _symbolic_inference(model, auto_merge=False)
     named = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
     if all(set(free_symbols(t.shape)) <= named for t in plain.values()) and \
             len(plain) >= sum(1 for n in model.graph.node for o in n.output if o):
         return plain  # complete without assuming anything
     merged = _symbolic_inference(model, auto_merge=True)
-    checked = _checked_by_runs(model, merged, sorted(named))
+    derived = solve_sizes(find_relations(model, plain).relations, (), sorted(named))
+    checked = _checked_by_runs(model, merged, sorted(named), derived)
     return {**checked, **{k: t for k, t in plain.items() if k not in checked}}
 
 
@@ -136,16 +140,20 @@ def plain_symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
 _CHECK_SIZES = ((2, 3, 5, 7, 11, 13), (3, 5, 7, 11, 13, 17))
 
 
-def _checked_by_runs(model: onnx.ModelProto, types: dict[str, TensorType], symbols: list[str]
-                     ) -> dict[str, TensorType]:
+def _checked_by_runs(model: onnx.ModelProto, types: dict[str, TensorType], symbols: list[str],
+                     derived: Mapping[str, Dim] | None = None) -> dict[str, TensorType]:
     """The types whose dims, over ``symbols`` only, are what two runs of the model give (``observed_types``,
-    with each symbol at its ``_CHECK_SIZES``); {} when a run cannot be made."""
-    if not symbols or len(symbols) > len(_CHECK_SIZES[0]):
+    with each symbol at its ``_CHECK_SIZES``, those ``derived`` from the others at what that makes them); {}
+    when a run cannot be made."""
+    derived = derived or {}
+    free = [s for s in symbols if s not in derived]
+    if not symbols or len(free) > len(_CHECK_SIZES[0]):
         return {}
     kept = {name: t for name, t in types.items() if set(free_symbols(t.shape)) <= set(symbols)}
     initializers = {t.name for t in model.graph.initializer}
     for sizes in _CHECK_SIZES:
-        point = dict(zip(symbols, sizes, strict=False))
+        point = dict(zip(free, sizes, strict=False))
+        point.update({name: concrete(expr, point) for name, expr in derived.items()})
         inputs: dict[str, TensorType] = {}
         for vi in model.graph.input:
             dims = dims_of(vi)

@@ -174,3 +174,28 @@ def test_the_loader_checks_merged_types_at_sizes_that_keep_the_relation():
     graph = graph_from_model(gpt2_decoder())
     opaque = {n.onnx_type for n in graph.opaque_computing()}
     assert not opaque & {"MatMul", "LayerNormalization", "Mul", "Transpose", "Reshape", "Softmax"}, opaque
+
+
+def _two_input_model(node: onnx.NodeProto, x: list, y: list, out: list) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x),
+                                            helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, out)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_independent_dims_stay_independent_and_a_broadcast_relates_its_operands():
+    """Cross attention's two lengths are not related (a MatMul over them contracts neither); an Add of
+    [batch, seq] and [batch, other] is: other = seq, the later symbol derived, at the size the default gives."""
+    from onnx import helper
+
+    cross = _two_input_model(helper.make_node("MatMul", ["x", "y"], ["z"]), ["batch", "seq", 8],
+                             ["batch", 8, "enc_seq"], ["batch", "seq", "enc_seq"])
+    assert model_relations(cross).relations == ()
+    assert shape_plan(cross, {}, {}, "m.onnx").points() == [{"batch": 1, "seq": 128, "enc_seq": 128}]
+    added = _two_input_model(helper.make_node("Add", ["x", "y"], ["z"]), ["batch", "seq"], ["batch", "other"],
+                             ["batch", "seq"])
+    assert [str(r) for r in model_relations(added).relations] == ["other = seq"]
+    plan = shape_plan(added, {"seq": (8, 16)}, {}, "m.onnx")
+    assert plan.points() == [{"batch": 1, "seq": 8, "other": 8}, {"batch": 1, "seq": 16, "other": 16}]

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from onnx import TensorProto, helper
 
 from xflow.cli import main
 from xflow.ir.dims import symbol
@@ -177,8 +178,6 @@ def test_the_loader_checks_merged_types_at_sizes_that_keep_the_relation():
 
 
 def _two_input_model(node: onnx.NodeProto, x: list, y: list, out: list) -> onnx.ModelProto:
-    from onnx import TensorProto, helper
-
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x),
                                             helper.make_tensor_value_info("y", TensorProto.FLOAT, y)],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, out)])
@@ -188,8 +187,6 @@ def _two_input_model(node: onnx.NodeProto, x: list, y: list, out: list) -> onnx.
 def test_independent_dims_stay_independent_and_a_broadcast_relates_its_operands():
     """Cross attention's two lengths are not related (a MatMul over them contracts neither); an Add of
     [batch, seq] and [batch, other] is: other = seq, the later symbol derived, at the size the default gives."""
-    from onnx import helper
-
     cross = _two_input_model(helper.make_node("MatMul", ["x", "y"], ["z"]), ["batch", "seq", 8],
                              ["batch", 8, "enc_seq"], ["batch", "seq", "enc_seq"])
     assert model_relations(cross).relations == ()

@@ -113,7 +113,7 @@ def test_sizes_that_break_the_relation_get_one_line_naming_it(decoder, tmp_path)
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "break total_seq = past_seq + seq (output present_key_0 dim 2): total_seq=128, " \
-                                "but 128 + 1 = 129" in lines[0], lines
+                                "but past_seq + seq = 128 + 1 = 129" in lines[0], lines
     assert not out.exists()
 
 

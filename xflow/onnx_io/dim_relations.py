@@ -54,13 +54,14 @@ class DimRelation:
         return point[self.symbol] == int(self.expr.subs({s: point[s.name] for s in self.expr.free_symbols}))
 
     def describe(self, point: Mapping[str, int]) -> str:
-        """The relation with the point's sizes (``total_seq = past_seq + seq: 128 != 128 + 1``)."""
+        """The relation with the point's sizes (``total_seq = past_seq + seq (where): total_seq=128, but
+        past_seq + seq = 128 + 1 = 129``)."""
         sides = {s: point[s.name] for s in self.expr.free_symbols}
-        terms = self.expr.as_ordered_terms()  # the order str(self) prints them in
-        shown = " + ".join(str(sides[t]) for t in terms) if self.expr.is_Add and all(t.is_Symbol for t in terms) \
-            else str(self.expr.subs(sides))
         value = int(self.expr.subs(sides))
-        return f"{self} ({self.where}): {self.symbol}={point[self.symbol]}, but {shown} = {value}"
+        terms = self.expr.as_ordered_terms()  # the order str(self) prints them in
+        shown = " + ".join(str(sides[t]) for t in terms) + " = " if self.expr.is_Add and \
+            all(t.is_Symbol for t in terms) else ""
+        return f"{self} ({self.where}): {self.symbol}={point[self.symbol]}, but {self.expr} = {shown}{value}"
 
 
 @dataclass(frozen=True)

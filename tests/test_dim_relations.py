@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from xflow.cli import main
-from xflow.ir.dims import symbol
+from xflow.ir.dims import free_symbols, symbol
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.dim_relations import DimRelation, solve_sizes
 from xflow.onnx_io.profile import model_relations, shape_plan
@@ -196,3 +196,32 @@ def test_independent_dims_stay_independent_and_a_broadcast_relates_its_operands(
     assert [str(r) for r in model_relations(added).relations] == ["other = seq"]
     plan = shape_plan(added, {"seq": (8, 16)}, {}, "m.onnx")
     assert plan.points() == [{"batch": 1, "seq": 8, "other": 8}, {"batch": 1, "seq": 16, "other": 16}]
+
+
+def test_the_loader_states_every_type_over_the_free_symbols(decoder):
+    """total_seq is past_seq + seq in every value's type (the mask, the cache's present_*, the scores), with no
+    dim ORT made up for it, so the attention MatMuls and Softmax see one dim where the graph has one and are in
+    the algebra; the written interface is still the input's, byte for byte."""
+    name, model, _ = decoder
+    graph = graph_from_model(model)
+    total = symbol("past_seq") + symbol("seq")
+    assert {s for t in graph.types.values() if t.shape is not None for s in free_symbols(t.shape)} == \
+        {"batch", "seq", "past_seq"}
+    assert graph.types["attention_mask"].shape == (symbol("batch"), total)
+    assert graph.types["present_key_0"].shape[2] == total
+    if name == "llama":
+        assert not {n.onnx_type for n in graph.opaque_computing()} & {"MatMul", "Softmax"}
+    written = to_model_proto(graph)
+    for field in ("input", "output", "value_info"):
+        assert [v.SerializeToString() for v in getattr(written.graph, field)] == \
+            [v.SerializeToString() for v in getattr(model.graph, field)]
+
+
+def test_a_broadcast_relation_states_the_derived_dim_as_the_free_one():
+    """An Add of [batch, seq] and [batch, other]: other = seq, so y's type is [batch, seq] in the IR."""
+    added = _two_input_model(helper.make_node("Add", ["x", "y"], ["z"]), ["batch", "seq"], ["batch", "other"],
+                             ["batch", "seq"])
+    graph = graph_from_model(added)
+    assert graph.types["y"].shape == graph.types["x"].shape == (symbol("batch"), symbol("seq"))
+    assert [d.dim_param for d in to_model_proto(graph).graph.input[1].type.tensor_type.shape.dim] == \
+        ["batch", "other"]

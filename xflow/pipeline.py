@@ -235,7 +235,7 @@ def load_source(model: onnx.ModelProto | str, options: OptimizeOptions) -> Sourc
     check_input_shapes(proto, given, label)
     # an input of unknown rank has no symbols to size: --input-shape gives it its shape
     unranked = {name: shape for name, shape in given.items() if plan.input_dims.get(name) is None}
-    graph = graph_from_model(proto, base_dir, path or "", unranked)
+    graph = graph_from_model(proto, base_dir, path or "", unranked, plan.relations)  # dims stated over free symbols
     return Source(graph, label, path, model if path is None else None, len(proto.graph.node), plan, measuring)
 
 

@@ -26,8 +26,8 @@ import sympy
 
 from xflow.errors import XflowError
 from xflow.ir.dims import Dim, concrete, dims_of, free_symbols, is_static
-from xflow.onnx_io.dim_relations import DimRelations, find_relations, solve_sizes
-from xflow.onnx_io.load import plain_symbolic_types, symbolic_merges
+from xflow.onnx_io.dim_relations import DimRelations, solve_sizes
+from xflow.onnx_io.load import model_relations
 
 DEFAULT_BATCH = 1  # a symbol first in an input's dims
 DEFAULT_SIZE = 128  # any other symbol (a sequence length, an image side)
@@ -180,18 +180,6 @@ def shape_plan(model: onnx.ModelProto, profile: Mapping[str, tuple[int, ...]],
         raise XflowError(path, f"the sizes given leave no size for {', '.join(derived)} by "
                                f"{'; '.join(str(r) for r in relations.relations)}")
     return plan
-
-
-def model_relations(model: onnx.ModelProto) -> DimRelations:
-    """The relations ``model``'s graph states between its input dims (``dim_relations``), from ONNX Runtime's
-    symbolic shape inference; where it finds a cache but nothing its length meets, also from the dims that
-    inference merges (a second, merging run: only then, as most models have no cache)."""
-    inferred = plain_symbolic_types(model)
-    found = find_relations(model, inferred)
-    cached = {c.past for c in found.caches}
-    if cached and not any(cached & {r.symbol, *(s.name for s in r.expr.free_symbols)} for r in found.relations):
-        found = find_relations(model, inferred, symbolic_merges(model))
-    return found
 
 
 def _cache_steps(relations: DimRelations, fixed: set[str]) -> tuple[dict[str, int], ...]:

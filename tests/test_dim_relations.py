@@ -225,3 +225,15 @@ def test_a_broadcast_relation_states_the_derived_dim_as_the_free_one():
     assert graph.types["y"].shape == graph.types["x"].shape == (symbol("batch"), symbol("seq"))
     assert [d.dim_param for d in to_model_proto(graph).graph.input[1].type.tensor_type.shape.dim] == \
         ["batch", "other"]
+
+
+def test_the_loader_given_the_profiles_relations_builds_the_same_graph(decoder):
+    """The pipeline hands the loader the relations its profile found (and the inference they were read from,
+    reused where nothing is derived): the graph is the one the loader builds alone."""
+    _, model, _ = decoder
+    cross = _two_input_model(helper.make_node("MatMul", ["x", "y"], ["z"]), ["batch", "seq", 8],
+                             ["batch", 8, "enc_seq"], ["batch", "seq", "enc_seq"])
+    for m in (model, cross):
+        alone, given = graph_from_model(m), graph_from_model(m, relations=model_relations(m))
+        assert given.types == alone.types
+        assert [(n.op, n.inputs, n.outputs) for n in given.nodes] == [(n.op, n.inputs, n.outputs) for n in alone.nodes]

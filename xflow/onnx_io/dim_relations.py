@@ -21,7 +21,7 @@ output, not with the input dim it meets. Only polynomial relations over the inpu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 import sympy
@@ -79,6 +79,9 @@ class DimRelations:
 
     relations: tuple[DimRelation, ...] = ()
     caches: tuple[Cache, ...] = ()
+    #: the value types they were read from (ORT's symbolic inference without merging; None when none ran),
+    #: which the loader reuses where it derives no dim (the same model, so the same inference)
+    inferred: Mapping[str, TensorType] | None = field(default=None, compare=False, repr=False)
 
     def broken_at(self, point: Mapping[str, int]) -> list[DimRelation]:
         """The relations the point's sizes break (those over symbols it sizes)."""
@@ -124,7 +127,7 @@ def find_relations(model: onnx.ModelProto, inferred: Mapping[str, TensorType],
             cache = _meet_concat(node, shapes, inputs, meet, label)
             if cache is not None and all((c.past, c.new) != (cache.past, cache.new) for c in caches):
                 caches.append(cache)
-    return DimRelations(tuple(found.values()), tuple(caches))
+    return DimRelations(tuple(found.values()), tuple(caches), dict(inferred))
 
 
 def _shape(types: Mapping[str, TensorType], name: str) -> tuple[Dim, ...] | None:

@@ -432,13 +432,11 @@ def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
     (``dim_param``s included). ``model`` is not modified; the graph's constants refer to its initializers, so
     it must not be modified while the graph is used. ``base_dir`` is where relative external-data locations
     are resolved (the model file's folder)."""
-    plain: dict[str, TensorType] | None = None
     if relations is None and not input_shapes and len(_input_symbols(model)) > 1:
-        plain = plain_symbolic_types(model)  # shared with the loader's own pass when nothing is derived
-        relations = model_relations(model, plain)
+        relations = model_relations(model)
     derived = solve_sizes(relations.relations, (), _input_symbols(model)) if relations is not None else {}
-    if not input_shapes and not derived:
-        return _build_graph(model, base_dir, path, plain=plain)
+    if not input_shapes and not derived:  # the model as it is: the relations' inference is the loader's too
+        return _build_graph(model, base_dir, path, plain=relations.inferred if relations is not None else None)
     interface = [model.graph.input, model.graph.output, model.graph.value_info]
     saved = [[_copy(vi) for vi in infos] for infos in interface]
     try:

@@ -452,12 +452,12 @@ def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
     return Graph(graph.nodes, graph.inputs, graph.outputs, graph.types, graph.constants, context)
 
 
-def model_relations(model: onnx.ModelProto, plain: Mapping[str, TensorType] | None = None) -> DimRelations:
+def model_relations(model: onnx.ModelProto) -> DimRelations:
     """The relations ``model``'s graph states between its input dims (``dim_relations``), from ONNX Runtime's
-    symbolic shape inference (``plain``: its types without merging, when already inferred); where it finds a
-    cache but nothing its length meets, also from the dims that inference merges (a second, merging run: only
-    then, as most models have no cache)."""
-    inferred = plain_symbolic_types(model) if plain is None else plain
+    symbolic shape inference (kept in them: the loader's own pass reuses it); where it finds a cache but nothing
+    its length meets, also from the dims that inference merges (a second, merging run: only then, as most
+    models have no cache)."""
+    inferred = plain_symbolic_types(model)
     found = find_relations(model, inferred)
     cached = {c.past for c in found.caches}
     if cached and not any(cached & {r.symbol, *(s.name for s in r.expr.free_symbols)} for r in found.relations):

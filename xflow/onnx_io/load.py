@@ -7,14 +7,17 @@ import itertools
 import logging
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import onnx
+import sympy
 from onnx import numpy_helper
 
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
-from xflow.ir.dims import concrete, dims_of, equal, free_symbols, is_static, symbol_sources
+from xflow.ir.dims import Dim, concrete, dims_of, equal, free_symbols, is_static, parse_dim, symbol, symbol_sources
+from xflow.onnx_io.dim_relations import DimRelations, find_relations, solve_sizes
 from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
@@ -105,7 +108,8 @@ def _fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ..
             d.dim_value = value
 
 
-def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+def symbolic_types(model: onnx.ModelProto, plain: Mapping[str, TensorType] | None = None
+                   ) -> dict[str, TensorType]:
     """Value types from ONNX Runtime's symbolic shape inference, which follows Shape -> Gather -> Concat ->
     Reshape chains and writes derived dims as expressions (``2*batch*seq``): those of the values it could
     infer, {} when it fails.
@@ -114,31 +118,44 @@ def symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     export's embeddings: ``batch`` against the batch of an Expand it cannot follow), and nothing after it is
     known. With ``auto_merge`` it assumes such symbols equal, which may be wrong (a dim that is 1 at run time
     merged with ``batch``): those types are kept only where two runs of the model, at two sets of sizes where
-    the inputs' symbols differ from each other and from 1, give exactly the dims they say."""
-    plain = _symbolic_inference(model, auto_merge=False)
+    the inputs' symbols differ from each other and from 1, give exactly the dims they say, and where the symbols
+    the graph relates (``dim_relations``: a KV cache's ``total_seq = past_seq + seq``) keep their relation, so
+    that the runs can be made at all (``plain``: the types without merging, when already inferred)."""
+    plain = _symbolic_inference(model, auto_merge=False) if plain is None else dict(plain)
     named = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
     if all(set(free_symbols(t.shape)) <= named for t in plain.values()) and \
             len(plain) >= sum(1 for n in model.graph.node for o in n.output if o):
         return plain  # complete without assuming anything
     merged = _symbolic_inference(model, auto_merge=True)
-    checked = _checked_by_runs(model, merged, sorted(named))
+    derived = solve_sizes(find_relations(model, plain).relations, (), sorted(named))
+    checked = _checked_by_runs(model, merged, sorted(named), derived)
     return {**checked, **{k: t for k, t in plain.items() if k not in checked}}
+
+
+def plain_symbolic_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+    """The types ONNX Runtime's symbolic shape inference gives without assuming any two dims equal (where it
+    stops is where a model's dims must meet: ``dim_relations``); {} when it fails."""
+    return _symbolic_inference(model, auto_merge=False)
 
 
 #: the sizes of the inputs' symbols (in name order) at the two runs that check merged types: distinct, > 1
 _CHECK_SIZES = ((2, 3, 5, 7, 11, 13), (3, 5, 7, 11, 13, 17))
 
 
-def _checked_by_runs(model: onnx.ModelProto, types: dict[str, TensorType], symbols: list[str]
-                     ) -> dict[str, TensorType]:
+def _checked_by_runs(model: onnx.ModelProto, types: dict[str, TensorType], symbols: list[str],
+                     derived: Mapping[str, Dim] | None = None) -> dict[str, TensorType]:
     """The types whose dims, over ``symbols`` only, are what two runs of the model give (``observed_types``,
-    with each symbol at its ``_CHECK_SIZES``); {} when a run cannot be made."""
-    if not symbols or len(symbols) > len(_CHECK_SIZES[0]):
+    with each symbol at its ``_CHECK_SIZES``, those ``derived`` from the others at what that makes them); {}
+    when a run cannot be made."""
+    derived = derived or {}
+    free = [s for s in symbols if s not in derived]
+    if not symbols or len(free) > len(_CHECK_SIZES[0]):
         return {}
     kept = {name: t for name, t in types.items() if set(free_symbols(t.shape)) <= set(symbols)}
     initializers = {t.name for t in model.graph.initializer}
     for sizes in _CHECK_SIZES:
-        point = dict(zip(symbols, sizes, strict=False))
+        point = dict(zip(free, sizes, strict=False))
+        point.update({name: concrete(expr, point) for name, expr in derived.items()})
         inputs: dict[str, TensorType] = {}
         for vi in model.graph.input:
             dims = dims_of(vi)
@@ -164,6 +181,23 @@ def _dims_at(t: TensorType, point: Mapping[str, int]) -> tuple[int, ...] | None:
 
 def _symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> dict[str, TensorType]:
     """The types ORT's symbolic shape inference gives (see ``symbolic_types``); {} when it fails."""
+    inference = _run_symbolic_inference(model, auto_merge)
+    return {} if inference is None or inference.out_mp_ is None else _value_types(inference.out_mp_)
+
+
+def symbolic_merges(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """The dims ORT's symbolic shape inference with ``auto_merge`` assumed equal to go on, as pairs of dim texts
+    (``("past_seq + seq", "total_seq")``; a made-up symbol where it named a node's output dim itself); [] when it
+    fails."""
+    inference = _run_symbolic_inference(model, auto_merge=True)
+    if inference is None:
+        return []
+    return [(str(inference.symbolic_dims_.get(k, k)), str(inference.symbolic_dims_.get(v, v)))
+            for k, v in inference.suggested_merge_.items()]
+
+
+def _run_symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> Any:
+    """ORT's SymbolicShapeInference, run over ``model`` as far as it goes; None when it fails."""
     try:
         from onnxruntime.tools import symbolic_shape_infer
 
@@ -176,15 +210,35 @@ def _symbolic_inference(model: onnx.ModelProto, auto_merge: bool) -> dict[str, T
             # partial result is what is wanted here, and nothing may be written.
             inference = symbolic_shape_infer.SymbolicShapeInference(2**31 - 1, auto_merge, False, 0)
             inference._preprocess(_inference_model(model))
+            _input_expressions(inference)
             while inference.run_:
                 inference._infer_impl()
             inference._update_output_from_vi()
-            inferred = inference.out_mp_
         finally:
             quiet.setLevel(level)
     except Exception:  # noqa: BLE001 - best effort, as ONNX's own inference: unknown dims stay unknown
-        return {}
-    return {} if inferred is None else _value_types(inferred)
+        return None
+    return inference
+
+
+def _input_expressions(inference: Any) -> None:
+    """Make ORT's inference read a graph input's dim written as an expression (``past_seq + seq``: a model
+    stated over its free symbols, ``graph_from_model``) as that expression, not as one symbol of that name.
+
+    It makes a symbol of every input dim's text on each pass, except where it has been told to merge that text
+    with another: a text merged with itself, whose value is the expression, is read as the expression, so that
+    a Concat's ``past_seq + seq`` and the mask's dim are one dim to it (its dim texts are ``str`` of its
+    expressions, which the input's text is made to match)."""
+    for vi in inference.out_mp_.graph.input:
+        if not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            expr = parse_dim(d.dim_param) if d.dim_param else None
+            if expr is None or is_static(expr) or isinstance(expr, sympy.Symbol):
+                continue
+            d.dim_param = str(expr)
+            inference.symbolic_dims_[d.dim_param] = expr
+            inference.suggested_merge_[d.dim_param] = d.dim_param
 
 
 def _value_types(inferred: onnx.ModelProto) -> dict[str, TensorType]:
@@ -365,32 +419,94 @@ def proto_dtype(proto: onnx.NodeProto, ctx: _Decoder) -> int:
 
 
 def graph_from_model(model: onnx.ModelProto, base_dir: str = "", path: str = "",
-                     input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+                     input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                     relations: DimRelations | None = None) -> Graph:
     """Build the IR from a parsed model (shapes inferred; op-table ops decoded, with the values of constant
     nodes and of shape computations on the model's fixed dims known to the decoders; others opaque).
 
-    ``input_shapes`` are measuring shapes: the graph's value types are those the model has at them, but
-    its context keeps the model's own inputs, so a written graph declares the original interface
-    (``dim_param``s included). ``model`` is not modified; the graph's constants refer to its
-    initializers, so it must not be modified while the graph is used. ``base_dir`` is where relative
-    external-data locations are resolved (the model file's folder)."""
-    if not input_shapes:
-        return _build_graph(model, base_dir, path)
-    saved = [onnx.ValueInfoProto() for _ in model.graph.input]
-    for copy, vi in zip(saved, model.graph.input, strict=True):
-        copy.CopyFrom(vi)
+    ``input_shapes`` are measuring shapes: the graph's value types are those the model has at them. The dims
+    the graph relates (``relations``, found here when not given: ``model_relations``) are stated over the free
+    symbols: ``total_seq`` as ``past_seq + seq`` in every value's type, graph inputs and outputs included, so
+    that shape rules and rule conditions see one dim where the graph has one. Either way the graph's context
+    keeps the model's own inputs and outputs, so a written graph declares the original interface
+    (``dim_param``s included). ``model`` is not modified; the graph's constants refer to its initializers, so
+    it must not be modified while the graph is used. ``base_dir`` is where relative external-data locations
+    are resolved (the model file's folder)."""
+    if relations is None and not input_shapes and len(_input_symbols(model)) > 1:
+        relations = model_relations(model)
+    derived = solve_sizes(relations.relations, (), _input_symbols(model)) if relations is not None else {}
+    if not input_shapes and not derived:  # the model as it is: the relations' inference is the loader's too
+        return _build_graph(model, base_dir, path, plain=relations.inferred if relations is not None else None)
+    interface = [model.graph.input, model.graph.output, model.graph.value_info]
+    saved = [[_copy(vi) for vi in infos] for infos in interface]
     try:
-        _fix_input_shapes(model, input_shapes, path)
-        graph = _build_graph(model, base_dir, path, fold_shapes=False)  # measuring dims never fold
+        _fix_input_shapes(model, input_shapes or {}, path)
+        _state_over_free_symbols(model, derived)
+        graph = _build_graph(model, base_dir, path, fold_shapes=not input_shapes)  # measuring dims never fold
     finally:
-        for copy, vi in zip(saved, model.graph.input, strict=True):
-            vi.CopyFrom(copy)
+        for infos, copies in zip(interface, saved, strict=True):
+            del infos[:]
+            infos.extend(copies)
     assert graph.context is not None
     context = dataclasses.replace(graph.context, template=_without_nodes(model))
     return Graph(graph.nodes, graph.inputs, graph.outputs, graph.types, graph.constants, context)
 
 
-def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: bool = True) -> Graph:
+def model_relations(model: onnx.ModelProto) -> DimRelations:
+    """The relations ``model``'s graph states between its input dims (``dim_relations``), from ONNX Runtime's
+    symbolic shape inference (kept in them: the loader's own pass reuses it); where it finds a cache but nothing
+    its length meets, also from the dims that inference merges (a second, merging run: only then, as most
+    models have no cache)."""
+    inferred = plain_symbolic_types(model)
+    found = find_relations(model, inferred)
+    cached = {c.past for c in found.caches}
+    if cached and not any(cached & {r.symbol, *(s.name for s in r.expr.free_symbols)} for r in found.relations):
+        found = find_relations(model, inferred, symbolic_merges(model))
+    return found
+
+
+def _input_symbols(model: onnx.ModelProto) -> list[str]:
+    """The symbols of the graph inputs' dims (initializers aside), in input order."""
+    initializers = {t.name for t in model.graph.initializer}
+    order: list[str] = []
+    for vi in model.graph.input:
+        if vi.name not in initializers:
+            order += [s for s in free_symbols(dims_of(vi) or ()) if s not in order]
+    return order
+
+
+def _copy(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    copy = onnx.ValueInfoProto()
+    copy.CopyFrom(vi)
+    return copy
+
+
+def _state_over_free_symbols(model: onnx.ModelProto, derived: Mapping[str, sympy.Expr]) -> None:
+    """Write each dim over a ``derived`` symbol (graph inputs, outputs, value infos) with the symbol replaced by
+    its expression over the free ones (``total_seq`` -> ``past_seq + seq``), where those are still input dims
+    (``--input-shape`` may have fixed them)."""
+    named = set(_input_symbols(model))
+    usable = {symbol(name): expr for name, expr in derived.items()
+              if {s.name for s in expr.free_symbols} <= named - set(derived)}
+    if not usable:
+        return
+    for vi in itertools.chain(model.graph.input, model.graph.output, model.graph.value_info):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            expr = parse_dim(d.dim_param) if d.dim_param else None
+            if expr is None or is_static(expr) or not (expr.free_symbols & set(usable)):
+                continue
+            stated = sympy.expand(expr.subs(usable))
+            d.Clear()
+            if is_static(stated):
+                d.dim_value = int(stated)
+            else:
+                d.dim_param = str(stated)
+
+
+def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: bool = True,
+                 plain: Mapping[str, TensorType] | None = None) -> Graph:
     inference = _inference_model(model)  # also what the rounds on static dims below infer from
     try:
         inferred = onnx.shape_inference.infer_shapes(inference, strict_mode=False,
@@ -414,7 +530,7 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
         unknown = {name for name in unknown if not (name in types and types[name].is_static)}
     named_symbols = {s for vi in model.graph.input for s in free_symbols(dims_of(vi) or ())}
     if unknown:  # still dynamic: derived dims (batch*seq, seq+1) from ORT's symbolic inference
-        types.update((name, t) for name, t in symbolic_types(model).items()
+        types.update((name, t) for name, t in symbolic_types(model, plain).items()
                      if name in unknown and _says_more(t, types.get(name), named_symbols))
     known = {name: c.value() for name, c in constants.items()
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}

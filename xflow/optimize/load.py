@@ -99,12 +99,12 @@ def load_source(model: onnx.ModelProto | str, inputs: InputSettings) -> Source:
     given = dict(inputs.shapes)
     if inputs.npz and plan.is_dynamic and not given and not inputs.profile:
         given = _npz_shapes(plan, read_inputs(inputs.npz))  # measured at the user's inputs' shapes
-        plan = shape_plan(proto, {}, given, label)
+        plan = shape_plan(proto, {}, given, label, plan.relations)
     measuring = {**plan.shapes_at(plan.points()[0]), **given}
     check_input_shapes(proto, given, label)
     # an input of unknown rank has no symbols to size: --input-shape gives it its shape
     unranked = {name: shape for name, shape in given.items() if plan.input_dims.get(name) is None}
-    graph = graph_from_model(proto, base_dir, path or "", unranked)
+    graph = graph_from_model(proto, base_dir, path or "", unranked, plan.relations)  # dims over free symbols
     return Source(graph=graph, label=label, path=path, proto=model if path is None else None,
                   onnx_nodes=len(proto.graph.node), shapes=plan, measuring=measuring)
 
@@ -146,10 +146,16 @@ def run_original(source: Source, inputs: InputSettings, sessions: Sessions) -> O
     except XflowError:
         raise
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, NotImplemented, ...)
-        if inputs.npz:  # the user's inputs do not fit the model: their error, not a pass-through
-            raise XflowError(inputs.npz, f"ONNX Runtime cannot run {source.label} on these inputs: "
-                                         f"{one_line(exc)}") from None
         plan = source.dynamic
+        # only the user's sizes can break a relation the graph states: the defaults are derived from them
+        broken = plan.broken_relation(plan.points()[0]) if plan is not None else None
+        if inputs.npz:  # the user's inputs do not fit the model: their error, not a pass-through
+            why = f"they break {broken}: " if broken is not None else ""
+            raise XflowError(inputs.npz, f"ONNX Runtime cannot run {source.label} on these inputs: "
+                                         f"{why}{one_line(exc)}") from None
+        if broken is not None:
+            raise XflowError(source.label, f"the sizes given break {broken}, so ONNX Runtime cannot run the model "
+                                           f"({one_line(exc)})") from None
         where = f" at {plan.describe(plan.points()[0])}; --shape-profile sets other sizes" if plan is not None else ""
         raise OriginalNotRunnable(source.label, f"ONNX Runtime cannot run the model{where} ({one_line(exc)})") \
             from None

@@ -66,7 +66,7 @@ class BenchSettings:
     time_limit: float = DEFAULTS.search.time_limit
     seconds_per_model: float = 30.0  # a large model needs tens of interleaved rounds for a stable ratio
     min_runs: int = 10
-    seed: int = 0
+    seed: int = DEFAULTS.inputs.seed
     # sessions per variant, all interleaved: a session's luck (where its buffers land) lasts its life and
     # moves one session of a model 1-12% from another, so each column is the median of its sessions' medians
     sessions_per_variant: int = 3

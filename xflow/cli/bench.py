@@ -7,7 +7,7 @@ import sys
 import click
 
 from xflow.cli.common import check_writable, user_errors, write_json
-from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
+from xflow.cli.options import BENCH_DEFAULTS, OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
 
 
 @click.command()
@@ -25,9 +25,9 @@ from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
               help="Stop each search after this many expansions without a cheaper graph (0: never).")
 @click.option("--time-limit", type=float, default=OPTIMIZE_DEFAULTS.search.time_limit, show_default=True,
               help="Search time limit per model (s).")
-@click.option("--seconds", type=float, default=30.0, show_default=True,
+@click.option("--seconds", type=float, default=BENCH_DEFAULTS.seconds_per_model, show_default=True,
               help="About how long to time each model's variants (interleaved).")
-@click.option("--sessions", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--sessions", type=click.IntRange(min=1), default=BENCH_DEFAULTS.sessions_per_variant, show_default=True,
               help="ORT sessions per variant, timed interleaved; a variant's latency is the median of its "
                    "sessions' medians (one session's luck lasts its life). Use 1 for models near memory limits.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,

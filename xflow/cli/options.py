@@ -12,12 +12,15 @@ from typing import Any
 
 import click
 
+from xflow.bench import BenchSettings
 from xflow.cli.common import fail
 from xflow.errors import XflowError
 from xflow.optimize.options import DEFAULTS
 
 #: ``xflow optimize``'s defaults, in their groups (``search``, ``runtime``, ``cost``, ``inputs``, ``checks``)
 OPTIMIZE_DEFAULTS = DEFAULTS
+#: ``xflow bench``'s own defaults (how long and over how many sessions each model is timed)
+BENCH_DEFAULTS = BenchSettings()
 
 RULES_HELP = "Rule file (default: the shipped rules/default.json)."
 THREADS_HELP = "ORT intra-op threads (default: all cores)."
@@ -88,8 +91,10 @@ def batching_option(func: Any) -> Any:
 
 def place_option(func: Callable) -> Callable:
     """Add ``--place NAME|FILE`` and ``--place-time-limit`` to ``xflow optimize``: the topology is checked
-    before anything runs (``placing.place_request``); placement is the pipeline's last stage."""
-    func = click.option("--place-time-limit", type=float, default=60.0, show_default=True,
+    before anything runs (``placing.place_request``); placement is the last pass of ``xflow optimize``."""
+    from xflow.placement.options import PlaceOptions
+
+    func = click.option("--place-time-limit", type=float, default=PlaceOptions.time_limit, show_default=True,
                         help="Planning time limit of --place (s): baselines, training and improvement.")(func)
     return click.option("--place", "place_topology", metavar="NAME|FILE", default=None,
                         callback=_check_topology, help="Then plan device placement of the optimized model on "

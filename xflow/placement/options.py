@@ -82,10 +82,10 @@ class PlaceSettings:
         "usually ends it first). With --train-on: exactly this many, no time limit, so a seed gives the same "
         f"policy anywhere (default {TRANSFER_STEPS})."))
     samples: int = field(default=16, metadata=flag("Placements sampled per step."))
-    time_limit: float = field(default=60.0, metadata=flag(
+    time_limit: float = field(default=PlaceOptions.time_limit, metadata=flag(
         "Planning time limit (s) on IN.onnx: baselines, training and the improvement pass together (not "
         "--train-on; node costs are measured before it). 0 = none."))
-    max_groups: int = field(default=128, metadata=flag("Cap on co-location groups."))
+    max_groups: int = field(default=PlaceOptions.max_groups, metadata=flag("Cap on co-location groups."))
     improve: bool = field(default=True, metadata=flag(
         "Placeto-style iterative improvement from every candidate (RL's and each baseline's).",
         switch="--improve/--no-improve"))

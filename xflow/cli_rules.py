@@ -87,7 +87,7 @@ def generation_budget_options(func: Any) -> Any:
 
 def executor_options(func: Any) -> Any:
     """``--executor`` and ``--address``: where generation and proof tasks run."""
-    from xflow.executor import EXECUTORS
+    from xflow.tasks import EXECUTORS
 
     func = click.option("--address", default=None,
                         help="Ray cluster to join (e.g. auto, or ray://HOST:10001); default: start a local "
@@ -144,7 +144,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     from generator.rule_file import RuleFileOptions, write_rule_file
     from generator.run import format_table
     from verifier.batch import check_backend
-    from xflow.executor import make_executor
+    from xflow.tasks import make_task_executor
 
     if candidates_path is None and max_ops > MAX_ENUMERATED_OPS:
         raise click.BadParameter(f"{max_ops}: graphs are enumerated up to {MAX_ENUMERATED_OPS} ops (larger sizes "
@@ -154,7 +154,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
         check_writable(save_path)
     options = RuleFileOptions(out_path, max_ops, jobs, seed, rlimit, guard_s, trials, limit,
                               keep_independent_batching, save_path, candidates_path, keep_compositions)
-    engine = make_executor(executor, jobs, address)
+    engine = make_task_executor(executor, jobs, address)
     try:
         check_backend(engine)
         result = write_rule_file(options, _no_progress if quiet else ProgressLine(sys.stderr.isatty()), engine)

@@ -157,8 +157,9 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     """
     from xflow.placement.options import PlaceSettings
     from xflow.placement.place import place as plan_placement
-    from xflow.placement.place import train_across, training_curve_png
+    from xflow.placement.place import training_curve_png
     from xflow.placement.topology import load_topology
+    from xflow.placement.transfer import train_across
 
     topology = load_topology(topology_spec)
     if in_path is None and not train_on:
@@ -262,7 +263,7 @@ def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
 def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_placements: int, runs: int, rounds: int,
                     cost_kind: str, cost_db: str | None, out_path: str | None, seed: int) -> None:
     """Fit the simulator to real runs of random placements and report Kendall's tau between them."""
-    from xflow.placement.place import validate_simulator
+    from xflow.placement.measure import validate_simulator
     from xflow.placement.topology import load_topology
 
     topology = load_topology(topology_spec)

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
 from xflow.ir import CycleError
 from xflow.onnx_io import graph_from_model, to_model_proto
-from xflow.rewrite import MatchTracer, RuleIndex, apply_match, find_matches, plan_match
+from xflow.rewrite import FailureKind, MatchStatus, MatchTracer, RuleIndex, apply_match, find_matches, plan_match
 from xflow.rules import RuleError, parse_rule, rules_from_json
 
 RNG = np.random.default_rng(0)
@@ -83,7 +83,9 @@ def test_const_kind_and_outside_users_block_matches():
     tracer = MatchTracer()
     matches = list(find_matches(graph, rule, tracer))
     assert len(matches) == 2  # only q/v, in both orders
-    assert any("not a constant" in r for r in tracer.reasons[rule.name])
+    refused = [f for f in tracer.failures[rule.name] if f.kind is FailureKind.INPUT_NOT_CONSTANT]
+    assert refused and all(f.status is MatchStatus.CONDITION_FAILED for f in refused)
+    assert {f.node.inputs[1] for f in refused} == {"Wk"}  # the matmul reading the run-time weight
 
 
 def test_shape_precondition_rejects_mismatched_rank():
@@ -94,7 +96,8 @@ def test_shape_precondition_rejects_mismatched_rank():
     graph = graph_from_model(model)
     tracer = MatchTracer()
     assert list(find_matches(graph, rules_from_json([MATMUL_MERGE])[0], tracer)) == []
-    assert any("rank(b) == 2" in r for r in tracer.reasons["matmul_merge_shared_lhs"])
+    refused = [f for f in tracer.failures["matmul_merge_shared_lhs"] if f.kind is FailureKind.CONDITION_FALSE]
+    assert any(f.subject == "rank(b) == 2" and f.node.op == "matmul" for f in refused)
 
 
 def conv_relu_model(extra_use: bool) -> onnx.ModelProto:
@@ -125,7 +128,9 @@ def test_internal_value_used_outside_blocks_fold():
     graph = graph_from_model(conv_relu_model(extra_use=True))
     tracer = MatchTracer()
     assert list(find_matches(graph, rules_from_json([CONV_RELU_FOLD])[0], tracer)) == []
-    assert any("used outside the match" in r for r in tracer.reasons["conv_relu_fold"])
+    (refused,) = tracer.failures["conv_relu_fold"]
+    assert refused.kind is FailureKind.INTERNAL_USED_OUTSIDE and refused.node.op == "conv"
+    assert refused.node.outputs == ("c",) and tracer.best("conv_relu_fold") is refused
 
 
 def concat_split_model(sizes: list[int], as_output: bool) -> onnx.ModelProto:

@@ -241,12 +241,12 @@ def _z3_no_term(tensor: str, source: str) -> Any:
     raise Unsupported(f"tensor {tensor!r} has no term")
 
 
-def _z3_arith(name: str, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """``fn`` on ints or z3 Ints; tuples only concatenate (``add``)."""
+def _z3_arith(symbol: str, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``fn`` on ints or z3 Ints; tuples only concatenate (``+``)."""
 
     def arith(a: Any, b: Any) -> Any:
         if isinstance(a, tuple) or isinstance(b, tuple):
-            if name == "add" and isinstance(a, tuple) and isinstance(b, tuple):
+            if symbol == "+" and isinstance(a, tuple) and isinstance(b, tuple):
                 return a + b
             raise Unsupported("arithmetic on tuples")
         return fn(a, b)
@@ -287,13 +287,13 @@ def _z3_shape(term: Any) -> Any:
 
 def _one_tuple(fname: str, vals: tuple[Any, ...]) -> tuple[Any, ...]:
     if len(vals) != 1 or not isinstance(vals[0], tuple):
-        raise Unsupported(f"{fname}() of {vals!r}")
+        raise Unsupported(f"{fname} of {vals!r}")
     return vals[0]
 
 
 def _z3_sum(*vals: Any) -> Any:
     total: Any = 0
-    for v in _one_tuple("sum", vals):
+    for v in _one_tuple("sum()", vals):
         total = total + v
     return total
 
@@ -302,7 +302,7 @@ def _z3_extreme(fname: str, pick: Callable[[Any, Any], Any]) -> Callable[..., An
     def extreme(*vals: Any) -> Any:
         items = vals[0] if len(vals) == 1 and isinstance(vals[0], tuple) else tuple(vals)
         if not items:
-            raise Unsupported(f"{fname}() of nothing")
+            raise Unsupported(f"{fname} of nothing")
         best = items[0]
         for v in items[1:]:
             best = pick(best, v)
@@ -320,23 +320,24 @@ def _z3_abs(*vals: Any) -> Any:
 #: The rule-expression language on z3 terms (``xflow.rules.expr``): the Python semantics, overriding only what
 #: differs on z3 Ints, Bools and tensor terms (a tensor's entry in the environment is its term).
 Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
-    "constant": _z3_constant, "unbound": _z3_unbound, "no_shape": _z3_no_term,
+    "literal": _z3_constant, "unbound": _z3_unbound, "no shape": _z3_no_term,
     "not": z3_not,
-    "add": _z3_arith("add", operator.add), "sub": _z3_arith("sub", operator.sub),
-    "mul": _z3_arith("mul", operator.mul), "mod": _z3_arith("mod", operator.mod),
-    "floordiv": _z3_arith("floordiv", lambda a, b: a // b if not (_is_z3(a) or _is_z3(b)) else _int(a) / _int(b)),
-    "eq": z3_eq, "ne": lambda a, b: z3_not(z3_eq(a, b)),
-    "lt": _z3_order(operator.lt), "le": _z3_order(operator.le), "gt": _z3_order(operator.gt),
-    "ge": _z3_order(operator.ge),
-    "in": _z3_in, "not_in": lambda a, b: z3_not(_z3_in(a, b)),
+    "+": _z3_arith("+", operator.add), "-": _z3_arith("-", operator.sub), "*": _z3_arith("*", operator.mul),
+    "%": _z3_arith("%", operator.mod),
+    "//": _z3_arith("//", lambda a, b: a // b if not (_is_z3(a) or _is_z3(b)) else _int(a) / _int(b)),
+    "==": z3_eq, "!=": lambda a, b: z3_not(z3_eq(a, b)),
+    "<": _z3_order(operator.lt), "<=": _z3_order(operator.le), ">": _z3_order(operator.gt),
+    ">=": _z3_order(operator.ge),
+    "in": _z3_in, "not in": lambda a, b: z3_not(_z3_in(a, b)),
     "and": lambda values: z3_and(*values), "or": lambda values: z3_or(*values),
     "if": lambda cond, then, otherwise: z3_if(cond, then(), otherwise()),
-    "index": _z3_index, "slice": _z3_slice,
-    "rank": RANK, "dim": dim_term, "shape": _z3_shape,
-    "len": lambda *vals: len(_one_tuple("len", vals)), "sum": _z3_sum,
-    "min": _z3_extreme("min", z3_min), "max": _z3_extreme("max", z3_max), "abs": _z3_abs,
-    "all": lambda *vals: z3_and(*_one_tuple("all", vals)), "any": lambda *vals: z3_or(*_one_tuple("any", vals)),
-    "tuple": lambda *vals: _one_tuple("tuple", vals),
+    "[]": _z3_index, "[:]": _z3_slice,
+    "rank()": RANK, "dim()": dim_term, "shape()": _z3_shape,
+    "len()": lambda *vals: len(_one_tuple("len()", vals)), "sum()": _z3_sum,
+    "min()": _z3_extreme("min()", z3_min), "max()": _z3_extreme("max()", z3_max), "abs()": _z3_abs,
+    "all()": lambda *vals: z3_and(*_one_tuple("all()", vals)),
+    "any()": lambda *vals: z3_or(*_one_tuple("any()", vals)),
+    "tuple()": lambda *vals: _one_tuple("tuple()", vals),
 }
 
 

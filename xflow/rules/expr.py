@@ -6,7 +6,7 @@ An expression is Python syntax restricted to: integers, tuples/lists, attribute 
 and ``a if c else b``. Parsed once when a rule is loaded; evaluated per match.
 
 One evaluator serves every meaning of the language: it is compiled against a *semantics*, a table from each
-operation (``add``, ``eq``, ``and``, ``if``, ``rank``, ``len``, ...) to the function that performs it.
+operation (``+``, ``==``, ``and``, ``if``, ``rank()``, ``len()``, ...) to the function that performs it.
 ``PYTHON_SEMANTICS`` evaluates on ints, tuples and shapes (the matcher's, the numeric check's); the verifier's
 z3 semantics is ``PYTHON_SEMANTICS | {...}``, overriding only the operations whose meaning differs on z3 terms
 (tinygrad's ``z3_alu = python_alu | {...}``).
@@ -22,9 +22,9 @@ from functools import cached_property
 from typing import Any
 
 #: The semantics operation of each AST operator.
-_BINOPS: dict[type, str] = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "floordiv", ast.Mod: "mod"}
-_CMPOPS: dict[type, str] = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge",
-                            ast.In: "in", ast.NotIn: "not_in"}
+_BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_CMPOPS: dict[type, str] = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+                            ast.In: "in", ast.NotIn: "not in"}
 _PURE_FUNCS = ("len", "sum", "min", "max", "abs", "all", "any", "tuple")
 _SHAPE_FUNCS = ("rank", "dim", "shape")
 
@@ -43,14 +43,13 @@ class ShapeEnv:
 
 
 Semantics = Mapping[str, Callable[..., Any]]
-"""What each operation of the language does: ``constant(value)``, ``unbound(name, source)`` and
-``no_shape(tensor, source)`` (both raise), ``neg``/``not`` (one operand), ``add``/``sub``/``mul``/``floordiv``/
-``mod`` and the comparisons ``eq``/``ne``/``lt``/``le``/``gt``/``ge``/``in``/``not_in`` (two), ``and``/``or`` (an
-iterable of values, consumed as far as they need: a chained comparison is the ``and`` of its links),
-``if(cond, then, else)`` (the branches as functions of no argument), ``index(container, key)``,
-``slice(container, lower, upper, step)``, ``rank(shape)``, ``dim(shape, i)``, ``shape(shape)`` (a tensor's
-entry in ``ShapeEnv.shapes``), and the functions by name (``len``, ``sum``, ``min``, ``max``, ``abs``, ``all``,
-``any``, ``tuple``)."""
+"""What each operation of the language does, keyed by how it is written: ``literal(value)``,
+``unbound(name, source)`` and ``no shape(tensor, source)`` (both raise), ``-x`` and ``not`` (one operand), ``+``
+``-`` ``*`` ``//`` ``%`` and the comparisons ``==`` ``!=`` ``<`` ``<=`` ``>`` ``>=`` ``in`` ``not in`` (two),
+``and``/``or`` (an iterable of values, consumed as far as they need: a chained comparison is the ``and`` of its
+links), ``if(cond, then, else)`` (the branches as functions of no argument), ``[]`` (container, key), ``[:]``
+(container, lower, upper, step), ``rank()``, ``dim()`` and ``shape()`` (a tensor's entry in ``ShapeEnv.shapes``
+first), and the functions with ``()`` after their names (``len()``, ``sum()``, ``min()``, ...)."""
 
 
 def _unbound(name: str, source: str) -> Any:
@@ -68,17 +67,16 @@ def _if(cond: Any, then: Callable[[], Any], otherwise: Callable[[], Any]) -> Any
 #: Evaluation on Python values: ints, bools, strings, tuples, and the dims of shapes (a dim over symbols is a
 #: ``SymbolicDim`` whose comparisons are decided for every value of the symbols).
 PYTHON_SEMANTICS: Semantics = {
-    "constant": lambda value: value, "unbound": _unbound, "no_shape": _no_shape,
-    "neg": operator.neg, "not": operator.not_,
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
-    "in": lambda a, b: a in b, "not_in": lambda a, b: a not in b,
+    "literal": lambda value: value, "unbound": _unbound, "no shape": _no_shape,
+    "-x": operator.neg, "not": operator.not_,
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
     "and": all, "or": any, "if": _if,
-    "index": lambda container, key: container[key],
-    "slice": lambda container, lower, upper, step: container[slice(lower, upper, step)],
-    "rank": len, "dim": lambda shape, i: shape[i], "shape": tuple,
-    "len": len, "sum": sum, "min": min, "max": max, "abs": abs, "all": all, "any": any, "tuple": tuple,
+    "[]": lambda container, key: container[key],
+    "[:]": lambda container, lower, upper, step: container[slice(lower, upper, step)],
+    "rank()": len, "dim()": lambda shape, i: shape[i], "shape()": tuple,
+    **{f"{name}()": fn for name, fn in zip(_PURE_FUNCS, (len, sum, min, max, abs, all, any, tuple), strict=True)},
 }
 
 
@@ -173,7 +171,7 @@ def _compile(node: ast.AST, source: str, sem: Semantics) -> Compiled:
 
     match node:
         case ast.Constant(value=value):
-            constant = sem["constant"]
+            constant = sem["literal"]
             try:
                 converted = constant(value)
             except Exception:  # a literal this semantics cannot express (z3: most strings) fails when evaluated
@@ -192,7 +190,7 @@ def _compile(node: ast.AST, source: str, sem: Semantics) -> Compiled:
             parts = [sub(e) for e in elts]
             return lambda env: tuple(p(env) for p in parts)
         case ast.UnaryOp(op=op, operand=operand):
-            fn, inner = sem["neg" if isinstance(op, ast.USub) else "not"], sub(operand)
+            fn, inner = sem["-x" if isinstance(op, ast.USub) else "not"], sub(operand)
             return lambda env: fn(inner(env))
         case ast.BinOp(left=left, op=op, right=right):
             fn, lhs, rhs = sem[_BINOPS[type(op)]], sub(left), sub(right)
@@ -217,13 +215,13 @@ def _compile(node: ast.AST, source: str, sem: Semantics) -> Compiled:
         case ast.Subscript(value=value, slice=index):
             container = sub(value)
             if isinstance(index, ast.Slice):
-                cut = sem["slice"]
+                cut = sem["[:]"]
                 bounds = [None if p is None else sub(p) for p in (index.lower, index.upper, index.step)]
                 return lambda env: cut(container(env), *(None if b is None else b(env) for b in bounds))
-            at, key = sem["index"], sub(index)
+            at, key = sem["[]"], sub(index)
             return lambda env: at(container(env), key(env))
         case ast.Call(func=ast.Name(id=fname), args=args) if fname in _SHAPE_FUNCS:
-            tensor, no_shape, fn = args[0].id, sem["no_shape"], sem[fname]  # type: ignore[attr-defined]
+            tensor, no_shape, fn = args[0].id, sem["no shape"], sem[f"{fname}()"]  # type: ignore[attr-defined]
 
             def shape_of(env: ShapeEnv) -> Any:
                 try:
@@ -235,6 +233,6 @@ def _compile(node: ast.AST, source: str, sem: Semantics) -> Compiled:
             at = sub(args[1])
             return lambda env: fn(shape_of(env), at(env))
         case ast.Call(func=ast.Name(id=fname), args=args):
-            fn, parts = sem[fname], [sub(a) for a in args]
+            fn, parts = sem[f"{fname}()"], [sub(a) for a in args]
             return lambda env: fn(*(p(env) for p in parts))
     raise ExprError(f"{source!r}: cannot evaluate {ast.unparse(node)}")

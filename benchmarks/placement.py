@@ -29,11 +29,13 @@ import numpy as np
 from xflow import zoo
 from xflow.cost import AnalyticCost
 from xflow.onnx_io import graph_from_model, load
+from xflow.placement.measure import validate_simulator
 from xflow.placement.options import PlaceOptions
-from xflow.placement.place import place, train_across, training_curve_png, validate_simulator
+from xflow.placement.place import place, training_curve_png
 from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams
 from xflow.placement.topology import load_topology
 from xflow.placement.train import TrainOptions
+from xflow.placement.transfer import train_across
 
 SIM_TOPOLOGIES = ("4xgpu-pcie", "2xgpu-memcap", "8xgpu-nvlink")
 HEURISTICS = ("round-robin", "min-cut", "m-etf")

@@ -24,7 +24,7 @@ import numpy as np
 
 from generator.run import WalkFilters, _collect, _partition, collector_paused
 from generator.walk import WalkStats, enumerate_graphs
-from xflow.executor import LocalExecutor
+from xflow.tasks import LocalTaskExecutor
 
 
 class _Stop(Exception):
@@ -33,7 +33,7 @@ class _Stop(Exception):
 
 def _small(path: str, max_ops: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if not os.path.exists(path):
-        pool = LocalExecutor(1)
+        pool = LocalTaskExecutor(1)
         try:
             fps, codes, outs = _collect(max_ops - 1, 0, 1, pool).arrays()
         finally:

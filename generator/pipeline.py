@@ -50,11 +50,11 @@ class RuleFileResult:
 def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lambda _t: None,
                     executor: Any | None = None) -> RuleFileResult:
     """Generate, prove, check and write the rule file ``options`` describe; ``show`` gets progress lines.
-    Generation and proofs run on ``executor`` (``xflow.executor``; default: the local pool of ``jobs``)."""
-    from xflow.executor import make_executor
+    Generation and proofs run on ``executor`` (``xflow.tasks``; default: the local pool of ``jobs``)."""
+    from xflow.tasks import make_task_executor
 
     if executor is None:
-        engine = make_executor("local", options.jobs, None)
+        engine = make_task_executor("local", options.jobs, None)
         try:
             return write_rule_file(options, show, engine)
         finally:

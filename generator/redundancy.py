@@ -629,7 +629,7 @@ def _parts(usable: Sequence[TermRule], jobs: int) -> list[list[int]]:
 def find_compositions(rules: Sequence[Mapping[str, Any]], depth: int = DEFAULT_DEPTH,
                       executor: Any = None) -> RedundancyReport:
     """Which of ``rules`` (rule-file JSON dicts) are compositions of earlier ones (see the module doc). With an
-    ``executor`` (``xflow.executor``) of several jobs the rules are tested in that many parts at once (each test
+    ``executor`` (``xflow.tasks``) of several jobs the rules are tested in that many parts at once (each test
     depends only on the rule and the index, so the report is the same)."""
     as_terms = {r["name"]: term_rule(r) for r in rules}
     docs = {r["name"]: r["doc"] for r in rules}

@@ -42,7 +42,7 @@ from generator.packed import pack as pack_rule
 from generator.prune import CommonSubgraph, renaming_keys
 from generator.to_rules import attribute_evaluator, pair_to_rule, rule_name, rule_variables
 from generator.walk import LAST_CACHE_BITS, WalkStats, enumerate_graphs
-from xflow.executor import Executor, LocalExecutor, Shared
+from xflow.tasks import LocalTaskExecutor, Shared, TaskExecutor
 
 Progress = Callable[[str, int, float], None]
 
@@ -229,7 +229,7 @@ def _fewest(found: FirstCodes, most: int | None = None) -> tuple[np.ndarray, np.
     return found.tensors.values[small], found.ops[small]
 
 
-def _collect(max_ops: int, seed: int, jobs: int, executor: Executor) -> Buckets:
+def _collect(max_ops: int, seed: int, jobs: int, executor: TaskExecutor) -> Buckets:
     buckets = Buckets(seed)
     if jobs <= 1:
         buckets.extend(enumerate_graphs(max_ops, seed))
@@ -358,7 +358,7 @@ def _emit(args: tuple[int, int, list[Emission]]) -> list[PackedRule]:
 
 
 def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress | None = None,
-             executor: Executor | None = None) -> GenerationResult:
+             executor: TaskExecutor | None = None) -> GenerationResult:
     """Run the whole generator; the same ``seed`` and ``max_ops`` give the same rule list, on any executor
     (default: ``jobs`` local processes). From ``WIDE_FROM`` ops on, only the pairs with a side of ``max_ops``
     ops are made (see ``_generate_wide``)."""
@@ -372,7 +372,7 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
         return now
 
     own = executor is None
-    pool = LocalExecutor(jobs) if executor is None else executor
+    pool = LocalTaskExecutor(jobs) if executor is None else executor
     jobs = pool.jobs
     try:
         with collector_paused():  # the parent collects pairs and rules the same way
@@ -384,7 +384,7 @@ def generate(max_ops: int = 3, seed: int = 0, jobs: int = 1, progress: Progress 
             pool.close()
 
 
-def _generate(max_ops: int, seed: int, jobs: int, pool: Executor, step: Callable[[str, int, float], float],
+def _generate(max_ops: int, seed: int, jobs: int, pool: TaskExecutor, step: Callable[[str, int, float], float],
               table: list[tuple[str, int, float]]) -> GenerationResult:
     t = time.perf_counter()
     buckets = _collect(max_ops, seed, jobs, pool)
@@ -394,7 +394,7 @@ def _generate(max_ops: int, seed: int, jobs: int, pool: Executor, step: Callable
     return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=0)
 
 
-def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Callable[[str, int, float], float],
+def _generate_wide(max_ops: int, seed: int, jobs: int, pool: TaskExecutor, step: Callable[[str, int, float], float],
                    table: list[tuple[str, int, float]], progress: Progress | None) -> GenerationResult:
     """The run of ``max_ops`` >= 4 ops, with memory bounded by pruning while enumerating.
 
@@ -441,7 +441,7 @@ def _generate_wide(max_ops: int, seed: int, jobs: int, pool: Executor, step: Cal
     return _rules_of_buckets(colliding, max_ops, seed, jobs, pool, step, table, min_ops=max_ops)
 
 
-def _rules_of_buckets(colliding: list[BucketArrays], max_ops: int, seed: int, jobs: int, pool: Executor,
+def _rules_of_buckets(colliding: list[BucketArrays], max_ops: int, seed: int, jobs: int, pool: TaskExecutor,
                       step: Callable[[str, int, float], float], table: list[tuple[str, int, float]],
                       min_ops: int) -> GenerationResult:
     """Pair, re-check, prune and emit the rules of the colliding rows (see ``_pair_and_check``). ``colliding``

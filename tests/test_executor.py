@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from xflow.cli import main
 from xflow.errors import XflowError
-from xflow.executor import LocalExecutor, RayExecutor, make_executor
+from xflow.tasks import LocalTaskExecutor, RayTaskExecutor, make_task_executor
 
 
 def _square(x: int) -> int:
@@ -16,7 +16,7 @@ def _square(x: int) -> int:
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_local_executor_maps_in_order_and_unordered(jobs):
-    executor = LocalExecutor(jobs)
+    executor = LocalTaskExecutor(jobs)
     try:
         assert list(executor.imap(_square, range(20))) == [x * x for x in range(20)]
         assert sorted(executor.imap_unordered(_square, range(20))) == [x * x for x in range(20)]
@@ -32,7 +32,7 @@ def _shared_row(args: tuple) -> list[int]:
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_a_shared_value_reaches_every_task(jobs):
     table = [[row * 10 + col for col in range(3)] for row in range(6)]
-    executor = LocalExecutor(jobs)
+    executor = LocalTaskExecutor(jobs)
     try:
         shared = executor.share(table)
         assert list(executor.imap(_shared_row, [(shared, row) for row in range(6)])) == table
@@ -48,7 +48,7 @@ def test_ray_puts_a_shared_value_once_and_tasks_read_it():
     import numpy as np
 
     table = np.arange(1 << 20, dtype=np.int64).reshape(64, -1)  # 8 MB
-    executor = RayExecutor(2)
+    executor = RayTaskExecutor(2)
     try:
         shared = executor.share(table)
         assert len(pickle.dumps(shared)) < 10_000  # an item carries a reference, not the 8 MB
@@ -60,9 +60,9 @@ def test_ray_puts_a_shared_value_once_and_tasks_read_it():
 
 def test_unknown_executor_or_a_stray_address_is_a_user_error():
     with pytest.raises(XflowError):
-        make_executor("spark", 2)
+        make_task_executor("spark", 2)
     with pytest.raises(XflowError):
-        make_executor("local", 2, address="auto")
+        make_task_executor("local", 2, address="auto")
 
 
 def _generate(tmp_path, name: str, *extra: str) -> bytes:

@@ -75,10 +75,10 @@ def test_the_rule_file_step_leaves_compositions_out_unless_kept():
 
 def test_parts_on_workers_give_the_same_report():
     """With an executor of two jobs the rules are tested in two parts on its workers: the same report."""
-    from xflow.executor import make_executor
+    from xflow.tasks import make_task_executor
 
     rules = [TRANSPOSE_MATMUL, DOUBLE_TRANSPOSE, COMPOSED, NEW, rule("e_lift", "bias-lifted: relu[](i1) -> i1")]
-    executor = make_executor("local", 2)
+    executor = make_task_executor("local", 2)
     try:
         assert find_compositions(rules, executor=executor) == find_compositions(rules)
         assert find_compositions(rules, executor=executor).dropped == {"c_composed": [
@@ -167,7 +167,7 @@ def test_rules_of_one_side_share_its_steps_and_get_the_same_paths():
         term_rule,
     )
     from generator.run import generate
-    from xflow.executor import LocalExecutor
+    from xflow.tasks import LocalTaskExecutor
 
     candidates = generate(max_ops=2).rules
     terms = [t for t in map(term_rule, candidates) if t is not None]
@@ -188,5 +188,5 @@ def test_rules_of_one_side_share_its_steps_and_get_the_same_paths():
     assert sum(p is not None for p in alone) > 300
     assert not cache.uses and not cache.steps  # every side read by its last rule and let go
     one = find_compositions(candidates)
-    two = find_compositions(candidates, executor=LocalExecutor(2))
+    two = find_compositions(candidates, executor=LocalTaskExecutor(2))
     assert (one.kept, one.dropped) == (two.kept, two.dropped)

@@ -120,11 +120,11 @@ def test_verify_rules_gives_the_same_answers_on_cupy(tmp_path: Any) -> None:
 def test_conv_and_pool_windows_on_cupy_both_paths(limit: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """The windows gathered through an index table on the GPU (``limit`` None: the default), and read through a
     strided view (``limit`` 0), equal numpy's, float and integer."""
-    from xflow.ops import conv
+    from xflow.ops import _windows as windows
 
-    conv._window_index.cache_clear()
+    windows._window_index.cache_clear()
     if limit is not None:
-        monkeypatch.setattr(conv, "GATHER_LIMIT", limit)
+        monkeypatch.setattr(windows, "GATHER_LIMIT", limit)
     try:
         for param in CASES:
             op, shapes, attrs = param.values
@@ -139,4 +139,4 @@ def test_conv_and_pool_windows_on_cupy_both_paths(limit: int | None, monkeypatch
                 assert got.shape == want.shape and got.dtype == want.dtype, (op, shapes)
                 np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=f"{op} {shapes}")
     finally:
-        conv._window_index.cache_clear()
+        windows._window_index.cache_clear()

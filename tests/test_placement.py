@@ -19,13 +19,15 @@ from xflow.placement.executor import Executor, cuda_available, make_segments, se
 from xflow.placement.features import BASE_FEATURES, group_features
 from xflow.placement.groups import Grouping, make_groups
 from xflow.placement.improve import improve
-from xflow.placement.place import PlaceOptions, place, spread_plans, train_across
+from xflow.placement.measure import spread_plans
+from xflow.placement.place import PlaceOptions, place
 from xflow.placement.plan import DEVICE_KEY, annotate_model, make_plan, read_plan
 from xflow.placement.policy import GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
 from xflow.placement.simulator import INFEASIBLE_SECONDS, SimParams, Simulator
 from xflow.placement.topology import BUILTINS, load_topology, topology_from_json
 from xflow.placement.train import TrainOptions, TrainTask, place_with, train
+from xflow.placement.transfer import train_across
 
 
 def model_of(nodes, inputs, outputs, inits) -> onnx.ModelProto:  # noqa: ANN001
@@ -421,7 +423,7 @@ def test_confirm_plan_keeps_whichever_measures_faster(branchy):
     the faster kept; nothing to confirm where the choice is that baseline, or where this machine cannot run
     the topology."""
     from xflow.placement.executor import can_run
-    from xflow.placement.place import confirm_plan
+    from xflow.placement.measure import confirm_plan
 
     _, problem = branchy
     topo = load_topology("cpu")

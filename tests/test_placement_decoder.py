@@ -12,13 +12,15 @@ from xflow.cost import AnalyticCost
 from xflow.onnx_io import graph_from_model
 from xflow.placement.features import BASE_FEATURES, DECODER_FEATURES, Schedule, schedule_view
 from xflow.placement.groups import make_groups
+from xflow.placement.learn import transfer_options
 from xflow.placement.options import PlaceOptions
-from xflow.placement.place import place, train_across, transfer_options
+from xflow.placement.place import place
 from xflow.placement.policy import DECODER_SCHEDULE, GraphInput, Policy, policy_gradient
 from xflow.placement.problem import build_problem
 from xflow.placement.simulator import Simulator
 from xflow.placement.topology import topology_from_json
 from xflow.placement.train import TrainOptions, TrainTask, graph_input, place_with
+from xflow.placement.transfer import train_across
 
 
 def small_input(rng: np.random.Generator) -> GraphInput:

@@ -13,13 +13,15 @@ from xflow.onnx_io import graph_from_model
 from xflow.placement.baselines import all_baselines
 from xflow.placement.features import BASE_FEATURES
 from xflow.placement.groups import make_groups
+from xflow.placement.learn import hint_of
 from xflow.placement.options import PlaceOptions
-from xflow.placement.place import hint_of, place, train_across
+from xflow.placement.place import place
 from xflow.placement.policy import HINT_FASTEST_BASELINE, Policy
 from xflow.placement.problem import build_problem
 from xflow.placement.simulator import Simulator
 from xflow.placement.topology import topology_from_json
 from xflow.placement.train import TrainOptions, TrainTask, graph_input
+from xflow.placement.transfer import train_across
 
 
 def copying_policy(devices: int, hint: str) -> Policy:

@@ -11,7 +11,7 @@ from tests.test_dynamic_reshapes import RELU_BEFORE_RESHAPE, computing_opaque
 from xflow.ir import TensorType
 from xflow.ir.dims import dims_of, symbol
 from xflow.onnx_io import graph_from_model, save, to_model_proto
-from xflow.onnx_io.fold_constants import fold_constants
+from xflow.onnx_io.known_values import known_values
 from xflow.ops.shape_ops import resolved_target
 from xflow.ort import open_session
 from xflow.rewrite import apply_match, find_matches
@@ -120,7 +120,7 @@ def test_resolved_target_copies_zeros_and_divides_the_rest() -> None:
 
 
 def _folded(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> dict[str, np.ndarray]:
-    """The values ``fold_constants`` finds in a model of ``x: [batch, 6, 5, 8]`` with these nodes (each output
+    """The values ``known_values`` finds in a model of ``x: [batch, 6, 5, 8]`` with these nodes (each output
     read by a Reshape's target, so that folding it is wanted)."""
     graph = helper.make_graph(
         [*nodes, *[helper.make_node("Reshape", ["x", n.output[0]], [f"r{k}"]) for k, n in enumerate(nodes)]],
@@ -131,7 +131,7 @@ def _folded(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> dict[
     types = {vi.name: TensorType(vi.type.tensor_type.elem_type, dims_of(vi))
              for vi in [*inferred.graph.input, *inferred.graph.value_info]}
     known = {t.name: numpy_helper.to_array(t) for t in inits}
-    return fold_constants(model, types, known, True, {"Reshape"})
+    return known_values(model, types, known, True, {"Reshape"})
 
 
 def test_only_static_dims_of_a_shape_fold() -> None:

@@ -13,10 +13,10 @@ from tests.test_ops import _random_case
 from tests.test_verifier_speed import _Shapes
 from verifier import AXIOMS, check_consistency, encode_rule, numeric_check, prove_rule, verify_rule
 from verifier.axioms import FIRST_AXIS, Axiom, _same
-from verifier.encode import Unsupported
+from verifier.encode import Unsupported, translate_expr
 from verifier.status import OutcomeStatus
 from xflow.ops import OPS
-from xflow.rules import parse_rule
+from xflow.rules import Expr, ShapeEnv, parse_rule
 
 GOOD = [MATMUL_MERGE, CONV_RELU_FOLD, CONCAT_SPLIT_CANCEL]
 
@@ -229,6 +229,31 @@ def test_unsound_rules_rejected(raw):
     numeric = numeric_check(rule, trials=20)
     assert numeric.trials_run >= 1 and not numeric.ok, numeric
     assert verify_rule(rule).status == OutcomeStatus.REFUTED
+
+
+def _concrete(value: object) -> object:
+    """A z3 value simplified to a python int or bool (tuples entry by entry)."""
+    if isinstance(value, tuple):
+        return tuple(_concrete(v) for v in value)
+    if isinstance(value, z3.ExprRef):
+        value = z3.simplify(value)
+        return z3.is_true(value) if z3.is_bool(value) else value.as_long()
+    return value
+
+
+@pytest.mark.parametrize("source", [
+    "a + b * 2 - c // 2", "c % 3 == 1 or b in (1, 2)", "max(a, b) if a < b else min(a, c)", "(a, b) + (c,)",
+    "len((a, b)) + sum((a, c))", "abs(b - c) >= 2 and not b == 0", "all((a > 0, b > 0)) and any((a < 0, c > 6))",
+    "a < b <= c", "(a, b, c)[1] != 2", "-a + max((b, c)) > 0", "b not in (a, c)", "1 if c == 7 else 2",
+])
+def test_z3_semantics_agrees_with_python_on_concrete_values(source: str):
+    """The verifier's semantics of the rule-expression language overrides the Python one only where z3 differs:
+    on the same concrete values, as z3 Ints or as ints, both give the same value."""
+    expr = Expr(source)
+    values = {"a": 5, "b": 2, "c": 7}
+    want = expr.evaluate(ShapeEnv(values, {}))
+    assert _concrete(translate_expr(expr, {k: z3.IntVal(v) for k, v in values.items()}, {})) == want
+    assert _concrete(translate_expr(expr, dict(values), {})) == want
 
 
 def test_unsupported_is_never_proved():

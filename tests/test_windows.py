@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tests.test_ops import CASES, Shape, make_node_for, random_inputs
-from xflow.ops import OPS, conv
+from xflow.ops import OPS
+from xflow.ops import _windows as windows
 
 WINDOWED = [c for c in CASES if c.values[0] in ("conv", "maxpool", "avgpool")]
 
@@ -27,13 +28,13 @@ def test_gathered_and_strided_windows_agree(op: str, shapes: tuple[Shape, ...], 
     cases = [(random_inputs(op, shapes, np.float64), False),
              ([np.random.default_rng(1).integers(-2**62, 2**62, s) for s in shapes], True)]
     gathered = [_run(op, arrays, node.attrs, integer) for arrays, integer in cases]
-    conv._window_index.cache_clear()
-    monkeypatch.setattr(conv, "GATHER_LIMIT", 0)
+    windows._window_index.cache_clear()
+    monkeypatch.setattr(windows, "GATHER_LIMIT", 0)
     try:
-        assert all(conv._window_index(np, s, (1, 1), (1, 1), (0, 0, 0, 0), 0) is None for s in shapes if len(s) == 4)
+        assert all(windows._window_index(np, s, (1, 1), (1, 1), (0, 0, 0, 0), 0) is None for s in shapes if len(s) == 4)
         strided = [_run(op, arrays, node.attrs, integer) for arrays, integer in cases]
     finally:
-        conv._window_index.cache_clear()
+        windows._window_index.cache_clear()
     for (want,), (got,), (_, integer) in zip(strided, gathered, cases, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
         if integer:  # wrap-around sums and products: exact in any order
@@ -44,6 +45,6 @@ def test_gathered_and_strided_windows_agree(op: str, shapes: tuple[Shape, ...], 
 
 def test_a_large_image_reads_windows_through_a_strided_view() -> None:
     """No index table past the limit: a 64-channel 56x56 image's 3x3 windows would be 16 MB of indices."""
-    assert conv._window_index(np, (1, 64, 56, 56), (3, 3), (1, 1), (1, 1, 1, 1), 0) is None
-    small = conv._window_index(np, (1, 4, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), 1)
+    assert windows._window_index(np, (1, 64, 56, 56), (3, 3), (1, 1), (1, 1, 1, 1), 0) is None
+    small = windows._window_index(np, (1, 4, 7, 7), (3, 3), (1, 1), (1, 1, 1, 1), 1)
     assert small is not None and small.shape == (1, 1, 49, 36) and small.max() == 4 * 7 * 7

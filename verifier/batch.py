@@ -21,8 +21,8 @@ from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, ProofR
 from verifier.status import WORST_FIRST, OutcomeStatus
 from verifier.theorem import TheoremKey, same_theorem_groups, theorem_key
 from xflow.errors import XflowError
-from xflow.executor import Executor, LocalExecutor
 from xflow.rules.model import RuleError, parse_rule
+from xflow.tasks import LocalTaskExecutor, TaskExecutor
 
 ATTEMPTS = 500  # random instances drawn per variant to find ``trials`` valid ones
 #: Instances drawn per variant by the wider check of a candidate z3 could not settle (``wide_trials`` valid ones).
@@ -397,13 +397,13 @@ def _work_at(args: tuple[int, Work]) -> tuple[int, list[Outcome]]:
     return args[0], _work(args[1])
 
 
-def check_backend(executor: Executor | None, jobs: int = 1) -> None:
+def check_backend(executor: TaskExecutor | None, jobs: int = 1) -> None:
     """Fail at once, with one line, when the numeric check's backend (``XFLOW_NUMERIC_BACKEND``) cannot be had or
     cannot run in the local worker processes ``executor`` (or, without one, ``jobs``) would start; commands call
     it before any work."""
     xp = array_module()
     if executor is not None:
-        jobs = executor.jobs if isinstance(executor, LocalExecutor) else 1
+        jobs = executor.jobs if isinstance(executor, LocalTaskExecutor) else 1
     if jobs > 1 and xp is not np:
         raise XflowError(None, f"{BACKEND_ENV}={xp.__name__} needs --jobs 1: local worker processes run under an "
                          f"address-space limit of {WORKER_MEMORY_BYTES // 2**30} GiB, too small for CUDA to start in")
@@ -427,7 +427,7 @@ class _GroupWork(Sequence[Work]):
 def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimit: int = DEFAULT_RLIMIT,
                       trials: int = 3, seed: int = 0,
                       progress: Callable[[int, Outcome], None] | None = None,
-                      guard_s: float | None = DEFAULT_GUARD_S, executor: Executor | None = None,
+                      guard_s: float | None = DEFAULT_GUARD_S, executor: TaskExecutor | None = None,
                       rounds: tuple[int, ...] = ESCALATION, replay: bool = False,
                       wide_trials: int = 0, same_theorems: bool = False) -> list[Outcome]:
     """Outcomes in the candidates' order. With ``jobs`` > 1 the work runs in local worker processes, each
@@ -450,7 +450,7 @@ def verify_candidates(candidates: Iterable[dict[str, Any]], jobs: int = 1, rlimi
             if progress is not None:
                 progress(len(outcomes), outcomes[i])
 
-    if executor is not None and not isinstance(executor, LocalExecutor):
+    if executor is not None and not isinstance(executor, LocalTaskExecutor):
         for g, result in executor.imap_unordered(_work_at, [(g, work[g]) for g in range(len(work))],
                                                  memory_bytes=WORKER_MEMORY_BYTES,
                                                  failed=lambda item: (item[0], None)):

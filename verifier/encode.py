@@ -15,16 +15,16 @@ raises ``Unsupported``.
 
 from __future__ import annotations
 
-import ast
+import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import z3
 
 from xflow.ops import OPS
-from xflow.rules.expr import Expr
+from xflow.rules.expr import PYTHON_SEMANTICS, Expr, Semantics, ShapeEnv
 from xflow.rules.model import Rule, Var
 
 T = z3.DeclareSort("T")
@@ -225,116 +225,126 @@ def dim_term(t: z3.ExprRef, i: Any) -> z3.ArithRef:
     return DIM(t, z3.If(i < 0, RANK(t) + i, i))
 
 
-_CMP = {ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b,
-        ast.GtE: lambda a, b: a >= b}
+def _z3_constant(value: Any) -> Any:
+    if isinstance(value, str):
+        if value in CHOICE_CODES:
+            return CHOICE_CODES[value]
+        raise Unsupported(f"string literal {value!r}")
+    return value
+
+
+def _z3_unbound(name: str, source: str) -> Any:
+    raise Unsupported(f"variable {name!r} has no encoding")
+
+
+def _z3_no_term(tensor: str, source: str) -> Any:
+    raise Unsupported(f"tensor {tensor!r} has no term")
+
+
+def _z3_arith(symbol: str, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``fn`` on ints or z3 Ints; tuples only concatenate (``+``)."""
+
+    def arith(a: Any, b: Any) -> Any:
+        if isinstance(a, tuple) or isinstance(b, tuple):
+            if symbol == "+" and isinstance(a, tuple) and isinstance(b, tuple):
+                return a + b
+            raise Unsupported("arithmetic on tuples")
+        return fn(a, b)
+    return arith
+
+
+def _z3_order(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """An order comparison of ints or z3 Ints (not of tuples)."""
+
+    def compare(a: Any, b: Any) -> Any:
+        if isinstance(a, tuple) or isinstance(b, tuple):
+            raise Unsupported(f"comparison of {a!r} with {b!r}")
+        return fn(a, b)
+    return compare
+
+
+def _z3_in(a: Any, b: Any) -> Any:
+    if not isinstance(b, tuple):
+        raise Unsupported("'in' over a non-tuple")
+    return z3_or(*[z3_eq(a, v) for v in b])
+
+
+def _z3_index(container: Any, key: Any) -> Any:
+    if not isinstance(container, tuple):
+        raise Unsupported(f"subscript of {container!r}")
+    if not isinstance(key, int):
+        raise Unsupported("symbolic subscript")
+    return container[key]
+
+
+def _z3_slice(container: Any, lower: Any, upper: Any, step: Any) -> Any:
+    raise Unsupported("slices have no encoding")
+
+
+def _z3_shape(term: Any) -> Any:
+    raise Unsupported("shape() has no fixed length")
+
+
+def _one_tuple(fname: str, vals: tuple[Any, ...]) -> tuple[Any, ...]:
+    if len(vals) != 1 or not isinstance(vals[0], tuple):
+        raise Unsupported(f"{fname} of {vals!r}")
+    return vals[0]
+
+
+def _z3_sum(*vals: Any) -> Any:
+    total: Any = 0
+    for v in _one_tuple("sum()", vals):
+        total = total + v
+    return total
+
+
+def _z3_extreme(fname: str, pick: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    def extreme(*vals: Any) -> Any:
+        items = vals[0] if len(vals) == 1 and isinstance(vals[0], tuple) else tuple(vals)
+        if not items:
+            raise Unsupported(f"{fname} of nothing")
+        best = items[0]
+        for v in items[1:]:
+            best = pick(best, v)
+        return best
+    return extreme
+
+
+def _z3_abs(*vals: Any) -> Any:
+    if len(vals) != 1 or isinstance(vals[0], tuple):
+        raise Unsupported(f"abs() of {vals!r}")
+    v = vals[0]
+    return z3.If(v >= 0, v, -v) if _is_z3(v) else abs(v)
+
+
+#: The rule-expression language on z3 terms (``xflow.rules.expr``): the Python semantics, overriding only what
+#: differs on z3 Ints, Bools and tensor terms (a tensor's entry in the environment is its term).
+Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
+    "literal": _z3_constant, "unbound": _z3_unbound, "no shape": _z3_no_term,
+    "not": z3_not,
+    "+": _z3_arith("+", operator.add), "-": _z3_arith("-", operator.sub), "*": _z3_arith("*", operator.mul),
+    "%": _z3_arith("%", operator.mod),
+    "//": _z3_arith("//", lambda a, b: a // b if not (_is_z3(a) or _is_z3(b)) else _int(a) / _int(b)),
+    "==": z3_eq, "!=": lambda a, b: z3_not(z3_eq(a, b)),
+    "<": _z3_order(operator.lt), "<=": _z3_order(operator.le), ">": _z3_order(operator.gt),
+    ">=": _z3_order(operator.ge),
+    "in": _z3_in, "not in": lambda a, b: z3_not(_z3_in(a, b)),
+    "and": lambda values: z3_and(*values), "or": lambda values: z3_or(*values),
+    "if": lambda cond, then, otherwise: z3_if(cond, then(), otherwise()),
+    "[]": _z3_index, "[:]": _z3_slice,
+    "rank()": RANK, "dim()": dim_term, "shape()": _z3_shape,
+    "len()": lambda *vals: len(_one_tuple("len()", vals)), "sum()": _z3_sum,
+    "min()": _z3_extreme("min()", z3_min), "max()": _z3_extreme("max()", z3_max), "abs()": _z3_abs,
+    "all()": lambda *vals: z3_and(*_one_tuple("all()", vals)),
+    "any()": lambda *vals: z3_or(*_one_tuple("any()", vals)),
+    "tuple()": lambda *vals: _one_tuple("tuple()", vals),
+}
 
 
 def translate_expr(expr: Expr, variables: dict[str, Any], tensors: dict[str, z3.ExprRef]) -> Any:
-    """The z3 value (Int, Bool, python int or tuple) of a rule expression."""
-
-    def tr(node: ast.AST) -> Any:
-        match node:
-            case ast.Constant(value=value):
-                if isinstance(value, str):
-                    if value in CHOICE_CODES:
-                        return CHOICE_CODES[value]
-                    raise Unsupported(f"string literal {value!r}")
-                return value
-            case ast.Name(id=name):
-                if name not in variables:
-                    raise Unsupported(f"variable {name!r} has no encoding")
-                return variables[name]
-            case ast.Tuple(elts=elts) | ast.List(elts=elts):
-                return tuple(tr(e) for e in elts)
-            case ast.UnaryOp(op=ast.USub(), operand=operand):
-                return -tr(operand)
-            case ast.UnaryOp(op=ast.Not(), operand=operand):
-                return z3_not(tr(operand))
-            case ast.BinOp(left=left, op=op, right=right):
-                a, b = tr(left), tr(right)
-                if isinstance(a, tuple) or isinstance(b, tuple):
-                    if isinstance(op, ast.Add) and isinstance(a, tuple) and isinstance(b, tuple):
-                        return a + b
-                    raise Unsupported("arithmetic on tuples")
-                if isinstance(op, ast.Add):
-                    return a + b
-                if isinstance(op, ast.Sub):
-                    return a - b
-                if isinstance(op, ast.Mult):
-                    return a * b
-                if isinstance(op, ast.FloorDiv):
-                    return a // b if not (_is_z3(a) or _is_z3(b)) else _int(a) / _int(b)
-                if isinstance(op, ast.Mod):
-                    return a % b
-            case ast.BoolOp(op=ast.And(), values=values):
-                return z3_and(*[tr(v) for v in values])
-            case ast.BoolOp(op=ast.Or(), values=values):
-                return z3_or(*[tr(v) for v in values])
-            case ast.Compare(left=left, ops=ops, comparators=comparators):
-                parts, current = [], tr(left)
-                for op, right in zip(ops, comparators, strict=True):
-                    value = tr(right)
-                    if isinstance(op, ast.Eq):
-                        parts.append(z3_eq(current, value))
-                    elif isinstance(op, ast.NotEq):
-                        parts.append(z3_not(z3_eq(current, value)))
-                    elif isinstance(op, ast.In | ast.NotIn):
-                        if not isinstance(value, tuple):
-                            raise Unsupported("'in' over a non-tuple")
-                        found = z3_or(*[z3_eq(current, v) for v in value])
-                        parts.append(found if isinstance(op, ast.In) else z3_not(found))
-                    elif type(op) in _CMP and not isinstance(current, tuple) and not isinstance(value, tuple):
-                        parts.append(_CMP[type(op)](current, value))
-                    else:
-                        raise Unsupported(f"comparison {ast.unparse(node)}")
-                    current = value
-                return z3_and(*parts)
-            case ast.IfExp(test=test, body=body, orelse=orelse):
-                return z3_if(tr(test), tr(body), tr(orelse))
-            case ast.Subscript(value=value, slice=index):
-                container = tr(value)
-                if not isinstance(container, tuple) or isinstance(index, ast.Slice):
-                    raise Unsupported(f"subscript {ast.unparse(node)}")
-                i = tr(index)
-                if not isinstance(i, int):
-                    raise Unsupported("symbolic subscript")
-                return container[i]
-            case ast.Call(func=ast.Name(id=fname), args=args):
-                if fname in ("rank", "dim", "shape"):
-                    tname = args[0].id  # type: ignore[attr-defined]
-                    if tname not in tensors:
-                        raise Unsupported(f"tensor {tname!r} has no term")
-                    if fname == "rank":
-                        return RANK(tensors[tname])
-                    if fname == "dim":
-                        return dim_term(tensors[tname], tr(args[1]))
-                    raise Unsupported("shape() has no fixed length")
-                vals = [tr(a) for a in args]
-                if fname in ("tuple",) and len(vals) == 1 and isinstance(vals[0], tuple):
-                    return vals[0]
-                if fname == "len" and len(vals) == 1 and isinstance(vals[0], tuple):
-                    return len(vals[0])
-                if fname == "sum" and len(vals) == 1 and isinstance(vals[0], tuple):
-                    total: Any = 0
-                    for v in vals[0]:
-                        total = total + v
-                    return total
-                if fname in ("min", "max"):
-                    items = vals[0] if len(vals) == 1 and isinstance(vals[0], tuple) else tuple(vals)
-                    if not items:
-                        raise Unsupported(f"{fname}() of nothing")
-                    best = items[0]
-                    for v in items[1:]:
-                        best = z3_max(best, v) if fname == "max" else z3_min(best, v)
-                    return best
-                if fname == "abs" and len(vals) == 1 and not isinstance(vals[0], tuple):
-                    v = vals[0]
-                    return z3.If(v >= 0, v, -v) if _is_z3(v) else abs(v)
-                if fname in ("all", "any") and len(vals) == 1 and isinstance(vals[0], tuple):
-                    return z3_and(*vals[0]) if fname == "all" else z3_or(*vals[0])
-        raise Unsupported(f"cannot translate {ast.unparse(node)}")
-
-    return tr(expr.tree)
+    """The z3 value (Int, Bool, python int or tuple) of a rule expression: its evaluation with ``Z3_SEMANTICS``,
+    the rule's attribute variables as z3 values and its pattern tensors as terms."""
+    return expr.evaluate(ShapeEnv(variables, tensors), Z3_SEMANTICS)
 
 
 # ---- rules -------------------------------------------------------------------------------------

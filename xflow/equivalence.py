@@ -128,7 +128,7 @@ def describe_nonfinite(checks: Sequence[OutputCheck]) -> str:
 
 
 @dataclass
-class Verdict:
+class EquivalenceReport:
     """What the check compared and found: per output the largest |optimized - original| over every input set
     checked, the reference used, the input sets (the first is the caller's) and what was noted on the way."""
 
@@ -147,14 +147,14 @@ def _as_float64(feeds: Feeds) -> dict[str, np.ndarray]:
 
 def check_equivalence(session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
                       draw: Callable[[int], Feeds], reference_session: Any | None = None,
-                      reference: str = "the original") -> Verdict:
+                      reference: str = "the original") -> EquivalenceReport:
     """Run the original (``session_a``) and the optimized model (``session_b``) on ``feeds`` and compare
     every output (``check_outputs``, against ``reference_session``'s float64 outputs where given). While the
     original's outputs hold NaN/inf, the check goes on with ``draw(k)`` for k = 1..EXTRA_DRAWS (other
     inputs) and notes why. NonFiniteReference when an output is NaN/inf at every element on every input
     tried (nothing of it was compared); EquivalenceError on a mismatch."""
     names = [o.name for o in session_a.get_outputs()]
-    verdict = Verdict(reference=reference)
+    verdict = EquivalenceReport(reference=reference)
     checked: set[str] = set()  # outputs with at least one finite element compared
     current, label = feeds, inputs_label
     for k in range(EXTRA_DRAWS + 1):
@@ -221,7 +221,7 @@ def positive_feeds(feeds: Feeds) -> dict[str, np.ndarray]:
 
 def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
                             seed: int = 0, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                            sessions: Sessions | None = None) -> Verdict:
+                            sessions: Sessions | None = None) -> EquivalenceReport:
     """``check_equivalence`` of the original ``model`` (a path or a ModelProto, run by ``session_a``) and the
     optimized model (``session_b``) on ``feeds``, against the original's float64 copy where ORT can run one.
     Other inputs, when needed, are seeded random draws; the last one is made positive."""

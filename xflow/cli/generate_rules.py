@@ -58,7 +58,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     from generator.pipeline import RuleFileOptions, write_rule_file
     from generator.run import format_table
     from verifier.batch import check_backend
-    from xflow.executor import make_executor
+    from xflow.tasks import make_task_executor
 
     if candidates_path is None and max_ops > MAX_ENUMERATED_OPS:
         raise click.BadParameter(f"{max_ops}: graphs are enumerated up to {MAX_ENUMERATED_OPS} ops (larger sizes "
@@ -70,7 +70,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
         check_writable(save_path)
     options = RuleFileOptions(out_path, max_ops, jobs, seed, rlimit, guard_s, trials, limit,
                               keep_independent_batching, save_path, candidates_path, keep_compositions, generate_only)
-    engine = make_executor(executor, jobs, address)
+    engine = make_task_executor(executor, jobs, address)
     try:
         check_backend(engine)
         result = write_rule_file(options, no_progress if quiet else ProgressLine(sys.stderr.isatty()), engine)

@@ -71,7 +71,7 @@ def generation_budget_options(func: Any) -> Any:
 
 def executor_options(func: Any) -> Any:
     """``--executor`` and ``--address``: where generation and proof tasks run."""
-    from xflow.executor import EXECUTORS
+    from xflow.tasks import EXECUTORS
 
     func = click.option("--address", default=None,
                         help="Ray cluster to join (e.g. auto, or ray://HOST:10001); default: start a local "

@@ -55,8 +55,9 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     """
     from xflow.placement.options import PlaceSettings
     from xflow.placement.place import place as plan_placement
-    from xflow.placement.place import train_across, training_curve_png
+    from xflow.placement.place import training_curve_png
     from xflow.placement.topology import load_topology
+    from xflow.placement.transfer import train_across
 
     topology = load_topology(topology_spec)
     if in_path is None and not train_on:

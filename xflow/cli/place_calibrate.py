@@ -31,7 +31,7 @@ from xflow.errors import XflowError
 def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_placements: int, runs: int, rounds: int,
                     cost_kind: str, cost_db: str | None, out_path: str | None, seed: int) -> None:
     """Fit the simulator to real runs of random placements and report Kendall's tau between them."""
-    from xflow.placement.place import validate_simulator
+    from xflow.placement.measure import validate_simulator
     from xflow.placement.topology import load_topology
 
     topology = load_topology(topology_spec)

@@ -30,14 +30,14 @@ def verify_rules(rules_path: str, rlimit: int, guard_s: float, trials: int, seed
     Prints one line per rule that fails, with its reason, and a summary; exits 1 if any rule fails.
     """
     from verifier.batch import verify_candidates
-    from xflow.executor import make_executor
     from xflow.rules import load_rules
+    from xflow.tasks import make_task_executor
 
     rules = load_rules(rules_path)
     if report_path is not None:
         check_writable(report_path)
     started = time.perf_counter()
-    engine = make_executor(executor, jobs, address)
+    engine = make_task_executor(executor, jobs, address)
     try:
         outcomes = verify_candidates([r.to_json() for r in rules], rlimit=rlimit, trials=trials, seed=seed,
                                      guard_s=guard_s, executor=engine)

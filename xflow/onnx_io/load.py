@@ -18,7 +18,7 @@ from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
 from xflow.ir.dims import Dim, concrete, dims_of, equal, free_symbols, is_static, parse_dim, symbol, symbol_sources
 from xflow.onnx_io.dim_relations import DimRelations, find_relations, solve_sizes
-from xflow.onnx_io.fold_constants import MAX_FOLDED_ELEMENTS, fold_constants
+from xflow.onnx_io.known_values import MAX_FOLDED_ELEMENTS, known_values
 from xflow.onnx_io.observe import observed_types
 from xflow.onnx_io.shell import INLINE_ELEMENTS, copy_fields, elements, weights_as_inputs
 from xflow.ops import DECODERS, DEFAULT_DOMAINS, OPS, ShapeError, decoder_for
@@ -536,9 +536,9 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
              if not c.is_external and c.type.shape is not None and c.type.size <= MAX_FOLDED_ELEMENTS}
     captured = {name for n in model.graph.node for name in _subgraph_captures(n)}
     readers = {op_type for domain, op_type in DECODERS if not domain}
-    folded = fold_constants(model, types, known, fold_shapes, readers, captured)
+    folded = known_values(model, types, known, fold_shapes, readers, captured)
     if fold_shapes and named_symbols:
-        # With dynamic inputs, the static dims of a shape fold (fold_constants) and what they parameterize (a
+        # With dynamic inputs, the static dims of a shape fold (known_values) and what they parameterize (a
         # Pad's pads, a Reshape's target) then gives its output static dims, whose shapes fold in turn: to a
         # fixed point, each round one more shape inference with the values known so far.
         # ONNX Runtime's symbolic inference (without merging symbols) then follows the -1s and computed targets
@@ -553,7 +553,7 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
             if not refined:
                 break
             types.update(refined)
-            folded = fold_constants(model, types, known, fold_shapes, readers, captured)
+            folded = known_values(model, types, known, fold_shapes, readers, captured)
     for name, value in folded.items():  # the nodes stay (load/save is lossless); decoders read their values
         if name not in types or not types[name].is_static:
             types[name] = Constant.from_array(value).type
@@ -594,7 +594,7 @@ MAX_INFERENCE_ROUNDS = 16
 def _with_values(base: onnx.ModelProto, folded: Mapping[str, np.ndarray]) -> onnx.ModelProto:
     """The model as shape inference sees it (``base``: ``_inference_model``'s) with the folded values as
     initializers and the nodes that compute them left out: in a model with dynamic inputs, a Pad's pads or a
-    Reshape's target that folded from static dims (``fold_constants``) gives inference its output dims this way."""
+    Reshape's target that folded from static dims (``known_values``) gives inference its output dims this way."""
     given = onnx.ModelProto()
     copy_fields(base, given, skip=("graph",))
     copy_fields(base.graph, given.graph, skip=("node", "initializer"))

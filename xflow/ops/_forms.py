@@ -1,5 +1,6 @@
-"""Helpers the operator files share: ONNX forms (attribute or constant input), typed constants, stand-in
-polynomials for integer fingerprints, and erf on an array module. Defines no operator."""
+"""Helpers the operator files share: ONNX forms (attribute or constant input, present inputs, known shapes,
+whether a decoded node's shapes are accepted), typed constants, stand-in polynomials for integer fingerprints,
+and erf on an array module. Defines no operator."""
 
 from __future__ import annotations
 
@@ -10,13 +11,48 @@ from typing import Any
 import numpy as np
 import onnx
 
-from xflow.ir import Attrs, Node
-from xflow.ops.base import DecodeContext, EncodeContext, Kernel, OpDef, ShapeError, make_node, onnx_attrs
-from xflow.ops.conv import known_shape, present_inputs
+from xflow.ir import Attrs, Node, Shape
+from xflow.ops.base import (
+    DecodeContext,
+    EncodeContext,
+    Kernel,
+    OpDef,
+    ShapeError,
+    make_node,
+    onnx_attrs,
+    symbolic_shape,
+)
 from xflow.ops.elementwise import same_shape, simple_decoder, simple_encoder
 
-__all__ = ["attr_or_input", "axes_attr", "decoded", "encoder_dtype", "erf", "known_shape", "present_inputs", "prod",
-           "stand_in", "typed_constant", "unary", "with_constant_inputs"]
+__all__ = ["accepts", "attr_or_input", "axes_attr", "decoded", "encoder_dtype", "erf", "known_shape", "present_inputs",
+           "prod", "stand_in", "typed_constant", "unary", "with_constant_inputs"]
+
+
+def accepts(op: OpDef, node: Node, ctx: DecodeContext) -> bool:
+    """True when every input of a decoded node of ``op`` has a static shape that its shape rule accepts."""
+    shapes = [symbolic_shape(ctx, name) for name in node.inputs]
+    if any(s is None for s in shapes):
+        return False
+    try:
+        op.infer(shapes, node.attrs)  # type: ignore[arg-type]
+    except ShapeError:
+        return False
+    return True
+
+
+def known_shape(ctx: EncodeContext, name: str) -> Shape | None:
+    """The static shape of a value when the encode context can tell it (its protocol does not promise to)."""
+    type_of = getattr(ctx, "type_of", None)
+    t = type_of(name) if type_of is not None else None
+    return t.static_shape if t is not None and t.is_static else None
+
+
+def present_inputs(proto: onnx.NodeProto) -> list[str] | None:
+    """The node's inputs without trailing missing ("") ones; None when one in the middle is missing."""
+    inputs = list(proto.input)
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return None if "" in inputs else inputs
 
 
 def stand_in(a: int, b: int) -> Kernel:

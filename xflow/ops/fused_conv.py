@@ -8,8 +8,9 @@ from typing import Any
 
 from xflow.ir import Attrs
 from xflow.ops._contrib import FLOAT_KERNELS, MS_DOMAIN, contrib_encoder
+from xflow.ops._forms import accepts
 from xflow.ops.base import AttrSpec, OpDef, make_node, one_of
-from xflow.ops.conv import CONV, PADS, STRIDES, accepts, conv_facts, conv_form, conv_shape
+from xflow.ops.conv import CONV, PADS, STRIDES, conv_facts, conv_form, conv_shape
 from xflow.ops.elementwise import RELU, SIGMOID, TANH
 
 #: the activation attribute's values (ONNX Runtime's spelling) and the op-table op each one applies

@@ -154,7 +154,7 @@ def decode_gemm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
 
 
 MATMUL = OpDef(
-    name="matmul", onnx_types=("MatMul",), min_inputs=2, max_inputs=2, attrs=(), shape=matmul_shape,
+    name="matmul", onnx_types=("MatMul", "Gemm"), min_inputs=2, max_inputs=2, attrs=(), shape=matmul_shape,
     kernel=_matmul, decode=decode_matmul, encode=simple_encoder("MatMul"),
     flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * ins[0][-1],
     doc="batched matrix multiply (numpy.matmul semantics, rank >= 2)", z3_symbol="matmul",

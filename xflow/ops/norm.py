@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
+from xflow.ops._forms import accepts
 from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
@@ -20,7 +21,6 @@ from xflow.ops.base import (
     one_of,
     onnx_attrs,
 )
-from xflow.ops.conv import accepts
 
 
 def batchnorm_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:

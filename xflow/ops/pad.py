@@ -11,6 +11,7 @@ import onnx
 
 from xflow.ir import Attrs, Node, Shape
 from xflow.ops._forms import attr_or_input, decoded, typed_constant
+from xflow.ops._windows import padded
 from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
@@ -22,7 +23,6 @@ from xflow.ops.base import (
     onnx_attrs,
     symbolic_shape,
 )
-from xflow.ops.conv import padded
 
 
 def pad_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:

@@ -10,6 +10,15 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
+from xflow.ops._forms import accepts
+from xflow.ops._windows import (
+    decode_geometry,
+    menu_padding,
+    pool_output_facts,
+    sliding_windows,
+    window_facts,
+    window_output,
+)
 from xflow.ops.base import (
     AttrSpec,
     DecodeContext,
@@ -24,17 +33,7 @@ from xflow.ops.base import (
     pick,
     symbolic_shape,
 )
-from xflow.ops.conv import (
-    PADS,
-    STRIDES,
-    accepts,
-    decode_geometry,
-    menu_padding,
-    pool_output_facts,
-    sliding_windows,
-    window_facts,
-    window_output,
-)
+from xflow.ops.conv import PADS, STRIDES
 
 _GEOMETRY = (AttrSpec("kernel", z3=2, sample=one_of((1, 1), (2, 2), (3, 3)),
                       wide=lambda rng, shapes, chosen, n_out: (pick(rng, [1, 2, 3, 4]), pick(rng, [1, 2, 3, 4]))),

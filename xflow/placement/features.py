@@ -12,18 +12,17 @@ from xflow.placement.groups import Grouping
 from xflow.placement.problem import Problem
 from xflow.placement.simulator import Simulator
 
-#: Families of the ONNX types the op table does not have (opaque nodes), by ONNX type.
-_ONNX_FAMILIES: dict[str, str] = {
-    "Gemm": "matrix", "Sub": "elementwise", "Div": "elementwise", "Pow": "elementwise", "Sqrt": "elementwise",
-    "Erf": "activation", "Softmax": "activation", "Gelu": "activation", "GlobalAveragePool": "pool",
-    "LayerNormalization": "norm", "BatchNormalization": "norm", "Flatten": "layout", "Slice": "layout",
-    "Gather": "layout", "Unsqueeze": "layout", "Pad": "layout",
-}
-
 
 def _family_columns() -> dict[str, int]:
-    """Op-mix column per lower-case op name or ONNX type: the op table's ``family``, then the opaque types'."""
-    columns = {onnx_type.lower(): FAMILIES.index(family) for onnx_type, family in _ONNX_FAMILIES.items()}
+    """Op-mix column per op as ``Node.onnx_type`` names it, lower case: an op-table node by its op name, an
+    opaque node by its ONNX type (domain-qualified outside the default domain), both from the op table's
+    ``family`` (an opaque node of a type the table decodes, a Gemm it could not, has the family of its op)."""
+    columns: dict[str, int] = {}
+    for entry in OPS.values():
+        if entry.family:
+            for onnx_type in entry.onnx_types:
+                key = f"{entry.domain}::{onnx_type}" if entry.domain else onnx_type
+                columns.setdefault(key.lower(), FAMILIES.index(entry.family))
     columns.update({name: FAMILIES.index(entry.family) for name, entry in OPS.items() if entry.family})
     return columns
 

@@ -52,7 +52,7 @@ class PlaceOptions:
     sim_params: SimParams = field(default_factory=SimParams)
     policy: Policy | None = None
     zero_shot_samples: int = 1024
-    zero_shot_temperature: float = 0.0  # 0: the policy's own (``place.zero_shot_temperature``)
+    zero_shot_temperature: float = 0.0  # 0: the policy's own (``learn.zero_shot_temperature``)
     transfer_steps: int = TRANSFER_STEPS
     runs: int = 10
     warm_start: bool = True

@@ -115,22 +115,12 @@ class Simulator:
         held[self._read_weight, plan[self._read_node]] = True
         return [float(x) for x in self._weight_bytes @ held]
 
-    def run(self, plan: Sequence[int]) -> SimResult:
-        """Simulate ``plan`` (device index per node) and report time, feasibility and peak memory.
-
-        The event loop below is written out in one function (no helper calls, list-indexed links, no
-        ``max``): it runs once per node and transfer, and on a 900-node graph it is where planning spends
-        its time (REINFORCE samples and improvement moves are one simulated run each)."""
-        plan = plan.tolist() if isinstance(plan, np.ndarray) else list(plan)
-        reason = self.check(plan)
-        n_dev = len(self.topology.devices)
-        if reason:
-            return SimResult(float("inf"), False, (0.0,) * n_dev, reason)
-        live = self._weights_held(np.asarray(plan, dtype=np.intp), n_dev) if len(self._weight_bytes) else [0.0] * n_dev
-        t_prod, t_cons, t_bytes, t_out = self._t_prod, self._t_cons, self._t_bytes, self._t_out
+    def _readers(self, plan: list[int], n_dev: int) -> tuple[list[int], list[tuple[int, ...]]]:
+        """Per tensor copy, how many readers it has (``refs[t * n_dev + d]``: the consumers of tensor t on device
+        d, plus outgoing transfers and graph-output status at the source; the copy is freed when they are
+        done), and per tensor the devices it is sent to."""
+        t_prod, t_cons, t_out = self._t_prod, self._t_cons, self._t_out
         n_t = len(t_prod)
-        # refs[t * n_dev + d]: readers of tensor t's copy on device d (its consumers there, plus outgoing
-        # transfers and graph-output status at the source); the copy is freed when they are done.
         refs = [0] * (n_t * n_dev)
         targets: list[tuple[int, ...]] = [()] * n_t
         for t in range(n_t):
@@ -155,6 +145,23 @@ class Simulator:
                     remote.add(d)
             targets[t] = tuple(remote)
             refs[base + src] += len(remote) + t_out[t]
+        return refs, targets
+
+    def run(self, plan: Sequence[int]) -> SimResult:
+        """Simulate ``plan`` (device index per node) and report time, feasibility and peak memory.
+
+        The event loop below is written out in one function (no helper calls, list-indexed links, no
+        ``max``; the reader counts before it and the memory check after it are methods): it runs once per node and
+        transfer, and on a 900-node graph it is where planning spends
+        its time (REINFORCE samples and improvement moves are one simulated run each)."""
+        plan = plan.tolist() if isinstance(plan, np.ndarray) else list(plan)
+        reason = self.check(plan)
+        n_dev = len(self.topology.devices)
+        if reason:
+            return SimResult(float("inf"), False, (0.0,) * n_dev, reason)
+        live = self._weights_held(np.asarray(plan, dtype=np.intp), n_dev) if len(self._weight_bytes) else [0.0] * n_dev
+        refs, targets = self._readers(plan, n_dev)
+        t_prod, t_cons, t_bytes = self._t_prod, self._t_cons, self._t_bytes
         node_time = self._node_time
         per_segment = self.params.segment_overhead
         opens_segment = segment_starts(self.problem, plan) if per_segment > 0 else None
@@ -248,9 +255,14 @@ class Simulator:
                 refs[key] -= 1
                 if refs[key] == 0:
                     live[src] -= t_bytes[item]
-        for d in range(n_dev):
-            if peak[d] > self._capacity[d]:
+        return self._result(now, peak)
+
+    def _result(self, seconds: float, peak: list[float]) -> SimResult:
+        """The result of a run that took ``seconds`` with this peak memory per device: infeasible where a device's
+        peak is over its capacity."""
+        for d, need in enumerate(peak):
+            if need > self._capacity[d]:
                 name = self.topology.devices[d].name
-                return SimResult(now, False, tuple(peak),
-                                 f"{name} needs {peak[d] / 1e6:.1f} MB, has {self._capacity[d] / 1e6:.1f} MB")
-        return SimResult(now, True, tuple(peak))
+                return SimResult(seconds, False, tuple(peak),
+                                 f"{name} needs {need / 1e6:.1f} MB, has {self._capacity[d] / 1e6:.1f} MB")
+        return SimResult(seconds, True, tuple(peak))

@@ -2,7 +2,16 @@
 
 from xflow.rewrite.apply import Change, apply_match, plan_match
 from xflow.rewrite.fold import fold_constants
-from xflow.rewrite.match import Match, MatchTracer, RuleIndex, find_matches, instantiate_target
+from xflow.rewrite.match import (
+    FailureKind,
+    Match,
+    MatchFailure,
+    MatchStatus,
+    MatchTracer,
+    RuleIndex,
+    find_matches,
+    instantiate_target,
+)
 
-__all__ = ["Change", "Match", "MatchTracer", "RuleIndex", "apply_match", "fold_constants", "find_matches",
-           "instantiate_target", "plan_match"]
+__all__ = ["Change", "FailureKind", "Match", "MatchFailure", "MatchStatus", "MatchTracer", "RuleIndex", "apply_match",
+           "find_matches", "fold_constants", "instantiate_target", "plan_match"]

@@ -8,6 +8,7 @@ conditions hold and the target pattern instantiates with valid shapes of the sam
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -33,15 +34,70 @@ class Match:
     dst_types: dict[str, TensorType]  # target tensor -> type
 
 
+class MatchStatus(enum.Enum):
+    """How far a near-miss got: its structure matched (ops, attributes, commutativity) and then a condition on
+    it failed, or the target could not be instantiated there."""
+
+    CONDITION_FAILED = "condition failed"
+    REPLACEMENT_FAILED = "replacement failed"
+
+
+class FailureKind(enum.Enum):
+    """Which check refused a structural match, in the order the matcher makes them."""
+
+    INPUT_NOT_CONSTANT = "input is not a constant"  # a rule input of kind ``const`` is computed at run time
+    INPUT_INSIDE_MATCH = "input is computed inside the match"  # the target would read a value the rewrite removes
+    INTERNAL_USED_OUTSIDE = "internal tensor is used outside the match"
+    SHAPE_UNKNOWN = "tensor has no known shape"
+    CONDITION_FALSE = "condition is false"  # a ``where`` condition
+    TARGET_INVALID = "target does not instantiate"  # a shape rule refused the target, or an expression failed
+    OUTPUT_TYPE_CHANGED = "output would change type"
+
+    @property
+    def status(self) -> MatchStatus:
+        """Condition or replacement failure."""
+        replacement = (FailureKind.TARGET_INVALID, FailureKind.OUTPUT_TYPE_CHANGED)
+        return MatchStatus.REPLACEMENT_FAILED if self in replacement else MatchStatus.CONDITION_FAILED
+
+
+@dataclass(frozen=True)
+class MatchFailure:
+    """Why one structural match of a rule was refused: the check (``kind``), the rule, the graph node at fault
+    (the one producing or reading the tensor concerned), the pattern tensor or condition concerned, and the
+    details in words."""
+
+    kind: FailureKind
+    rule: str
+    node: Node
+    subject: str = ""  # the pattern tensor, or the ``where`` condition's source
+    detail: str = ""
+
+    @property
+    def status(self) -> MatchStatus:
+        """Condition or replacement failure."""
+        return self.kind.status
+
+    def __str__(self) -> str:
+        subject = f" {self.subject!r}" if self.subject else ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.rule}: {self.kind.value}{subject}{detail} at {self.node!r}"
+
+
 @dataclass
 class MatchTracer:
-    """Records why near-misses failed (the last reason per rule), for ``--explain`` style output."""
+    """Keeps the failures of near-misses (structural matches a later check refused), per rule name, in the
+    order they happened, for ``--explain`` style output."""
 
-    reasons: dict[str, list[str]] = field(default_factory=dict)
+    failures: dict[str, list[MatchFailure]] = field(default_factory=dict)
 
-    def fail(self, rule: Rule, reason: str) -> None:
-        """Record one failure."""
-        self.reasons.setdefault(rule.name, []).append(reason)
+    def record(self, failure: MatchFailure) -> None:
+        """Keep one failure."""
+        self.failures.setdefault(failure.rule, []).append(failure)
+
+    def best(self, rule: str) -> MatchFailure | None:
+        """The near-miss of ``rule`` that got furthest (its check comes latest; the first of those), or None."""
+        order = list(FailureKind)
+        return max(self.failures.get(rule, ()), key=lambda f: order.index(f.kind), default=None)
 
 
 def _order(rule: Rule, first: int | None = None) -> list[int]:
@@ -455,16 +511,17 @@ def _extend(job: _Job, k: int, used: list[Node], values: dict[str, str], env: di
 
 def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str, str], env: dict[str, Any],
             tracer: MatchTracer | None) -> Match | None:
-    def fail(reason: str) -> None:
+    def fail(kind: FailureKind, subject: str = "", detail: str = "", node: Node | None = None) -> None:
         if tracer is not None:
-            tracer.fail(rule, f"{reason} at {nodes[0]!r}")
+            at = node if node is not None else _node_of(rule, nodes, subject)
+            tracer.record(MatchFailure(kind, rule.name, at, subject, detail))
 
     produced = {o for n in nodes for o in n.outputs}
     for name, kind in rule.inputs.items():
         if kind == "const" and not graph.is_constant_value(values[name]):
-            return fail(f"input {name} ({values[name]}) is not a constant")
+            return fail(FailureKind.INPUT_NOT_CONSTANT, name, values[name])
         if values[name] in produced:  # the target would read a value whose producer the rewrite removes
-            return fail(f"input {name} ({values[name]}) is computed inside the match")
+            return fail(FailureKind.INPUT_INSIDE_MATCH, name, values[name], graph.producers.get(values[name]))
     matched = set(map(id, nodes))
     for p_node, node in zip(rule.src, nodes, strict=True):
         for p_out, out in zip(p_node.outputs, node.outputs, strict=True):
@@ -472,30 +529,44 @@ def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str,
                 continue
             if out in graph.output_set or any(id(u) not in matched and not graph.is_unread(u)
                                               for u, _ in graph.users.get(out, [])):
-                return fail(f"internal tensor {p_out} ({out}) is used outside the match")
+                return fail(FailureKind.INTERNAL_USED_OUTSIDE, p_out, out, node)
     shapes: dict[str, tuple[Dim, ...]] = {}
     for p_name, g_name in values.items():
         t = graph.type_of(g_name)
         if t is None or t.shape is None or any(d is None for d in t.shape):
-            return fail(f"tensor {p_name} ({g_name}) has no known shape")
+            return fail(FailureKind.SHAPE_UNKNOWN, p_name, g_name)
         shapes[p_name] = t.shape
     shape_env = ShapeEnv(env, _condition_shapes(shapes))
     try:
         for cond in rule.where:
             if not cond.evaluate(shape_env):
-                return fail(f"condition {cond.source!r} is false")
+                at = _node_of(rule, nodes, *sorted(cond.tensors))
+                return fail(FailureKind.CONDITION_FALSE, cond.source, node=at)
         dst_attrs, dst_types = instantiate_target(graph, rule, values, shape_env)
     except (ShapeError, ExprError, IndexError, TypeError, ZeroDivisionError) as exc:
         # TypeError includes Undecided: a condition that holds for some values of the symbols only
-        return fail(f"target does not instantiate: {exc}")
+        return fail(FailureKind.TARGET_INVALID, detail=str(exc), node=nodes[0])
     for s, d in rule.outputs.items():
         src_type = graph.type_of(values[s])
         dst_type = dst_types.get(d) or graph.type_of(values.get(d, ""))
         if src_type is None or not src_type.same_as(dst_type):
-            return fail(f"output {s} would change type from {src_type} to {dst_type}")
+            return fail(FailureKind.OUTPUT_TYPE_CHANGED, s, f"from {src_type} to {dst_type}")
         if d in dst_types:
             dst_types[d] = src_type  # the same dims, written as the graph has them
     return Match(rule, nodes, values, env, dst_attrs, dst_types)
+
+
+def _node_of(rule: Rule, nodes: tuple[Node, ...], *tensors: str) -> Node:
+    """The matched node at fault for the first of these pattern tensors: the one producing it, else the first
+    reading it; the match's first node when there is none."""
+    for tensor in tensors[:1]:
+        for p_node, node in zip(rule.src, nodes, strict=True):
+            if tensor in p_node.outputs:
+                return node
+        for p_node, node in zip(rule.src, nodes, strict=True):
+            if tensor in p_node.inputs:
+                return node
+    return nodes[0]
 
 
 def _condition_shapes(shapes: dict[str, tuple[Dim, ...]]) -> dict[str, tuple[Any, ...]]:

@@ -4,29 +4,28 @@ An expression is Python syntax restricted to: integers, tuples/lists, attribute 
 ``?name`` in the source pattern), ``rank(t)``, ``dim(t, i)``, ``shape(t)`` of pattern tensors,
 ``len/sum/min/max/abs/all/any``, arithmetic (+ - * // %), comparisons, ``and/or/not``, subscripts
 and ``a if c else b``. Parsed once when a rule is loaded; evaluated per match.
+
+One evaluator serves every meaning of the language: it is compiled against a *semantics*, a table from each
+operation (``+``, ``==``, ``and``, ``if``, ``rank()``, ``len()``, ...) to the function that performs it.
+``PYTHON_SEMANTICS`` evaluates on ints, tuples and shapes (the matcher's, the numeric check's); the verifier's
+z3 semantics is ``PYTHON_SEMANTICS | {...}``, overriding only the operations whose meaning differs on z3 terms
+(tinygrad's ``z3_alu = python_alu | {...}``).
 """
 
 from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-}
-_CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-}
-_PURE_FUNCS: dict[str, Callable[..., Any]] = {
-    "len": len, "sum": sum, "min": min, "max": max, "abs": abs, "all": all, "any": any,
-    "tuple": tuple,
-}
+#: The semantics operation of each AST operator.
+_BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_CMPOPS: dict[type, str] = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+                            ast.In: "in", ast.NotIn: "not in"}
+_PURE_FUNCS = ("len", "sum", "min", "max", "abs", "all", "any", "tuple")
 _SHAPE_FUNCS = ("rank", "dim", "shape")
 
 
@@ -35,11 +34,50 @@ class ExprError(ValueError):
 
 
 class ShapeEnv:
-    """What an expression can read: attribute variables and the shapes of pattern tensors."""
+    """What an expression can read: attribute variables and the shapes of pattern tensors (what a semantics'
+    ``rank``, ``dim`` and ``shape`` read: a tuple of dims in Python, a tensor term in z3)."""
 
-    def __init__(self, variables: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> None:
+    def __init__(self, variables: Mapping[str, Any], shapes: Mapping[str, Any]) -> None:
         self.variables = variables
         self.shapes = shapes
+
+
+Semantics = Mapping[str, Callable[..., Any]]
+"""What each operation of the language does, keyed by how it is written: ``literal(value)``,
+``unbound(name, source)`` and ``no shape(tensor, source)`` (both raise), ``-x`` and ``not`` (one operand), ``+``
+``-`` ``*`` ``//`` ``%`` and the comparisons ``==`` ``!=`` ``<`` ``<=`` ``>`` ``>=`` ``in`` ``not in`` (two),
+``and``/``or`` (an iterable of values, consumed as far as they need: a chained comparison is the ``and`` of its
+links), ``if(cond, then, else)`` (the branches as functions of no argument), ``[]`` (container, key), ``[:]``
+(container, lower, upper, step), ``rank()``, ``dim()`` and ``shape()`` (a tensor's entry in ``ShapeEnv.shapes``
+first), and the functions with ``()`` after their names (``len()``, ``sum()``, ``min()``, ...)."""
+
+
+def _unbound(name: str, source: str) -> Any:
+    raise ExprError(f"{source!r}: variable {name!r} is not bound")
+
+
+def _no_shape(tensor: str, source: str) -> Any:
+    raise ExprError(f"{source!r}: tensor {tensor!r} has no known shape")
+
+
+def _if(cond: Any, then: Callable[[], Any], otherwise: Callable[[], Any]) -> Any:
+    return then() if cond else otherwise()
+
+
+#: Evaluation on Python values: ints, bools, strings, tuples, and the dims of shapes (a dim over symbols is a
+#: ``SymbolicDim`` whose comparisons are decided for every value of the symbols).
+PYTHON_SEMANTICS: Semantics = {
+    "literal": lambda value: value, "unbound": _unbound, "no shape": _no_shape,
+    "-x": operator.neg, "not": operator.not_,
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+    "and": all, "or": any, "if": _if,
+    "[]": lambda container, key: container[key],
+    "[:]": lambda container, lower, upper, step: container[slice(lower, upper, step)],
+    "rank()": len, "dim()": lambda shape, i: shape[i], "shape()": tuple,
+    **{f"{name}()": fn for name, fn in zip(_PURE_FUNCS, (len, sum, min, max, abs, all, any, tuple), strict=True)},
+}
 
 
 @dataclass(frozen=True)
@@ -68,8 +106,9 @@ class Expr:
         return frozenset(_names(self.tree, tensors=True))
 
     @cached_property
-    def _compiled(self) -> Compiled:
-        return _compile(self.tree, self.source)
+    def _compiled(self) -> dict[int, Compiled]:
+        """The expression compiled per semantics, by the semantics' id (they are module-level constants)."""
+        return {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self.source}  # what is derived from it (a closure among them) is derived again
@@ -77,9 +116,12 @@ class Expr:
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "source", state["source"])
 
-    def evaluate(self, env: ShapeEnv) -> Any:
-        """The value of the expression in ``env``."""
-        return self._compiled(env)
+    def evaluate(self, env: ShapeEnv, semantics: Semantics = PYTHON_SEMANTICS) -> Any:
+        """The value of the expression in ``env``, with the operations of ``semantics``."""
+        compiled = self._compiled.get(id(semantics))
+        if compiled is None:
+            compiled = self._compiled[id(semantics)] = _compile(self.tree, self.source, semantics)
+        return compiled(env)
 
 
 def _check(node: ast.AST, source: str) -> None:
@@ -120,75 +162,77 @@ def _names(tree: ast.AST, tensors: bool) -> set[str]:
 Compiled = Callable[[ShapeEnv], Any]
 
 
-def _compile(node: ast.AST, source: str) -> Compiled:
-    """``node`` as a closure over an environment: an expression is evaluated at every match and every numeric
-    instance, and walking its tree each time was most of what evaluating it cost."""
+def _compile(node: ast.AST, source: str, sem: Semantics) -> Compiled:
+    """``node`` as a closure over an environment, its operations those of ``sem``: an expression is evaluated at
+    every match and every numeric instance, and walking its tree each time was most of what evaluating it cost."""
+
+    def sub(child: ast.AST) -> Compiled:
+        return _compile(child, source, sem)
+
     match node:
         case ast.Constant(value=value):
-            return lambda env: value
+            constant = sem["literal"]
+            try:
+                converted = constant(value)
+            except Exception:  # a literal this semantics cannot express (z3: most strings) fails when evaluated
+                return lambda env: constant(value)
+            return lambda env: converted
         case ast.Name(id=name):
+            unbound = sem["unbound"]
+
             def variable(env: ShapeEnv) -> Any:
                 try:
                     return env.variables[name]
                 except KeyError:
-                    raise ExprError(f"{source!r}: variable {name!r} is not bound") from None
+                    return unbound(name, source)
             return variable
         case ast.Tuple(elts=elts) | ast.List(elts=elts):
-            parts = [_compile(e, source) for e in elts]
+            parts = [sub(e) for e in elts]
             return lambda env: tuple(p(env) for p in parts)
-        case ast.UnaryOp(op=ast.USub(), operand=operand):
-            inner = _compile(operand, source)
-            return lambda env: -inner(env)
-        case ast.UnaryOp(op=ast.Not(), operand=operand):
-            inner = _compile(operand, source)
-            return lambda env: not inner(env)
+        case ast.UnaryOp(op=op, operand=operand):
+            fn, inner = sem["-x" if isinstance(op, ast.USub) else "not"], sub(operand)
+            return lambda env: fn(inner(env))
         case ast.BinOp(left=left, op=op, right=right):
-            fn, lhs, rhs = _BINOPS[type(op)], _compile(left, source), _compile(right, source)
+            fn, lhs, rhs = sem[_BINOPS[type(op)]], sub(left), sub(right)
             return lambda env: fn(lhs(env), rhs(env))
-        case ast.BoolOp(op=ast.And(), values=values):
-            parts = [_compile(v, source) for v in values]
-            return lambda env: all(p(env) for p in parts)
-        case ast.BoolOp(op=ast.Or(), values=values):
-            parts = [_compile(v, source) for v in values]
-            return lambda env: any(p(env) for p in parts)
+        case ast.BoolOp(op=op, values=values):
+            fn, parts = sem["and" if isinstance(op, ast.And) else "or"], [sub(v) for v in values]
+            return lambda env: fn(p(env) for p in parts)
         case ast.Compare(left=left, ops=ops, comparators=comparators):
-            first = _compile(left, source)
-            steps = [(_CMPOPS[type(op)], _compile(right, source)) for op, right in zip(ops, comparators, strict=True)]
+            first, both = sub(left), sem["and"]
+            steps = [(sem[_CMPOPS[type(op)]], sub(right)) for op, right in zip(ops, comparators, strict=True)]
 
-            def compare(env: ShapeEnv) -> bool:
+            def links(env: ShapeEnv) -> Iterator[Any]:
                 current = first(env)
                 for fn, right in steps:
                     value = right(env)
-                    if not fn(current, value):
-                        return False
+                    yield fn(current, value)
                     current = value
-                return True
-            return compare
+            return lambda env: both(links(env))
         case ast.IfExp(test=test, body=body, orelse=orelse):
-            cond, yes, no = _compile(test, source), _compile(body, source), _compile(orelse, source)
-            return lambda env: yes(env) if cond(env) else no(env)
+            choose, cond, yes, no = sem["if"], sub(test), sub(body), sub(orelse)
+            return lambda env: choose(cond(env), lambda: yes(env), lambda: no(env))
         case ast.Subscript(value=value, slice=index):
-            container = _compile(value, source)
+            container = sub(value)
             if isinstance(index, ast.Slice):
-                bounds = [None if p is None else _compile(p, source) for p in (index.lower, index.upper, index.step)]
-                return lambda env: container(env)[slice(*(None if b is None else b(env) for b in bounds))]
-            key = _compile(index, source)
-            return lambda env: container(env)[key(env)]
+                cut = sem["[:]"]
+                bounds = [None if p is None else sub(p) for p in (index.lower, index.upper, index.step)]
+                return lambda env: cut(container(env), *(None if b is None else b(env) for b in bounds))
+            at, key = sem["[]"], sub(index)
+            return lambda env: at(container(env), key(env))
         case ast.Call(func=ast.Name(id=fname), args=args) if fname in _SHAPE_FUNCS:
-            tensor = args[0].id  # type: ignore[attr-defined]
+            tensor, no_shape, fn = args[0].id, sem["no shape"], sem[f"{fname}()"]  # type: ignore[attr-defined]
 
-            def shape_of(env: ShapeEnv) -> tuple[Any, ...]:
+            def shape_of(env: ShapeEnv) -> Any:
                 try:
                     return env.shapes[tensor]
                 except KeyError:
-                    raise ExprError(f"{source!r}: tensor {tensor!r} has no known shape") from None
-            if fname == "rank":
-                return lambda env: len(shape_of(env))
-            if fname == "shape":
-                return lambda env: tuple(shape_of(env))
-            at = _compile(args[1], source)
-            return lambda env: shape_of(env)[at(env)]
+                    return no_shape(tensor, source)
+            if fname != "dim":
+                return lambda env: fn(shape_of(env))
+            at = sub(args[1])
+            return lambda env: fn(shape_of(env), at(env))
         case ast.Call(func=ast.Name(id=fname), args=args):
-            fn, parts = _PURE_FUNCS[fname], [_compile(a, source) for a in args]
+            fn, parts = sem[f"{fname}()"], [sub(a) for a in args]
             return lambda env: fn(*(p(env) for p in parts))
     raise ExprError(f"{source!r}: cannot evaluate {ast.unparse(node)}")

@@ -28,39 +28,14 @@ from typing import Any
 
 from xflow.ops import OPS, ShapeError
 from xflow.rules.expr import Expr, ExprError
+from xflow.rules.naming import pattern_name
+from xflow.rules.pattern import AttrTemplate, PatternNode, Var, template_vars
 
 INPUT_KINDS = ("any", "const")
 
 
 class RuleError(ValueError):
     """A rule is malformed: unknown op, unbound name or variable, wrong arity, bad output map."""
-
-
-@dataclass(frozen=True)
-class Var:
-    """An attribute variable (``"?name"``)."""
-
-    name: str
-
-
-AttrTemplate = Any  # literal | Var | Expr | tuple of those
-
-
-@dataclass(frozen=True)
-class PatternNode:
-    """One node of a pattern: op, input and output tensor names, attribute templates."""
-
-    op: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    attrs: Mapping[str, AttrTemplate]
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form."""
-        out: dict[str, Any] = {"op": self.op, "in": list(self.inputs), "out": list(self.outputs)}
-        if self.attrs:
-            out["attrs"] = {k: _template_to_json(v) for k, v in self.attrs.items()}
-        return out
 
 
 @dataclass(frozen=True)
@@ -90,9 +65,7 @@ class Rule:
     def readable_name(self) -> str:
         """What the rule does in a few words (``merge-matmul-shared-lhs``), derived from its patterns; the
         ``name`` stays its id."""
-        from xflow.rules.naming import readable_name
-
-        return readable_name(self)
+        return pattern_name(self.inputs, self.src, self.dst)
 
     @property
     def gain_in_values(self) -> bool:
@@ -115,7 +88,7 @@ class Rule:
     @property
     def variables(self) -> frozenset[str]:
         """Attribute variables bound by the source pattern."""
-        return frozenset(v.name for n in self.src for t in n.attrs.values() for v in _vars(t))
+        return frozenset(v.name for n in self.src for t in n.attrs.values() for v in template_vars(t))
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form."""
@@ -133,14 +106,6 @@ class Rule:
         return out
 
 
-def _vars(template: AttrTemplate) -> list[Var]:
-    if isinstance(template, Var):
-        return [template]
-    if isinstance(template, tuple):
-        return [v for t in template for v in _vars(t)]
-    return []
-
-
 def _parse_template(value: Any) -> AttrTemplate:
     if isinstance(value, str) and value.startswith("?"):
         return Var(value[1:])
@@ -149,16 +114,6 @@ def _parse_template(value: Any) -> AttrTemplate:
     if isinstance(value, list | tuple):
         return tuple(_parse_template(v) for v in value)
     return value
-
-
-def _template_to_json(template: AttrTemplate) -> Any:
-    if isinstance(template, Var):
-        return f"?{template.name}"
-    if isinstance(template, Expr):
-        return f"={template.source}"
-    if isinstance(template, tuple):
-        return [_template_to_json(t) for t in template]
-    return template
 
 
 def _parse_node(raw: Mapping[str, Any], where: str) -> PatternNode:
@@ -216,7 +171,7 @@ def validate(rule: Rule) -> None:
         _check_expr(expr, bound_vars, src_defined, f"{where} where {expr.source!r}")
     for n in rule.dst:
         for key, template in n.attrs.items():
-            for v in _vars(template):
+            for v in template_vars(template):
                 if v.name not in bound_vars:
                     raise RuleError(f"{where}: target attribute {key}={template!r} uses unbound variable ?{v.name}")
             for expr in _exprs(template):
@@ -273,7 +228,7 @@ def _check_pattern(rule: Rule, nodes: tuple[PatternNode, ...], side: str, source
             for key, template in n.attrs.items():
                 if _exprs(template):
                     raise RuleError(f"{where}: source attribute {key} may not be an expression (use where)")
-        if all(not _vars(t) and not _exprs(t) for t in n.attrs.values()):
+        if all(not template_vars(t) and not _exprs(t) for t in n.attrs.values()):
             try:
                 count = entry.num_outputs(entry.normalize_attrs(n.attrs))
             except ShapeError as exc:

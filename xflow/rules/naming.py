@@ -21,13 +21,10 @@ share one (the id tells them apart):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 from xflow.ops import OPS
-
-if TYPE_CHECKING:
-    from xflow.rules.model import PatternNode, Rule
+from xflow.rules.pattern import PatternNode
 
 
 def _ops(nodes: Sequence[PatternNode]) -> list[str]:
@@ -52,53 +49,54 @@ def _shared_position(op: str, nodes: Sequence[PatternNode]) -> str | None:
     return None
 
 
-def readable_name(rule: Rule) -> str:
-    """What ``rule`` does, in a few words joined by dashes (see the module doc)."""
-    src, dst = Counter(n.op for n in rule.src), Counter(n.op for n in rule.dst)
-    if not rule.dst:
-        return "cancel-" + "-".join(_ops(rule.src))
-    for op in _ops(rule.src):
-        if src[op] >= 2 and 1 <= dst[op] < src[op]:
-            shared = _shared_position(op, rule.src)
+def pattern_name(inputs: Mapping[str, str], src: Sequence[PatternNode], dst: Sequence[PatternNode]) -> str:
+    """What the rule with these inputs (name -> kind) and source and target patterns does, in a few words joined
+    by dashes (see the module doc; ``Rule.readable_name`` asks it)."""
+    src_ops, dst_ops = Counter(n.op for n in src), Counter(n.op for n in dst)
+    if not dst:
+        return "cancel-" + "-".join(_ops(src))
+    for op in _ops(src):
+        if src_ops[op] >= 2 and 1 <= dst_ops[op] < src_ops[op]:
+            shared = _shared_position(op, src)
             return f"merge-{op}-shared-{shared}" if shared else f"merge-{op}"
-    folded = _folded_into(rule)
+    folded = _folded_into(inputs, src, dst)
     if folded is not None:
         return folded
-    for op in _ops(rule.dst):
-        if dst[op] >= 2 and 1 <= src[op] < dst[op]:
+    for op in _ops(dst):
+        if dst_ops[op] >= 2 and 1 <= src_ops[op] < dst_ops[op]:
             return f"unmerge-{op}"
-    lifts = [n for n in rule.dst if n.op in OPS and OPS[n.op].gain_in_values and not src[n.op]]
-    if lifts and Counter(n.op for n in rule.dst if n not in lifts) == src:
+    lifts = [n for n in dst if n.op in OPS and OPS[n.op].gain_in_values and not src_ops[n.op]]
+    if lifts and Counter(n.op for n in dst if n not in lifts) == src_ops:
         made = {o for n in lifts for o in n.outputs}
-        readers = [n.op for n in rule.dst if n not in lifts and made & set(n.inputs)]
+        readers = [n.op for n in dst if n not in lifts and made & set(n.inputs)]
         return f"lift-denormals-before-{readers[0]}" if readers else "lift-denormals"
-    gone = [op for op in _ops(rule.src) if op not in dst]
-    kept = [op for op in _ops(rule.dst) if op in src]
-    if gone and kept and len(rule.dst) < len(rule.src):  # into the fused kernel it adds, else the first kept op
-        fused = [op for op in _ops(rule.dst) if op not in src and op in OPS and OPS[op].domain]
+    gone = [op for op in _ops(src) if op not in dst_ops]
+    kept = [op for op in _ops(dst) if op in src_ops]
+    if gone and kept and len(dst) < len(src):  # into the fused kernel it adds, else the first kept op
+        fused = [op for op in _ops(dst) if op not in src_ops and op in OPS and OPS[op].domain]
         return f"fuse-{'-'.join(gone)}-into-{(fused or kept)[0]}"
-    if src == dst:
-        return "reorder-" + "-".join(_ops(rule.src))
-    return f"rewrite-{'-'.join(_ops(rule.src))}-to-{'-'.join(_ops(rule.dst))}"
+    if src_ops == dst_ops:
+        return "reorder-" + "-".join(_ops(src))
+    return f"rewrite-{'-'.join(_ops(src))}-to-{'-'.join(_ops(dst))}"
 
 
-def _folded_into(rule: Rule) -> str | None:
+def _folded_into(inputs: Mapping[str, str], src: Sequence[PatternNode], dst: Sequence[PatternNode]) -> str | None:
     """``fold-X-into-Y`` when every X node of the source reads a run-time value and every X node of the target
     reads constants only (rule inputs of kind ``const``, or what other such nodes make); None otherwise."""
-    weights = frozenset(name for name, kind in rule.inputs.items() if kind == "const")
+    weights = frozenset(name for name, kind in inputs.items() if kind == "const")
     constant = set(weights)
     on_constants = []
-    for node in rule.dst:
+    for node in dst:
         if all(i in constant for i in node.inputs):
             constant.update(node.outputs)
             on_constants.append(node)
-    for op in _ops(rule.src):
+    for op in _ops(src):
         folded = [n for n in on_constants if n.op == op]
-        if (not folded or any(n.op == op and n not in folded for n in rule.dst)
-                or any(set(n.inputs) <= weights for n in rule.src if n.op == op)):
+        if (not folded or any(n.op == op and n not in folded for n in dst)
+                or any(set(n.inputs) <= weights for n in src if n.op == op)):
             continue
         made = {o for n in folded for o in n.outputs}
-        readers = [n.op for n in rule.dst if n not in folded and made & set(n.inputs)]
+        readers = [n.op for n in dst if n not in folded and made & set(n.inputs)]
         if readers:
             return f"fold-{op}-into-{readers[0]}"
     return None

@@ -39,7 +39,7 @@ class Shared:
         return ray.get(self.ref)
 
 
-class Executor(Protocol):
+class TaskExecutor(Protocol):
     """Runs ``fn`` over items; ``share`` wraps a value many items carry; ``close`` frees its workers."""
 
     jobs: int
@@ -55,7 +55,7 @@ class Executor(Protocol):
 
 
 @dataclass
-class LocalExecutor:
+class LocalTaskExecutor:
     """``jobs`` spawned worker processes on this machine, started at the first call (none when ``jobs`` is 1:
     the calls run inline)."""
 
@@ -91,7 +91,7 @@ class LocalExecutor:
 
 
 @dataclass
-class RayExecutor:
+class RayTaskExecutor:
     """Tasks on a Ray cluster: the one at ``address`` (``auto``: the one this machine belongs to), or a local
     instance of ``jobs`` CPUs started here and stopped by ``close``."""
 
@@ -155,12 +155,12 @@ class RayExecutor:
             self._ray.shutdown()
 
 
-def make_executor(name: str, jobs: int, address: str | None = None) -> Executor:
+def make_task_executor(name: str, jobs: int, address: str | None = None) -> TaskExecutor:
     """The executor called ``name`` ("local" or "ray") with ``jobs`` workers."""
     if name == "ray":
-        return RayExecutor(jobs, address)
+        return RayTaskExecutor(jobs, address)
     if name != "local":
         raise XflowError(None, f"unknown executor {name!r}; choose one of {', '.join(EXECUTORS)}")
     if address is not None:
         raise XflowError(None, "--address is for --executor ray")
-    return LocalExecutor(jobs)
+    return LocalTaskExecutor(jobs)

@@ -40,9 +40,9 @@ def _fixed_dims(model: onnx.ModelProto) -> bool:
     return True
 
 
-def fold_constants(model: onnx.ModelProto, types: Mapping[str, TensorType], known: Mapping[str, np.ndarray],
-                   fold_shapes: bool, readers: Collection[str], captured: Collection[str] = ()
-                   ) -> dict[str, np.ndarray]:
+def known_values(model: onnx.ModelProto, types: Mapping[str, TensorType], known: Mapping[str, np.ndarray],
+                 fold_shapes: bool, readers: Collection[str], captured: Collection[str] = ()
+                 ) -> dict[str, np.ndarray]:
     """The values of the node outputs that are constant at load, by name (the model is not modified).
 
     ``known``: small initializer values; ``types``: inferred types; ``fold_shapes``: whether ``Shape`` and

@@ -88,7 +88,7 @@ def batching_option(func: Any) -> Any:
 
 def place_option(func: Callable) -> Callable:
     """Add ``--place NAME|FILE`` and ``--place-time-limit`` to ``xflow optimize``: the topology is checked
-    before anything runs (``placing.place_request``); placement is the pipeline's last stage."""
+    before anything runs (``placing.place_request``); placement is the last pass before write."""
     func = click.option("--place-time-limit", type=float, default=60.0, show_default=True,
                         help="Planning time limit of --place (s): baselines, training and improvement.")(func)
     return click.option("--place", "place_topology", metavar="NAME|FILE", default=None,

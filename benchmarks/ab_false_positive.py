@@ -1,9 +1,9 @@
 """False-positive rate of the A/B decision that ``xflow optimize`` makes before it writes a model.
 
 A model is timed against a byte-identical copy of itself with ``decide_ab`` (the decision and settings the
-pipeline uses: pairs of fresh sessions, a signed-rank test over them); the copy is "faster" only by chance.
+verify pass uses: pairs of fresh sessions, a signed-rank test over them); the copy is "faster" only by chance.
 Each trial is one full decision; the rate is the share of trials that would have kept the copy. The
-pipeline's promise: at least 99 of 100 reverted. ``--one-pair`` measures one pair's round-level sign test
+verify pass's promise: at least 99 of 100 reverted. ``--one-pair`` measures one pair's round-level sign test
 alone (``measure_ab``), the decision before pairs of sessions were its unit.
 
     .venv/bin/python benchmarks/ab_false_positive.py [--trials 100] [--models matmul,nasrnn] [--one-pair]
@@ -64,7 +64,7 @@ def upper_bound(kept: int, trials: int, confidence: float = 0.95) -> float:
 def run(name: str, trials: int, confirm: bool = True, against: bytes | None = None,
         threads: int | None = None) -> dict[str, float]:
     """``trials`` A/B decisions of the model against its identical copy (or ``against``, another model of
-    the same function: the share kept is then the decision's power): ``decide_ab`` as the pipeline makes
+    the same function: the share kept is then the decision's power): ``decide_ab`` as the verify pass makes
     them, or one ``measure_ab`` (``confirm=False``, a round-level sign test on one pair)."""
     data = open(name, "rb").read() if name.endswith(".onnx") else MODELS[name]().SerializeToString()
     other = data if against is None else against

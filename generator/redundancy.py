@@ -3,7 +3,7 @@
 Each generated rule states the instance it was found on in its ``doc``: ``lhs -> rhs``, each side the
 canonical text of its outputs (``generator.fingerprint.expressions``) over the enumeration's inputs
 (``generator.enumerate.INPUTS``, whose shapes are fixed). A rule is *redundant* when rewriting its
-left-hand side with other rules, each strictly smaller in ``rule_order`` (fewer ops in all, then name),
+left-hand side with other rules, each strictly smaller in ``TermRule.order`` (fewer ops in all, then name),
 reaches its right-hand side in at most ``depth`` steps. The order is total and well founded, so dropping
 every redundant rule keeps the closure: a dropped rule is made of earlier rules, each kept or itself made of
 earlier ones.
@@ -79,7 +79,7 @@ class TermRule:
 
     @property
     def order(self) -> tuple[int, str]:
-        """The rule's place in ``rule_order``."""
+        """The rule's place in the order rules are made of smaller ones: fewer ops in all, then name."""
         return (self.size, self.name)
 
 
@@ -483,7 +483,7 @@ class CompositionIndexes:
 
     @classmethod
     def of(cls, rules: Sequence[TermRule]) -> CompositionIndexes:
-        """The three indexes of ``rules`` (in ``rule_order``)."""
+        """The three indexes of ``rules`` (in ``TermRule.order``)."""
         return cls(RuleIndex(rules), RuleIndex(rules, _reverse_pattern),
                    RuleIndex([r for r in rules if not reversible(r)]))
 

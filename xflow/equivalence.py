@@ -1,6 +1,6 @@
 """Whether an optimized model computes what the original computes, on given inputs.
 
-The rule, element by element for every float output (README, "How outputs are compared"):
+The rule, element by element for every float output (docs/OPTIMIZE.md, "How outputs are compared"):
 
 * NaN and ±inf must sit at the same positions, infinities with the same sign.
 * Finite elements are compared with a reference ``r``: the original run in float64 where ONNX Runtime can

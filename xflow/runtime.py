@@ -1,5 +1,5 @@
 """Running and timing ONNX Runtime sessions (made by ``xflow.ort.Sessions``): random feeds, interleaved timing,
-the A/B decision, and the successive halving of the select stage: every timing rule of xflow is here."""
+the A/B decision, and the successive halving of the select pass: every timing rule of xflow is here."""
 
 from __future__ import annotations
 

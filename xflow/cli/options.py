@@ -91,7 +91,7 @@ def batching_option(func: Any) -> Any:
 
 def place_option(func: Callable) -> Callable:
     """Add ``--place NAME|FILE`` and ``--place-time-limit`` to ``xflow optimize``: the topology is checked
-    before anything runs (``placing.place_request``); placement is the last pass of ``xflow optimize``."""
+    before anything runs (``placing.place_request``); placement is the last pass before write."""
     from xflow.placement.options import PlaceOptions
 
     func = click.option("--place-time-limit", type=float, default=PlaceOptions.time_limit, show_default=True,

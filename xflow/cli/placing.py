@@ -1,5 +1,5 @@
 """What ``xflow place`` and ``xflow optimize --place`` share: the table of baselines and RL, and the request
-``optimize`` hands its place stage."""
+``optimize`` hands its place pass."""
 
 from __future__ import annotations
 

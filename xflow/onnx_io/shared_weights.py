@@ -1,7 +1,7 @@
 """Several graphs written as ONNX files whose weights are in one shared data file, for ONNX Runtime sessions
 of all of them at once.
 
-The select stage keeps a session of every finalist open while it times them. Made from serialized bytes, each
+The select pass keeps a session of every finalist open while it times them. Made from serialized bytes, each
 session holds its own copy of every weight, and each maker the bytes; the finalists share almost all their
 weights, so the run held the model's weights about twice per finalist. Written once as external data, a weight
 the graphs share is one entry of the data file, which ONNX Runtime maps into memory: each session then owns only

@@ -1,4 +1,4 @@
-"""The search pass: load the rules, make the cost model, run the backtracking search."""
+"""The search pass: load the rules and run the backtracking search on the run's coster (``costing`` makes it)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ def fits_in_memory(graph: Graph) -> bool:
 
 def session_maker(sessions: Sessions, graph: Graph, name: str,
                   serialized: Callable[[], bytes] | None = None) -> Callable[[], Any]:
-    """A maker of sessions of ``graph`` (the A/B and the select stage make several of one graph): from its model
+    """A maker of sessions of ``graph`` (the A/B and the select pass make several of one graph): from its model
     serialized once (``serialized`` gives the bytes where the caller holds them already), or (external or very
     large weights) from a file written in the scratch folder for each session and removed once the session
     holds the weights."""

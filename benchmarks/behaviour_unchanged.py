@@ -50,18 +50,19 @@ def run(out: str, cache_dir: str) -> None:
     with open(os.path.join(out, "hashes.json"), "w") as hashes:
         subprocess.run([sys.executable, os.path.join(root, "benchmarks", "search_hashes.py")], stdout=hashes,
                        check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    xflow = os.path.join(os.path.dirname(sys.executable), "xflow")
     for model in MODELS:
         source = os.path.join(cache_dir, f"{model}.onnx")
         if not os.path.exists(source):
-            xflow = os.path.join(os.path.dirname(sys.executable), "xflow")
             subprocess.run([xflow, "zoo", "--small", model, source], check=True)
         for kind in KINDS:
             extra = {}
             if kind == "measured":
                 filled = os.path.join(cache_dir, f"{model}.costs.sqlite")
-                if not os.path.exists(filled):  # measured once, then every run reads a copy of the same cache
-                    optimize_file(source, os.path.join(cache_dir, f"{model}.fill.onnx"),
-                                  make(cost_db=filled, measure=False), say=lambda _m: None)
+                if not os.path.exists(filled):  # measured once (by a process of its own, so the cache is closed
+                    # and whole when copied), then every run reads a copy of the same cache
+                    subprocess.run([xflow, "optimize", source, os.path.join(cache_dir, f"{model}.fill.onnx"),
+                                    "--cost-db", filled, "--keep-if-slower", "-q"], check=True)
                 extra = {"cost_db": shutil.copy(filled, os.path.join(out, f"{model}.costs.sqlite"))}
             name = os.path.join(out, f"{model}.{kind}")
             report = optimize_file(source, name + ".onnx", make(cost=kind, measure=False, **extra),

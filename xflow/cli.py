@@ -16,6 +16,7 @@ from xflow.cli_common import check_writable, save_model, user_errors, write_json
 from xflow.cli_place import place_option, place_request
 from xflow.cli_rules import executor_options, proof_budget_options
 from xflow.errors import XflowError
+from xflow.files import check_distinct
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -49,7 +50,7 @@ def main() -> None:
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True, help="Cost model for the search: node costs measured with ONNX Runtime "
               "(cached) or an analytic estimate.")
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=None,
+@click.option("--cost-db", type=click.Path(), default=None,  # a directory is refused in one line by the cache
               help="SQLite cache of measured costs (default: $XDG_CACHE_HOME/xflow/costs.sqlite).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="ONNX Runtime execution provider for cost measurement, verification and timing.")
@@ -87,7 +88,8 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     from xflow.onnx_io.profile import parse_shape_profile
     from xflow.pipeline import OptimizeOptions, optimize_file
 
-    options = OptimizeOptions(rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
+    options = OptimizeOptions(rules_path=rules_path, rules=_proved_rules(rules_path, cost_db, quiet), alpha=alpha,
+                              budget=budget, patience=patience or None,
                               alternatives=alternatives,
                               time_limit=time_limit, memory_limit=memory_limit, provider=provider,
                               threads=threads, cost=cost_kind, cost_db=cost_db,
@@ -103,13 +105,28 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
             raise XflowError(report_path, "--report names the input or output model; choose another path")
     placing = place_request(place_topology, place_time_limit, out_path, quiet)
     with _sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
-        report = optimize_file(in_path, out_path, options, say=say, progress=progress, place_request=placing)
+        report = optimize_file(in_path, out_path, options, say=say, progress=progress, place_request=placing,
+                               report_path=report_path)
     if progress is not None:
         click.echo("", err=True)
     if not quiet:
         _print_summary(report)
-    if report_path:
-        write_json(report_path, report.to_json())
+
+
+def _proved_rules(rules_path: str | None, cost_db: str | None, quiet: bool) -> list[Any] | None:
+    """The rules of ``--rules``, each that carries no proof proved first (``verifier.user_rules``: a numeric
+    counterexample, then z3 within a small budget) or refused by name; None for the shipped rules (all proved)."""
+    if rules_path is None:
+        return None
+    from verifier.user_rules import prove_unproved
+    from xflow.files import check_distinct
+    from xflow.rules import load_rules
+
+    check_distinct({"--rules": rules_path, "--cost-db": cost_db})  # before the rule file is read
+    rules, proved = prove_unproved(load_rules(rules_path), rules_path)
+    if proved and not quiet:
+        click.echo(f"{rules_path}: proved {proved} rule{'s' if proved > 1 else ''} that carried no proof")
+    return rules
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -225,6 +242,7 @@ def verify_rules(rules_path: str, rlimit: int, guard_s: float, trials: int, seed
     from xflow.executor import make_executor
     from xflow.rules import load_rules
 
+    check_distinct({"RULES.json": rules_path, "--report": report_path})
     rules = load_rules(rules_path)
     if report_path is not None:
         check_writable(report_path)

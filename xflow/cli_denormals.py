@@ -8,6 +8,7 @@ import statistics
 import click
 
 from xflow.cli_common import check_writable, user_errors, write_json
+from xflow.files import check_distinct
 
 
 @click.command()
@@ -43,6 +44,7 @@ def denormals(models: tuple[str, ...], threads: int | None, processes: int, seco
     from xflow.onnx_io.load import check_input_shapes
     from xflow.pipeline import read_inputs
 
+    check_distinct({**{f"FILE.onnx {path}": path for path in models}, "--inputs": inputs_npz, "--json": json_path})
     if json_path:
         check_writable(json_path)
     shapes = parse_input_shapes(input_shapes)

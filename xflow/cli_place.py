@@ -15,6 +15,7 @@ import click
 
 from xflow.cli_common import check_writable, fail, save_model, user_errors, write_json
 from xflow.errors import XflowError
+from xflow.files import check_distinct
 
 
 def _load_graph(path: str):  # noqa: ANN202 - Graph
@@ -134,7 +135,7 @@ def _settings_flags(func: Callable) -> Callable:
 @_settings_flags
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True, help="Node costs: measured with ONNX Runtime (cached) or analytic.")
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=None, help="SQLite cache of measured costs.")
+@click.option("--cost-db", type=click.Path(), default=None, help="SQLite cache of measured costs.")
 @click.option("--train-on", "train_on", multiple=True, metavar="GLOB",
               help="Train one policy across these models (repeatable, globs allowed); needs --save-policy.")
 @click.option("--save-policy", type=click.Path(dir_okay=False), default=None, help="Write the trained policy (.npz).")
@@ -160,6 +161,9 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     from xflow.placement.place import train_across, training_curve_png
     from xflow.placement.topology import load_topology
 
+    check_distinct(place_files(in_path, topology_spec, cost_db, train_on, chosen,
+                               {"--out": out_path, "--onnx-out": onnx_out, "--curve": curve_path,
+                                "--save-policy": save_policy}))
     topology = load_topology(topology_spec)
     if in_path is None and not train_on:
         raise XflowError(None, "give IN.onnx to place, or --train-on models to train a policy")
@@ -202,6 +206,20 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
         say(f"wrote {curve_path}")
 
 
+def place_files(in_path: str | None, topology_spec: str, cost_db: str | None, train_on: tuple[str, ...],
+                chosen: dict[str, Any], outputs: dict[str, str | None]) -> dict[str, str | None]:
+    """Every file ``xflow place`` reads or writes, by role, for ``check_distinct``: no output may be written over
+    the model, the topology, a model trained on, the calibration or policy read, the cost cache or another output."""
+    reads: dict[str, str | None] = {"IN.onnx": in_path, "--cost-db": cost_db,
+                                    "--calibration": chosen.get("calibration"), "--policy": chosen.get("policy")}
+    if os.path.isfile(topology_spec):
+        reads["--topology"] = topology_spec
+    for pattern in train_on:
+        for i, path in enumerate(sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]):
+            reads[f"--train-on {pattern} ({i + 1})" if glob.has_magic(pattern) else f"--train-on {path}"] = path
+    return {**reads, **outputs}
+
+
 def _write_annotated(graph, plan, path: str, cost_model) -> None:  # noqa: ANN001
     from xflow.placement.plan import annotate_model
     from xflow.placement.problem import build_problem
@@ -221,7 +239,7 @@ def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
 
     Outputs are checked against the unplaced model first."""
     from xflow.cost import AnalyticCost
-    from xflow.placement.executor import Executor
+    from xflow.placement.executor import Executor, require_runnable
     from xflow.placement.plan import read_plan
     from xflow.placement.problem import build_problem
 
@@ -229,6 +247,7 @@ def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
     graph = _load_graph(model_path)
     problem = build_problem(graph, AnalyticCost(), os.path.basename(model_path))
     devices = plan.devices_for(problem, plan_path)
+    require_runnable(plan.topology, plan_path, devices)  # the plan's devices, not the topology, are at fault
     executor = Executor(problem, plan.topology, runs=runs, seed=seed)
     try:
         m = executor.measure(devices)
@@ -254,7 +273,7 @@ def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
                    "rounds' medians.")
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True)
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=None)
+@click.option("--cost-db", type=click.Path(), default=None)
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write fitted parameters, tau and every measurement (JSON).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -265,6 +284,8 @@ def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_place
     from xflow.placement.place import validate_simulator
     from xflow.placement.topology import load_topology
 
+    check_distinct({"IN.onnx": in_path, "--cost-db": cost_db, "--out": out_path,
+                    "--topology": topology_spec if os.path.isfile(topology_spec) else None})
     topology = load_topology(topology_spec)
     if out_path:
         check_writable(out_path)

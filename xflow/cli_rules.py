@@ -14,6 +14,7 @@ import click
 
 from xflow.cli_common import check_writable, user_errors
 from xflow.errors import XflowError
+from xflow.files import check_distinct
 
 
 @dataclass
@@ -149,6 +150,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
     if candidates_path is None and max_ops > MAX_ENUMERATED_OPS:
         raise click.BadParameter(f"{max_ops}: graphs are enumerated up to {MAX_ENUMERATED_OPS} ops (larger sizes "
                                  "are for --candidates)", param_hint="--max-ops")
+    check_distinct({"--candidates": candidates_path, "--out": out_path, "--save-candidates": save_path})
     check_writable(out_path)
     if save_path is not None:
         check_writable(save_path)

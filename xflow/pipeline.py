@@ -32,13 +32,22 @@ from xflow.cost.cache import CostCache
 from xflow.cost.measured import MeasuredCost, in_cache_batch_bytes
 from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equivalence, verify_against_original
 from xflow.errors import XflowError, one_line
-from xflow.files import check_output_file, copy_atomically, run_folder, write_json
+from xflow.files import (
+    all_or_none,
+    check_distinct,
+    check_output_file,
+    copy_atomically,
+    keep_private,
+    run_folder,
+    same_folder,
+    write_json,
+)
 from xflow.ir import Graph
 from xflow.ir.dims import is_static
 from xflow.onnx_io import graph_from_model, read_model, save, to_model_proto, would_overwrite
-from xflow.onnx_io.load import check_input_shapes, check_proto
+from xflow.onnx_io.load import check_input_shapes, check_proto, model_from_bytes
 from xflow.onnx_io.profile import ShapePlan, shape_plan
-from xflow.onnx_io.save import EXTERNAL_THRESHOLD
+from xflow.onnx_io.save import EXTERNAL_THRESHOLD, weight_files
 from xflow.onnx_io.shared_weights import SharedWeightsFiles, weights_in_memory, write_sharing_weights
 from xflow.rewrite import Match, find_matches, fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
@@ -53,6 +62,7 @@ class OptimizeOptions:
     """Everything a user can set for one optimization."""
 
     rules_path: str | None = None
+    rules: Sequence[Rule] | None = None  # the rules already loaded (and proved) by the caller; rules_path names them
     alpha: float = 1.05
     budget: int = 300
     patience: int | None = 10  # once improved, stop after this many expansions without a better graph
@@ -80,6 +90,7 @@ class VerifyFigures:
     max_abs_diff: dict[str, float] = field(default_factory=dict)
     verify_reference: str = ""  # what the outputs were compared against (xflow.equivalence)
     verify_inputs: list[str] = field(default_factory=list)  # the input sets compared on, the run's own first
+    verify_scales: list[str] = field(default_factory=list)  # then the draws at other scales (xflow.equivalence)
     latency_before_ms: float | None = None
     latency_after_ms: float | None = None
     speedup: float | None = None
@@ -216,10 +227,12 @@ class Source:
             "written unchanged (re-encoded: its weights are external data)"
 
 
-def load_source(model: onnx.ModelProto | str, options: OptimizeOptions) -> Source:
+def load_source(model: onnx.ModelProto | bytes | str, options: OptimizeOptions) -> Source:
     """The load stage: parse and check the model, resolve its shape profile, build its graph with the
     model's own dims (dynamic ones as symbols: the search decides rule conditions for every size and costs
     graphs at the profile's points); ``measuring`` are the input shapes at the profile's first point."""
+    if isinstance(model, (bytes, bytearray, memoryview)):  # serialized: parsed here, named as what it is
+        model = model_from_bytes(model)
     if isinstance(model, onnx.ModelProto):
         check_proto(model, "<ModelProto>")
         label, path, proto, base_dir = "<ModelProto>", None, model, ""
@@ -596,7 +609,7 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
             checked = verify_against_original(
                 source.runnable, original.session, candidate,
                 original.feeds, "--inputs" if options.inputs_npz else f"seed {options.seed}", options.seed,
-                source.measuring, options.provider, options.threads)
+                source.measuring, options.provider, options.threads, users_feeds=bool(options.inputs_npz))
         except EquivalenceError as exc:
             raise EquivalenceError(source.label, f"optimized model is not equivalent, nothing written: {exc.problem}") \
                 from None
@@ -607,6 +620,7 @@ def verify(optimized: Graph | None, original: OriginalRun | OriginalNotRunnable 
             say(note)
         figures.max_abs_diff, figures.verified = checked.max_abs_diff, True
         figures.verify_reference, figures.verify_inputs = checked.reference, checked.inputs
+        figures.verify_scales = checked.scales
         failure = check_other_sizes(source, original.session, candidate, options, figures)
         if failure is not None:
             say(f"{failure}: the original is {source.kept_as}")
@@ -844,7 +858,7 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
     """load's result -> search -> finalize -> select -> verify -> place, in memory."""
     graph = source.graph
     rules_file = options.rules_path or str(default_rules_path())
-    rules: list[Rule] = load_rules(options.rules_path)
+    rules: list[Rule] = list(options.rules) if options.rules is not None else load_rules(options.rules_path)
     coster = GraphCoster(profile_cost(cost_model or make_cost_model(options, graph), source.shapes))
     result = search(graph, rules, coster, options, progress)
     original: OriginalRun | OriginalNotRunnable | None = None
@@ -905,11 +919,14 @@ def _finish(report: OptimizeReport, nodes_written: int, copied: bool, started: f
 def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,
                   say: Callable[[str], None] = print,
                   progress: Callable[[SearchReport], None] | None = None,
-                  place_request: PlaceRequest | None = None) -> OptimizeReport:
-    """Optimize ``in_path`` into ``out_path``; the written model is verified equal and never slower
-    (unless ``keep_if_slower``). Raises XflowError for bad input; writes nothing on failure."""
+                  place_request: PlaceRequest | None = None, report_path: str | None = None) -> OptimizeReport:
+    """Optimize ``in_path`` into ``out_path`` (and write the report to ``report_path``, when given); the
+    written model is verified equal and never slower (unless ``keep_if_slower``). Raises XflowError for bad
+    input; writes nothing on failure: every output, or none."""
     started = time.perf_counter()
     check_output_path(in_path, out_path)
+    plan_path = place_request.plan_path if place_request is not None else None
+    check_distinct(run_files(in_path, out_path, options, plan_path, report_path))
     if place_request is not None:
         check_output_file(place_request.plan_path, "plan output")
     source = load_source(in_path, options)
@@ -917,23 +934,41 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     if clash is not None:
         raise XflowError(out_path, f"writing it would replace {clash}, which holds the input's weights; "
                                    "choose another output path")
+    check_distinct({**run_files(in_path, out_path, options, plan_path, report_path),
+                    **{f"IN.onnx's weights file {os.path.basename(f)}": f for f in weight_files(source.graph)}})
     with run_folder(out_path) as scratch:
         run = _chain(source, out_path, options, cost_model, say, progress, scratch, place_request)
-        nodes_written, copied = write(source, run.graph, out_path, scratch)
-        if run.placement is not None and place_request is not None:
-            write_json(place_request.plan_path, run.placement.plan.to_json(), scratch)
-            if place_request.show is not None:
-                place_request.show(run.placement.plan)
-    return _finish(run.report, nodes_written, copied, started)
+        outputs = [out_path, f"{out_path}.data", *(p for p in (plan_path, report_path) if p)]
+        with all_or_none(outputs, scratch):  # a report into a full disk takes the model back out
+            nodes_written, copied = write(source, run.graph, out_path, scratch)
+            keep_private(in_path, [out_path, f"{out_path}.data"])
+            if run.placement is not None and place_request is not None:
+                write_json(place_request.plan_path, run.placement.plan.to_json(), scratch)
+            report = _finish(run.report, nodes_written, copied, started)
+            if report_path:
+                write_json(report_path, report.to_json(), scratch if same_folder(report_path, out_path) else None)
+        if run.placement is not None and place_request is not None and place_request.show is not None:
+            place_request.show(run.placement.plan)
+    return report
 
 
-def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions, cost_model: CostModel | None = None
+def run_files(in_path: str, out_path: str, options: OptimizeOptions, plan_path: str | None = None,
+              report_path: str | None = None) -> dict[str, str | None]:
+    """Every file one optimize run reads or writes, by the role the user gave it (``check_distinct``)."""
+    return {"IN.onnx": in_path, "OUT.onnx": out_path, "OUT.onnx's data file": f"{out_path}.data",
+            "--rules": options.rules_path, "--inputs": options.inputs_npz, "--cost-db": options.cost_db,
+            "the plan file (--place)": plan_path, "--report": report_path}
+
+
+def optimize_model(model: onnx.ModelProto | bytes | str, options: OptimizeOptions, cost_model: CostModel | None = None
                    ) -> tuple[onnx.ModelProto, OptimizeReport]:
     """Optimize a model in memory (or a file) and return the result with its report: the same checks
     as ``optimize_file`` (verified; the original comes back when the optimized one is not faster).
     Scratch files, needed only for models with external or very large weights, go in a run folder under
     the system's temp directory."""
     started = time.perf_counter()
+    check_distinct({"the model": model if isinstance(model, str) else None, "rules_path": options.rules_path,
+                    "inputs_npz": options.inputs_npz, "cost_db": options.cost_db})
     source = load_source(model, options)
     with _api_scratch() as scratch:
         run = _chain(source, "<ModelProto>", options, cost_model, lambda _m: None, None, scratch, None)
@@ -952,7 +987,7 @@ def _api_scratch() -> Iterator[str]:
         yield scratch
 
 
-def optimize(model: onnx.ModelProto | str, **options: Any) -> onnx.ModelProto:
+def optimize(model: onnx.ModelProto | bytes | str, **options: Any) -> onnx.ModelProto:
     """Optimize an ONNX model (a ModelProto or a path) and return the optimized ModelProto.
 
     Keyword options are the fields of ``OptimizeOptions`` (``rules_path``, ``alpha``, ``budget``,

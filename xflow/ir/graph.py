@@ -30,6 +30,9 @@ class ModelContext:
     base_dir: str = ""
     path: str = ""
     external_data: bool = False  # the source kept weights in external files (so its output does too)
+    # initializers that are also graph inputs (a caller may feed them): runtime inputs in the graph, never
+    # constants a rewrite folds or merges; written back as they were, initializer and input (name -> Constant)
+    overridable: Mapping[str, Constant] = field(default_factory=dict)
 
     @property
     def opset(self) -> int:

@@ -15,16 +15,57 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+#: Bounds on what an expression may be and compute: its text, its nesting, and the items (and integer digits)
+#: one value may hold. A rule is data from a file: ``len('a' * 100000000000)`` passes the whitelist and would
+#: allocate without bound at every match, and 100,000 nested minuses exhaust the parser's memory.
+MAX_SOURCE_CHARS = 2000
+MAX_DEPTH = 64
+MAX_ITEMS = 10_000
+MAX_INT_BITS = 256
+
+
+def _bounded(value: Any) -> Any:
+    """``value`` when within the bounds, else ExprError (a sequence of more than MAX_ITEMS items, an integer of
+    more than MAX_INT_BITS bits)."""
+    if isinstance(value, str | tuple | list) and len(value) > MAX_ITEMS:
+        raise ExprError(f"a value of {len(value)} items (at most {MAX_ITEMS})")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ExprError(f"an integer of {value.bit_length()} bits (at most {MAX_INT_BITS})")
+    return value
+
+
+def _mul(a: Any, b: Any) -> Any:
+    """``a * b`` refused before it allocates: a sequence repeated beyond MAX_ITEMS items."""
+    for seq, count in ((a, b), (b, a)):
+        if isinstance(seq, str | tuple | list) and isinstance(count, int) and len(seq) * max(count, 0) > MAX_ITEMS:
+            raise ExprError(f"a value of {len(seq) * count} items (at most {MAX_ITEMS})")
+    return _bounded(a * b)
+
+
+def _mod(a: Any, b: Any) -> Any:
+    """Integer ``a % b``; a string left side would be printf formatting (``'%09999999d' % 1`` allocates)."""
+    if not isinstance(a, int):
+        raise ExprError(f"% takes integers, not {type(a).__name__}")
+    return a % b
+
+
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
+    ast.Add: lambda a, b: _bounded(operator.add(a, b)), ast.Sub: operator.sub, ast.Mult: _mul,
+    ast.FloorDiv: operator.floordiv, ast.Mod: _mod,
 }
 _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
+def _sum(items: Any, start: Any = 0) -> Any:
+    """``sum`` of numbers (a sum of sequences would concatenate without bound)."""
+    if not isinstance(start, int):
+        raise ExprError(f"sum() adds integers, not {type(start).__name__}")
+    return _bounded(sum(items, start))
+
+
 _PURE_FUNCS: dict[str, Callable[..., Any]] = {
-    "len": len, "sum": sum, "min": min, "max": max, "abs": abs, "all": all, "any": any,
+    "len": len, "sum": _sum, "min": min, "max": max, "abs": abs, "all": all, "any": any,
     "tuple": tuple,
 }
 _SHAPE_FUNCS = ("rank", "dim", "shape")
@@ -50,10 +91,18 @@ class Expr:
 
     @cached_property
     def tree(self) -> ast.expr:
+        if not isinstance(self.source, str):
+            raise ExprError(f"expression {self.source!r} is not a string")
+        if len(self.source) > MAX_SOURCE_CHARS:
+            raise ExprError(f"expression {self.source[:40]!r}... is {len(self.source)} characters long "
+                            f"(at most {MAX_SOURCE_CHARS})")
         try:
             tree = ast.parse(self.source, mode="eval").body
         except SyntaxError as exc:
             raise ExprError(f"bad expression {self.source!r}: {exc.msg}") from None
+        except (MemoryError, RecursionError):
+            raise ExprError(f"expression {self.source[:40]!r}... is nested too deeply") from None
+        _check_depth(tree, self.source)
         _check(tree, self.source)
         return tree
 
@@ -82,6 +131,16 @@ class Expr:
         return self._compiled(env)
 
 
+def _check_depth(tree: ast.AST, source: str) -> None:
+    """ExprError when the tree nests deeper than MAX_DEPTH (the compiled closures recurse once per level)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ExprError(f"expression {source[:40]!r}... nests more than {MAX_DEPTH} levels deep")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
 def _check(node: ast.AST, source: str) -> None:
     allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Call, ast.Name, ast.Constant,
                ast.Tuple, ast.List, ast.Subscript, ast.Slice, ast.IfExp, ast.Load, ast.USub, ast.Not, ast.And,
@@ -96,6 +155,11 @@ def _check(node: ast.AST, source: str) -> None:
                 raise ExprError(f"{source!r}: {sub.func.id}() takes a pattern tensor name first")
         if isinstance(sub, ast.Constant) and not isinstance(sub.value, int | str | bool):
             raise ExprError(f"{source!r}: only integer, bool and string literals are allowed")
+        if isinstance(sub, ast.Constant):
+            try:
+                _bounded(sub.value)
+            except ExprError as exc:
+                raise ExprError(f"{source[:40]!r}: a literal too large: {exc}") from None
 
 
 def _names(tree: ast.AST, tensors: bool) -> set[str]:

@@ -114,3 +114,20 @@ def test_verify_rules_refutes_a_false_one_op_rule_before_z3(tmp_path):
     result = invoke("verify-rules", rules, "--jobs", "1")
     assert result.exit_code == 1, result.output
     assert "FAIL clip_identity: refuted" in result.output and "0 z3 resource units" in result.output
+
+
+def test_rule_z3_cannot_settle_is_refused_unless_trusted(tmp_path):
+    """A true rule the verifier cannot prove (``split_split_merge``: z3 answers unknown within the budget) carries
+    no proof and is refused by name; ``--trust-rules`` uses the file as it is, as ``xflow.optimize`` does."""
+    from tests.rulebook import SPLIT_SPLIT_MERGE
+    from tests.test_bad_input import cancel_model
+
+    src = tmp_path / "m.onnx"
+    onnx.save(cancel_model(), src)
+    rules = write_rules(tmp_path / "rules.json", SPLIT_SPLIT_MERGE)
+    refused = invoke("optimize", str(src), str(tmp_path / "a.onnx"), "--rules", rules, "--cost", "analytic")
+    assert refused.exit_code == 2 and "'split_split_merge'" in refused.stderr and "unknown" in refused.stderr
+    assert not (tmp_path / "a.onnx").exists()
+    trusted = invoke("optimize", str(src), str(tmp_path / "b.onnx"), "--rules", rules, "--cost", "analytic",
+                     "--trust-rules")
+    assert trusted.exit_code == 0 and "proved" not in trusted.output, trusted.output

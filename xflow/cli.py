@@ -35,6 +35,9 @@ def main() -> None:
 @click.argument("out_path", metavar="OUT.onnx", type=click.Path())
 @click.option("--rules", "rules_path", type=click.Path(), default=None,
               help="Rule file (default: the shipped rules/default.json).")
+@click.option("--trust-rules", is_flag=True,
+              help="Use the --rules file's rules as they are, without proving first those that carry no proof (as "
+              "xflow.optimize does): for rules you have checked yourself that z3 cannot settle.")
 @click.option("--alpha", type=float, default=1.05, show_default=True,
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
 @click.option("--budget", type=int, default=300, show_default=True, help="Most graphs the search expands.")
@@ -71,7 +74,8 @@ def main() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @place_option
 @user_errors
-def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
+def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: bool, alpha: float, budget: int,
+             patience: int,
              alternatives: int,
              time_limit: float, memory_limit: float | None, cost_kind: str, cost_db: str | None, provider: str,
              threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
@@ -88,7 +92,8 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     from xflow.onnx_io.profile import parse_shape_profile
     from xflow.pipeline import OptimizeOptions, optimize_file
 
-    options = OptimizeOptions(rules_path=rules_path, rules=_proved_rules(rules_path, cost_db, quiet), alpha=alpha,
+    options = OptimizeOptions(rules_path=rules_path, rules=_proved_rules(rules_path, cost_db, quiet, trust_rules),
+                              alpha=alpha,
                               budget=budget, patience=patience or None,
                               alternatives=alternatives,
                               time_limit=time_limit, memory_limit=memory_limit, provider=provider,
@@ -113,10 +118,11 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
         _print_summary(report)
 
 
-def _proved_rules(rules_path: str | None, cost_db: str | None, quiet: bool) -> list[Any] | None:
+def _proved_rules(rules_path: str | None, cost_db: str | None, quiet: bool, trust: bool) -> list[Any] | None:
     """The rules of ``--rules``, each that carries no proof proved first (``verifier.user_rules``: a numeric
-    counterexample, then z3 within a small budget) or refused by name; None for the shipped rules (all proved)."""
-    if rules_path is None:
+    counterexample, then z3 within a small budget) or refused by name; None for the shipped rules (all proved)
+    and with ``--trust-rules`` (the library then reads the file as it is)."""
+    if rules_path is None or trust:
         return None
     from verifier.user_rules import prove_unproved
     from xflow.files import check_distinct

@@ -17,6 +17,7 @@ import xflow
 from tests.rulebook import CONCAT_SPLIT_CANCEL
 from xflow.cli import main
 from xflow.equivalence import EquivalenceError
+from xflow.errors import XflowError
 from xflow.rules import rules_from_json
 from xflow.rules.proof import content_digest, has_proof, unproved, with_proof_digest
 
@@ -131,3 +132,17 @@ def test_rule_z3_cannot_settle_is_refused_unless_trusted(tmp_path):
     trusted = invoke("optimize", str(src), str(tmp_path / "b.onnx"), "--rules", rules, "--cost", "analytic",
                      "--trust-rules")
     assert trusted.exit_code == 0 and "proved" not in trusted.output, trusted.output
+
+
+def test_rule_edited_after_its_proof_is_proved_again_or_refused(tmp_path):
+    """A proof is for the content it was made for: the CLI proves an edited rule again (here: refuted, the rule
+    was made false), and the library, which takes a file's rules as they are, refuses it by name."""
+    edited = {**CLIP_IDENTITY, "provenance": with_proof_digest(FORGED_PROOF, TANH_IDENTITY)}
+    src = tmp_path / "m.onnx"
+    clip_relu_model(src)
+    rules = write_rules(tmp_path / "rules.json", edited)
+    result = invoke("optimize", str(src), str(tmp_path / "out.onnx"), "--rules", rules, "--cost", "analytic")
+    assert result.exit_code == 2 and "'clip_identity'" in result.stderr and "refuted" in result.stderr
+    with pytest.raises(XflowError, match="clip_identity.*edited after it was proved"):
+        xflow.optimize(str(src), rules_path=rules, cost="analytic")
+    assert not (tmp_path / "out.onnx").exists()

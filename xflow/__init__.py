@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 __all__ = ["optimize"]
 
 
-def optimize(model: onnx.ModelProto | str, **options: Any) -> onnx.ModelProto:
-    """Optimize an ONNX model (ModelProto or path) for pipelines: verified, never slower by default.
+def optimize(model: onnx.ModelProto | bytes | str, **options: Any) -> onnx.ModelProto:
+    """Optimize an ONNX model (ModelProto, its bytes or a path) for pipelines: verified, never slower by default.
     Options are the fields of ``xflow.pipeline.OptimizeOptions``; see ``xflow.pipeline.optimize``."""
     from xflow.pipeline import optimize as run
 

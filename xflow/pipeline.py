@@ -52,6 +52,7 @@ from xflow.onnx_io.shared_weights import SharedWeightsFiles, weights_in_memory, 
 from xflow.rewrite import Match, find_matches, fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
+from xflow.rules.proof import refuse_stale_proofs
 from xflow.runtime import decide_ab, interleaved_times, make_session, median_latency, random_feeds
 from xflow.search import Alternative, SearchLimits, SearchReport, Step, StopReason, backtracking_search, complete_sweeps
 from xflow.search.profile_cost import ProfileCost, graph_at
@@ -859,6 +860,7 @@ def _chain(source: Source, output_label: str, options: OptimizeOptions, cost_mod
     graph = source.graph
     rules_file = options.rules_path or str(default_rules_path())
     rules: list[Rule] = list(options.rules) if options.rules is not None else load_rules(options.rules_path)
+    refuse_stale_proofs(rules, rules_file)
     coster = GraphCoster(profile_cost(cost_model or make_cost_model(options, graph), source.shapes))
     result = search(graph, rules, coster, options, progress)
     original: OriginalRun | OriginalNotRunnable | None = None

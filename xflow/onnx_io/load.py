@@ -455,12 +455,11 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
         if t is not None:
             types[vi.name] = t
     constants: dict[str, Constant] = {}
-    overridable: dict[str, Constant] = {}  # an initializer a caller may feed is an input, not a constant
-    listed = {vi.name for vi in model.graph.input}
     for tensor in model.graph.initializer:
-        held = overridable if tensor.name in listed else constants
-        held[tensor.name] = Constant.from_proto(tensor, base_dir)
-        types[tensor.name] = held[tensor.name].type
+        constants[tensor.name] = Constant.from_proto(tensor, base_dir)
+        types[tensor.name] = constants[tensor.name].type
+    # an initializer listed among the inputs is a default a caller may override: no rewrite folds or merges it
+    overridable = frozenset(constants) & {vi.name for vi in model.graph.input}
     unknown = {name for n in model.graph.node for name in n.output
                if name and not (name in types and types[name].is_static)}
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones

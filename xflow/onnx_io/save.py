@@ -178,8 +178,6 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
     for name, const in graph.constants.items():
         if name in used:
             model.graph.initializer.append(_tensor_proto(name, const, deferred))
-    for name, const in graph.context.overridable.items():  # inputs with a default: the interface keeps both
-        model.graph.initializer.append(_tensor_proto(name, const, deferred))
     for name, array in new_constants.items():
         model.graph.initializer.append(_tensor_proto(name, Constant.from_array(array), deferred))
     written = {t.name for t in model.graph.initializer}
@@ -388,8 +386,7 @@ def weight_files(graph: Graph) -> list[str]:
     """The files the graph's external weights are read from (resolved paths, in the order first met)."""
     default_dir = graph.context.base_dir if graph.context else ""
     files: dict[str, None] = {}
-    overridable = graph.context.overridable.values() if graph.context else ()
-    for const in itertools.chain(graph.constants.values(), overridable):
+    for const in graph.constants.values():
         if const.is_external:
             location = {e.key: e.value for e in const.proto.external_data}.get("location", "")  # type: ignore[union-attr]
             files[os.path.realpath(os.path.join(const.base_dir or default_dir, location))] = None

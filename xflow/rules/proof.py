@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from xflow.errors import XflowError
 from xflow.rules.model import Rule
 
 #: The fields that say what a rule computes (its name, doc and provenance do not).
@@ -38,6 +39,22 @@ def has_proof(rule: Rule) -> bool:
     if proof is None:
         return True
     return isinstance(proof, Mapping) and proof.get("digest") == content_digest(rule)
+
+
+def has_stale_proof(rule: Rule) -> bool:
+    """True when the rule records a proof made for other content (it was edited after it was proved)."""
+    proof = rule.provenance.get("proof") if isinstance(rule.provenance, Mapping) else None
+    return isinstance(proof, Mapping) and proof.get("digest") != content_digest(rule)
+
+
+def refuse_stale_proofs(rules: Iterable[Rule], path: str) -> None:
+    """XflowError naming ``path`` and the first rule whose recorded proof is for other content: the library
+    takes a file's rules as they are, but never one whose own record says its proof is not for it."""
+    stale = [rule.name for rule in rules if has_stale_proof(rule)]
+    if stale:
+        raise XflowError(path, f"rule {stale[0]!r} was edited after it was proved (its proof digest is for other "
+                               f"content{f'; {len(stale) - 1} more' if len(stale) > 1 else ''}); prove it again "
+                               "(xflow optimize --rules proves it before use)")
 
 
 def unproved(rules: Iterable[Rule]) -> list[Rule]:

@@ -950,3 +950,32 @@ def test_api_names_bytes_as_bytes_not_their_repr():
     model = cancel_model()
     out = xflow.optimize(model.SerializeToString(), cost="analytic", keep_if_slower=True, measure=False)
     assert isinstance(out, onnx.ModelProto) and interface(out) == interface(model)
+
+
+@pytest.mark.parametrize("case", ["out-is-rules", "out-is-inputs", "report-is-inputs", "report-is-rules"])
+def test_optimize_outputs_naming_what_it_reads_are_refused(env, case):
+    """The next files a user might name twice: OUT or ``--report`` naming the rule file or ``--inputs``."""
+    work, rules, src, _ = cancel_input(env)
+    npz = work / "inputs.npz"
+    np.savez(npz, x=np.zeros((1, 16, HIDDEN), np.float32))
+    out = {"out-is-rules": rules, "out-is-inputs": str(npz)}.get(case, str(work / "out.onnx"))
+    report = {"report-is-inputs": str(npz), "report-is-rules": rules}.get(case)
+    whole = work.parent
+    before = snapshot(whole)
+    result = optimize(src, out, rules, "--inputs", str(npz), *(["--report", report] if report else []))
+    assert_refused(result, report or out, before, whole, "")
+    assert "named as both" in result.stderr or "--report names" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["verify-rules", "denormals", "generate-rules"])
+def test_other_commands_refuse_to_write_over_what_they_read(env, command):
+    """verify-rules' ``--report`` over its rule file, denormals' ``--json`` over its model, generate-rules'
+    ``--out`` over its ``--candidates``: refused in one line, the file kept."""
+    work, rules, src, _ = cancel_input(env)
+    args = {"verify-rules": ["verify-rules", rules, "--report", rules, "--jobs", "1"],
+            "denormals": ["denormals", str(src), "--json", str(src)],
+            "generate-rules": ["generate-rules", "--candidates", rules, "--out", rules, "--jobs", "1"]}[command]
+    whole = work.parent
+    before = snapshot(whole)
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert_refused(result, rules if command != "denormals" else src, before, whole, "named as both")

@@ -827,6 +827,9 @@ BAD_RULES = {
     "attrs-a-list": [{**CONV_RELU_FOLD, "src": [{**CONV_RELU_FOLD["src"][0], "attrs": [1]}]}],
     "where-a-number": [{**MATMUL_MERGE, "where": [3]}],
     "deeply-nested-where": [{**MATMUL_MERGE, "where": ["-" * 100_000 + "1 < 0"]}],
+    "attr-an-object": [{**CONV_RELU_FOLD, "src": [{**CONV_RELU_FOLD["src"][0], "attrs": {"strides": {"a": 1}}},
+                                                  *CONV_RELU_FOLD["src"][1:]]}],
+    "name-a-number": [{**MATMUL_MERGE, "name": 3}],
 }
 
 

@@ -49,7 +49,7 @@ def load_rules(path: str | os.PathLike[str] | None = None) -> list[Rule]:
     for index, raw in enumerate(data["rules"]):
         try:
             rule = parse_rule(raw)
-        except RuleError as exc:
+        except (RuleError, TypeError, ValueError) as exc:  # the last two: a value of the wrong kind, said in one line
             where = "" if isinstance(raw, dict) and isinstance(raw.get("name"), str) else f"rules[{index}]: "
             raise XflowError(path, f"{where}{one_line(exc)}") from None
         if rule.name in seen:

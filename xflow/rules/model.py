@@ -206,13 +206,25 @@ def _check_json_shape(raw: Any) -> None:
             strings(node.get("in", []), f"{at}.in")
             out = node.get("out", [])
             strings([out] if isinstance(out, str) else out, f"{at}.out")
-            if not isinstance(node.get("attrs") or {}, Mapping):
+            attrs = node.get("attrs") or {}
+            if not isinstance(attrs, Mapping):
                 raise RuleError(f"{where}: {at}.attrs must be an object, not {_short(node['attrs'])}")
+            for key, value in attrs.items():
+                if not _literal(value):
+                    raise RuleError(f"{where}: {at}.attrs.{key} must be a number, string, bool or a list of them, "
+                                    f"not {_short(value)}")
     strings(raw.get("where", []), "where")
     if not isinstance(raw.get("doc", ""), str):
         raise RuleError(f"{where}: doc must be a string")
     if not isinstance(raw.get("provenance", {}), Mapping):
         raise RuleError(f"{where}: provenance must be an object")
+
+
+def _literal(value: Any) -> bool:
+    """True for what an attribute template may be: a number, string, bool or null, or a list of them."""
+    if isinstance(value, list):
+        return all(_literal(v) for v in value)
+    return value is None or isinstance(value, int | float | str | bool)
 
 
 def _short(value: Any) -> str:

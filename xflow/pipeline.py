@@ -969,7 +969,8 @@ def optimize_model(model: onnx.ModelProto | bytes | str, options: OptimizeOption
     Scratch files, needed only for models with external or very large weights, go in a run folder under
     the system's temp directory."""
     started = time.perf_counter()
-    check_distinct({"the model": model if isinstance(model, str) else None, "rules_path": options.rules_path,
+    path = os.fspath(model) if isinstance(model, str | os.PathLike) else None
+    check_distinct({"the model": path, "rules_path": options.rules_path,
                     "inputs_npz": options.inputs_npz, "cost_db": options.cost_db})
     source = load_source(model, options)
     with _api_scratch() as scratch:

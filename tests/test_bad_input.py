@@ -670,3 +670,315 @@ def test_other_outputs_that_are_devices_are_refused(env, command):
     else:
         result = CliRunner().invoke(main, ["zoo", "squeezenet", "/dev/full", "--small"], catch_exceptions=False)
     assert_refused(result, "/dev/full", before, work, "character device")
+
+
+# ---- issue #59: a file named twice, a file that is not a cost database ---------------------------------
+
+
+def weights_input(env) -> tuple:  # noqa: ANN001
+    """(work folder, rules file, work/m.onnx with its weight in work/m.onnx.data, a snapshot of the folder)."""
+    work, rules = env
+    model, _ = weighted_model()
+    src = work / "m.onnx"
+    onnx.save(model, src, save_as_external_data=True, location="m.onnx.data", size_threshold=256)
+    return work, rules, src, snapshot(work)
+
+
+@pytest.mark.parametrize("named", ["input", "rules", "output", "inputs-npz", "report", "weights"])
+def test_cost_db_naming_a_file_the_run_reads_or_writes_is_refused(env, named):
+    """#59 defect 1: ``--cost-db in.onnx`` moved the model aside and put a database in its place; every file
+    the run reads or writes (the rule file, OUT, --inputs, --report, the input's weights file) is refused as
+    a cost database in one line, and nothing anywhere changes."""
+    work, rules, src, _ = weights_input(env)
+    npz = work / "inputs.npz"
+    np.savez(npz, x=np.zeros((1, 16, HIDDEN), np.float32))
+    out = work / "out.onnx"
+    out.write_bytes(b"a previous output")
+    report = work / "report.json"
+    report.write_text("{}")
+    target = {"input": str(src), "rules": rules, "output": str(out), "inputs-npz": str(npz),
+              "report": str(report), "weights": str(work / "m.onnx.data")}[named]
+    extra = {"inputs-npz": ["--inputs", str(npz)], "report": ["--report", str(report)]}.get(named, [])
+    whole = work.parent
+    before = snapshot(whole)
+    result = run(str(src), str(out), "--rules", rules, "--budget", "5", "--cost-db", target, *extra)
+    assert_refused(result, target, before, whole, "--cost-db")
+    assert not os.path.exists(target + "-wal") and not os.path.exists(target + "-shm")
+
+
+@pytest.mark.parametrize("kind, needle", [("model", "an ONNX model"), ("json", "a JSON file"),
+                                          ("npz", "a zip archive"), ("text", "a text file")])
+def test_cost_db_that_is_plainly_another_file_is_refused_and_kept(env, kind, needle):
+    """#59 defect 1: a cost database that is not one used to be moved aside by design; a file that is plainly
+    something else (a model, JSON, an .npz, text) is no damaged database: refused in one line, left as it is."""
+    work, rules, src, _ = cancel_input(env)
+    other = work / f"other.{kind}"
+    if kind == "model":
+        onnx.save(cancel_model(), other)
+    elif kind == "json":
+        other.write_text(json.dumps(RULES))
+    elif kind == "npz":
+        np.savez(other, x=np.zeros(3))  # the name ends in .npz: numpy adds nothing
+    else:
+        other.write_text("costs, I think\n")
+    before = snapshot(work)
+    result = run(str(src), str(work / "out.onnx"), "--rules", rules, "--budget", "5", "--cost-db", str(other))
+    assert_refused(result, other, before, work, needle)
+
+
+def test_cost_db_that_is_a_directory_is_one_line(env):
+    """#59 defect 8: ``--cost-db DIR`` gave click's three-line usage error."""
+    work, rules, src, _ = cancel_input(env)
+    folder = work / "costs"
+    folder.mkdir()
+    before = snapshot(work)
+    result = run(str(src), str(work / "out.onnx"), "--rules", rules, "--budget", "5", "--cost-db", str(folder))
+    assert_refused(result, folder, before, work, "is a directory")
+
+
+@pytest.mark.parametrize("schema, columns, needle", [
+    ("99", "key TEXT PRIMARY KEY, seconds REAL NOT NULL, op TEXT NOT NULL, env TEXT NOT NULL, detail TEXT NOT NULL, "
+           "created REAL NOT NULL", "newer than"),
+    ("1", "key TEXT PRIMARY KEY, cost REAL", "its costs table has columns key, cost"),
+], ids=["newer-schema", "other-columns"])
+def test_cost_db_this_code_cannot_use_is_refused_not_used(env, schema, columns, needle):
+    """#59 defects 7 and 8: a database of a newer schema was used silently; one whose ``costs`` table has other
+    columns gave a traceback. Both are refused in one line, the database unchanged."""
+    import sqlite3
+
+    work, rules, src, _ = cancel_input(env)
+    db = work / "costs.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('schema', ?)", (schema,))
+    conn.execute(f"CREATE TABLE costs ({columns})")
+    conn.commit()
+    conn.close()
+    before = snapshot(work)
+    result = run(str(src), str(work / "out.onnx"), "--rules", rules, "--budget", "5", "--cost-db", str(db))
+    assert_refused(result, db, before, work, needle)
+
+
+@pytest.mark.parametrize("report", ["plan", "out-data"])
+def test_report_naming_another_output_is_refused(env, report):
+    """#59 defect 8: ``--report`` naming the plan file silently overwrote the plan (and the output's data file
+    is the next file a user might name twice)."""
+    work, rules, src, before = cancel_input(env)
+    path = work / ("out.plan.json" if report == "plan" else "out.onnx.data")
+    result = optimize(src, work / "out.onnx", rules, "--report", str(path), "--place", "cpu")
+    assert_refused(result, path, before, work, "--report")
+
+
+def test_report_into_a_full_disk_leaves_no_output(env, monkeypatch):
+    """#59 defect 5: ``--report`` into a full file system exited 2 after OUT was written. Every output is
+    written or none: OUT (and a previous OUT) is as it was before the run."""
+    files_module = importlib.import_module("xflow.files")
+    work, rules, src, _ = cancel_input(env)
+    out = work / "out.onnx"
+    out.write_bytes(b"the previous output stays as it was")
+    before = snapshot(work)
+    real = open
+
+    def full_disk(path, mode="r", *args, **kwargs):  # noqa: ANN001, ANN202 - the report's writes fail
+        f = real(path, mode, *args, **kwargs)
+        if "w" in mode and "report.json" in os.path.basename(path):
+            def write(_data: str) -> int:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            f.write = write
+        return f
+
+    monkeypatch.setattr(files_module, "open", full_disk, raising=False)
+    result = optimize(src, out, rules, "--keep-if-slower", "--report", str(work / "report.json"))
+    assert_refused(result, work / "report.json", before, work, "No space left on device")
+
+
+def test_written_output_keeps_a_private_inputs_mode(env):
+    """#59 defect 8: OUT written from a 0600 model was 0644; like ``cp``, it keeps the input's mode."""
+    work, rules, src, _ = cancel_input(env)
+    os.chmod(src, 0o600)
+    for extra in ([], ["--keep-if-slower"]):  # the original copied, and the optimized model written
+        out = work / f"out{len(extra)}.onnx"
+        assert optimize(src, out, rules, *extra).exit_code == 0
+        assert os.stat(out).st_mode & 0o777 == 0o600, oct(os.stat(out).st_mode)
+
+
+def test_input_name_with_a_newline_is_one_line(env):
+    """#59 defect 8: a name holding a newline split the error in two lines."""
+    work, rules, src, before = cancel_input(env)
+    result = optimize(src, work / "out.onnx", rules, "--input-shape", "no\nsuch=1x2")
+    assert_refused(result, "", before, work, "no\\nsuch")
+
+
+# ---- issue #59: rule files that are not shaped as rules, expressions that compute without bound -------
+
+
+def _rule_file(tmp_path, rules) -> str:  # noqa: ANN001
+    path = tmp_path / "bad-rules.json"
+    path.write_text(json.dumps({"format": "xflow.rules/1", "rules": rules}))
+    return str(path)
+
+
+BAD_RULES = {
+    "entry-not-an-object": ["x"],
+    "inputs-a-list": [{**MATMUL_MERGE, "inputs": ["x", "a", "b"]}],
+    "name-a-list": [{**MATMUL_MERGE, "name": ["m"]}],
+    "src-an-object": [{**MATMUL_MERGE, "src": {"op": "matmul"}}],
+    "node-in-a-string-list": [{**MATMUL_MERGE, "src": [{"op": "matmul", "in": [1, 2], "out": ["y1"]}]}],
+    "attrs-a-list": [{**CONV_RELU_FOLD, "src": [{**CONV_RELU_FOLD["src"][0], "attrs": [1]}]}],
+    "where-a-number": [{**MATMUL_MERGE, "where": [3]}],
+    "deeply-nested-where": [{**MATMUL_MERGE, "where": ["-" * 100_000 + "1 < 0"]}],
+    "attr-an-object": [{**CONV_RELU_FOLD, "src": [{**CONV_RELU_FOLD["src"][0], "attrs": {"strides": {"a": 1}}},
+                                                  *CONV_RELU_FOLD["src"][1:]]}],
+    "name-a-number": [{**MATMUL_MERGE, "name": 3}],
+}
+
+
+@pytest.mark.parametrize("command", ["optimize", "verify-rules"])
+@pytest.mark.parametrize("case", sorted(BAD_RULES))
+def test_rule_file_not_shaped_as_rules_is_one_line(env, tmp_path, command, case):
+    """#59 defect 7: rule entries that are not objects, ``inputs`` as a list, a name that is a list, a `where`
+    of 100,000 nested minuses gave tracebacks (exit 1), in optimize and verify-rules alike."""
+    work, _, src, before = cancel_input(env)
+    rules = _rule_file(tmp_path, BAD_RULES[case])
+    args = ["optimize", str(src), str(work / "out.onnx"), "--rules", rules, "--cost", "analytic"] \
+        if command == "optimize" else ["verify-rules", rules, "--jobs", "1"]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert_refused(result, rules, before, work, "")
+
+
+def test_expression_that_allocates_without_bound_is_stopped():
+    """#59 defect 7: ``len('a' * 100000000000) > 0`` passes the whitelist and allocated without bound at match
+    time; what an expression may compute is bounded (a sequence of at most MAX_ITEMS items)."""
+    from xflow.rules.expr import MAX_ITEMS, Expr, ExprError, ShapeEnv
+
+    env = ShapeEnv({}, {})
+    for source in ("len('a' * 100000000000) > 0", "len((1,) * 100000000000)", "sum(((1,) * 9999,) * 9999, ())",
+                   "len('%0999999999d' % 1)"):
+        with pytest.raises(ExprError):
+            Expr(source).evaluate(env)
+    assert Expr(f"len('ab' * {MAX_ITEMS // 2})").evaluate(env) == MAX_ITEMS
+
+
+def test_rule_whose_where_allocates_without_bound_is_refused_by_name(env, tmp_path):
+    """The same condition in a user's rule: it cannot be checked (no instance evaluates it), so the rule is
+    refused by name, in one line, quickly."""
+    work, _, src, before = cancel_input(env)
+    rules = _rule_file(tmp_path, [{**CONCAT_SPLIT_CANCEL, "where": ["len('a' * 100000000000) > 0"]}])
+    result = optimize(src, work / "out.onnx", rules)
+    assert_refused(result, rules, before, work, CONCAT_SPLIT_CANCEL["name"])
+
+
+def test_external_data_shorter_than_the_model_says_is_one_line(env):
+    """#59 defect 7: an external data file shorter than the model says; refused when the model is read."""
+    work, rules, src, _ = weights_input(env)
+    with open(work / "m.onnx.data", "r+b") as f:
+        f.truncate(100)
+    before = snapshot(work)
+    assert_refused(optimize(src, work / "out.onnx", rules), work / "m.onnx.data", before, work, "shorter")
+
+
+# ---- issue #59: the written interface, inputs random values must fill ------------------------------------
+
+
+def overridable_model(ir_version: int, opset: int) -> onnx.ModelProto:
+    """y1 = x @ a, y2 = x @ b, where the weights a and b are initializers that are also graph inputs (a caller
+    may feed them: overridable at IR >= 4; at IR 3 every initializer is listed among the inputs)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32), n) for n in "ab"]
+    nodes = [helper.make_node("MatMul", ["x", "a"], ["y1"]), helper.make_node("MatMul", ["x", "b"], ["y2"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+              for n, shape in (("x", ["batch", HIDDEN]), ("a", [HIDDEN, HIDDEN]), ("b", [HIDDEN, HIDDEN]))]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", HIDDEN]) for n in ("y1", "y2")]
+    return make_model(nodes, inputs, outputs, inits, opset=opset, ir_version=ir_version)
+
+
+def interface(model: onnx.ModelProto) -> list:
+    return [(vi.name, vi.type.SerializeToString()) for vi in (*model.graph.input, *model.graph.output)]
+
+
+@pytest.mark.parametrize("ir_version, opset", [(8, 17), (3, 7)], ids=["ir8", "ir3"])
+def test_overridable_initializers_stay_inputs(env, ir_version, opset):
+    """#59 defect 4: after a matmul merge the written model's inputs lost ``a`` and ``b`` (a caller feeding them
+    got "Invalid input name"); at IR 3 they were replaced by a new input ``xf_...``. An initializer a caller may
+    feed is an input: the merge is no match, and the written model keeps the interface exactly."""
+    work, rules = env
+    model = overridable_model(ir_version, opset)
+    src, out = work / "m.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    before = snapshot(work)
+    result = optimize(src, out, rules, "--keep-if-slower", "--input-shape", "x=4x8")
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((4, HIDDEN)).astype(np.float32)}
+    if ir_version >= 4:  # ONNX Runtime lets a caller feed them from IR 4 on (before, it reads them as constants)
+        feeds.update({n: rng.standard_normal((HIDDEN, HIDDEN)).astype(np.float32) for n in "ab"})
+    written = assert_passes_through(result, src, out, before, work, feeds)
+    assert interface(written) == interface(model)
+    assert sorted(t.name for t in written.graph.initializer) == ["a", "b"]
+
+
+def test_rank0_bool_input_is_checked_not_copied(env):
+    """#59 defect 6: a rank-0 bool input (an If condition) was drawn as a numpy scalar ORT refuses, so every
+    model with one was "not runnable" and copied; it is drawn as a rank-0 array and the rewrite is verified."""
+    from xflow.runtime import make_session, random_feeds
+
+    work, rules = env
+    nodes, inits = cancel()
+    body_out = helper.make_tensor_value_info("b_out", TensorProto.FLOAT, [1, 16, HIDDEN])
+    then = helper.make_graph([helper.make_node("Relu", ["y"], ["b_out"])], "then", [], [body_out])
+    other = helper.make_graph([helper.make_node("Neg", ["y"], ["b_out"])], "else", [], [body_out])
+    nodes.append(helper.make_node("If", ["cond"], ["sub"], then_branch=then, else_branch=other))
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, HIDDEN]),
+                               helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                       [helper.make_tensor_value_info("sub", TensorProto.FLOAT, [1, 16, HIDDEN])], inits)
+    feeds = random_feeds(make_session(model))
+    assert all(isinstance(v, np.ndarray) for v in feeds.values()) and feeds["cond"].shape == ()
+    src, out = work / "if.onnx", work / "out.onnx"
+    onnx.save(model, src)
+    result = run(str(src), str(out), "--rules", rules, "--cost", "analytic", "--keep-if-slower", "--report",
+                 str(work / "r.json"))
+    assert result.exit_code == 0, (result.output, result.stderr)
+    report = json.loads((work / "r.json").read_text())
+    assert report["verified"] and report["decision"] == "optimized", report["decision"]
+    assert report["verify_scales"] == ["wide random inputs", "large random inputs"]
+
+
+def test_api_names_bytes_as_bytes_not_their_repr():
+    """#59 defect 8: ``xflow.optimize(bytes)`` named the bytes' repr as its "path"."""
+    import xflow
+    from xflow.errors import XflowError
+
+    with pytest.raises(XflowError) as caught:
+        xflow.optimize(b"\x08\x07 not a model at all" * 100, cost="analytic")
+    assert str(caught.value).startswith("<bytes>: ") and "\\x08" not in str(caught.value)
+    model = cancel_model()
+    out = xflow.optimize(model.SerializeToString(), cost="analytic", keep_if_slower=True, measure=False)
+    assert isinstance(out, onnx.ModelProto) and interface(out) == interface(model)
+
+
+@pytest.mark.parametrize("case", ["out-is-rules", "out-is-inputs", "report-is-inputs", "report-is-rules"])
+def test_optimize_outputs_naming_what_it_reads_are_refused(env, case):
+    """The next files a user might name twice: OUT or ``--report`` naming the rule file or ``--inputs``."""
+    work, rules, src, _ = cancel_input(env)
+    npz = work / "inputs.npz"
+    np.savez(npz, x=np.zeros((1, 16, HIDDEN), np.float32))
+    out = {"out-is-rules": rules, "out-is-inputs": str(npz)}.get(case, str(work / "out.onnx"))
+    report = {"report-is-inputs": str(npz), "report-is-rules": rules}.get(case)
+    whole = work.parent
+    before = snapshot(whole)
+    result = optimize(src, out, rules, "--inputs", str(npz), *(["--report", report] if report else []))
+    assert_refused(result, report or out, before, whole, "")
+    assert "named as both" in result.stderr or "--report names" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["verify-rules", "denormals", "generate-rules"])
+def test_other_commands_refuse_to_write_over_what_they_read(env, command):
+    """verify-rules' ``--report`` over its rule file, denormals' ``--json`` over its model, generate-rules'
+    ``--out`` over its ``--candidates``: refused in one line, the file kept."""
+    work, rules, src, _ = cancel_input(env)
+    args = {"verify-rules": ["verify-rules", rules, "--report", rules, "--jobs", "1"],
+            "denormals": ["denormals", str(src), "--json", str(src)],
+            "generate-rules": ["generate-rules", "--candidates", rules, "--out", rules, "--jobs", "1"]}[command]
+    whole = work.parent
+    before = snapshot(whole)
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert_refused(result, rules if command != "denormals" else src, before, whole, "named as both")

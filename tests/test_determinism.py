@@ -49,7 +49,8 @@ def test_same_input_rules_seed_give_identical_bytes(tmp_path, model):
     for k, hash_seed in enumerate(("1", "2", "3")):
         out = tmp_path / f"out{k}.onnx"
         report = tmp_path / f"r{k}.json"
-        run = xflow("optimize", str(src), str(out), "--rules", rules, "--cost", "analytic", "--seed", "7",
+        run = xflow("optimize", str(src), str(out), "--rules", rules, "--trust-rules", "--cost", "analytic",
+                    "--seed", "7",
                     "--budget", "60", "--time-limit", "600", "--keep-if-slower", "--report", str(report),
                     hash_seed=hash_seed)
         assert run.returncode == 0, run.stderr

@@ -166,3 +166,65 @@ def test_progress_shows_on_a_tty_only(models, capsys, monkeypatch):
     status.clear()
     err = capsys.readouterr().err
     assert err.startswith("\rtraining: step 1, best 2.000 ms\rimproving") and err.endswith("\r")
+
+
+def _digest(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("flag", ["--out", "--onnx-out", "--curve", "--save-policy"])
+def test_place_refuses_to_write_over_its_input(tmp_path, flag):
+    """#59 defect 3: ``--out in.onnx`` replaced the model with the plan, ``--onnx-out in.onnx`` with the
+    annotated model, both exiting 0. Every output that names a file the command reads is refused."""
+    src = str(tmp_path / "in.onnx")
+    onnx.save(branches_model(), src)
+    before = _digest(src)
+    result = invoke("place", src, "--topology", "cpu", "--cost", "analytic", "--steps", "2", flag, src)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "in.onnx" in lines[0] and flag in lines[0], result.output
+    assert _digest(src) == before and os.listdir(tmp_path) == ["in.onnx"]
+
+
+@pytest.mark.parametrize("case", ["out-is-onnx-out", "out-is-topology", "out-is-cost-db", "calibrate-out-is-input"])
+def test_place_outputs_named_twice_are_refused(tmp_path, case):
+    """The next files a user might name twice: two outputs of one run, the topology file read, the cost
+    cache, and place-calibrate's report over its model."""
+    src = str(tmp_path / "in.onnx")
+    onnx.save(branches_model(), src)
+    topology = tmp_path / "topo.json"
+    topology.write_text(json.dumps({"name": "two", "devices": [{"name": "cpu0", "kind": "cpu"},
+                                                               {"name": "cpu1", "kind": "cpu"}]}))
+    plan = str(tmp_path / "plan.json")
+    args = {"out-is-onnx-out": ["place", src, "--topology", "cpu", "--out", plan, "--onnx-out", plan],
+            "out-is-topology": ["place", src, "--topology", str(topology), "--out", str(topology)],
+            "out-is-cost-db": ["place", src, "--topology", "cpu", "--out", plan, "--cost-db", plan],
+            "calibrate-out-is-input": ["place-calibrate", src, "--out", src]}[case]
+    before = {name: _digest(str(tmp_path / name)) for name in os.listdir(tmp_path)}
+    result = invoke(*args, *(["--cost", "analytic"] if args[0] == "place" else []))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "named as both" in lines[0], result.output
+    assert {name: _digest(str(tmp_path / name)) for name in os.listdir(tmp_path)} == before
+
+
+def test_plan_naming_a_cuda_device_blames_the_plan_file(tmp_path, models):
+    """#59 defect 8: ``xflow run --plan`` with a plan placing nodes on a CUDA device here blamed the topology."""
+    from xflow.placement.executor import cuda_available
+
+    if cuda_available():
+        pytest.skip("CUDA runs here: the plan is runnable")
+    plan_path = str(tmp_path / "plan.json")
+    made = invoke("place", models["branches"], "--topology", "cpu+cuda", "--cost", "analytic", "--steps", "3",
+                  "--no-improve", "--out", plan_path)
+    assert made.exit_code == 0, made.output
+    plan = json.loads(open(plan_path).read())
+    if "cuda0" not in plan["placement"].values():  # the planner kept every node on the CPU: put one on the GPU
+        plan["placement"][next(iter(plan["placement"]))] = "cuda0"
+        with open(plan_path, "w") as f:
+            json.dump(plan, f)
+    ran = invoke("run", models["branches"], "--plan", plan_path, "--runs", "1")
+    assert ran.exit_code == 2, ran.output
+    lines = [line for line in ran.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and plan_path in lines[0] and "cuda0" in lines[0], ran.output

@@ -306,9 +306,14 @@ def _near(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[
     return {name: tuple(new[d] for d in shape) for name, shape in shapes.items()}
 
 
+#: The magnitudes of the values drawn, instance after instance: a rule true only on small values
+#: (``clip[min=-1, max=1](x) -> x``) has a counterexample at the second instance, before z3 is asked.
+VALUE_SCALES = (1.0, 8.0, 1000.0)
+
+
 def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, str], anchors: dict[str, str],
-              defining: dict[str, list[Expr]], given: dict[str, tuple[int, ...]] | None = None, wide: bool = False
-              ) -> tuple[float, float, dict[str, tuple[int, ...]]]:
+              defining: dict[str, list[Expr]], given: dict[str, tuple[int, ...]] | None = None, wide: bool = False,
+              magnitude: float = 1.0) -> tuple[float, float, dict[str, tuple[int, ...]]]:
     if given is not None:
         shapes = dict(given)
     else:
@@ -341,7 +346,7 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
         # variances are positive: BatchNormalization takes the square root of var + epsilon
         values: dict[str, Any] = {name: xp.asarray(rng.uniform(0.5, 1.5, size=shapes[name])
                                                    if roles.get(name) == "variance"
-                                                   else rng.uniform(-1.0, 1.0, size=shapes[name]))
+                                                   else magnitude * rng.uniform(-1.0, 1.0, size=shapes[name]))
                                   for name in rule.inputs}
         # a division by zero or the root of a negative is no error here: a non-finite output is judged below
         with np.errstate(all="ignore"):
@@ -396,7 +401,8 @@ def numeric_check(rule: Rule, trials: int = 3, seed: int = 0, xp: Any = None, at
         if near_found is not None and attempt % 2 == 0:
             given = near_found if attempt == 0 else _near(rng, near_found)
         try:
-            err, scale, shapes = _instance(rule, rng, xp, roles, anchors, defining, given, wide)
+            err, scale, shapes = _instance(rule, rng, xp, roles, anchors, defining, given, wide,
+                                           VALUE_SCALES[run % len(VALUE_SCALES)])
         except _Skip:
             continue
         except _Cannot as exc:

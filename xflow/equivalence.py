@@ -17,7 +17,7 @@ Outputs with non-finite values on the inputs tried are reported and other inputs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +136,7 @@ class EquivalenceReport:
     reference: str = ""
     inputs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    scales: list[str] = field(default_factory=list)  # the other scales' draws compared on (``check_at_scales``)
 
 
 Feeds = Mapping[str, np.ndarray]
@@ -221,10 +222,11 @@ def positive_feeds(feeds: Feeds) -> dict[str, np.ndarray]:
 
 def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
                             seed: int = 0, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                            sessions: Sessions | None = None) -> EquivalenceReport:
+                            sessions: Sessions | None = None, users_feeds: bool = False) -> EquivalenceReport:
     """``check_equivalence`` of the original ``model`` (a path or a ModelProto, run by ``session_a``) and the
     optimized model (``session_b``) on ``feeds``, against the original's float64 copy where ORT can run one.
-    Other inputs, when needed, are seeded random draws; the last one is made positive."""
+    Other inputs, when needed, are seeded random draws; the last one is made positive. Then the check goes on
+    at the other scales (``check_at_scales``), and, for the user's own ``feeds``, in their range."""
     from xflow.runtime import random_feeds
 
     def draw(k: int) -> Feeds:
@@ -232,4 +234,120 @@ def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: F
         return positive_feeds(drawn) if k == EXTRA_DRAWS else drawn
 
     reference_session, reference = float64_reference(model, sessions)
-    return check_equivalence(session_a, session_b, feeds, inputs_label, draw, reference_session, reference)
+    verdict = check_equivalence(session_a, session_b, feeds, inputs_label, draw, reference_session, reference)
+    draws = scale_draws(session_a, seed, input_shapes, feeds if users_feeds else None, arithmetic_inputs(model))
+    check_at_scales(session_a, session_b, draws, verdict, reference_session)
+    return verdict
+
+
+def feed_ranges(feeds: Feeds) -> dict[str, tuple[float, float]]:
+    """Each numeric input's (lowest, highest) finite value: the range of the user's own inputs."""
+    ranges: dict[str, tuple[float, float]] = {}
+    for name, value in feeds.items():
+        array = np.asarray(value)
+        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.number):
+            continue
+        finite = array[np.isfinite(array)] if np.issubdtype(array.dtype, np.floating) else array
+        if finite.size:
+            ranges[name] = (float(finite.min()), float(finite.max()))
+    return ranges
+
+
+#: Ops that read an integer as data (arithmetic, comparisons, casts): an integer input only these read is drawn
+#: at every scale; any other reader may take it as a count, a size or an index.
+ARITHMETIC_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Max", "Min", "Sum", "Mean", "Equal",
+                            "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Where", "Cast", "Sign", "Clip",
+                            "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "BitShift", "Relu", "Identity"})
+
+
+def arithmetic_inputs(model: Any) -> frozenset[str]:
+    """The graph inputs of ``model`` (a path or a ModelProto) that only arithmetic reads (``ARITHMETIC_OPS``
+    in the main graph, none captured by a subgraph); empty when the model cannot be read."""
+    import onnx
+
+    try:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+    except Exception:  # noqa: BLE001 - it loaded before; without it no integer is scaled
+        return frozenset()
+    readers: dict[str, set[str]] = {vi.name: set() for vi in proto.graph.input}
+    for node in proto.graph.node:
+        for name in node.input:
+            if name in readers:
+                readers[name].add(f"{node.domain}:{node.op_type}")
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            for name in readers:  # a subgraph may read any outer value: nothing it could see is data only
+                readers[name].add("subgraph")
+    return frozenset(name for name, ops in readers.items()
+                     if ops and all(op.startswith(":") and op[1:] in ARITHMETIC_OPS for op in ops))
+
+
+def scale_draws(session: Any, seed: int, shapes: Mapping[str, tuple[int, ...]] | None,
+                users_feeds: Feeds | None = None, scaled_integers: Collection[str] = ()) -> list[tuple[str, Feeds]]:
+    """The equivalence check's draws beyond the run's own inputs: seeded random inputs at every scale of
+    ``xflow.runtime.FEED_SCALES`` but the unit one (integers only where ``scaled_integers`` names them), and,
+    given the user's feeds, uniformly within their range (at their shapes); (label, feeds) each."""
+    from xflow.runtime import FEED_SCALES, random_feeds
+
+    draws = [(f"{scale} random inputs", random_feeds(session, seed + 100 + i, shapes, scale,
+                                                     scaled_integers=scaled_integers))
+             for i, scale in enumerate(FEED_SCALES) if scale != "unit"]
+    if users_feeds is not None:
+        ranges = feed_ranges(users_feeds)
+        if ranges:
+            at = {name: tuple(np.shape(value)) for name, value in users_feeds.items()}
+            draws.append(("random inputs in the range of --inputs", random_feeds(session, seed + 200, at, "unit",
+                                                                                 ranges)))
+    return draws
+
+
+def _mask_nonfinite(expected: Any, actual: Any, reference: Any | None) -> tuple[Any, Any, Any | None]:
+    """Where the original's output is NaN or infinite (an overflow of large inputs), nothing is compared: those
+    elements are set to 0 in all three; the optimized model must be finite wherever the original is."""
+    a = np.asarray(expected)
+    if not np.issubdtype(a.dtype, np.floating):
+        return expected, actual, reference
+    bad = ~np.isfinite(a)
+    if reference is not None and np.shape(reference) == a.shape:
+        bad |= ~np.isfinite(np.asarray(reference))
+    if not bad.any():
+        return expected, actual, reference
+    b = np.asarray(actual).copy() if np.shape(actual) == a.shape else actual
+    a = np.where(bad, 0, a).astype(a.dtype)
+    if isinstance(b, np.ndarray) and b.shape == a.shape:
+        b[bad] = 0
+    ref = np.where(bad, 0, np.asarray(reference)) if reference is not None and np.shape(reference) == a.shape \
+        else reference
+    return a, b, ref
+
+
+def check_at_scales(session_a: Any, session_b: Any, draws: Sequence[tuple[str, Feeds]], verdict: EquivalenceReport,
+                    reference_session: Any | None = None) -> None:
+    """Compare the two models on each draw by the module's rule, except at elements where the original's output
+    is not finite (large inputs overflow it); a draw the original cannot run (an index out of range) is skipped
+    and noted. EquivalenceError on a mismatch, or when ORT runs the original on a draw and not the optimized
+    model. The labels compared on go to ``verdict.scales``."""
+    names = [o.name for o in session_a.get_outputs()]
+    for label, feeds in draws:
+        try:
+            expected = session_a.run(None, dict(feeds))
+        except Exception:  # noqa: BLE001 - ORT's own types: the original refuses these values
+            verdict.notes.append(f"the original does not run on {label}; not compared there")
+            continue
+        try:
+            actual = session_b.run(None, dict(feeds))
+        except Exception as exc:  # noqa: BLE001
+            raise EquivalenceError(None, f"ONNX Runtime runs the original on {label} and not the optimized model "
+                                         f"({' '.join(str(exc).split())[:200]})") from None
+        wide = None
+        if reference_session is not None:
+            try:
+                wide = reference_session.run(None, _as_float64(feeds))
+            except Exception:  # noqa: BLE001 - no float64 reference on these values: compare without it
+                wide = None
+        refs = list(wide) if wide is not None else [None] * len(names)
+        for name, a, b, r in zip(names, expected, actual, refs, strict=True):
+            try:
+                check_output(name, *_mask_nonfinite(a, b, r))
+            except EquivalenceError as exc:
+                raise EquivalenceError(None, f"on {label}: {exc.problem}") from None
+        verdict.scales.append(label)

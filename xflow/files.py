@@ -17,7 +17,7 @@ import re
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from xflow.errors import XflowError
@@ -78,6 +78,47 @@ def check_output_file(path: str, what: str = "output") -> None:
                                "choose another path")
 
 
+def same_file(a: str, b: str) -> bool:
+    """True when the two paths name one file: equal once made absolute and resolved, or the same inode
+    (a hard link, a bind mount). A path that does not exist yet is the same as nothing else."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def same_folder(a: str, b: str) -> bool:
+    """True when the two paths are in one directory (a temp file made beside one can be renamed onto the other)."""
+    return os.path.dirname(os.path.realpath(a)) == os.path.dirname(os.path.realpath(b))
+
+
+def check_distinct(roles: Mapping[str, str | None]) -> None:
+    """Refuse a run that names one file in two roles (``{"--cost-db": path, "IN.onnx": path, ...}``; None: not
+    given): a file a run reads or writes must never be written, moved aside or replaced by another of its
+    writes. The message names the file and both roles."""
+    given = [(role, path) for role, path in roles.items() if path]
+    for i, (role, path) in enumerate(given):
+        for other, other_path in given[:i]:
+            if same_file(path, other_path):
+                raise XflowError(path, f"named as both {other} and {role}; give each its own file")
+
+
+def keep_private(source: str, paths: Sequence[str]) -> None:
+    """Take from each written file in ``paths`` the permission bits ``source`` lacks, as ``cp`` keeps a mode:
+    an output made from a private (0600) model is private too, and never more open than the umask made it."""
+    try:
+        allowed = stat.S_IMODE(os.stat(source).st_mode)
+    except OSError:
+        return
+    for path in paths:
+        with contextlib.suppress(OSError):
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            if mode & ~allowed:
+                os.chmod(path, mode & allowed)
+
+
 def write_atomically(path: str, write: Callable[[str], None], scratch: str | None = None) -> None:
     """``write(tmp)`` then rename onto ``path``: readers never see a partial file, and the temporary file is
     removed when writing fails or is interrupted. The temporary file is made in ``scratch`` (a run's
@@ -108,6 +149,39 @@ def write_json(path: str, data: Any, scratch: str | None = None) -> None:
 def copy_atomically(source: str, path: str, scratch: str | None = None) -> None:
     """Copy ``source`` byte for byte onto ``path``, atomically."""
     write_atomically(path, lambda tmp: shutil.copyfile(source, tmp), scratch)
+
+
+@contextlib.contextmanager
+def all_or_none(paths: Sequence[str], scratch: str) -> Iterator[None]:
+    """Inside, the files at ``paths`` may be written; when the block raises, each is put back as it was before
+    (a previous file from a hard link kept in ``scratch``, a new one removed), so a run writes every output or
+    none. ``scratch`` must be on the file system of every path that exists (a run's folder beside them)."""
+    kept: dict[str, str | None] = {}
+    for path in dict.fromkeys(paths):
+        if os.path.lexists(path):
+            backup = os.path.join(scratch, f".{os.path.basename(path)}.{secrets.token_hex(4)}.xflow-previous")
+            try:
+                os.link(path, backup)
+            except OSError:  # no hard links here (or another file system): it cannot be put back, leave it be
+                continue
+            kept[path] = backup
+        else:
+            kept[path] = None
+    try:
+        yield
+    except BaseException:
+        for path, backup in kept.items():
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, path)
+                elif os.path.lexists(path):
+                    os.remove(path)
+        raise
+    finally:
+        for backup in kept.values():
+            if backup is not None and os.path.lexists(backup):
+                with contextlib.suppress(OSError):
+                    os.remove(backup)
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -6,18 +6,30 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-_INT_DTYPES = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+#: The scales inputs are drawn at (``random_feeds``): ``unit`` is every run's own draw (floats in [-1, 1],
+#: integers in [0, 2)); the others are the equivalence check's extra draws, so that a rewrite true only on
+#: small inputs (clip(x, -1, 1) -> x) cannot pass: ``wide`` floats normal with standard deviation 8 and
+#: integers in [-128, 128), ``large`` floats of magnitude 100 to 10,000 (10 to 1,000 in float16) and
+#: integers over their dtype's whole range.
+FEED_SCALES = ("unit", "wide", "large")
 
 
-def random_feeds(session, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] | None = None  # noqa: ANN001
-                 ) -> dict[str, np.ndarray]:
-    """Seeded random inputs for a session: floats in [-1, 1], integers in [0, 2), booleans."""
+def random_feeds(session, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] | None = None,  # noqa: ANN001
+                 scale: str = "unit", ranges: Mapping[str, tuple[float, float]] | None = None,
+                 scaled_integers: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """Seeded random inputs for a session at a scale of ``FEED_SCALES`` (default: floats in [-1, 1], integers
+    in [0, 2), booleans); an input named in ``ranges`` is drawn uniformly in its (low, high) instead. Integer
+    inputs take the scale only when named in ``scaled_integers`` (data that only arithmetic reads: elsewhere
+    an integer is a count, a size or an index, and a large one runs a Loop or allocates without bound), else
+    the unit draw's values. Every value is an ndarray, rank 0 included (ORT refuses numpy scalars)."""
+    if scale not in FEED_SCALES:
+        raise ValueError(f"unknown scale {scale!r}; one of {FEED_SCALES}")
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for inp in session.get_inputs():
@@ -28,13 +40,35 @@ def random_feeds(session, seed: int = 0, shapes: Mapping[str, tuple[int, ...]] |
                    "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64}.get(kind)
         if np_type is None:
             raise ValueError(f"input {inp.name!r} has type {inp.type}, which random inputs cannot fill")
-        if np_type is np.bool_:
-            feeds[inp.name] = rng.random(shape) < 0.5
-        elif np_type in _INT_DTYPES:
-            feeds[inp.name] = rng.integers(0, 2, size=shape).astype(np_type)
-        else:
-            feeds[inp.name] = rng.uniform(-1, 1, size=shape).astype(np_type)
+        span = (ranges or {}).get(inp.name)
+        at = scale if not np.issubdtype(np_type, np.integer) or inp.name in scaled_integers else "unit"
+        feeds[inp.name] = np.asarray(_draw(rng, np.dtype(np_type), tuple(shape), at, span), dtype=np_type)
     return feeds
+
+
+def _draw(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...], scale: str,
+          span: tuple[float, float] | None) -> np.ndarray:
+    """One input's values: booleans, integers or floats at ``scale`` (or uniformly in ``span``)."""
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if np.issubdtype(dtype, np.integer):
+        if span is None and scale == "unit":
+            return rng.integers(0, 2, size=shape)
+        info = np.iinfo(dtype)
+        if span is not None:
+            low, high = max(int(np.floor(span[0])), int(info.min)), min(int(np.ceil(span[1])), int(info.max))
+        else:
+            low, high = {"unit": (0, 1), "wide": (max(-128, int(info.min)), 127),
+                         "large": (int(info.min), int(info.max))}[scale]
+        return rng.integers(low, high, size=shape, dtype=dtype, endpoint=True)
+    if span is not None:
+        return rng.uniform(span[0], span[1], size=shape)
+    if scale == "wide":
+        return rng.normal(0.0, 8.0, size=shape)
+    if scale == "large":
+        top = 1e3 if dtype == np.float16 else 1e4
+        return rng.choice([-1.0, 1.0], size=shape) * rng.uniform(top / 100, top, size=shape)
+    return rng.uniform(-1, 1, size=shape)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from xflow.cli.common import check_writable, user_errors, write_json
 from xflow.cli.options import BENCH_DEFAULTS, OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
+from xflow.files import check_distinct
 
 
 @click.command()
@@ -50,6 +52,8 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
     from xflow import zoo
     from xflow.bench import COLUMNS, HEADER, BenchSettings, format_table, onnxsim_available, run_bench, write_chart
 
+    check_distinct({**{f"MODEL {path}": path for path in models if os.path.isfile(path)}, "--rules": rules_path,
+                    "--out": out_path, "--json": json_path, "--chart": chart_path})
     for path in (out_path, json_path, chart_path):
         if path:
             check_writable(path)

@@ -9,6 +9,7 @@ import click
 
 from xflow.cli.common import check_writable, user_errors, write_json
 from xflow.cli.options import THREADS_HELP
+from xflow.files import check_distinct
 
 
 @click.command()
@@ -44,6 +45,7 @@ def denormals(models: tuple[str, ...], threads: int | None, processes: int, seco
     from xflow.onnx_io.load import check_input_shapes
     from xflow.optimize import read_inputs
 
+    check_distinct({**{f"FILE.onnx {path}": path for path in models}, "--inputs": inputs_npz, "--json": json_path})
     if json_path:
         check_writable(json_path)
     shapes = parse_input_shapes(input_shapes)

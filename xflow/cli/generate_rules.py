@@ -10,6 +10,7 @@ import click
 from xflow.cli.common import check_writable, user_errors
 from xflow.cli.options import batching_option, executor_options, generation_budget_options
 from xflow.cli.progress import ProgressLine, no_progress
+from xflow.files import check_distinct
 
 #: the generator's enumeration reaches this many ops; a candidate file written by hand may hold larger patterns
 MAX_ENUMERATED_OPS = 4
@@ -65,6 +66,7 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
                                  "are for --candidates)", param_hint="--max-ops")
     if generate_only and (save_path is None or candidates_path is not None):
         raise click.BadParameter("needs --save-candidates FILE and no --candidates", param_hint="--generate-only")
+    check_distinct({"--candidates": candidates_path, "--out": out_path, "--save-candidates": save_path})
     check_writable(out_path)
     if save_path is not None:
         check_writable(save_path)

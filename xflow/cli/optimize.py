@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
-from xflow.cli.common import check_writable, sigterm_as_interrupt, user_errors, write_json
+from xflow.cli.common import check_writable, sigterm_as_interrupt, user_errors
 from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP, place_option
 from xflow.cli.placing import place_request
 from xflow.cli.progress import search_progress
@@ -21,6 +22,9 @@ _D = OPTIMIZE_DEFAULTS
 @click.argument("in_path", metavar="IN.onnx", type=click.Path(dir_okay=True))
 @click.argument("out_path", metavar="OUT.onnx", type=click.Path())
 @click.option("--rules", "rules_path", type=click.Path(), default=None, help=RULES_HELP)
+@click.option("--trust-rules", is_flag=True,
+              help="Use the --rules file's rules as they are, without proving first those that carry no proof (as "
+              "xflow.optimize does): for rules you have checked yourself that z3 cannot settle.")
 @click.option("--alpha", type=float, default=_D.search.alpha, show_default=True,
               help="Keep exploring graphs whose cost is below alpha x best cost (TASO's relaxation).")
 @click.option("--budget", type=int, default=_D.search.budget, show_default=True, help="Most graphs the search expands.")
@@ -39,7 +43,7 @@ _D = OPTIMIZE_DEFAULTS
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default=_D.cost.kind,
               show_default=True, help="Cost model for the search: node costs measured with ONNX Runtime "
               "(cached) or an analytic estimate.")
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=_D.cost.db,
+@click.option("--cost-db", type=click.Path(), default=_D.cost.db,  # a directory: refused in one line by the cache
               help="SQLite cache of measured costs (default: $XDG_CACHE_HOME/xflow/costs.sqlite).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default=_D.runtime.provider, show_default=True,
               help="ONNX Runtime execution provider for cost measurement, verification and timing.")
@@ -60,9 +64,9 @@ _D = OPTIMIZE_DEFAULTS
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @place_option
 @user_errors
-def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, budget: int, patience: int,
-             alternatives: int | None, branches: int, time_limit: float, memory_limit: float | None, cost_kind: str,
-             cost_db: str | None,
+def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: bool, alpha: float, budget: int,
+             patience: int, alternatives: int | None, branches: int, time_limit: float, memory_limit: float | None,
+             cost_kind: str, cost_db: str | None,
              provider: str, threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
@@ -78,7 +82,8 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     from xflow.optimize import OptimizeOptions, optimize_file
 
     options = OptimizeOptions.of(
-        rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
+        rules_path=rules_path, rules=_proved_rules(rules_path, cost_db, quiet, trust_rules), alpha=alpha,
+        budget=budget, patience=patience or None,
         branches=branches if alternatives is None else alternatives, time_limit=time_limit, memory_limit=memory_limit,
         provider=provider,
         threads=threads, cost=cost_kind, cost_db=cost_db, input_shapes=parse_input_shapes(input_shapes),
@@ -93,13 +98,29 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
             raise XflowError(report_path, "--report names the input or output model; choose another path")
     placing = place_request(place_topology, place_time_limit, out_path, quiet)
     with sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
-        report = optimize_file(in_path, out_path, options, say=say, progress=progress, place_request=placing)
+        report = optimize_file(in_path, out_path, options, say=say, progress=progress, place_request=placing,
+                               report_path=report_path)
     if progress is not None:
         click.echo("", err=True)
     if not quiet:
         print_summary(report)
-    if report_path:
-        write_json(report_path, report.to_json())
+
+
+def _proved_rules(rules_path: str | None, cost_db: str | None, quiet: bool, trust: bool) -> list[Any] | None:
+    """The rules of ``--rules``, each that carries no proof proved first (``verifier.user_rules``: a numeric
+    counterexample, then z3 within a small budget) or refused by name; None for the shipped rules (all proved)
+    and with ``--trust-rules`` (the library then reads the file as it is)."""
+    if rules_path is None or trust:
+        return None
+    from verifier.user_rules import prove_unproved
+    from xflow.files import check_distinct
+    from xflow.rules import load_rules
+
+    check_distinct({"--rules": rules_path, "--cost-db": cost_db})  # before the rule file is read
+    rules, proved = prove_unproved(load_rules(rules_path), rules_path)
+    if proved and not quiet:
+        click.echo(f"{rules_path}: proved {proved} rule{'s' if proved > 1 else ''} that carried no proof")
+    return rules
 
 
 COMMANDS: list[click.Command] = [optimize]

@@ -13,6 +13,7 @@ from xflow.cli.options import placement_settings_options
 from xflow.cli.placing import print_report
 from xflow.cli.progress import clear_status, status_line
 from xflow.errors import XflowError
+from xflow.files import check_distinct
 
 
 def _expand(patterns: tuple[str, ...]) -> list[str]:
@@ -32,7 +33,7 @@ def _expand(patterns: tuple[str, ...]) -> list[str]:
 @placement_settings_options
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True, help="Node costs: measured with ONNX Runtime (cached) or analytic.")
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=None, help="SQLite cache of measured costs.")
+@click.option("--cost-db", type=click.Path(), default=None, help="SQLite cache of measured costs.")
 @click.option("--train-on", "train_on", multiple=True, metavar="GLOB",
               help="Train one policy across these models (repeatable, globs allowed); needs --save-policy.")
 @click.option("--save-policy", type=click.Path(dir_okay=False), default=None, help="Write the trained policy (.npz).")
@@ -59,6 +60,9 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     from xflow.placement.topology import load_topology
     from xflow.placement.transfer import train_across
 
+    check_distinct(place_files(in_path, topology_spec, cost_db, train_on, chosen,
+                               {"--out": out_path, "--onnx-out": onnx_out, "--curve": curve_path,
+                                "--save-policy": save_policy}))
     topology = load_topology(topology_spec)
     if in_path is None and not train_on:
         raise XflowError(None, "give IN.onnx to place, or --train-on models to train a policy")
@@ -99,6 +103,20 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     if curve_path and outcome.curve:
         training_curve_png(outcome.curve, curve_path, f"{outcome.plan.model} on {topology.name}")
         say(f"wrote {curve_path}")
+
+
+def place_files(in_path: str | None, topology_spec: str, cost_db: str | None, train_on: tuple[str, ...],
+                chosen: dict[str, Any], outputs: dict[str, str | None]) -> dict[str, str | None]:
+    """Every file ``xflow place`` reads or writes, by role, for ``check_distinct``: no output may be written over
+    the model, the topology, a model trained on, the calibration or policy read, the cost cache or another output."""
+    reads: dict[str, str | None] = {"IN.onnx": in_path, "--cost-db": cost_db,
+                                    "--calibration": chosen.get("calibration"), "--policy": chosen.get("policy")}
+    if os.path.isfile(topology_spec):
+        reads["--topology"] = topology_spec
+    for pattern in train_on:
+        for i, path in enumerate(sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]):
+            reads[f"--train-on {pattern} ({i + 1})" if glob.has_magic(pattern) else f"--train-on {path}"] = path
+    return {**reads, **outputs}
 
 
 def _write_annotated(graph, plan, path: str, costs) -> None:  # noqa: ANN001

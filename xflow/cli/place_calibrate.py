@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from xflow.cli.common import check_writable, cost_model, load_graph, user_errors, write_json
 from xflow.errors import XflowError
+from xflow.files import check_distinct
 
 
 @click.command("place-calibrate")
@@ -23,7 +26,7 @@ from xflow.errors import XflowError
                    "rounds' medians.")
 @click.option("--cost", "cost_kind", type=click.Choice(["measured", "analytic"]), default="measured",
               show_default=True)
-@click.option("--cost-db", type=click.Path(dir_okay=False), default=None)
+@click.option("--cost-db", type=click.Path(), default=None)
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write fitted parameters, tau and every measurement (JSON).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -34,6 +37,8 @@ def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_place
     from xflow.placement.measure import validate_simulator
     from xflow.placement.topology import load_topology
 
+    check_distinct({"IN.onnx": in_path, "--cost-db": cost_db, "--out": out_path,
+                    "--topology": topology_spec if os.path.isfile(topology_spec) else None})
     topology = load_topology(topology_spec)
     if out_path:
         check_writable(out_path)

@@ -20,7 +20,7 @@ def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
 
     Outputs are checked against the unplaced model first."""
     from xflow.cost import AnalyticCost
-    from xflow.placement.executor import Executor
+    from xflow.placement.executor import Executor, require_runnable
     from xflow.placement.plan import read_plan
     from xflow.placement.problem import build_problem
 
@@ -28,6 +28,7 @@ def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
     graph = load_graph(model_path)
     problem = build_problem(graph, AnalyticCost(), os.path.basename(model_path))
     devices = plan.devices_for(problem, plan_path)
+    require_runnable(plan.topology, plan_path, devices)  # the plan's devices, not the topology, are at fault
     executor = Executor(problem, plan.topology, runs=runs, seed=seed)
     try:
         m = executor.measure(devices)

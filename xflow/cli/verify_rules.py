@@ -10,6 +10,7 @@ import click
 
 from xflow.cli.common import check_writable, user_errors, write_json
 from xflow.cli.options import executor_options, proof_budget_options
+from xflow.files import check_distinct
 
 
 @click.command("verify-rules")
@@ -33,6 +34,7 @@ def verify_rules(rules_path: str, rlimit: int, guard_s: float, trials: int, seed
     from xflow.rules import load_rules
     from xflow.tasks import make_task_executor
 
+    check_distinct({"RULES.json": rules_path, "--report": report_path})
     rules = load_rules(rules_path)
     if report_path is not None:
         check_writable(report_path)

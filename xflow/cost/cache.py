@@ -2,7 +2,9 @@
 
 WAL journal (readers never block the writer), one transaction per batch of inserts, a busy timeout
 so two processes writing at once wait for each other instead of failing. A file that is not a
-readable SQLite database is moved aside and rebuilt, with a one-line warning.
+readable SQLite database (a damaged one) is moved aside and rebuilt, with a one-line warning; a file that
+is plainly something else (an ONNX model, JSON, an archive, text) is refused in one line and left alone, as is
+a database of a newer schema or whose ``costs`` table is not this one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from xflow.errors import XflowError
 from xflow.files import check_output_file
 
 SCHEMA_VERSION = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_COSTS_COLUMNS = ("key", "seconds", "op", "env", "detail", "created")
 _CHUNK = 500  # keys per SELECT ... IN (...): below SQLite's host-parameter limit
 
 
@@ -47,6 +51,9 @@ class CostCache:
     def _open(self) -> sqlite3.Connection:
         # SQLite makes a journal beside the database: a device or a kernel file system must not get one
         check_output_file(str(self.path), "cost cache")
+        other = _plainly_not_a_database(self.path)
+        if other is not None:
+            raise XflowError(str(self.path), f"is {other}, not a cost database; name another --cost-db")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -85,6 +92,7 @@ class CostCache:
         conn = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout = 60000")
+            _check_schema(conn, str(self.path))  # before anything is written to it
             _set_wal(conn)
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("BEGIN IMMEDIATE")
@@ -94,7 +102,7 @@ class CostCache:
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             conn.execute("COMMIT")
             conn.execute("SELECT count(*) FROM costs").fetchone()
-        except sqlite3.DatabaseError:
+        except (sqlite3.DatabaseError, XflowError):
             conn.close()
             raise
         return conn
@@ -133,6 +141,60 @@ class CostCache:
     def close(self) -> None:
         """Close the connection (the WAL is checkpointed by SQLite when the last one closes)."""
         self._conn.close()
+
+
+def _check_schema(conn: sqlite3.Connection, path: str) -> None:
+    """XflowError when the database is not one this code may use: a newer schema version (its rows may mean
+    something else), or a ``costs`` table with other columns (another program's table of that name)."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    row = conn.execute("SELECT value FROM meta WHERE name = 'schema'").fetchone() if "meta" in tables else None
+    try:
+        version = int(row[0]) if row is not None else SCHEMA_VERSION
+    except (TypeError, ValueError):
+        raise XflowError(path, f"cost cache has an unreadable schema version {row[0]!r}") from None
+    if version > SCHEMA_VERSION:
+        raise XflowError(path, f"cost cache has schema version {version}, newer than this xflow's "
+                               f"{SCHEMA_VERSION}; use a newer xflow or another --cost-db")
+    columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(costs)"))
+    if "costs" in tables and columns != _COSTS_COLUMNS:
+        raise XflowError(path, f"is not an xflow cost cache: its costs table has columns {', '.join(columns)} "
+                               f"(expected {', '.join(_COSTS_COLUMNS)})")
+
+
+def _plainly_not_a_database(path: Path) -> str | None:
+    """What the file at ``path`` plainly is when it is something other than a SQLite database (an ONNX
+    model, JSON, an archive such as .npz, text), else None: missing, empty, a database, or bytes of no
+    known kind (a damaged database, which is moved aside)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise XflowError(str(path), f"cannot read the cost cache: {exc.strerror or exc}") from None
+    if not head or head.startswith(_SQLITE_MAGIC):
+        return None
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip archive (an .npz?)"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "a JSON file"
+    if _is_onnx_model(path):
+        return "an ONNX model"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return "a text file"
+
+
+def _is_onnx_model(path: Path) -> bool:
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - any parse failure: not a model
+        return False
+    return model.ir_version > 0 and (len(model.graph.node) > 0 or len(model.opset_import) > 0)
 
 
 def _set_wal(conn: sqlite3.Connection, patience_s: float = 30.0) -> None:

@@ -30,6 +30,10 @@ class ModelContext:
     base_dir: str = ""
     path: str = ""
     external_data: bool = False  # the source kept weights in external files (so its output does too)
+    # initializers that are also graph inputs (a caller may feed them): kept in ``Graph.constants`` (decoders
+    # read their values, the writer writes them back while they are read), but no constant to a rewrite
+    # (``Graph.is_constant``), so none is folded or merged away and the written model keeps them as inputs
+    overridable: frozenset[str] = frozenset()
 
     @property
     def opset(self) -> int:
@@ -121,16 +125,17 @@ class Graph:
         return memo[key]
 
     def is_constant(self, name: str) -> bool:
-        """True when the value is an initializer."""
-        return name in self.constants
+        """True when the value is an initializer no caller may feed (an overridable one is an input)."""
+        return name in self.constants and not (self.context is not None and name in self.context.overridable)
 
     def is_constant_value(self, name: str) -> bool:
         """True for initializers and for values computed from constants alone by op-table nodes
-        (those fold into new initializers before the model is written)."""
+        (those fold into new initializers before the model is written); never for an overridable initializer
+        or what is computed from one."""
         memo = self.constant_memo
         found = memo.get(name)
         if found is None:
-            found = _constant_value(name, memo, self.constants, self.producers.get)
+            found = _constant_value(name, memo, self.constants, self.producers.get, _overridable(self.context))
         return found
 
     def type_of(self, name: str) -> TensorType | None:
@@ -433,15 +438,15 @@ class PendingGraph:
         return self._built
 
     def is_constant(self, name: str) -> bool:
-        """True when the value is an initializer."""
-        return name in self.constants
+        """As ``Graph.is_constant``."""
+        return name in self.constants and name not in _overridable(self.parent.context)
 
     def is_constant_value(self, name: str) -> bool:
         """As ``Graph.is_constant_value`` on the built graph (the memo is the parent's, shared)."""
         memo = self.parent.constant_memo
         found = memo.get(name)
         if found is None:
-            found = _constant_value(name, memo, self.constants, self._producer)
+            found = _constant_value(name, memo, self.constants, self._producer, _overridable(self.parent.context))
         return found
 
     def _producer(self, name: str) -> Node | None:
@@ -492,8 +497,12 @@ def _users_table(nodes: Iterable[Node]) -> dict[str, list[tuple[Node, int]]]:
     return table
 
 
+def _overridable(context: ModelContext | None) -> frozenset[str]:
+    return context.overridable if context is not None else frozenset()
+
+
 def _constant_value(name: str, memo: dict[str, bool], constants: Mapping[str, Constant],
-                    producer_of: Callable[[str], Node | None]) -> bool:
+                    producer_of: Callable[[str], Node | None], overridable: frozenset[str] = frozenset()) -> bool:
     """Whether ``name`` is an initializer or computed from constants alone by op-table nodes; fills
     ``memo`` for it and the values it depends on. Iterative: deep constant chains must not hit the
     recursion limit."""
@@ -504,7 +513,7 @@ def _constant_value(name: str, memo: dict[str, bool], constants: Mapping[str, Co
             stack.pop()
             continue
         if top in constants:
-            memo[top] = True
+            memo[top] = top not in overridable
             stack.pop()
             continue
         producer = producer_of(top)

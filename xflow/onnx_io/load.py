@@ -41,6 +41,57 @@ def read_model(path: str) -> onnx.ModelProto:
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, JSON's ParseError (for a .json name), ...
         raise XflowError(path, f"not an ONNX model (protobuf parse failed: {one_line(exc)})") from None
     check_proto(model, path, checked=path)
+    check_external_data(model, os.path.dirname(os.path.abspath(path)))
+    return model
+
+
+def check_external_data(model: onnx.ModelProto, base_dir: str) -> None:
+    """XflowError naming the data file when an initializer's external data is missing, not a regular file, or
+    shorter than the model says (its offset and length, or its dims and dtype): found when the model is read,
+    not as ONNX Runtime's failure in the middle of a run."""
+    sizes: dict[str, int] = {}
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        path = os.path.join(base_dir, info.get("location", ""))
+        if path not in sizes:
+            if not os.path.isfile(path):
+                raise XflowError(path, f"external data of initializer {tensor.name!r}: no such file")
+            sizes[path] = os.path.getsize(path)
+        try:
+            offset = int(info.get("offset", 0))
+            length = int(info["length"]) if "length" in info else _data_bytes(tensor)
+        except ValueError:
+            raise XflowError(path, f"initializer {tensor.name!r}: offset or length is not an integer") from None
+        if length is not None and offset + length > sizes[path]:
+            raise XflowError(path, f"external data file is shorter than the model says: initializer {tensor.name!r} "
+                                   f"needs bytes {offset}..{offset + length}, the file has {sizes[path]}")
+
+
+def _data_bytes(tensor: onnx.TensorProto) -> int | None:
+    """The bytes a tensor's raw data takes (None for types without a fixed size: strings)."""
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return None
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= int(d)
+    packed = {getattr(onnx.TensorProto, n, -1) for n in ("INT4", "UINT4", "FLOAT4E2M1")}  # two to a byte
+    return (count + 1) // 2 if tensor.data_type in packed else count * itemsize
+
+
+def model_from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>") -> onnx.ModelProto:
+    """Parse and check a serialized ONNX model given in memory; XflowError naming ``label`` (not the bytes)."""
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(bytes(data))
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and its relatives
+        raise XflowError(label, f"not an ONNX model (protobuf parse failed: {one_line(exc)})") from None
+    check_proto(model, label)
     return model
 
 
@@ -523,6 +574,8 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
     for tensor in model.graph.initializer:
         constants[tensor.name] = Constant.from_proto(tensor, base_dir)
         types[tensor.name] = constants[tensor.name].type
+    # an initializer listed among the inputs is a default a caller may override: no rewrite folds or merges it
+    overridable = frozenset(constants) & {vi.name for vi in model.graph.input}
     unknown = {name for n in model.graph.node for name in n.output
                if name and not (name in types and types[name].is_static)}
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
@@ -572,7 +625,7 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
     inputs = tuple(vi.name for vi in model.graph.input if vi.name not in constants)
     outputs = tuple(vi.name for vi in model.graph.output)
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-    context = ModelContext(template, base_dir, path, external)
+    context = ModelContext(template, base_dir, path, external, overridable)
     return Graph(tuple(nodes), inputs, outputs, types, constants, context)
 
 

@@ -379,14 +379,18 @@ def would_overwrite(graph: Graph, path: str) -> str | None:
     graph to ``path`` (and ``<path>.data``) would replace, or None. ``save`` allows it (the constants
     are repointed), but it changes the input on disk: ``xflow optimize`` refuses it."""
     targets = {os.path.realpath(path), os.path.realpath(path + ".data")}
+    return next((source for source in weight_files(graph) if source in targets), None)
+
+
+def weight_files(graph: Graph) -> list[str]:
+    """The files the graph's external weights are read from (resolved paths, in the order first met)."""
     default_dir = graph.context.base_dir if graph.context else ""
+    files: dict[str, None] = {}
     for const in graph.constants.values():
         if const.is_external:
             location = {e.key: e.value for e in const.proto.external_data}.get("location", "")  # type: ignore[union-attr]
-            source = os.path.realpath(os.path.join(const.base_dir or default_dir, location))
-            if source in targets:
-                return source
-    return None
+            files[os.path.realpath(os.path.join(const.base_dir or default_dir, location))] = None
+    return list(files)
 
 
 def write_model_atomically(model: onnx.ModelProto, graph: Graph, path: str, force_external: bool,

@@ -32,7 +32,7 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     """The passes up to write on ``source`` (the load pass's result); ``cost_model`` None: the one the options ask
     for."""
     checks = options.checks
-    rules = search.rule_file(options.rules_path)
+    rules = search.rule_file(options.rules_path, options.rules)
     coster = costing.coster(cost_model or costing.make_cost_model(options.cost, sessions, source.graph), source.shapes)
     searched = search.search(source.graph, rules, coster, options.search, progress)
     ran = load.try_original(source, options.inputs, sessions) \

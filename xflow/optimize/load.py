@@ -15,7 +15,7 @@ from xflow.errors import XflowError, one_line
 from xflow.ir import Graph
 from xflow.ir.dims import is_static
 from xflow.onnx_io import graph_from_model, read_model
-from xflow.onnx_io.load import check_input_shapes, check_proto
+from xflow.onnx_io.load import check_input_shapes, check_proto, model_from_bytes
 from xflow.onnx_io.shape_profile import ShapePlan, shape_plan
 from xflow.optimize.options import InputSettings
 from xflow.optimize.passes import PassResult
@@ -85,10 +85,12 @@ class Source(PassResult):
             "written unchanged (re-encoded: its weights are external data)"
 
 
-def load_source(model: onnx.ModelProto | str, inputs: InputSettings) -> Source:
+def load_source(model: onnx.ModelProto | bytes | str, inputs: InputSettings) -> Source:
     """The load pass: parse and check the model, resolve its shape profile, build its graph with the model's own
     dims (dynamic ones as symbols: the search decides rule conditions for every size and costs graphs at the
     profile's points); ``measuring`` are the input shapes at the profile's first point."""
+    if isinstance(model, bytes | bytearray | memoryview):  # serialized: parsed here, named as what it is
+        model = model_from_bytes(model)
     if isinstance(model, onnx.ModelProto):
         check_proto(model, "<ModelProto>")
         label, path, proto, base_dir = "<ModelProto>", None, model, ""

@@ -6,11 +6,12 @@ search's own, ``SearchLimits``, are this object's ``search`` group)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from xflow.ort import Sessions
+from xflow.rules import Rule
 from xflow.search import SearchLimits
 
 
@@ -66,6 +67,7 @@ class OptimizeOptions:
     """Everything a user can set for one optimization (``rules_path`` None: the shipped rules)."""
 
     rules_path: str | None = None
+    rules: Sequence[Rule] | None = None  # the rules already loaded (and proved) by the caller; rules_path names them
     search: SearchLimits = field(default_factory=SearchLimits)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     cost: CostSettings = field(default_factory=CostSettings)
@@ -83,14 +85,14 @@ class OptimizeOptions:
         for name, value in fields.items():
             group, attribute = FLAT_NAMES[name]
             groups.setdefault(group, {})[attribute] = value
-        rules_path = groups.pop("", {}).get("rules_path")
-        return cls(rules_path, **{group: dataclasses.replace(getattr(DEFAULTS, group), **values)
-                                  for group, values in groups.items()})
+        top = groups.pop("", {})
+        grouped = {group: dataclasses.replace(getattr(DEFAULTS, group), **values) for group, values in groups.items()}
+        return cls(top.get("rules_path"), top.get("rules"), **grouped)
 
 
 #: The flat option names of ``xflow.optimize`` (and ``OptimizeOptions.of``): name -> (group, field).
 FLAT_NAMES: dict[str, tuple[str, str]] = {
-    "rules_path": ("", "rules_path"),
+    "rules_path": ("", "rules_path"), "rules": ("", "rules"),
     "alpha": ("search", "alpha"), "budget": ("search", "budget"), "patience": ("search", "patience"),
     "branches": ("search", "branches"), "time_limit": ("search", "time_limit"),
     "memory_limit": ("search", "memory_limit_mb"),

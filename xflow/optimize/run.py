@@ -22,8 +22,17 @@ import onnx
 
 from xflow.cost.base import CostModel
 from xflow.errors import XflowError
-from xflow.files import check_output_file, run_folder, write_json
+from xflow.files import (
+    all_or_none,
+    check_distinct,
+    check_output_file,
+    keep_private,
+    run_folder,
+    same_folder,
+    write_json,
+)
 from xflow.onnx_io import would_overwrite
+from xflow.onnx_io.save import weight_files
 from xflow.optimize import load, report, write
 from xflow.optimize.chain import run_passes
 from xflow.optimize.options import OptimizeOptions
@@ -35,11 +44,15 @@ from xflow.search import SearchReport
 def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,
                   say: Callable[[str], None] = print,
                   progress: Callable[[SearchReport], None] | None = None,
-                  place_request: PlaceRequest | None = None) -> report.OptimizeReport:
-    """Optimize ``in_path`` into ``out_path``; the written model is verified equal and never slower
-    (unless ``keep_if_slower``). Raises XflowError for bad input; writes nothing on failure."""
+                  place_request: PlaceRequest | None = None, report_path: str | None = None) -> report.OptimizeReport:
+    """Optimize ``in_path`` into ``out_path`` (and write the report to ``report_path``, when given); the written
+    model is verified equal and never slower (unless ``keep_if_slower``). Raises XflowError for bad input; writes
+    nothing on failure: every output, or none."""
     started = time.perf_counter()
     write.check_output_path(in_path, out_path)
+    plan_path = place_request.plan_path if place_request is not None else None
+    files = run_files(in_path, out_path, options, plan_path, report_path)
+    check_distinct(files)
     if place_request is not None:
         check_output_file(place_request.plan_path, "plan output")
     source = load.load_source(in_path, options.inputs)
@@ -47,24 +60,43 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     if clash is not None:
         raise XflowError(out_path, f"writing it would replace {clash}, which holds the input's weights; "
                                    "choose another output path")
+    weights = {f"IN.onnx's weights file {os.path.basename(f)}": f for f in weight_files(source.graph)}
+    check_distinct({**files, **weights})
     with run_folder(out_path) as scratch:
         run = run_passes(source, out_path, options, cost_model, options.runtime.sessions(scratch), say, progress,
                          place_request)
-        written = write.write(source, run.chosen.graph if run.chosen is not None else None, out_path, scratch)
-        if run.placement is not None and place_request is not None:
-            write_json(place_request.plan_path, run.placement.plan.to_json(), scratch)
-            if place_request.show is not None:
-                place_request.show(run.placement.plan)
-    return report.finish(run.report, written, started)
+        outputs = [out_path, f"{out_path}.data", *(p for p in (plan_path, report_path) if p)]
+        with all_or_none(outputs, scratch):  # a report into a full disk takes the model back out
+            written = write.write(source, run.chosen.graph if run.chosen is not None else None, out_path, scratch)
+            keep_private(in_path, [out_path, f"{out_path}.data"])
+            if run.placement is not None and place_request is not None:
+                write_json(place_request.plan_path, run.placement.plan.to_json(), scratch)
+            finished = report.finish(run.report, written, started)
+            if report_path:
+                write_json(report_path, finished.to_json(), scratch if same_folder(report_path, out_path) else None)
+        if run.placement is not None and place_request is not None and place_request.show is not None:
+            place_request.show(run.placement.plan)
+    return finished
 
 
-def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions, cost_model: CostModel | None = None
+def run_files(in_path: str, out_path: str, options: OptimizeOptions, plan_path: str | None = None,
+              report_path: str | None = None) -> dict[str, str | None]:
+    """Every file one optimize run reads or writes, by the role the user gave it (``check_distinct``)."""
+    return {"IN.onnx": in_path, "OUT.onnx": out_path, "OUT.onnx's data file": f"{out_path}.data",
+            "--rules": options.rules_path, "--inputs": options.inputs.npz, "--cost-db": options.cost.db,
+            "the plan file (--place)": plan_path, "--report": report_path}
+
+
+def optimize_model(model: onnx.ModelProto | bytes | str, options: OptimizeOptions, cost_model: CostModel | None = None
                    ) -> tuple[onnx.ModelProto, report.OptimizeReport]:
     """Optimize a model in memory (or a file) and return the result with its report: the same checks
     as ``optimize_file`` (verified; the original comes back when the optimized one is not faster).
     Scratch files, needed only for models with external or very large weights, go in a run folder under
     the system's temp directory."""
     started = time.perf_counter()
+    path = os.fspath(model) if isinstance(model, str | os.PathLike) else None
+    check_distinct({"the model": path, "rules_path": options.rules_path,
+                    "inputs_npz": options.inputs.npz, "cost_db": options.cost.db})
     source = load.load_source(model, options.inputs)
     with _api_scratch() as scratch:
         run = run_passes(source, "<ModelProto>", options, cost_model, options.runtime.sessions(scratch),
@@ -87,7 +119,7 @@ def _api_scratch() -> Iterator[str]:
         yield scratch
 
 
-def optimize(model: onnx.ModelProto | str, **options: Any) -> onnx.ModelProto:
+def optimize(model: onnx.ModelProto | bytes | str, **options: Any) -> onnx.ModelProto:
     """Optimize an ONNX model (a ModelProto or a path) and return the optimized ModelProto.
 
     Keyword options are the flat names of ``OptimizeOptions.of`` (``rules_path``, ``alpha``, ``budget``,

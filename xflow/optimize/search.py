@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xflow.cost import GraphCoster
 from xflow.ir import Graph
 from xflow.optimize.passes import PassResult
 from xflow.rules import Rule, default_rules_path, load_rules
+from xflow.rules.proof import refuse_stale_proofs
 from xflow.search import SearchLimits, SearchReport, StopReason, backtracking_search
 
 
@@ -23,9 +24,13 @@ class Searched(PassResult):
     coster: GraphCoster
 
 
-def rule_file(rules_path: str | None) -> tuple[str, list[Rule]]:
-    """The rule file the run uses (``rules_path``, or the shipped one) and its rules."""
-    return rules_path or str(default_rules_path()), load_rules(rules_path)
+def rule_file(rules_path: str | None, given: Sequence[Rule] | None = None) -> tuple[str, list[Rule]]:
+    """The rule file the run uses (``rules_path``, or the shipped one) and its rules (``given``: the caller's,
+    already loaded and proved); a rule whose recorded proof is for other content is refused."""
+    name = rules_path or str(default_rules_path())
+    rules = list(given) if given is not None else load_rules(rules_path)
+    refuse_stale_proofs(rules, name)
+    return name, rules
 
 
 def search(graph: Graph, rules: tuple[str, list[Rule]], coster: GraphCoster, limits: SearchLimits,

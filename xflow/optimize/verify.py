@@ -29,6 +29,7 @@ class VerifyFigures:
     max_abs_diff: dict[str, float] = field(default_factory=dict)
     verify_reference: str = ""  # what the outputs were compared against (xflow.equivalence)
     verify_inputs: list[str] = field(default_factory=list)  # the input sets compared on, the run's own first
+    verify_scales: list[str] = field(default_factory=list)  # then the draws at other scales (xflow.equivalence)
     latency_before_ms: float | None = None
     latency_after_ms: float | None = None
     speedup: float | None = None
@@ -105,7 +106,8 @@ def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, se
     source, inputs = checked.source, checked.inputs
     try:
         compared = verify_against_original(source.runnable, original.session, candidate, original.feeds,
-                                           inputs.label, inputs.seed, source.measuring, sessions)
+                                           inputs.label, inputs.seed, source.measuring, sessions,
+                                           users_feeds=bool(inputs.npz))
     except EquivalenceError as exc:
         raise EquivalenceError(source.label, f"optimized model is not equivalent, nothing written: {exc.problem}") \
             from None
@@ -116,6 +118,7 @@ def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, se
         say(note)
     figures.max_abs_diff, figures.verified = compared.max_abs_diff, True
     figures.verify_reference, figures.verify_inputs = compared.reference, compared.inputs
+    figures.verify_scales = compared.scales
     failure = check_other_sizes(source, original.session, candidate, inputs.seed, figures)
     if failure is not None:
         say(f"{failure}: the original is {source.kept_as}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -135,6 +135,17 @@ class _Placed:
     max_abs_diff: float
 
 
+def require_runnable(topology: Topology, source: str, used: Iterable[int] | None = None) -> None:
+    """XflowError naming ``source`` (the topology, or the plan file that holds it) when a device of it (of
+    ``used``, the indices a plan places nodes on, when given) is a CUDA device and onnxruntime cannot run CUDA."""
+    devices = topology.devices if used is None else [topology.devices[i] for i in sorted(set(used))]
+    cuda = [d.name for d in devices if d.kind == "cuda"]
+    if cuda and not cuda_available():
+        raise XflowError(source, f"places nodes on CUDA device(s) {', '.join(cuda)}, but onnxruntime cannot run "
+                                 "CUDA here; plan for a topology of this machine's devices" if used is not None
+                         else "has CUDA devices but onnxruntime cannot run CUDA here")
+
+
 class Executor:
     """Runs placements for real (``runtime(plan) -> seconds``): per-device segments as ORT sessions,
     each device a worker thread that runs its segments in order as soon as their inputs exist. CPU
@@ -147,8 +158,7 @@ class Executor:
         self.problem = problem
         self.topology = topology
         self.runs, self.warmup, self.tolerance = runs, warmup, tolerance
-        if any(d.kind == "cuda" for d in topology.devices) and not cuda_available():
-            raise XflowError(topology.name, "has CUDA devices but onnxruntime cannot run CUDA here")
+        require_runnable(topology, topology.name)
         model = to_model_proto(problem.graph)
         reference = Sessions("cpu").open(model)
         self.feeds = dict(feeds) if feeds is not None else random_feeds(reference, seed)

@@ -21,6 +21,47 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+#: Bounds on what an expression may be and compute: its text, its nesting, and the items (and integer digits)
+#: one value may hold. A rule is data from a file: ``len('a' * 100000000000)`` passes the whitelist and would
+#: allocate without bound at every match, and 100,000 nested minuses exhaust the parser's memory.
+MAX_SOURCE_CHARS = 2000
+MAX_DEPTH = 64
+MAX_ITEMS = 10_000
+MAX_INT_BITS = 256
+
+
+def _bounded(value: Any) -> Any:
+    """``value`` when within the bounds, else ExprError (a sequence of more than MAX_ITEMS items, an integer of
+    more than MAX_INT_BITS bits)."""
+    if isinstance(value, str | tuple | list) and len(value) > MAX_ITEMS:
+        raise ExprError(f"a value of {len(value)} items (at most {MAX_ITEMS})")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ExprError(f"an integer of {value.bit_length()} bits (at most {MAX_INT_BITS})")
+    return value
+
+
+def _mul(a: Any, b: Any) -> Any:
+    """``a * b`` refused before it allocates: a sequence repeated beyond MAX_ITEMS items."""
+    for seq, count in ((a, b), (b, a)):
+        if isinstance(seq, str | tuple | list) and isinstance(count, int) and len(seq) * max(count, 0) > MAX_ITEMS:
+            raise ExprError(f"a value of {len(seq) * count} items (at most {MAX_ITEMS})")
+    return _bounded(a * b)
+
+
+def _mod(a: Any, b: Any) -> Any:
+    """Integer ``a % b``; a string left side would be printf formatting (``'%09999999d' % 1`` allocates)."""
+    if not isinstance(a, int):
+        raise ExprError(f"% takes integers, not {type(a).__name__}")
+    return a % b
+
+
+def _sum(items: Any, start: Any = 0) -> Any:
+    """``sum`` of numbers (a sum of sequences would concatenate without bound)."""
+    if not isinstance(start, int):
+        raise ExprError(f"sum() adds integers, not {type(start).__name__}")
+    return _bounded(sum(items, start))
+
+
 #: The semantics operation of each AST operator.
 _BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
 _CMPOPS: dict[type, str] = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
@@ -69,14 +110,15 @@ def _if(cond: Any, then: Callable[[], Any], otherwise: Callable[[], Any]) -> Any
 PYTHON_SEMANTICS: Semantics = {
     "literal": lambda value: value, "unbound": _unbound, "no shape": _no_shape,
     "-x": operator.neg, "not": operator.not_,
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+    "+": lambda a, b: _bounded(operator.add(a, b)), "-": operator.sub, "*": _mul, "//": operator.floordiv,
+    "%": _mod,
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
     "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
     "and": all, "or": any, "if": _if,
     "[]": lambda container, key: container[key],
     "[:]": lambda container, lower, upper, step: container[slice(lower, upper, step)],
     "rank()": len, "dim()": lambda shape, i: shape[i], "shape()": tuple,
-    **{f"{name}()": fn for name, fn in zip(_PURE_FUNCS, (len, sum, min, max, abs, all, any, tuple), strict=True)},
+    **{f"{name}()": fn for name, fn in zip(_PURE_FUNCS, (len, _sum, min, max, abs, all, any, tuple), strict=True)},
 }
 
 
@@ -88,10 +130,18 @@ class Expr:
 
     @cached_property
     def tree(self) -> ast.expr:
+        if not isinstance(self.source, str):
+            raise ExprError(f"expression {self.source!r} is not a string")
+        if len(self.source) > MAX_SOURCE_CHARS:
+            raise ExprError(f"expression {self.source[:40]!r}... is {len(self.source)} characters long "
+                            f"(at most {MAX_SOURCE_CHARS})")
         try:
             tree = ast.parse(self.source, mode="eval").body
         except SyntaxError as exc:
             raise ExprError(f"bad expression {self.source!r}: {exc.msg}") from None
+        except (MemoryError, RecursionError):
+            raise ExprError(f"expression {self.source[:40]!r}... is nested too deeply") from None
+        _check_depth(tree, self.source)
         _check(tree, self.source)
         return tree
 
@@ -124,6 +174,16 @@ class Expr:
         return compiled(env)
 
 
+def _check_depth(tree: ast.AST, source: str) -> None:
+    """ExprError when the tree nests deeper than MAX_DEPTH (the compiled closures recurse once per level)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ExprError(f"expression {source[:40]!r}... nests more than {MAX_DEPTH} levels deep")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
 def _check(node: ast.AST, source: str) -> None:
     allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Call, ast.Name, ast.Constant,
                ast.Tuple, ast.List, ast.Subscript, ast.Slice, ast.IfExp, ast.Load, ast.USub, ast.Not, ast.And,
@@ -138,6 +198,11 @@ def _check(node: ast.AST, source: str) -> None:
                 raise ExprError(f"{source!r}: {sub.func.id}() takes a pattern tensor name first")
         if isinstance(sub, ast.Constant) and not isinstance(sub.value, int | str | bool):
             raise ExprError(f"{source!r}: only integer, bool and string literals are allowed")
+        if isinstance(sub, ast.Constant):
+            try:
+                _bounded(sub.value)
+            except ExprError as exc:
+                raise ExprError(f"{source[:40]!r}: a literal too large: {exc}") from None
 
 
 def _names(tree: ast.AST, tensors: bool) -> set[str]:

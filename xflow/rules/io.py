@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from xflow.errors import XflowError
+from xflow.errors import XflowError, one_line
 from xflow.rules.model import Rule, RuleError, parse_rule
 
 FORMAT = "xflow.rules/1"
@@ -46,11 +46,12 @@ def load_rules(path: str | os.PathLike[str] | None = None) -> list[Rule]:
         raise XflowError(path, f"not an xflow rule file (expected {{\"format\": \"{FORMAT}\", \"rules\": [...]}})")
     rules: list[Rule] = []
     seen: set[str] = set()
-    for raw in data["rules"]:
+    for index, raw in enumerate(data["rules"]):
         try:
             rule = parse_rule(raw)
-        except RuleError as exc:
-            raise XflowError(path, str(exc)) from None
+        except (RuleError, TypeError, ValueError) as exc:  # the last two: a value of the wrong kind, said in one line
+            where = "" if isinstance(raw, dict) and isinstance(raw.get("name"), str) else f"rules[{index}]: "
+            raise XflowError(path, f"{where}{one_line(exc)}") from None
         if rule.name in seen:
             raise XflowError(path, f"rule name {rule.name!r} appears twice")
         seen.add(rule.name)

@@ -127,8 +127,75 @@ def _parse_node(raw: Mapping[str, Any], where: str) -> PatternNode:
     return PatternNode(op, tuple(ins), tuple(outs), attrs)
 
 
+def _check_json_shape(raw: Any) -> None:
+    """RuleError when the JSON is not shaped as a rule: an object whose name is a string, ``inputs`` and
+    ``outputs`` objects of strings, ``src`` and ``dst`` lists of node objects (``op`` a string, ``in`` and ``out``
+    lists of strings, ``attrs`` an object), ``where`` a list of strings, ``doc`` a string and ``provenance`` an
+    object: what a later step would otherwise meet as a traceback."""
+    if not isinstance(raw, Mapping):
+        raise RuleError(f"a rule must be a JSON object, not {type(raw).__name__} {_short(raw)}")
+    name = raw.get("name", "<unnamed>")
+    if not isinstance(name, str):
+        raise RuleError(f"rule name must be a string, not {type(name).__name__} {_short(name)}")
+    where = f"rule {name}"
+
+    def strings(value: Any, what: str) -> None:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise RuleError(f"{where}: {what} must be a list of strings, not {_short(value)}")
+
+    for key in ("inputs", "outputs"):
+        value = raw.get(key, {})
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in value.items()):
+            raise RuleError(f"{where}: {key} must be an object of names to strings, not {_short(value)}")
+    for side in ("src", "dst"):
+        nodes = raw.get(side, [])
+        if not isinstance(nodes, list):
+            raise RuleError(f"{where}: {side} must be a list of nodes, not {_short(nodes)}")
+        for i, node in enumerate(nodes):
+            at = f"{side}[{i}]"
+            if not isinstance(node, Mapping):
+                raise RuleError(f"{where}: {at} must be a node object, not {_short(node)}")
+            if not isinstance(node.get("op", ""), str):
+                raise RuleError(f"{where}: {at}.op must be a string, not {_short(node['op'])}")
+            strings(node.get("in", []), f"{at}.in")
+            out = node.get("out", [])
+            strings([out] if isinstance(out, str) else out, f"{at}.out")
+            attrs = node.get("attrs") or {}
+            if not isinstance(attrs, Mapping):
+                raise RuleError(f"{where}: {at}.attrs must be an object, not {_short(node['attrs'])}")
+            for key, value in attrs.items():
+                if not _literal(value):
+                    raise RuleError(f"{where}: {at}.attrs.{key} must be a number, string, bool or a list of them, "
+                                    f"not {_short(value)}")
+    strings(raw.get("where", []), "where")
+    if not isinstance(raw.get("doc", ""), str):
+        raise RuleError(f"{where}: doc must be a string")
+    if not isinstance(raw.get("provenance", {}), Mapping):
+        raise RuleError(f"{where}: provenance must be an object")
+
+
+def _literal(value: Any) -> bool:
+    """True for what an attribute template may be: a number, string, bool or null, or a list of them."""
+    if isinstance(value, list):
+        return all(_literal(v) for v in value)
+    return value is None or isinstance(value, int | float | str | bool)
+
+
+def _short(value: Any) -> str:
+    """A value as JSON, cut to a readable length, on one line."""
+    import json
+
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def parse_rule(raw: Mapping[str, Any]) -> Rule:
     """Build a rule from its JSON form and check it (``RuleError`` says what is wrong)."""
+    _check_json_shape(raw)
     name = raw.get("name", "<unnamed>")
     try:
         rule = Rule(

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 
 MODELS = ("squeezenet", "resnet50", "bert", "nasrnn")
 KINDS = ("analytic", "measured")
@@ -39,8 +40,9 @@ def _api():  # noqa: ANN202 - (options maker, optimize_file) of whichever tree i
         return OptimizeOptions, optimize_file
 
 
-def run(out: str, cache_dir: str) -> None:
-    """Write the runs of the tree on the path into ``out``; zoo models and filled caches are kept in ``cache_dir``."""
+def run(out: str, cache_dir: str, models: Sequence[str] = MODELS) -> None:
+    """Write the runs of the tree on the path into ``out``; zoo models and filled caches are kept in ``cache_dir``.
+    ``models``: zoo names, or paths of ONNX files (named by their file name)."""
     make, optimize_file = _api()
     os.makedirs(out, exist_ok=True)
     os.makedirs(cache_dir, exist_ok=True)
@@ -51,8 +53,9 @@ def run(out: str, cache_dir: str) -> None:
         subprocess.run([sys.executable, os.path.join(root, "benchmarks", "search_hashes.py")], stdout=hashes,
                        check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     xflow = os.path.join(os.path.dirname(sys.executable), "xflow")
-    for model in MODELS:
-        source = os.path.join(cache_dir, f"{model}.onnx")
+    for given in models:
+        model = os.path.splitext(os.path.basename(given))[0]
+        source = given if given.endswith(".onnx") else os.path.join(cache_dir, f"{model}.onnx")
         if not os.path.exists(source):
             subprocess.run([xflow, "zoo", "--small", model, source], check=True)
         for kind in KINDS:
@@ -73,22 +76,20 @@ def run(out: str, cache_dir: str) -> None:
 
 
 def compare(before: str, after: str) -> bool:
-    """Print the comparison of two ``run`` folders; True when everything compared is the same."""
+    """Print the comparison of two ``run`` folders (the runs ``after`` holds); True when all compared is the same."""
     same_hashes = filecmp.cmp(os.path.join(before, "hashes.json"), os.path.join(after, "hashes.json"), shallow=False)
     print(f"search hashes: {'identical' if same_hashes else 'DIFFERENT'}")
     ok = same_hashes
-    for model in MODELS:
-        for kind in KINDS:
-            name = f"{model}.{kind}"
-            with open(os.path.join(before, name + ".json")) as b, open(os.path.join(after, name + ".json")) as a:
-                old, new = json.load(b), json.load(a)
-            keys = (set(old) | set(new)) - UNCOMPARED
-            differ = [k for k in sorted(keys) if old.get(k, "<missing>") != new.get(k, "<missing>")]
-            same_bytes = filecmp.cmp(os.path.join(before, name + ".onnx"), os.path.join(after, name + ".onnx"),
-                                     shallow=False)
-            ok &= same_bytes and not differ
-            print(f"{name}: model bytes {'identical' if same_bytes else 'DIFFERENT'}; {len(keys)} report keys "
-                  f"{'the same' if not differ else 'differ: ' + ', '.join(differ)}; {new.get('decision')!r}")
+    for name in sorted(f[:-5] for f in os.listdir(after) if f.endswith(".json") and f != "hashes.json"):
+        with open(os.path.join(before, name + ".json")) as b, open(os.path.join(after, name + ".json")) as a:
+            old, new = json.load(b), json.load(a)
+        keys = (set(old) | set(new)) - UNCOMPARED
+        differ = [k for k in sorted(keys) if old.get(k, "<missing>") != new.get(k, "<missing>")]
+        same_bytes = filecmp.cmp(os.path.join(before, name + ".onnx"), os.path.join(after, name + ".onnx"),
+                                 shallow=False)
+        ok &= same_bytes and not differ
+        print(f"{name}: model bytes {'identical' if same_bytes else 'DIFFERENT'}; {len(keys)} report keys "
+              f"{'the same' if not differ else 'differ: ' + ', '.join(differ)}; {new.get('decision')!r}")
     print("ALL THE SAME" if ok else "SOME DIFFER")
     return ok
 
@@ -99,12 +100,14 @@ def main() -> None:
     runs = commands.add_parser("run")
     runs.add_argument("out")
     runs.add_argument("--cache-dir", default="build/behaviour-unchanged")
+    runs.add_argument("--model", dest="models", action="append", help="a zoo name or an ONNX file (repeatable; "
+                      f"default: {', '.join(MODELS)})")
     comparing = commands.add_parser("compare")
     comparing.add_argument("before")
     comparing.add_argument("after")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.out, args.cache_dir)
+        run(args.out, args.cache_dir, args.models or MODELS)
     else:
         sys.exit(0 if compare(args.before, args.after) else 1)
 

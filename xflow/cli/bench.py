@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from xflow.cli.common import check_writable, user_errors, write_json
+from xflow.cli.common import check_writable, require_onnxruntime, user_errors, write_json
 from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
 
 
@@ -45,6 +45,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
     and latency at ORT_ENABLE_ALL of the original, xflow's output (verified, never slower), onnxsim's
     (when installed) and ORT's transformer optimizer's (transformer models), in the same interleaved runs.
     """
+    require_onnxruntime()
     from dataclasses import asdict
 
     from xflow import zoo

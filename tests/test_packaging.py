@@ -1,0 +1,79 @@
+"""xflow as an installed package meets it: ONNX Runtime is an extra, so a command that needs it and does not find it
+says so in one line (exit 2) while the others keep working."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from xflow.cli.common import NO_ONNXRUNTIME
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def relu_model(path: Path) -> str:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return str(path)
+
+
+def run_without_onnxruntime(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``xflow ARGS`` in a fresh interpreter where ``import onnxruntime`` fails as it does where the package is
+    missing: a sitecustomize on PYTHONPATH puts None in sys.modules (inherited by worker processes too)."""
+    blocker = tmp_path / "no-onnxruntime"
+    blocker.mkdir(exist_ok=True)
+    (blocker / "sitecustomize.py").write_text('import sys\nsys.modules["onnxruntime"] = None\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), str(ROOT)]))
+    return subprocess.run([sys.executable, "-m", "xflow.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+
+
+def test_the_blocker_really_hides_onnxruntime(tmp_path):
+    proc = run_without_onnxruntime(tmp_path, "--help")
+    assert proc.returncode == 0
+    blocked = subprocess.run([sys.executable, "-c", "import onnxruntime"], capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(tmp_path / "no-onnxruntime")))
+    assert blocked.returncode != 0 and "ModuleNotFoundError" in blocked.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["optimize", "m.onnx", "o.onnx"],
+    ["optimize", "m.onnx", "o.onnx", "--cost", "analytic"],
+    ["bench", "squeezenet", "--small", "--out", "o.md"],
+    ["run", "m.onnx", "--plan", "plan.json"],
+    ["place", "m.onnx", "--topology", "cpu", "--out", "o.json"],
+    ["place", "m.onnx", "--topology", "cpu", "--cost", "analytic", "--env", "real", "--out", "o.json"],
+    ["place-calibrate", "m.onnx", "--topology", "cpu", "--out", "o.json"],
+    ["denormals", "m.onnx", "--json", "o.json"],
+])
+def test_a_command_needing_onnxruntime_refuses_in_one_line(tmp_path, command):
+    relu_model(tmp_path / "m.onnx")
+    (tmp_path / "plan.json").write_text("{}")
+    before = set(os.listdir(tmp_path)) | {"no-onnxruntime"}
+    proc = run_without_onnxruntime(tmp_path, *command)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [f"xflow: error: {NO_ONNXRUNTIME}"]
+    assert proc.stdout == ""
+    assert set(os.listdir(tmp_path)) == before  # nothing written
+
+
+def test_commands_not_needing_onnxruntime_keep_working(tmp_path):
+    model = relu_model(tmp_path / "m.onnx")
+    for command in (["--help"], ["optimize", "--help"], ["zoo", "squeezenet", "sq.onnx", "--small"],
+                    ["rules", "stats", model, "--rules", str(ROOT / "rules" / "identities.json")],
+                    ["place", model, "--topology", "4xgpu-pcie", "--cost", "analytic", "--steps", "2",
+                     "--time-limit", "5", "--out", "plan.json", "-q"]):
+        proc = run_without_onnxruntime(tmp_path, *command)
+        assert proc.returncode == 0, (command, proc.stderr)
+        assert "onnxruntime" not in proc.stderr, command
+    assert (tmp_path / "sq.onnx").exists() and (tmp_path / "plan.json").exists()

@@ -3,7 +3,9 @@ says so in one line (exit 2) while the others keep working."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +79,51 @@ def test_commands_not_needing_onnxruntime_keep_working(tmp_path):
         assert proc.returncode == 0, (command, proc.stderr)
         assert "onnxruntime" not in proc.stderr, command
     assert (tmp_path / "sq.onnx").exists() and (tmp_path / "plan.json").exists()
+
+
+def installed_layout(tmp_path: Path, rules_json: str | None) -> Path:
+    """A site-packages folder as the wheel lays xflow out: the package, and the shipped rule file (when given)
+    as its package data ``xflow/rules/data/default.json``; no repository around it."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "xflow", site / "xflow", ignore=shutil.ignore_patterns("__pycache__"))
+    if rules_json is not None:
+        (site / "xflow" / "rules" / "data").mkdir()
+        (site / "xflow" / "rules" / "data" / "default.json").write_text(rules_json)
+    return site
+
+
+def run_installed(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(site))
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=site.parent,
+                          timeout=300)
+
+
+def test_in_a_checkout_the_shipped_rules_are_the_repositorys():
+    from xflow.rules import default_rules_path, load_rules
+
+    assert default_rules_path() == ROOT / "rules" / "default.json"
+    assert len(load_rules()) > 100
+
+
+def test_installed_the_shipped_rules_are_package_data(tmp_path):
+    site = installed_layout(tmp_path, (ROOT / "rules" / "identities.json").read_text())
+    proc = run_installed(site, "-c",
+                         "import xflow.rules as r; print(r.default_rules_path()); print(len(r.load_rules()))")
+    assert proc.returncode == 0, proc.stderr
+    path, count = proc.stdout.split()
+    assert Path(path) == site / "xflow" / "rules" / "data" / "default.json"
+    assert int(count) == len(json.loads((ROOT / "rules" / "identities.json").read_text())["rules"]) > 0
+
+
+@pytest.mark.parametrize("shipped", ["missing", "empty"])
+def test_no_shipped_rules_is_an_error_not_a_copy(tmp_path, shipped):
+    empty = json.dumps({"format": "xflow.rules/1", "rules": []})
+    site = installed_layout(tmp_path, None if shipped == "missing" else empty)
+    model = relu_model(tmp_path / "m.onnx")
+    for command in (["optimize", model, str(tmp_path / "o.onnx"), "-q"], ["rules", "stats", model]):
+        proc = run_installed(site, "-m", "xflow.cli", *command)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("xflow: error: ") and "default.json" in lines[0], proc.stderr
+        assert ("missing" if shipped == "missing" else "holds no rules") in lines[0]
+    assert not (tmp_path / "o.onnx").exists()

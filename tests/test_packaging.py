@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import onnx
@@ -127,3 +128,28 @@ def test_no_shipped_rules_is_an_error_not_a_copy(tmp_path, shipped):
         assert len(lines) == 1 and lines[0].startswith("xflow: error: ") and "default.json" in lines[0], proc.stderr
         assert ("missing" if shipped == "missing" else "holds no rules") in lines[0]
     assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_rules_license_and_types(tmp_path):
+    """Built as pip builds it (a copy of the checkout, so no build folder is left in it): the distribution name is
+    free on PyPI's side (``xflow`` is another project), the license is PEP 639's, the rule files are package data,
+    and only xflow, generator and verifier are installed."""
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
+                                                                 ".pytest_cache", ".ruff_cache", ".hypothesis"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-w", str(tmp_path / "whl")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (wheel,) = (tmp_path / "whl").glob("*.whl")
+    assert wheel.name.startswith("xflow_opt-")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    shipped = {f"xflow/rules/data/{p.name}" for p in (ROOT / "rules").glob("*.json")}
+    assert "xflow/rules/data/default.json" in shipped and shipped <= names
+    assert "xflow/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert {n.split("/")[0] for n in names if "/" in n and ".dist-info" not in n} == {"xflow", "generator", "verifier"}
+    assert "Name: xflow-opt\n" in metadata and "License-Expression: Apache-2.0\n" in metadata
+    assert 'Requires-Dist: onnxruntime>=1.18; extra == "cpu"' in metadata  # never a core dependency

@@ -58,7 +58,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
                              patience=patience or None, time_limit=time_limit, seconds_per_model=seconds,
                              sessions_per_variant=sessions)
     if not onnxsim_available():
-        click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow[bench]')", err=True)
+        click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow-opt[bench]')", err=True)
     click.echo(HEADER)
     click.echo("| " + " | ".join("---" for _ in range(COLUMNS)) + " |")
     rows = run_bench(list(models) or list(zoo.MODELS), settings, say=click.echo)

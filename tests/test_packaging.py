@@ -74,6 +74,7 @@ def test_commands_not_needing_onnxruntime_keep_working(tmp_path):
     model = relu_model(tmp_path / "m.onnx")
     for command in (["--help"], ["optimize", "--help"], ["zoo", "squeezenet", "sq.onnx", "--small"],
                     ["rules", "stats", model, "--rules", str(ROOT / "rules" / "identities.json")],
+                    ["verify-rules", str(ROOT / "rules" / "identities.json"), "--jobs", "1"],
                     ["place", model, "--topology", "4xgpu-pcie", "--cost", "analytic", "--steps", "2",
                      "--time-limit", "5", "--out", "plan.json", "-q"]):
         proc = run_without_onnxruntime(tmp_path, *command)

@@ -919,7 +919,8 @@ def test_overridable_initializers_stay_inputs(env, ir_version, opset):
 def test_rank0_bool_input_is_checked_not_copied(env):
     """#59 defect 6: a rank-0 bool input (an If condition) was drawn as a numpy scalar ORT refuses, so every
     model with one was "not runnable" and copied; it is drawn as a rank-0 array and the rewrite is verified."""
-    from xflow.runtime import make_session, random_feeds
+    from xflow.ort import open_session
+    from xflow.runtime import random_feeds
 
     work, rules = env
     nodes, inits = cancel()
@@ -930,7 +931,7 @@ def test_rank0_bool_input_is_checked_not_copied(env):
     model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, HIDDEN]),
                                helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
                        [helper.make_tensor_value_info("sub", TensorProto.FLOAT, [1, 16, HIDDEN])], inits)
-    feeds = random_feeds(make_session(model))
+    feeds = random_feeds(open_session(model))
     assert all(isinstance(v, np.ndarray) for v in feeds.values()) and feeds["cond"].shape == ()
     src, out = work / "if.onnx", work / "out.onnx"
     onnx.save(model, src)

@@ -47,7 +47,7 @@ def test_bench_says_when_onnxsim_is_missing(tmp_path, monkeypatch):
     settings = BenchSettings(rules_path=str(rules), small=True, budget=2, seconds_per_model=0.1, min_runs=3)
     (row,) = run_bench(["squeezenet"], settings, say=lambda _m: None)
     assert "onnxsim" not in row.speedup
-    assert "onnxsim not installed (pip install 'xflow[bench]')" in format_table([row], settings, "xflow bench")
+    assert "onnxsim not installed (pip install 'xflow-opt[bench]')" in format_table([row], settings, "xflow bench")
 
 
 def test_a_model_xflow_leaves_unchanged_is_timed_like_every_column(tmp_path, monkeypatch):
@@ -81,7 +81,7 @@ def test_a_model_xflow_leaves_unchanged_is_timed_like_every_column(tmp_path, mon
 def test_ort_transformer_optimizer_column_on_bert(tmp_path):
     """With the bench extra installed, ORT's transformer optimizer runs on the zoo BERT and its model is
     timed; without what it needs, the row says exactly what is missing."""
-    pytest.importorskip("sympy", reason="the bench extra (pip install 'xflow[bench]') is not installed")
+    pytest.importorskip("sympy", reason="the bench extra (pip install 'xflow-opt[bench]') is not installed")
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE]}))
     settings = BenchSettings(rules_path=str(rules), small=True, budget=2, seconds_per_model=0.1, min_runs=3)

@@ -73,7 +73,7 @@ class BenchSettings:
 
 
 def onnxsim_available() -> bool:
-    """True when the optional ``onnxsim`` package is installed (``pip install xflow[bench]``)."""
+    """True when the optional ``onnxsim`` package is installed (``pip install 'xflow-opt[bench]'``)."""
     return _installed("onnxsim")
 
 
@@ -153,7 +153,7 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
         row.notes.append("xflow wrote the original back (timed as written, like every column)")
     for peer, build in ((ONNXSIM, _onnxsim), (ONNXSLIM, _onnxslim)):
         if not _installed(peer):
-            row.notes.append(f"{peer} not installed (pip install 'xflow[bench]')")
+            row.notes.append(f"{peer} not installed (pip install 'xflow-opt[bench]')")
             continue
         peer_path = os.path.join(work, f"{label}.{peer}.onnx")
         try:

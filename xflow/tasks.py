@@ -3,7 +3,7 @@
 Both executors run a module-level function over a list of picklable items and yield the results, in the
 items' order (``imap``) or as they finish (``imap_unordered``); the callers make the outcome independent of
 the order, so the same seed gives the same rule file on either. The local one is the default; Ray is an
-optional extra (``pip install 'xflow[ray]'``) that spreads the same tasks over a cluster, sizes them by the
+optional extra (``pip install 'xflow-opt[ray]'``) that spreads the same tasks over a cluster, sizes them by the
 memory they declare and retries a task whose worker was lost.
 """
 
@@ -102,7 +102,7 @@ class RayTaskExecutor:
         try:
             import ray
         except ImportError:
-            raise XflowError(None, "--executor ray needs Ray: pip install 'xflow[ray]'") from None
+            raise XflowError(None, "--executor ray needs Ray: pip install 'xflow-opt[ray]'") from None
         self._ray = ray
         self._started = not ray.is_initialized()
         if self._started:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from xflow import __version__
 from xflow.cli import (
     bench,
     denormals,
@@ -27,7 +28,7 @@ COMMAND_MODULES = (optimize, verify_rules, zoo, generate_rules, rules, bench, pl
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="xflow")
+@click.version_option(version=__version__)  # not the installed metadata: a PYTHONPATH run has none
 def main() -> None:
     """xflow: a graph-substitution superoptimizer for ONNX models.
 

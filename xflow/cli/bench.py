@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from xflow.cli.common import check_writable, user_errors, write_json
+from xflow.cli.common import check_writable, require_onnxruntime, user_errors, write_json
 from xflow.cli.options import BENCH_DEFAULTS, OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP
 from xflow.files import check_distinct
 
@@ -47,6 +47,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
     and latency at ORT_ENABLE_ALL of the original, xflow's output (verified, never slower), onnxsim's
     (when installed) and ORT's transformer optimizer's (transformer models), in the same interleaved runs.
     """
+    require_onnxruntime()
     from dataclasses import asdict
 
     from xflow import zoo
@@ -61,7 +62,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
                              patience=patience or None, time_limit=time_limit, seconds_per_model=seconds,
                              sessions_per_variant=sessions)
     if not onnxsim_available():
-        click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow[bench]')", err=True)
+        click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow-opt[bench]')", err=True)
     click.echo(HEADER)
     click.echo("| " + " | ".join("---" for _ in range(COLUMNS)) + " |")
     rows = run_bench(list(models) or list(zoo.MODELS), settings, say=click.echo)

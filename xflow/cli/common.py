@@ -14,13 +14,19 @@ from typing import Any
 
 import click
 
-from xflow.errors import XflowError
+from xflow.errors import XflowError, one_line
 from xflow.files import check_output_file, write_atomically, write_json
 
-__all__ = ["EXIT_BAD_INPUT", "check_writable", "cost_model", "fail", "load_graph", "save_model",
-           "sigterm_as_interrupt", "user_errors", "write_atomically", "write_json"]
+__all__ = ["EXIT_BAD_INPUT", "NO_ONNXRUNTIME", "check_writable", "cost_model", "fail", "load_graph",
+           "require_onnxruntime", "save_model", "sigterm_as_interrupt", "user_errors", "write_atomically",
+           "write_json"]
 
 EXIT_BAD_INPUT = 2
+
+# ONNX Runtime is an extra, not a core dependency: its two builds (onnxruntime, onnxruntime-gpu) both install the
+# module `onnxruntime`, so a core dependency on one would land beside the other on every GPU install.
+NO_ONNXRUNTIME = ("onnxruntime is not installed: install xflow with its cpu extra, pip install \"xflow-opt[cpu]\" "
+                  "(in a checkout: pip install \".[cpu]\"; on a CUDA machine gpu instead, never both)")
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -38,10 +44,31 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             return func(*args, **kwargs)
         except XflowError as exc:
             fail(str(exc))
+        except ModuleNotFoundError as exc:
+            # a path that needs ONNX Runtime and was not refused up front by require_onnxruntime
+            if _is_onnxruntime(exc.name):
+                fail(NO_ONNXRUNTIME)
+            raise
         except KeyboardInterrupt:
             fail("interrupted; nothing written", 130)
 
     return wrapper
+
+
+def _is_onnxruntime(module: str | None) -> bool:
+    return module is not None and module.split(".")[0] == "onnxruntime"
+
+
+def require_onnxruntime() -> None:
+    """Refuse, before any work, to run a command that needs ONNX Runtime where it cannot be imported."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if _is_onnxruntime(exc.name):
+            raise XflowError(None, NO_ONNXRUNTIME) from None
+        raise XflowError(None, f"onnxruntime cannot be imported: {one_line(exc)}") from None
+    except ImportError as exc:  # installed but broken (a missing shared library)
+        raise XflowError(None, f"onnxruntime cannot be imported: {one_line(exc)}") from None
 
 
 def check_writable(path: str) -> None:

@@ -7,7 +7,7 @@ import statistics
 
 import click
 
-from xflow.cli.common import check_writable, user_errors, write_json
+from xflow.cli.common import check_writable, require_onnxruntime, user_errors, write_json
 from xflow.cli.options import THREADS_HELP
 from xflow.files import check_distinct
 
@@ -40,6 +40,7 @@ def denormals(models: tuple[str, ...], threads: int | None, processes: int, seco
     how far the outputs move, and leaves the choice to you (it never writes it into a model). Each side runs in
     processes of its own, alternating; "faster" is an exact rank test over them at p < 0.01.
     """
+    require_onnxruntime()
     from xflow.denormals import FLUSH_KEY, check_denormals
     from xflow.onnx_io import parse_input_shapes, read_model
     from xflow.onnx_io.load import check_input_shapes

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from xflow.cli.common import check_writable, sigterm_as_interrupt, user_errors
+from xflow.cli.common import check_writable, require_onnxruntime, sigterm_as_interrupt, user_errors
 from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP, place_option
 from xflow.cli.placing import place_request
 from xflow.cli.progress import search_progress
@@ -76,6 +76,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
     it (interleaved runs on 10-12 pairs of fresh sessions); unless it is faster over the pairs (one-sided
     signed-rank test, p < 0.01), the original is written and the run says so.
     """
+    require_onnxruntime()
     from xflow.files import check_output_file
     from xflow.onnx_io import parse_input_shapes
     from xflow.onnx_io.shape_profile import parse_shape_profile

@@ -78,7 +78,7 @@ def executor_options(func: Any) -> Any:
                              "Ray instance of --jobs CPUs.")(func)
     return click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
                         help="local: --jobs processes on this machine; ray: Ray tasks (pip install "
-                             "'xflow[ray]'), the same rule file for the same seed.")(func)
+                             "'xflow-opt[ray]'), the same rule file for the same seed.")(func)
 
 
 def batching_option(func: Any) -> Any:

@@ -8,7 +8,15 @@ from typing import Any
 
 import click
 
-from xflow.cli.common import check_writable, cost_model, load_graph, save_model, user_errors, write_json
+from xflow.cli.common import (
+    check_writable,
+    cost_model,
+    load_graph,
+    require_onnxruntime,
+    save_model,
+    user_errors,
+    write_json,
+)
 from xflow.cli.options import placement_settings_options
 from xflow.cli.placing import print_report
 from xflow.cli.progress import clear_status, status_line
@@ -54,6 +62,8 @@ def place(in_path: str | None, topology_spec: str, cost_kind: str, cost_db: str 
     a baseline printed. With --train-on, one policy is trained across several models first and saved;
     IN.onnx (if given) is then placed with it zero-shot.
     """
+    if cost_kind == "measured" or chosen.get("env") == "real":  # the simulator on analytic costs needs no ORT
+        require_onnxruntime()
     from xflow.placement.options import PlaceSettings
     from xflow.placement.place import place as plan_placement
     from xflow.placement.place import training_curve_png

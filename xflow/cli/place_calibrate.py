@@ -6,7 +6,14 @@ import os
 
 import click
 
-from xflow.cli.common import check_writable, cost_model, load_graph, user_errors, write_json
+from xflow.cli.common import (
+    check_writable,
+    cost_model,
+    load_graph,
+    require_onnxruntime,
+    user_errors,
+    write_json,
+)
 from xflow.errors import XflowError
 from xflow.files import check_distinct
 
@@ -34,6 +41,7 @@ from xflow.files import check_distinct
 def place_calibrate(in_path: str, topology_spec: str, placements: int, fit_placements: int, runs: int, rounds: int,
                     cost_kind: str, cost_db: str | None, out_path: str | None, seed: int) -> None:
     """Fit the simulator to real runs of random placements and report Kendall's tau between them."""
+    require_onnxruntime()
     from xflow.placement.measure import validate_simulator
     from xflow.placement.topology import load_topology
 

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from xflow.cli.common import load_graph, user_errors
+from xflow.cli.common import load_graph, require_onnxruntime, user_errors
 
 
 @click.command("run")
@@ -19,6 +19,7 @@ def run(model_path: str, plan_path: str, runs: int, seed: int) -> None:
     """Execute MODEL.onnx placed by a plan (one ORT session per device segment) and print its latency.
 
     Outputs are checked against the unplaced model first."""
+    require_onnxruntime()
     from xflow.cost import AnalyticCost
     from xflow.placement.executor import Executor, require_runnable
     from xflow.placement.plan import read_plan

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +15,32 @@ from xflow.rules.model import Rule, RuleError, parse_rule
 FORMAT = "xflow.rules/1"
 
 
+DEFAULT_RULE_FILE = "default.json"
+
+
 def default_rules_path() -> Path:
-    """The shipped rule file: ``rules/default.json`` of the source tree, or the installed copy."""
-    candidates = [Path(__file__).resolve().parents[2] / "rules" / "default.json",
-                  Path(sys.prefix) / "share" / "xflow" / "rules" / "default.json"]
-    for path in candidates:
-        if path.exists():
-            return path
-    return candidates[0]
+    """The shipped rule file ``default.json``: the installed package's copy (``xflow/rules/data/``, which the wheel
+    maps from the repository's ``rules/``), read with importlib.resources; in a checkout (an editable install, the
+    tree on PYTHONPATH), where the package has no ``data/``, the repository's ``rules/``."""
+    installed = resources.files("xflow.rules").joinpath("data", DEFAULT_RULE_FILE)
+    if isinstance(installed, Path) and installed.is_file():  # pip installs wheels unpacked: a real file
+        return installed
+    return Path(__file__).resolve().parents[2] / "rules" / DEFAULT_RULE_FILE
 
 
 def load_rules(path: str | os.PathLike[str] | None = None) -> list[Rule]:
-    """Parse and check every rule of a file; XflowError naming the file on any problem.
-    A missing default file means an empty rule set."""
+    """Parse and check every rule of a file (None: the shipped one); XflowError naming the file on any problem.
+    The shipped file missing or holding no rules is such a problem: optimizing with no rules would only copy
+    the model."""
     if path is None:
-        path = default_rules_path()
-        if not Path(path).exists():
-            return []
+        shipped = default_rules_path()
+        if not shipped.is_file():
+            raise XflowError(str(shipped), "the shipped rule file is missing (a broken install?); "
+                             "reinstall xflow or pass --rules FILE")
+        rules = load_rules(shipped)
+        if not rules:
+            raise XflowError(str(shipped), "the shipped rule file holds no rules; pass --rules FILE")
+        return rules
     path = str(path)
     try:
         with open(path, encoding="utf-8") as f:
@@ -74,4 +83,5 @@ def rules_from_json(items: list[dict[str, Any]]) -> list[Rule]:
     return [parse_rule(item) for item in items]
 
 
-__all__ = ["FORMAT", "Rule", "RuleError", "default_rules_path", "dump_rules", "load_rules", "rules_from_json"]
+__all__ = ["DEFAULT_RULE_FILE", "FORMAT", "Rule", "RuleError", "default_rules_path", "dump_rules", "load_rules",
+           "rules_from_json"]

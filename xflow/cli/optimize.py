@@ -55,6 +55,9 @@ _D = OPTIMIZE_DEFAULTS
               help="An .npz of input arrays for the equivalence check and timing (default: seeded random).")
 @click.option("--seed", type=int, default=_D.inputs.seed, show_default=True, help="Seed for random inputs.")
 @click.option("--keep-if-slower", is_flag=True, help="Write the optimized model even if it did not measure faster.")
+@click.option("--require-faster", is_flag=True,
+              help="Write a rewrite only when it measures faster; by default one with fewer nodes or bytes is also "
+                   "written when it is not slower (at most 1% slower, one-sided test at p < 0.01).")
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
@@ -64,13 +67,15 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
              alternatives: int | None, branches: int, time_limit: float, memory_limit: float | None, cost_kind: str,
              cost_db: str | None,
              provider: str, threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
-             inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
+             inputs_npz: str | None, seed: int, keep_if_slower: bool, require_faster: bool, report_path: str | None,
+             quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
     The result is checked against the original on the same inputs with ONNX Runtime and timed against
-    it (interleaved runs on 10-12 pairs of fresh sessions); unless it is faster over the pairs (one-sided
-    signed-rank test, p < 0.01), the original is written and the run says so.
+    it (interleaved runs on 10-12 pairs of fresh sessions). It is written when it is faster over the pairs
+    (one-sided signed-rank test, p < 0.01), or when it has fewer nodes or bytes and is not slower (at most 1%
+    slower by the same test; not with --require-faster); otherwise the original is written and the run says so.
     """
     from xflow.files import check_output_file
     from xflow.onnx_io import parse_input_shapes
@@ -83,7 +88,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
         provider=provider,
         threads=threads, cost=cost_kind, cost_db=cost_db, input_shapes=parse_input_shapes(input_shapes),
         shape_profile=parse_shape_profile(shape_profile), inputs_npz=inputs_npz, seed=seed,
-        keep_if_slower=keep_if_slower)
+        keep_if_slower=keep_if_slower, require_faster=require_faster)
     say = (lambda _m: None) if quiet else click.echo
     progress = search_progress() if (not quiet and sys.stderr.isatty()) else None
     if report_path:

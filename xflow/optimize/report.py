@@ -15,6 +15,7 @@ from xflow.optimize.finalize import Finalized
 from xflow.optimize.load import Source
 from xflow.optimize.search import Searched
 from xflow.optimize.select import Selected
+from xflow.optimize.size import ModelSize, model_size
 from xflow.optimize.verify import Verified, VerifyFigures
 from xflow.optimize.write import Written
 
@@ -29,8 +30,8 @@ class OptimizeReport(VerifyFigures):
     rules_loaded: int
     nodes_before: int  # ONNX nodes of the input model
     nodes_after: int  # ONNX nodes of the model written (returned)
-    ops_before: dict[str, int]
-    ops_after: dict[str, int]
+    ops_before: dict[str, int]  # ONNX nodes of the input model by op type (domain::type outside the default domain)
+    ops_after: dict[str, int]  # the same of the model written
     cost_model: str
     cost_before: float
     cost_after: float
@@ -65,9 +66,14 @@ class OptimizeReport(VerifyFigures):
     channelwise_hoisted: int = 0
     splits_regridded: int = 0
     weights_permuted: int = 0
-    # nodes of the IR before and after (a Gemm is a matmul and an add there, a fused Conv+Relu two nodes)
+    bytes_before: int = 0  # the input model's size: its proto and the external data it points at (weights included)
+    bytes_after: int = 0  # the same of the model written
+    # nodes of the IR before and after (a Gemm is a matmul and an add there, a fused Conv+Relu two nodes), and
+    # by the algebra's op names (opaque nodes by their ONNX type)
     ir_nodes_before: int = 0
     ir_nodes_after: int = 0
+    ir_ops_before: dict[str, int] = field(default_factory=dict)
+    ir_ops_after: dict[str, int] = field(default_factory=dict)
     nodes_opaque: int = 0  # nodes of the loaded model outside the algebra (opaque: carried, never rewritten)
     nodes_opaque_computing: int = 0  # of those, the ones computing at run time (no Constant, no folded shape node)
     copied: bool = False  # the model written is a byte-for-byte copy of the input
@@ -105,11 +111,14 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
     simplified = chosen.simplified if chosen is not None else None
     measured = _measured(passes.searched.coster.model)
     stats = measured.stats if measured is not None else None
+    before = source.size if source.size is not None else _unknown_size(source)
+    after = model_size(chosen.proto) if chosen is not None and verified.decision.writes_optimized else before
     return OptimizeReport(
         # the verify pass's figures as they are (the report extends VerifyFigures)
         **vars(verified.figures),
         input=source.label, output=output_label, nodes_before=source.onnx_nodes, nodes_after=source.onnx_nodes,
-        ops_before=graph.op_counts(), ops_after=written.op_counts(), ir_nodes_before=len(graph.nodes),
+        ops_before=before.ops, ops_after=after.ops, bytes_before=before.bytes, bytes_after=after.bytes,
+        ir_ops_before=graph.op_counts(), ir_ops_after=written.op_counts(), ir_nodes_before=len(graph.nodes),
         ir_nodes_after=len(written.nodes), nodes_opaque=graph.opaque_count(),
         nodes_opaque_computing=len(graph.opaque_computing()), outcome=verified.decision.value,
         rules_file=passes.searched.rules_file, rules_loaded=len(passes.searched.rules),
@@ -143,6 +152,11 @@ def finish(report: OptimizeReport, written: Written, started: float) -> Optimize
     report.nodes_after = written.nodes
     report.total_seconds = time.perf_counter() - started
     return report
+
+
+def _unknown_size(source: Source) -> ModelSize:
+    """A source made without its size (not by ``load_source``): its nodes, no op types or bytes."""
+    return ModelSize(source.onnx_nodes, {}, 0)
 
 
 def _measured(model: CostModel) -> MeasuredCost | None:

@@ -123,7 +123,7 @@ def verdict(report: Any) -> str:
 def _print_details(report: Any, echo: Callable[[str], None]) -> None:
     """``-v``: the search, the algebra's share, the finalists, the post-passes, the estimates, the cost cache, the
     check and the A/B's statistics."""
-    echo(f"  search: {report.rules_loaded} rules, {report.search_seconds:.2f} s, stop: {report.search_stop}, "
+    echo(f"  search: {report.rules_loaded} rules, {report.search_ms / 1e3:.2f} s, stop: {report.search_stop}, "
          f"{report.graphs_explored} graphs expanded, {report.graphs_generated} generated")
     echo(f"  {report.nodes_before - report.nodes_opaque} of {report.nodes_before} nodes in the algebra "
          f"({report.nodes_opaque} opaque: carried through, never rewritten); IR {report.ir_nodes_before} -> "
@@ -146,11 +146,11 @@ def _print_details(report: Any, echo: Callable[[str], None]) -> None:
                 "matmuls given their weight's columns permuted to line pieces up)"
                 if report.splits_regridded or report.weights_permuted else ""))
     if report.steps:
-        echo(f"  the search's estimate ({report.cost_model}): {report.cost_before * 1e3:.3f} ms -> "
-             f"{report.cost_after * 1e3:.3f} ms (a sum over nodes; the measured latency above is the end-to-end run)")
+        echo(f"  the search's estimate ({report.cost_model}): {report.cost_before_ms:.3f} ms -> "
+             f"{report.cost_after_ms:.3f} ms (a sum over nodes; the measured latency above is the end-to-end run)")
     if report.cost_db is not None:
         echo(f"  cost cache {report.cost_db}: {report.cost_db_hits} hits, {report.nodes_measured} node "
-             f"configurations measured in {report.measure_sessions} sessions ({report.measure_seconds:.2f} s)"
+             f"configurations measured in {report.measure_sessions} sessions ({report.measure_ms / 1e3:.2f} s)"
              + (f"; later sessions' kernels took {report.session_scale[0]:.2f}-{report.session_scale[1]:.2f}x the "
                 "first's time and were scaled to it" if report.session_scale else ""))
     if report.latency_before_ms is not None and report.steps:

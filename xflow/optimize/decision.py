@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from xflow.runtime import NON_INFERIORITY_MARGIN
+
 
 class Decision(Enum):
     """What the run wrote: the optimized model (``OPTIMIZED``: measured faster, or written as asked;
@@ -32,14 +34,18 @@ class Decision(Enum):
 
     def describe(self, copied: bool) -> str:
         """The report's ``decision``: "optimized", "simpler, not slower", or how the original was written and why."""
-        if self.writes_optimized:
-            return self.reason
+        if self is Decision.OPTIMIZED:
+            return "optimized"
+        if self is Decision.SIMPLER_NOT_SLOWER:
+            return "simpler, not slower"
         return f"{'copied' if copied else 'original re-encoded'} ({self.reason})"
 
 
 _REASONS = {
-    Decision.OPTIMIZED: "optimized",
-    Decision.SIMPLER_NOT_SLOWER: "simpler, not slower",
+    Decision.OPTIMIZED: "optimized: measured faster at every profile point (or written as --keep-if-slower asks, "
+                        "or not timed)",
+    Decision.SIMPLER_NOT_SLOWER: f"fewer nodes or bytes, and not slower: at most {NON_INFERIORITY_MARGIN:.0%} slower "
+                                 "at every profile point (one-sided signed-rank test over the session pairs)",
     Decision.NO_RULES: "no rules",
     Decision.NO_REWRITE: "no improving rewrite",
     Decision.CANNOT_RUN: "ONNX Runtime cannot run the model",

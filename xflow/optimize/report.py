@@ -15,7 +15,7 @@ from xflow.optimize.finalize import Finalized
 from xflow.optimize.load import Source
 from xflow.optimize.search import Searched
 from xflow.optimize.select import Selected
-from xflow.optimize.size import ModelSize, model_size
+from xflow.optimize.size import ModelSize, graph_size
 from xflow.optimize.verify import Verified, VerifyFigures
 from xflow.optimize.write import Written
 from xflow.search import Step
@@ -126,7 +126,7 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
     measured = _measured(passes.searched.coster.model)
     stats = measured.stats if measured is not None else None
     before = source.size if source.size is not None else _unknown_size(source)
-    after = model_size(chosen.proto) if chosen is not None and verified.decision.writes_optimized else before
+    after = graph_size(chosen.graph) if chosen is not None and verified.decision.writes_optimized else before
     return OptimizeReport(
         # the verify pass's figures as they are (the report extends VerifyFigures)
         **vars(verified.figures),
@@ -181,7 +181,7 @@ def _rewrites(steps: tuple[Step, ...] | list[Step], names: dict[str, str]) -> di
 
 def _unknown_size(source: Source) -> ModelSize:
     """A source made without its size (not by ``load_source``): its nodes, no op types or bytes."""
-    return ModelSize(source.onnx_nodes, {}, 0)
+    return ModelSize(source.onnx_nodes, {}, 0, 0)
 
 
 def _measured(model: CostModel) -> MeasuredCost | None:

@@ -16,7 +16,7 @@ from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
 from xflow.optimize.options import CheckSettings, InputSettings
 from xflow.optimize.passes import PassResult
-from xflow.optimize.size import model_size
+from xflow.optimize.size import graph_size
 from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker
 from xflow.runtime import NON_INFERIORITY_MARGIN, ABDecision, decide_ab, median_latency, random_feeds
@@ -136,7 +136,7 @@ def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candid
     source, checks = checked.source, checked.checks
     chosen = checked.chosen
     assert chosen is not None
-    simpler = source.size is not None and model_size(chosen.proto).is_simpler_than(source.size)
+    simpler = source.size is not None and graph_size(chosen.graph).is_simpler_than(source.size)
     margin = NON_INFERIORITY_MARGIN if simpler and not checks.require_faster else None
 
     def fresh(side: str) -> Any:  # decide_ab's maker of fresh sessions: "a" the original, "b" the optimized graph

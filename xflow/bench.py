@@ -26,6 +26,9 @@ from xflow.ort import open_session
 from xflow.rules.naming import by_readable_name
 from xflow.runtime import measure_interleaved, random_feeds
 
+#: Where the rows go when no ``say`` is given (the library never prints; ``xflow bench`` echoes them).
+_log = logging.getLogger(__name__)
+
 ORIGINAL = "original"
 XFLOW = "xflow"
 ONNXSIM = "onnxsim"
@@ -123,7 +126,7 @@ def _ort_transformers(model_path: str, out_path: str, provider: str) -> None:
 
 
 def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
-                say: Callable[[str], None] = print) -> BenchRow:
+                say: Callable[[str], None] = _log.info) -> BenchRow:
     """Search cold and warm, write xflow's model (verified, never slower), build the other tools'
     models, and time them all against the original in the same interleaved runs."""
     cold_db = os.path.join(work, f"{label}.costs.sqlite")  # fresh: a cold cost cache for this model
@@ -229,7 +232,7 @@ def _same_graph(path_a: str, path_b: str) -> bool:
     return onnx.load(path_a).graph == onnx.load(path_b).graph
 
 
-def run_bench(models: list[str], settings: BenchSettings, say: Callable[[str], None] = print,
+def run_bench(models: list[str], settings: BenchSettings, say: Callable[[str], None] = _log.info,
               work: str | None = None) -> list[BenchRow]:
     """Bench zoo model names and ONNX file paths in order."""
     from xflow import zoo

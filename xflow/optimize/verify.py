@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -170,11 +171,19 @@ def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candid
     return Decision.NOT_FASTER
 
 
-#: The A/B's verdict at one point: measured faster, not slower (within the margin, for a simpler model), or neither.
-FASTER, NOT_SLOWER, SLOWER = "faster", "not-slower", "slower"
+class PointVerdict(Enum):
+    """The A/B's verdict at one profile point: measured faster, not slower (within the margin, asked of a simpler
+    model only), or neither."""
+
+    FASTER = "faster"
+    NOT_SLOWER = "not-slower"
+    SLOWER = "slower"
 
 
-def _verdict(ab: ABDecision) -> str:
+FASTER, NOT_SLOWER, SLOWER = PointVerdict.FASTER, PointVerdict.NOT_SLOWER, PointVerdict.SLOWER
+
+
+def _verdict(ab: ABDecision) -> PointVerdict:
     if ab.b_is_faster():
         return FASTER
     return NOT_SLOWER if ab.b_is_not_slower() else SLOWER
@@ -222,7 +231,8 @@ def check_other_sizes(source: Source, session: Any, candidate: Any, seed: int, f
 
 
 def time_other_points(source: Source, session: Any, candidate: Any, fresh: Callable[[str], Any], seed: int,
-                      figures: VerifyFigures, margin: float | None = None, first: str = FASTER) -> dict[str, str]:
+                      figures: VerifyFigures, margin: float | None = None,
+                      first: PointVerdict = PointVerdict.FASTER) -> dict[str, PointVerdict]:
     """The A/B at every profile point after the first, once the first found the optimized model faster (or not
     slower, ``first``, testing non-inferiority within ``margin``); recorded in ``figures.profile_points`` with the
     first. The verdict at each point (``FASTER``, ``NOT_SLOWER``, ``SLOWER``), by its label."""
@@ -231,9 +241,9 @@ def time_other_points(source: Source, session: Any, candidate: Any, fresh: Calla
         return {}
     points = plan.points()
     figures.profile_points = [{"point": points[0], "latency_before_ms": figures.latency_before_ms,
-                               "latency_after_ms": figures.latency_after_ms, "faster": first == FASTER,
-                               "verdict": first}]
-    verdicts: dict[str, str] = {}
+                               "latency_after_ms": figures.latency_after_ms, "faster": first is FASTER,
+                               "verdict": first.value}]
+    verdicts: dict[str, PointVerdict] = {}
     for point in points[1:]:
         feeds = _point_feeds(source, session, point, seed)
         if feeds is None:
@@ -241,8 +251,8 @@ def time_other_points(source: Source, session: Any, candidate: Any, fresh: Calla
         ab = decide_ab(session, candidate, feeds, fresh, margin=margin)
         verdicts[plan.describe(point)] = verdict = _verdict(ab)
         figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
-                                       "latency_after_ms": ab.b_median * 1e3, "faster": verdict == FASTER,
-                                       "verdict": verdict})
+                                       "latency_after_ms": ab.b_median * 1e3, "faster": verdict is FASTER,
+                                       "verdict": verdict.value})
     return verdicts
 
 

@@ -129,7 +129,8 @@ def _rank_sum_cdf(n: int, w: int) -> float:
 #: The non-inferiority margin of the A/B: the optimized model counts as "not slower" when its latency is at most
 #: this much above the original's (1%: 1.01x its time). Tested like "faster", over the session pairs: a one-sided
 #: signed-rank test at the same level on the pairs' log ratios shifted by log(1 + margin), that is of the null
-#: hypothesis "the optimized model is more than 1% slower". It is asked only of a model with fewer nodes or bytes.
+#: hypothesis "the optimized model is more than 1% slower". It is asked only of a simpler model (fewer nodes or weight
+#: bytes, ``xflow.optimize.size``).
 NON_INFERIORITY_MARGIN = 0.01
 
 

@@ -8,6 +8,7 @@ alone (``measure_ab``), the decision before pairs of sessions were its unit.
 
     .venv/bin/python benchmarks/ab_false_positive.py [--trials 100] [--models matmul,nasrnn] [--one-pair]
     .venv/bin/python benchmarks/ab_false_positive.py --trials 5 --models bert.onnx --against bert.opt.onnx
+    .venv/bin/python benchmarks/ab_false_positive.py --not-slower [--against slower.onnx]
 
 Prints one line per model with the trials, the copies kept, the rate, the rounds, session pairs and
 seconds per decision, and a one-sided 95% upper bound on the rate (Clopper-Pearson). Run it on an idle machine and
@@ -26,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from xflow import zoo
 from xflow.ort import open_session
-from xflow.runtime import decide_ab, measure_ab, random_feeds
+from xflow.runtime import NON_INFERIORITY_MARGIN, decide_ab, measure_ab, random_feeds
 
 
 def matmul_chain(depth: int = 4, width: int = 256) -> onnx.ModelProto:
@@ -62,10 +63,13 @@ def upper_bound(kept: int, trials: int, confidence: float = 0.95) -> float:
 
 
 def run(name: str, trials: int, confirm: bool = True, against: bytes | None = None,
-        threads: int | None = None) -> dict[str, float]:
+        threads: int | None = None, not_slower: bool = False) -> dict[str, float]:
     """``trials`` A/B decisions of the model against its identical copy (or ``against``, another model of
     the same function: the share kept is then the decision's power): ``decide_ab`` as the verify pass makes
-    them, or one ``measure_ab`` (``confirm=False``, a round-level sign test on one pair)."""
+    them, or one ``measure_ab`` (``confirm=False``, a round-level sign test on one pair). With ``not_slower``,
+    the decision a simpler model gets (``NON_INFERIORITY_MARGIN``) and "kept" is its "not slower": for an
+    identical copy, how often an equally fast simpler model is written; ``against`` a slower one (by more than
+    the margin), how often it is written wrongly."""
     data = open(name, "rb").read() if name.endswith(".onnx") else MODELS[name]().SerializeToString()
     other = data if against is None else against
     kept, rounds, seconds, pairs = 0, [], [], []
@@ -76,13 +80,14 @@ def run(name: str, trials: int, confirm: bool = True, against: bytes | None = No
         feeds = random_feeds(a, 0)
         start = time.perf_counter()
         if confirm:
-            ab = decide_ab(a, b, feeds, lambda side: open_session(data if side == "a" else other, threads=threads))
+            ab = decide_ab(a, b, feeds, lambda side: open_session(data if side == "a" else other, threads=threads),
+                           margin=NON_INFERIORITY_MARGIN if not_slower else None)
         else:
             ab = measure_ab(a, b, feeds)
         seconds.append(time.perf_counter() - start)
         rounds.append(ab.runs)
         pairs.append(getattr(ab, "pairs", 1))
-        kept += ab.b_is_faster()
+        kept += ab.b_is_not_slower() if not_slower else ab.b_is_faster()
     return {"trials": trials, "kept": kept, "rate": kept / trials, "upper95": upper_bound(kept, trials),
             "rounds": statistics.median(rounds), "seconds": statistics.median(seconds),
             "pairs": statistics.mean(pairs)}
@@ -97,13 +102,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--one-pair", action="store_true",
                         help="One measure_ab per decision: a round-level sign test on one pair.")
+    parser.add_argument("--not-slower", action="store_true",
+                        help="Count the non-inferiority test's 'not slower' (1%% margin), the rule a simpler model "
+                             "is written by, instead of 'faster'.")
     args = parser.parse_args()
     print("| model | trials | copy kept | false-positive rate | 95% upper bound | rounds (median) "
           "| session pairs (mean) | s per decision |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         against = open(args.against, "rb").read() if args.against else None
-        r = run(name, args.trials, confirm=not args.one_pair, against=against, threads=args.threads)
+        r = run(name, args.trials, confirm=not args.one_pair, against=against, threads=args.threads,
+                not_slower=args.not_slower)
         print(f"| {name} | {r['trials']} | {r['kept']} | {r['rate']:.1%} | {r['upper95']:.1%} | {r['rounds']:.0f} "
               f"| {r['pairs']:.1f} | {r['seconds']:.1f} |", flush=True)
 

@@ -162,7 +162,7 @@ def test_optimize_counts_the_nodes_outside_the_algebra(tmp_path):
     model.graph.output[0].name = "z"
     src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
     onnx.save(model, src)
-    args = ["optimize", str(src), str(out), "--cost", "analytic", "--budget", "5", "--report", str(report)]
+    args = ["optimize", str(src), str(out), "--cost", "analytic", "--budget", "5", "--report", str(report), "-v"]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     figures = json.loads(report.read_text())
@@ -180,7 +180,7 @@ def test_constant_nodes_are_opaque_but_do_not_compute_at_run_time(tmp_path):
     model.graph.output[0].name = "w"
     src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"
     onnx.save(model, src)
-    args = ["optimize", str(src), str(out), "--cost", "analytic", "--budget", "5", "--report", str(report)]
+    args = ["optimize", str(src), str(out), "--cost", "analytic", "--budget", "5", "--report", str(report), "-v"]
     assert CliRunner().invoke(main, args, catch_exceptions=False).exit_code == 0
     figures = json.loads(report.read_text())
     assert figures["nodes_opaque"] == 2 and figures["nodes_opaque_computing"] == 1

@@ -74,7 +74,7 @@ def test_optimize_end_to_end_writes_equivalent_model(tmp_path):
     assert data["rules_applied"] == {"conv_bias_relu_fold": 1}
     assert data["rule_names"] == {"conv_bias_relu_fold": "fuse-relu-into-conv"}
     assert data["verified"] and data["latency_before_ms"] > 0 and data["decision"] == "optimized"
-    assert data["cost_after"] < data["cost_before"]
+    assert data["cost_after_ms"] < data["cost_before_ms"]
     optimized = onnx.load(str(out))
     onnx.checker.check_model(optimized)
     x = np.random.default_rng(1).standard_normal((1, 4, 16, 16)).astype(np.float32)

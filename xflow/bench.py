@@ -21,10 +21,13 @@ import onnx
 
 from xflow.cost.measured import device_name
 from xflow.errors import XflowError
-from xflow.optimize import DEFAULTS, OptimizeOptions, optimize_file
+from xflow.optimize import DEFAULTS, Decision, OptimizeOptions, optimize_file
 from xflow.ort import open_session
 from xflow.rules.naming import by_readable_name
 from xflow.runtime import measure_interleaved, random_feeds
+
+#: Where the rows go when no ``say`` is given (the library never prints; ``xflow bench`` echoes them).
+_log = logging.getLogger(__name__)
 
 ORIGINAL = "original"
 XFLOW = "xflow"
@@ -123,7 +126,7 @@ def _ort_transformers(model_path: str, out_path: str, provider: str) -> None:
 
 
 def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
-                say: Callable[[str], None] = print) -> BenchRow:
+                say: Callable[[str], None] = _log.info) -> BenchRow:
     """Search cold and warm, write xflow's model (verified, never slower), build the other tools'
     models, and time them all against the original in the same interleaved runs."""
     cold_db = os.path.join(work, f"{label}.costs.sqlite")  # fresh: a cold cost cache for this model
@@ -135,9 +138,10 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
                          dataclasses.replace(base, checks=dataclasses.replace(base.checks, measure=False)), say=quiet)
     xflow_path = os.path.join(work, f"{label}.xflow.onnx")
     warm = optimize_file(model_path, xflow_path, base, say=quiet)
-    row = BenchRow(label, warm.nodes_before, warm.nodes_after if warm.decision == "optimized" else warm.nodes_before,
+    written = Decision(warm.outcome).writes_optimized  # faster, or simpler and not slower
+    row = BenchRow(label, warm.nodes_before, warm.nodes_after if written else warm.nodes_before,
                    by_readable_name(warm.rules_applied, warm.rule_names),
-                   cold.search_seconds, warm.search_seconds, warm.decision)
+                   cold.search_ms / 1e3, warm.search_ms / 1e3, warm.decision)
     if warm.finalists:
         row.notes.append("branches timed end to end: " + ", ".join(
             f"{f['rewrites']} rewrites{' (completed)' if f.get('completed') else ''} {f['measured_ms']:.3f} ms"
@@ -149,7 +153,7 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     # Every column is timed the same way, xflow's included when it wrote the original back: its ratio then
     # shows the noise of two sessions of one model, as the other tools' columns carry it too.
     paths = {ORIGINAL: model_path, XFLOW: xflow_path}
-    if warm.decision != "optimized" and _same_graph(model_path, xflow_path):
+    if not written and _same_graph(model_path, xflow_path):
         row.notes.append("xflow wrote the original back (timed as written, like every column)")
     for peer, build in ((ONNXSIM, _onnxsim), (ONNXSLIM, _onnxslim)):
         if not _installed(peer):
@@ -228,7 +232,7 @@ def _same_graph(path_a: str, path_b: str) -> bool:
     return onnx.load(path_a).graph == onnx.load(path_b).graph
 
 
-def run_bench(models: list[str], settings: BenchSettings, say: Callable[[str], None] = print,
+def run_bench(models: list[str], settings: BenchSettings, say: Callable[[str], None] = _log.info,
               work: str | None = None) -> list[BenchRow]:
     """Bench zoo model names and ONNX file paths in order."""
     from xflow import zoo
@@ -267,10 +271,14 @@ def counted_speedup(row: BenchRow, variant: str) -> float | None:
     return 1.0 if variant in row.drifted else row.speedup[variant]
 
 
+#: The report's ``decision`` words of a run that wrote its optimized model.
+_WRITTEN = frozenset(d.describe(copied=False) for d in Decision if d.writes_optimized)
+
+
 def format_row(row: BenchRow) -> str:
     """One markdown table row."""
     rules = ", ".join(f"{k} ×{v}" for k, v in sorted(row.rules_applied.items())) or "—"
-    if row.decision != "optimized" and row.rules_applied:
+    if row.decision not in _WRITTEN and row.rules_applied:
         rules += " (not faster: original kept)"
     cells = [(f"{row.speedup[v]:.3f}× (outputs differ)" if v in row.drifted else f"{row.speedup[v]:.3f}×")
              if v in row.speedup else "—" for v in VARIANTS]

@@ -160,21 +160,37 @@ def _rank_sum_cdf(n: int, w: int) -> float:
     return sum(counts[:w + 1]) / 2 ** n
 
 
+#: The non-inferiority margin of the A/B: the optimized model counts as "not slower" when its latency is at most
+#: this much above the original's (1%: 1.01x its time). Tested like "faster", over the session pairs: a one-sided
+#: signed-rank test at the same level on the pairs' log ratios shifted by log(1 + margin), that is of the null
+#: hypothesis "the optimized model is more than 1% slower". It is asked only of a simpler model (fewer nodes or weight
+#: bytes, ``xflow.optimize.size``).
+NON_INFERIORITY_MARGIN = 0.01
+
+
 @dataclass(frozen=True)
 class ABDecision:
     """``decide_ab``'s answer: one ``ABResult`` per pair of fresh sessions, in the order measured, and the
     number of pairs the test was planned for. B is faster when the pairs' log latency ratios pass a
     one-sided signed-rank test at ``level`` over all planned pairs (the session pair is the unit of
-    replication, not the round: a session's luck lasts its whole life)."""
+    replication, not the round: a session's luck lasts its whole life). With a ``margin``, B is also tested
+    for being not slower: at most ``margin`` slower than A (the same test on the ratios shifted by it)."""
 
     results: tuple[ABResult, ...]
     planned: int
     level: float = 0.01
+    margin: float | None = None
 
     @property
     def diffs(self) -> list[float]:
         """log(A / B) of each pair's medians: above 0 where B was faster."""
         return [math.log(r.a_median / r.b_median) for r in self.results]
+
+    @property
+    def shifted_diffs(self) -> list[float]:
+        """log(A / B) + log(1 + margin) of each pair: above 0 where B was at most ``margin`` slower."""
+        shift = math.log1p(self.margin or 0.0)
+        return [d + shift for d in self.diffs]
 
     @property
     def a_median(self) -> float:
@@ -207,10 +223,23 @@ class ABDecision:
     def p_value(self) -> float:
         return signed_rank_p(self.diffs)
 
+    @property
+    def not_slower_p(self) -> float | None:
+        """The non-inferiority test's p: the chance of ratios this good if B were more than ``margin`` slower
+        (None: no margin, not tested)."""
+        return None if self.margin is None else signed_rank_p(self.shifted_diffs)
+
     def b_is_faster(self, level: float | None = None) -> bool:
         """Every planned pair measured, and the signed-rank test says B is faster."""
         return (self.pairs >= self.planned and self.speedup > 1.0
                 and self.p_value < (self.level if level is None else level))
+
+    def b_is_not_slower(self, level: float | None = None) -> bool:
+        """Every planned pair measured, the median pair's ratio within ``margin``, and the non-inferiority test says
+        B is at most ``margin`` slower (always False without a margin)."""
+        p = self.not_slower_p
+        return (p is not None and self.pairs >= self.planned and self.speedup > 1.0 / (1.0 + (self.margin or 0.0))
+                and p < (self.level if level is None else level))
 
 
 #: Pairs of sessions a decision measures. Eight is the fewest with which B winning them all is rarer than
@@ -223,7 +252,8 @@ MIN_PAIRS, MAX_PAIRS = 10, 12
 
 def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: ANN001
               fresh: Callable[[str], Any], level: float = 0.01, pairs_budget_s: float = 20.0,
-              min_pairs: int = MIN_PAIRS, max_pairs: int = MAX_PAIRS, **timing: Any) -> ABDecision:
+              min_pairs: int = MIN_PAIRS, max_pairs: int = MAX_PAIRS, margin: float | None = None,
+              **timing: Any) -> ABDecision:
     """Whether B runs faster than A, decided over pairs of sessions: the given pair, then pairs of fresh
     sessions from ``fresh("a")`` / ``fresh("b")`` (made in alternating order, so neither side is always
     the newer), each timed by ``measure_ab``. Where each session's buffers land in memory can make one of
@@ -231,7 +261,9 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
     no number of rounds averages out, so a test over rounds keeps identical copies far more often than its
     level says; over pairs, an identical copy passes a signed-rank test at ``level`` at most that often.
     The number of pairs is planned from the first pair's cost (``min_pairs`` to ``max_pairs``, about
-    ``pairs_budget_s`` in all); the decision stops early once the pairs B lost already rule "faster" out."""
+    ``pairs_budget_s`` in all); the decision stops early once the pairs B lost already rule "faster" out, and,
+    with a non-inferiority ``margin`` (``NON_INFERIORITY_MARGIN``), "not slower" too. The test of "faster" is the
+    same with or without a margin: an identical copy passes it no more often."""
     timing = {"min_runs": 8, "target_seconds": 0.5, "undecided_seconds": 0.5} | timing
     started = time.perf_counter()
     results = [measure_ab(session_a, session_b, feeds, **timing)]
@@ -239,13 +271,16 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
     planned = max(min_pairs, min(max_pairs, int(pairs_budget_s / max(per_pair, 1e-9))))
     critical = _critical_rank_sum(planned, level)
     while len(results) < planned:
-        if _lost_rank_sum(ABDecision(tuple(results), planned, level).diffs) > critical:
-            break  # more pairs can only add ranks above these: the lost ones' rank sum cannot fall to the bound
+        so_far = ABDecision(tuple(results), planned, level, margin)
+        # more pairs can only add ranks above these: the lost ones' rank sum cannot fall to the bound
+        if _lost_rank_sum(so_far.diffs) > critical and (
+                margin is None or _lost_rank_sum(so_far.shifted_diffs) > critical):
+            break
         first_a = len(results) % 2 == 0
         made = {side: fresh(side) for side in (("a", "b") if first_a else ("b", "a"))}
         results.append(measure_ab(made["a"], made["b"], feeds, **timing))
         del made  # released before the next pair is made: two pairs of a large model need not fit at once
-    return ABDecision(tuple(results), planned, level)
+    return ABDecision(tuple(results), planned, level, margin)
 
 
 def _critical_rank_sum(n: int, level: float) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import click
 
 from xflow.cli.common import check_writable, require_onnxruntime, sigterm_as_interrupt, user_errors
+from xflow.cli.logs import configure_logging
 from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP, place_option
 from xflow.cli.placing import place_request
 from xflow.cli.progress import search_progress
@@ -59,8 +61,14 @@ _D = OPTIMIZE_DEFAULTS
               help="An .npz of input arrays for the equivalence check and timing (default: seeded random).")
 @click.option("--seed", type=int, default=_D.inputs.seed, show_default=True, help="Seed for random inputs.")
 @click.option("--keep-if-slower", is_flag=True, help="Write the optimized model even if it did not measure faster.")
+@click.option("--require-faster", is_flag=True,
+              help="Write a rewrite only when it measures faster; by default one with fewer nodes or bytes is also "
+                   "written when it is not slower (at most 1% slower, one-sided test at p < 0.01).")
 @click.option("--report", "report_path", type=click.Path(), default=None,
-              help="Write every figure of the run to this JSON file.")
+              help="Write every figure of the run to this JSON file ('-': to stdout, and the summary to stderr).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also print the developer's detail: the search, the cost cache, estimates, the finalists' timings, "
+                   "the tests' statistics, and debug messages.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @place_option
 @user_errors
@@ -68,13 +76,15 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
              patience: int, alternatives: int | None, branches: int, time_limit: float, memory_limit: float | None,
              cost_kind: str, cost_db: str | None,
              provider: str, threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
-             inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
+             inputs_npz: str | None, seed: int, keep_if_slower: bool, require_faster: bool, report_path: str | None,
+             verbose: bool, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
     The result is checked against the original on the same inputs with ONNX Runtime and timed against
-    it (interleaved runs on 10-12 pairs of fresh sessions); unless it is faster over the pairs (one-sided
-    signed-rank test, p < 0.01), the original is written and the run says so.
+    it (interleaved runs on 10-12 pairs of fresh sessions). It is written when it is faster over the pairs
+    (one-sided signed-rank test, p < 0.01), or when it has fewer nodes or bytes and is not slower (at most 1%
+    slower by the same test; not with --require-faster); otherwise the original is written and the run says so.
     """
     require_onnxruntime()
     from xflow.files import check_output_file
@@ -89,22 +99,25 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
         provider=provider,
         threads=threads, cost=cost_kind, cost_db=cost_db, input_shapes=parse_input_shapes(input_shapes),
         shape_profile=parse_shape_profile(shape_profile), inputs_npz=inputs_npz, seed=seed,
-        keep_if_slower=keep_if_slower)
-    say = (lambda _m: None) if quiet else click.echo
+        keep_if_slower=keep_if_slower, require_faster=require_faster)
+    configure_logging(verbose, quiet)  # the library's messages (its logger) on stderr
     progress = search_progress() if (not quiet and sys.stderr.isatty()) else None
-    if report_path:
+    to_stdout = report_path == "-"
+    if report_path and not to_stdout:
         check_output_file(report_path, "report")
         check_writable(report_path)
         if os.path.realpath(report_path) in {os.path.realpath(in_path), os.path.realpath(out_path)}:
             raise XflowError(report_path, "--report names the input or output model; choose another path")
     placing = place_request(place_topology, place_time_limit, out_path, quiet)
     with sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
-        report = optimize_file(in_path, out_path, options, say=say, progress=progress, place_request=placing,
-                               report_path=report_path)
+        report = optimize_file(in_path, out_path, options, progress=progress, place_request=placing,
+                               report_path=None if to_stdout else report_path)
     if progress is not None:
         click.echo("", err=True)
     if not quiet:
-        print_summary(report)
+        print_summary(report, verbose=verbose, err=to_stdout)  # stdout is the report's when it goes there
+    if to_stdout:
+        click.echo(json.dumps(report.to_json(), indent=2))
 
 
 def _proved_rules(rules_path: str | None, cost_db: str | None, quiet: bool, trust: bool) -> list[Any] | None:

@@ -51,8 +51,8 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
         run.placement = place(written, source.shapes, place_request, coster.model,
                               os.path.basename(output_label)).placement
         run.report.plan_output = place_request.plan_path
-        run.report.placement_chosen, run.report.placement_seconds = run.placement.plan.chosen, \
-            run.placement.plan.seconds
+        run.report.placement_chosen, run.report.placement_step_ms = run.placement.plan.chosen, \
+            run.placement.plan.seconds * 1e3
     return run
 
 

@@ -19,6 +19,7 @@ from xflow.onnx_io.load import check_input_shapes, check_proto, model_from_bytes
 from xflow.onnx_io.shape_profile import ShapePlan, shape_plan
 from xflow.optimize.options import InputSettings
 from xflow.optimize.passes import PassResult
+from xflow.optimize.size import ModelSize, model_size
 from xflow.ort import Sessions
 from xflow.runtime import random_feeds
 
@@ -55,6 +56,7 @@ class Source(PassResult):
     path: str | None = None
     proto: onnx.ModelProto | None = None
     onnx_nodes: int = 0  # nodes of the ONNX model (the IR may count them differently)
+    size: ModelSize | None = None  # the ONNX model's nodes by op type and bytes (weights included)
     shapes: ShapePlan | None = None  # the model's dynamic dims and the sizes it is measured and checked at
     measuring: dict[str, tuple[int, ...]] = field(default_factory=dict)  # input shapes the graph was built at
 
@@ -108,7 +110,7 @@ def load_source(model: onnx.ModelProto | bytes | str, inputs: InputSettings) -> 
     unranked = {name: shape for name, shape in given.items() if plan.input_dims.get(name) is None}
     graph = graph_from_model(proto, base_dir, path or "", unranked, plan.relations)  # dims over free symbols
     return Source(graph=graph, label=label, path=path, proto=model if path is None else None,
-                  onnx_nodes=len(proto.graph.node), shapes=plan, measuring=measuring)
+                  onnx_nodes=len(proto.graph.node), size=model_size(proto), shapes=plan, measuring=measuring)
 
 
 def _npz_shapes(plan: ShapePlan, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:

@@ -55,11 +55,13 @@ class InputSettings:
 @dataclass(frozen=True)
 class CheckSettings:
     """What is checked before writing: outputs against the original (``verify``), the end-to-end timing
-    (``measure``), and whether a model not measured faster is written all the same (``keep_if_slower``)."""
+    (``measure``), whether a model not measured faster is written all the same (``keep_if_slower``), and whether a
+    simpler model (fewer nodes or bytes) must be measured faster too, not only not slower (``require_faster``)."""
 
     verify: bool = True
     measure: bool = True
     keep_if_slower: bool = False
+    require_faster: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "cost": ("cost", "kind"), "cost_db": ("cost", "db"),
     "input_shapes": ("inputs", "shapes"), "shape_profile": ("inputs", "profile"), "inputs_npz": ("inputs", "npz"),
     "seed": ("inputs", "seed"),
-    "keep_if_slower": ("checks", "keep_if_slower"), "measure": ("checks", "measure"), "verify": ("checks", "verify"),
+    "keep_if_slower": ("checks", "keep_if_slower"),
+    "require_faster": ("checks", "require_faster"), "measure": ("checks", "measure"), "verify": ("checks", "verify"),
 }
 
 #: Every default of ``xflow optimize``, written once.

@@ -15,13 +15,23 @@ from xflow.optimize.finalize import Finalized
 from xflow.optimize.load import Source
 from xflow.optimize.search import Searched
 from xflow.optimize.select import Selected
+from xflow.optimize.size import ModelSize, graph_size
 from xflow.optimize.verify import Verified, VerifyFigures
 from xflow.optimize.write import Written
+from xflow.search import Step
+
+#: The layout of ``--report``'s JSON. 2: ONNX op types in ``ops_before``/``ops_after`` (the IR's in ``ir_ops_*``),
+#: ``bytes_*``, ``rewrites`` by readable name, ``outcome_reason``, ``simpler``/``not_slower_p``, and every time in ms
+#: (``cost_before_ms``, ``cost_after_ms``, ``search_ms``, ``total_ms``, ``measure_ms``, ``placement_step_ms``: in
+#: seconds before, named without ``_ms``). 1 (unnumbered): the layout before.
+SCHEMA_VERSION = 2
 
 
 @dataclass(kw_only=True)
 class OptimizeReport(VerifyFigures):
-    """Every figure of one run, as written by ``--report``."""
+    """Every figure of one run, as written by ``--report`` (``to_json``; its layout is ``SCHEMA_VERSION``). Ops are
+    ONNX op types (the IR's own names only in ``ir_ops_*``), every time is in milliseconds (keys ending ``_ms``),
+    rules are named by what they do (``rewrites``) with their ids."""
 
     input: str
     output: str
@@ -29,29 +39,33 @@ class OptimizeReport(VerifyFigures):
     rules_loaded: int
     nodes_before: int  # ONNX nodes of the input model
     nodes_after: int  # ONNX nodes of the model written (returned)
-    ops_before: dict[str, int]
-    ops_after: dict[str, int]
+    ops_before: dict[str, int]  # ONNX nodes of the input model by op type (domain::type outside the default domain)
+    ops_after: dict[str, int]  # the same of the model written
     cost_model: str
-    cost_before: float
-    cost_after: float
-    search_seconds: float
+    cost_before_ms: float  # the search's estimate of the input graph (a sum over its nodes), ms
+    cost_after_ms: float  # the same of the graph chosen
+    search_ms: float
     search_stop: str
     graphs_explored: int
     graphs_generated: int
     cost_cache_lookups: int  # node costs asked for during the search (in-memory memo)
     cost_cache_hits: int
     rules_applied: dict[str, int]  # by rule id
-    steps: list[dict[str, Any]]
+    steps: list[dict[str, Any]]  # each rewrite in order: its rule's id and readable name, the nodes it replaced
     rule_names: dict[str, str] = field(default_factory=dict)  # readable name of each applied rule, by id
-    decision: str = ""  # ``Decision.describe``: "optimized", or how the original was written and why
-    outcome: str = ""  # the ``Decision``'s value ("optimized", "no-rewrite", "kept-original-not-faster", ...)
-    total_seconds: float = 0.0
+    # the rules applied by readable name: how often, and the ids of the rules of that name
+    rewrites: dict[str, dict[str, Any]] = field(default_factory=dict)
+    schema_version: int = 0  # ``SCHEMA_VERSION`` (set by ``assemble``)
+    decision: str = ""  # ``Decision.describe``: "optimized", "simpler, not slower", or how the original was written
+    outcome: str = ""  # the ``Decision``'s value ("optimized", "simpler-not-slower", "kept-original-not-faster", ...)
+    outcome_reason: str = ""  # the ``Decision``'s reason, in words
+    total_ms: float = 0.0
     cost_db: str | None = None  # the SQLite cost cache used (measured costs only)
     cost_db_hits: int = 0  # node configurations found in it
     cost_db_misses: int = 0
     nodes_measured: int = 0  # node configurations measured in this run
     measure_sessions: int = 0  # ORT sessions built to measure them
-    measure_seconds: float = 0.0
+    measure_ms: float = 0.0
     nodes_not_measurable: int = 0  # costed analytically (dynamic shapes, subgraphs, refused by ORT)
     # the time each later measuring session's reference groups took over their time in the first (>1:
     # slower); its costs were divided by it (min and max over the run; empty with one session or none)
@@ -65,9 +79,14 @@ class OptimizeReport(VerifyFigures):
     channelwise_hoisted: int = 0
     splits_regridded: int = 0
     weights_permuted: int = 0
-    # nodes of the IR before and after (a Gemm is a matmul and an add there, a fused Conv+Relu two nodes)
+    bytes_before: int = 0  # the input model's size: its proto and the external data it points at (weights included)
+    bytes_after: int = 0  # the same of the model written
+    # nodes of the IR before and after (a Gemm is a matmul and an add there, a fused Conv+Relu two nodes), and
+    # by the algebra's op names (opaque nodes by their ONNX type)
     ir_nodes_before: int = 0
     ir_nodes_after: int = 0
+    ir_ops_before: dict[str, int] = field(default_factory=dict)
+    ir_ops_after: dict[str, int] = field(default_factory=dict)
     nodes_opaque: int = 0  # nodes of the loaded model outside the algebra (opaque: carried, never rewritten)
     nodes_opaque_computing: int = 0  # of those, the ones computing at run time (no Constant, no folded shape node)
     copied: bool = False  # the model written is a byte-for-byte copy of the input
@@ -75,7 +94,7 @@ class OptimizeReport(VerifyFigures):
     values_with_denormals: list[str] = field(default_factory=list)
     plan_output: str | None = None  # --place: the plan written, the placement chosen and its step time
     placement_chosen: str | None = None
-    placement_seconds: float | None = None
+    placement_step_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -102,24 +121,28 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
     chosen = passes.selected.chosen
     steps = chosen.steps if chosen is not None else ()
     applied = {s.rule for s in steps}
+    names = {r.name: r.readable_name for r in passes.searched.rules if r.name in applied}
     simplified = chosen.simplified if chosen is not None else None
     measured = _measured(passes.searched.coster.model)
     stats = measured.stats if measured is not None else None
+    before = source.size if source.size is not None else _unknown_size(source)
+    after = graph_size(chosen.graph) if chosen is not None and verified.decision.writes_optimized else before
     return OptimizeReport(
         # the verify pass's figures as they are (the report extends VerifyFigures)
         **vars(verified.figures),
         input=source.label, output=output_label, nodes_before=source.onnx_nodes, nodes_after=source.onnx_nodes,
-        ops_before=graph.op_counts(), ops_after=written.op_counts(), ir_nodes_before=len(graph.nodes),
+        ops_before=before.ops, ops_after=after.ops, bytes_before=before.bytes, bytes_after=after.bytes,
+        ir_ops_before=graph.op_counts(), ir_ops_after=written.op_counts(), ir_nodes_before=len(graph.nodes),
         ir_nodes_after=len(written.nodes), nodes_opaque=graph.opaque_count(),
         nodes_opaque_computing=len(graph.opaque_computing()), outcome=verified.decision.value,
         rules_file=passes.searched.rules_file, rules_loaded=len(passes.searched.rules),
-        cost_model=passes.searched.coster.model.name, cost_before=search.initial_cost,
-        search_seconds=search.seconds, search_stop=str(search.stop_reason), graphs_explored=search.explored,
+        cost_model=passes.searched.coster.model.name, cost_before_ms=search.initial_cost * 1e3,
+        search_ms=search.seconds * 1e3, search_stop=str(search.stop_reason), graphs_explored=search.explored,
         graphs_generated=search.generated, cost_cache_lookups=search.cost_lookups, cost_cache_hits=search.cost_hits,
-        cost_after=chosen.cost if chosen is not None else search.best_cost,
-        rules_applied=dict(Counter(s.rule for s in steps)),
-        rule_names={r.name: r.readable_name for r in passes.searched.rules if r.name in applied},
-        steps=[{"rule": s.rule, "nodes": list(s.nodes)} for s in steps],
+        cost_after_ms=(chosen.cost if chosen is not None else search.best_cost) * 1e3,
+        rules_applied=dict(Counter(s.rule for s in steps)), rule_names=names, rewrites=_rewrites(steps, names),
+        steps=[{"rule": s.rule, "name": names.get(s.rule, s.rule), "nodes": list(s.nodes)} for s in steps],
+        schema_version=SCHEMA_VERSION, outcome_reason=verified.decision.reason,
         splits_folded=simplified.nested_splits if simplified else 0,
         elementwise_hoisted=simplified.elementwise_hoisted if simplified else 0,
         channelwise_hoisted=simplified.channelwise_hoisted if simplified else 0,
@@ -129,7 +152,7 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
         cost_db=str(measured.cache.path) if measured is not None and measured.cache is not None else None,
         cost_db_hits=stats.cache_hits if stats else 0, cost_db_misses=stats.cache_misses if stats else 0,
         nodes_measured=stats.measured if stats else 0, measure_sessions=stats.sessions if stats else 0,
-        measure_seconds=stats.seconds if stats else 0.0,
+        measure_ms=stats.seconds * 1e3 if stats else 0.0,
         nodes_not_measurable=stats.fallback + stats.failed if stats else 0,
         session_scale=[min(stats.session_factors), max(stats.session_factors)]
         if stats and stats.session_factors else [],
@@ -141,8 +164,24 @@ def finish(report: OptimizeReport, written: Written, started: float) -> Optimize
     report.copied = written.copied
     report.decision = Decision(report.outcome).describe(written.copied)
     report.nodes_after = written.nodes
-    report.total_seconds = time.perf_counter() - started
+    report.total_ms = (time.perf_counter() - started) * 1e3
     return report
+
+
+def _rewrites(steps: tuple[Step, ...] | list[Step], names: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The rules applied by readable name (an id without one stands for itself): count and ids."""
+    rewrites: dict[str, dict[str, Any]] = {}
+    for step in steps:
+        entry = rewrites.setdefault(names.get(step.rule, step.rule), {"count": 0, "ids": []})
+        entry["count"] += 1
+        if step.rule not in entry["ids"]:
+            entry["ids"].append(step.rule)
+    return dict(sorted(rewrites.items()))
+
+
+def _unknown_size(source: Source) -> ModelSize:
+    """A source made without its size (not by ``load_source``): its nodes, no op types or bytes."""
+    return ModelSize(source.onnx_nodes, {}, 0, 0)
 
 
 def _measured(model: CostModel) -> MeasuredCost | None:

@@ -12,6 +12,7 @@ chain on a ModelProto and returns one."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import time
@@ -40,14 +41,18 @@ from xflow.optimize.place import PlaceRequest
 from xflow.ort.graphs import fits_in_memory
 from xflow.search import SearchReport
 
+#: The library's messages (what a run noticed and did besides its report): the CLI shows them (``-v`` / ``-q``).
+_log = logging.getLogger(__name__)
+
 
 def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,
-                  say: Callable[[str], None] = print,
+                  say: Callable[[str], None] = _log.info,
                   progress: Callable[[SearchReport], None] | None = None,
                   place_request: PlaceRequest | None = None, report_path: str | None = None) -> report.OptimizeReport:
     """Optimize ``in_path`` into ``out_path`` (and write the report to ``report_path``, when given); the written
-    model is verified equal and never slower (unless ``keep_if_slower``). Raises XflowError for bad input; writes
-    nothing on failure: every output, or none."""
+    model is verified equal and never slower (unless ``keep_if_slower``). What the run notices goes to ``say`` (by
+    default the ``xflow.optimize.run`` logger, at INFO). Raises XflowError for bad input; writes nothing on
+    failure: every output, or none."""
     started = time.perf_counter()
     write.check_output_path(in_path, out_path)
     plan_path = place_request.plan_path if place_request is not None else None
@@ -100,7 +105,7 @@ def optimize_model(model: onnx.ModelProto | bytes | str, options: OptimizeOption
     source = load.load_source(model, options.inputs)
     with _api_scratch() as scratch:
         run = run_passes(source, "<ModelProto>", options, cost_model, options.runtime.sessions(scratch),
-                         lambda _m: None, None, None)
+                         _log.info, None, None)
     if run.chosen is None:  # the original itself (given, or parsed from its file with its weights)
         result = source.proto if source.proto is not None else onnx.load(source.label)
         kept = write.Written(graph=None, nodes=len(result.graph.node), copied=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -16,9 +17,10 @@ from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
 from xflow.optimize.options import CheckSettings, InputSettings
 from xflow.optimize.passes import PassResult
+from xflow.optimize.size import graph_size
 from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker
-from xflow.runtime import decide_ab, median_latency, random_feeds
+from xflow.runtime import NON_INFERIORITY_MARGIN, ABDecision, decide_ab, median_latency, random_feeds
 
 
 @dataclass
@@ -37,6 +39,10 @@ class VerifyFigures:
     session_pairs: int = 0  # pairs of fresh sessions (original, optimized) the A/B timed
     faster_pairs: int = 0  # pairs in which the optimized model's median was the lower
     rank_test_p: float | None = None  # one-sided signed-rank test over the pairs (written when < 0.01)
+    simpler: bool = False  # fewer ONNX nodes or bytes than the original, and no more of the other
+    # a simpler model's non-inferiority test: the signed-rank test of "more than 1% slower" over the pairs
+    # (written when < 0.01 at every profile point though not faster; None: not tested)
+    not_slower_p: float | None = None
     # dynamic models: the A/B at each profile point (the figures above are the first point's), and the
     # points equivalence was checked at besides the first (profile points and an off-profile one)
     profile_points: list[dict[str, Any]] = field(default_factory=list)
@@ -66,8 +72,8 @@ class Checked:
 def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], output_label: str = "") -> Verified:
     """The verify pass: run the chosen graph on the original's inputs, compare the outputs (EquivalenceError when
     they differ or ORT refuses it), time both (interleaved) and keep the optimized one only when it is faster over
-    pairs of fresh sessions (``decide_ab``; or ``keep_if_slower``). With nothing chosen, only the original's
-    latency is measured."""
+    pairs of fresh sessions, or simpler and not slower (``_decide``; or ``keep_if_slower``). With nothing chosen,
+    only the original's latency is measured."""
     source, original, chosen, checks = checked.source, checked.original, checked.chosen, checked.checks
     if chosen is None:
         return _time_original(original, checks, source, say,
@@ -95,8 +101,8 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
             return Verified(graph=None, decision=refused)
     decision = _decide(checked, original, candidate, make_candidate, sessions, figures, say) \
         if checks.measure else Decision.OPTIMIZED
-    return Verified(graph=chosen.graph if decision is Decision.OPTIMIZED else None,
-                    modified=decision is Decision.OPTIMIZED, decision=decision, figures=figures)
+    return Verified(graph=chosen.graph if decision.writes_optimized else None,
+                    modified=decision.writes_optimized, decision=decision, figures=figures)
 
 
 def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, sessions: Sessions,
@@ -128,30 +134,62 @@ def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, se
 
 def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candidate: Callable[[], Any],
             sessions: Sessions, figures: VerifyFigures, say: Callable[[str], None]) -> Decision:
-    """The A/B of the original and the candidate over pairs of fresh sessions, at every profile point."""
-    source, keep_if_slower = checked.source, checked.checks.keep_if_slower
+    """The A/B of the original and the candidate over pairs of fresh sessions, at every profile point: written when
+    faster at each (``OPTIMIZED``), or, when it has fewer nodes or bytes and ``require_faster`` is off, when not
+    slower at each (``SIMPLER_NOT_SLOWER``: within ``NON_INFERIORITY_MARGIN``, by the same test over the pairs)."""
+    source, checks = checked.source, checked.checks
+    chosen = checked.chosen
+    assert chosen is not None
+    simpler = source.size is not None and graph_size(chosen.graph).is_simpler_than(source.size)
+    margin = NON_INFERIORITY_MARGIN if simpler and not checks.require_faster else None
 
     def fresh(side: str) -> Any:  # decide_ab's maker of fresh sessions: "a" the original, "b" the optimized graph
         return sessions.open(source.runnable) if side == "a" else make_candidate()
-    ab = decide_ab(original.session, candidate, original.feeds, fresh)
+    ab = decide_ab(original.session, candidate, original.feeds, fresh, margin=margin)
     figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
     figures.speedup, figures.timed_runs = ab.speedup, ab.runs
     figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value
-    slower_at = time_other_points(source, original.session, candidate, fresh, checked.inputs.seed, figures) \
-        if ab.b_is_faster() else ""
+    figures.simpler, figures.not_slower_p = simpler, ab.not_slower_p
+    first = _verdict(ab)
+    others = time_other_points(source, original.session, candidate, fresh, checked.inputs.seed, figures, margin,
+                               first) if first != SLOWER else {}
     # "Faster" must be more than one lucky session, which a longer run does not reproduce: decide_ab asks
-    # it of pairs of fresh sessions (a signed-rank test over them), and at every profile point.
-    if slower_at and not keep_if_slower and ab.b_is_faster():
-        say(f"the optimized model was not measurably faster at {slower_at}: the original is {source.kept_as} "
-            "(use --keep-if-slower to override)")
+    # it of pairs of fresh sessions (a signed-rank test over them), and at every profile point; so does "not slower".
+    verdicts = [first, *others.values()]
+    if checks.keep_if_slower or all(v == FASTER for v in verdicts):
+        return Decision.OPTIMIZED
+    if all(v != SLOWER for v in verdicts):
+        return Decision.SIMPLER_NOT_SLOWER
+    override = "use --keep-if-slower to override"
+    if first != SLOWER:
+        slower_at = "; ".join(label for label, v in others.items() if v == SLOWER)
+        within = "" if margin is None else f" nor within {NON_INFERIORITY_MARGIN:.0%} of the original's time"
+        say(f"the optimized model was not measurably faster{within} at {slower_at}: "
+            f"the original is {source.kept_as} ({override})")
         return Decision.NOT_FASTER_AT_EVERY_POINT
-    if not (ab.b_is_faster() or keep_if_slower):
-        say(f"the optimized model was not measurably faster ({figures.latency_after_ms:.3f} ms vs "
-            f"{figures.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.pairs} session pairs, "
-            f"signed-rank p = {ab.p_value:.2g}): the original is {source.kept_as} "
-            "(use --keep-if-slower to override)")
-        return Decision.NOT_FASTER
-    return Decision.OPTIMIZED
+    tested = f"; within {NON_INFERIORITY_MARGIN:.0%}: p = {ab.not_slower_p:.2g}" if margin is not None else ""
+    say(f"the optimized model was not measurably faster ({figures.latency_after_ms:.3f} ms vs "
+        f"{figures.latency_before_ms:.3f} ms, faster in {ab.b_wins} of {ab.pairs} session pairs, "
+        f"signed-rank p = {ab.p_value:.2g}{tested}): the original is {source.kept_as} ({override})")
+    return Decision.NOT_FASTER
+
+
+class PointVerdict(Enum):
+    """The A/B's verdict at one profile point: measured faster, not slower (within the margin, asked of a simpler
+    model only), or neither."""
+
+    FASTER = "faster"
+    NOT_SLOWER = "not-slower"
+    SLOWER = "slower"
+
+
+FASTER, NOT_SLOWER, SLOWER = PointVerdict.FASTER, PointVerdict.NOT_SLOWER, PointVerdict.SLOWER
+
+
+def _verdict(ab: ABDecision) -> PointVerdict:
+    if ab.b_is_faster():
+        return FASTER
+    return NOT_SLOWER if ab.b_is_not_slower() else SLOWER
 
 
 def _point_feeds(source: Source, session: Any, point: Mapping[str, int], seed: int) -> dict[str, np.ndarray] | None:
@@ -196,27 +234,29 @@ def check_other_sizes(source: Source, session: Any, candidate: Any, seed: int, f
 
 
 def time_other_points(source: Source, session: Any, candidate: Any, fresh: Callable[[str], Any], seed: int,
-                      figures: VerifyFigures) -> str:
-    """The A/B at every profile point after the first, once the first found the optimized model faster
-    (recorded in ``figures.profile_points`` with the first); the points where the optimized model was not
-    faster, in words ("" when none)."""
+                      figures: VerifyFigures, margin: float | None = None,
+                      first: PointVerdict = PointVerdict.FASTER) -> dict[str, PointVerdict]:
+    """The A/B at every profile point after the first, once the first found the optimized model faster (or not
+    slower, ``first``, testing non-inferiority within ``margin``); recorded in ``figures.profile_points`` with the
+    first. The verdict at each point (``FASTER``, ``NOT_SLOWER``, ``SLOWER``), by its label."""
     plan = source.dynamic
     if plan is None:
-        return ""
+        return {}
     points = plan.points()
     figures.profile_points = [{"point": points[0], "latency_before_ms": figures.latency_before_ms,
-                               "latency_after_ms": figures.latency_after_ms, "faster": True}]
-    slower: list[str] = []
+                               "latency_after_ms": figures.latency_after_ms, "faster": first is FASTER,
+                               "verdict": first.value}]
+    verdicts: dict[str, PointVerdict] = {}
     for point in points[1:]:
         feeds = _point_feeds(source, session, point, seed)
         if feeds is None:
             continue
-        ab = decide_ab(session, candidate, feeds, fresh)
+        ab = decide_ab(session, candidate, feeds, fresh, margin=margin)
+        verdicts[plan.describe(point)] = verdict = _verdict(ab)
         figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
-                                       "latency_after_ms": ab.b_median * 1e3, "faster": ab.b_is_faster()})
-        if not ab.b_is_faster():
-            slower.append(plan.describe(point))
-    return "; ".join(slower)
+                                       "latency_after_ms": ab.b_median * 1e3, "faster": verdict is FASTER,
+                                       "verdict": verdict.value})
+    return verdicts
 
 
 def _time_original(original: OriginalRun | OriginalNotRunnable | None, checks: CheckSettings, source: Source,

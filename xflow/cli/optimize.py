@@ -57,6 +57,13 @@ _D = OPTIMIZE_DEFAULTS
 @click.option("--keep-if-slower", is_flag=True, help="Write the optimized model even if it did not measure faster.")
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file.")
+@click.option("--no-certificate", "no_certificate", is_flag=True,
+              help="Leave out the certificate a rewritten model carries (its derivation, which `xflow check` checks).")
+@click.option("--certificate", "certificate_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the certificate alone to this JSON file.")
+@click.option("--replay", "replay_path", type=click.Path(dir_okay=False), default=None,
+              help="Apply the steps of this certificate (or of the model carrying one) without searching or "
+                   "measuring: the OUT the run that made it wrote, byte for byte.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @place_option
 @user_errors
@@ -64,7 +71,8 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
              alternatives: int | None, branches: int, time_limit: float, memory_limit: float | None, cost_kind: str,
              cost_db: str | None,
              provider: str, threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
-             inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None, quiet: bool,
+             inputs_npz: str | None, seed: int, keep_if_slower: bool, report_path: str | None,
+             no_certificate: bool, certificate_path: str | None, replay_path: str | None, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
@@ -76,6 +84,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
     from xflow.onnx_io import parse_input_shapes
     from xflow.onnx_io.shape_profile import parse_shape_profile
     from xflow.optimize import OptimizeOptions, optimize_file
+    from xflow.optimize.run import replay_file
 
     options = OptimizeOptions.of(
         rules_path=rules_path, alpha=alpha, budget=budget, patience=patience or None,
@@ -83,7 +92,17 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, alpha: float, 
         provider=provider,
         threads=threads, cost=cost_kind, cost_db=cost_db, input_shapes=parse_input_shapes(input_shapes),
         shape_profile=parse_shape_profile(shape_profile), inputs_npz=inputs_npz, seed=seed,
-        keep_if_slower=keep_if_slower)
+        keep_if_slower=keep_if_slower, certificate=not no_certificate, certificate_path=certificate_path,
+        replay=replay_path)
+    if certificate_path is not None:
+        check_output_file(certificate_path, "certificate")
+        check_writable(certificate_path)
+    if replay_path is not None:
+        replayed = replay_file(in_path, out_path, options)
+        if not quiet:
+            click.echo(f"replayed {replayed.steps} steps ({len(replayed.rules)} rules) of {replay_path}: "
+                       f"wrote {out_path}")
+        return
     say = (lambda _m: None) if quiet else click.echo
     progress = search_progress() if (not quiet and sys.stderr.isatty()) else None
     if report_path:

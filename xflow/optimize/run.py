@@ -20,12 +20,15 @@ from typing import Any
 
 import onnx
 
+from xflow.check.certificate import certify, read_certificate, rule_matches
+from xflow.check.replay import Replayed, StepRefused, replay, rules_for
 from xflow.cost.base import CostModel
 from xflow.errors import XflowError
 from xflow.files import check_output_file, run_folder, write_json
 from xflow.onnx_io import would_overwrite
 from xflow.optimize import load, report, write
 from xflow.optimize.chain import run_passes
+from xflow.optimize.finalize import Finalist
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest
 from xflow.ort.graphs import fits_in_memory
@@ -50,12 +53,41 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     with run_folder(out_path) as scratch:
         run = run_passes(source, out_path, options, cost_model, options.runtime.sessions(scratch), say, progress,
                          place_request)
-        written = write.write(source, run.chosen.graph if run.chosen is not None else None, out_path, scratch)
+        chosen = run.chosen.graph if run.chosen is not None else None
+        certificate = _certificate(source, run.chosen, run.report.rules_file, options)
+        written = write.write(source, chosen, out_path, scratch, certificate, options.output.certificate_path)
         if run.placement is not None and place_request is not None:
             write_json(place_request.plan_path, run.placement.plan.to_json(), scratch)
             if place_request.show is not None:
                 place_request.show(run.placement.plan)
     return report.finish(run.report, written, started)
+
+
+def _certificate(source: load.Source, chosen: Finalist | None, rules_file: str, options: OptimizeOptions
+                 ) -> dict[str, Any] | None:
+    """The certificate of the graph chosen (None: nothing rewritten, or none asked for)."""
+    if chosen is None or not options.output.certificate:
+        return None
+    return certify(source.graph, rule_matches(chosen.steps), rules_file, chosen.graph)
+
+
+def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replayed:
+    """``xflow optimize --replay CERT``: the steps of the certificate ``options.output.replay`` applied to
+    ``in_path`` (each re-established as ``xflow check`` does; the rules trusted by content hash) and the result
+    written with that certificate, without searching or measuring: the bytes the run that made it wrote."""
+    assert options.output.replay is not None
+    write.check_output_path(in_path, out_path)
+    certificate = read_certificate(options.output.replay)
+    rules = rules_for(certificate, options.rules_path)
+    source = load.load_source(in_path, options.inputs)
+    try:
+        replayed = replay(source.graph, certificate, rules)
+    except StepRefused as refused:
+        raise XflowError(options.output.replay, f"does not replay on {in_path}: {refused}") from None
+    with run_folder(out_path) as scratch:
+        write.write(source, replayed.graph, out_path, scratch, certificate if options.output.certificate else None,
+                    options.output.certificate_path)
+    return replayed
 
 
 def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions, cost_model: CostModel | None = None

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import numpy_helper
 
+import xflow
 from tests.test_cli import CONV_BIAS_RELU_FOLD, conv_relu_model, write_rules
 from xflow.check.certificate import KEY, carried, rule_hash
 from xflow.cli import main
@@ -181,3 +182,12 @@ def test_replay_refuses_another_input(inception_run, tmp_path):
     assert result.exit_code == 2 and "another input model" in result.output
     assert not (tmp_path / "o.onnx").exists()
     assert KEY == "xflow.certificate"
+
+
+def test_the_api_result_carries_a_certificate_that_checks(inception_run, tmp_path):
+    _folder, src, rules, _out, _cert = inception_run
+    result = xflow.optimize(src, rules_path=rules, cost="analytic", keep_if_slower=True, budget=30)
+    assert carried(result) is not None
+    path = tmp_path / "api.onnx"
+    onnx.save(result, str(path))
+    assert _check(src, path).exit_code == 0

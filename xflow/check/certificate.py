@@ -93,9 +93,11 @@ def simplify_record(simplified: Simplified) -> dict[str, Any]:
     return {"kind": "simplify", "counts": counts, "graph": simplified.graph.structural_hash}
 
 
-def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Graph) -> dict[str, Any]:
+def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Graph,
+            input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """The certificate of ``result``: ``matches`` applied to ``source`` in order, then folding and the split
-    simplifications (what ``xflow.optimize.finalize`` does). XflowError when that derivation does not give
+    simplifications (what ``xflow.optimize.finalize`` does); ``input_shapes``: the ``--input-shape``s the input
+    was loaded with (they give an input of unknown rank its shape). XflowError when that derivation does not give
     ``result`` (the certificate would not check)."""
     from xflow.check.replay import find_stated  # the replay's own way of finding a stated match
 
@@ -123,7 +125,8 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Gr
         raise XflowError(rules_file, "cannot certify: replaying the search's steps does not give the graph chosen")
     return {"format": FORMAT,
             "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file)},
-            "input": {"graph": source.structural_hash},
+            "input": {"graph": source.structural_hash,
+                      "shapes": {name: list(shape) for name, shape in sorted((input_shapes or {}).items())}},
             "steps": steps,
             "output": {"graph": result.structural_hash}}
 
@@ -133,17 +136,23 @@ def to_text(certificate: Mapping[str, Any]) -> str:
     return json.dumps(certificate, sort_keys=False, separators=(",", ":"))
 
 
+def carry(model: onnx.ModelProto, certificate: Mapping[str, Any] | None) -> None:
+    """Make ``model`` carry ``certificate`` (None: carry none; an earlier one is dropped), in place."""
+    entries = [(p.key, p.value) for p in model.metadata_props if p.key != KEY]
+    if certificate is not None:
+        entries.append((KEY, to_text(certificate)))
+    del model.metadata_props[:]
+    for key, value in entries:
+        model.metadata_props.add(key=key, value=value)
+
+
 def with_certificate(graph: Graph, certificate: Mapping[str, Any] | None) -> Graph:
-    """``graph`` whose model carries ``certificate`` (None: carries none; an earlier one is dropped)."""
+    """``graph`` whose model carries ``certificate`` (``carry``)."""
     if graph.context is None:
         return graph
     template = onnx.ModelProto()
     template.CopyFrom(graph.context.template)
-    entries = [(p.key, p.value) for p in template.metadata_props if p.key != KEY]
-    if certificate is not None:
-        entries.append((KEY, to_text(certificate)))
-    del template.metadata_props[:]
-    onnx.helper.set_model_props(template, dict(entries))
+    carry(template, certificate)
     return dataclasses.replace(graph, context=dataclasses.replace(graph.context, template=template))
 
 
@@ -192,6 +201,6 @@ def rule_matches(steps: Iterable[Any]) -> list[Match]:
     return out
 
 
-__all__ = ["FORMAT", "KEY", "carried", "certify", "file_hash", "fold_record", "match_record",
+__all__ = ["FORMAT", "KEY", "carried", "carry", "certify", "file_hash", "fold_record", "match_record",
            "parse", "plain", "read_certificate", "rule_hash", "rule_matches", "simplify_record", "to_text",
            "with_certificate"]

@@ -49,8 +49,14 @@ def certificate_for(out_path: str, certificate_path: str | None) -> dict[str, An
 
 def replay_input(in_path: str, certificate: dict[str, Any], rules: dict[str, Rule],
                  prove: Callable[[Rule], str | None] | None = None) -> Replayed:
-    """IN loaded as ``xflow optimize`` loads it, with the certificate's steps replayed (StepRefused)."""
-    return replay(load_source(in_path, InputSettings()).graph, certificate, rules, prove)
+    """IN loaded as ``xflow optimize`` loaded it, with the certificate's steps replayed (StepRefused)."""
+    return replay(load_source(in_path, input_settings(certificate)).graph, certificate, rules, prove)
+
+
+def input_settings(certificate: dict[str, Any]) -> InputSettings:
+    """The input settings that shape the graph loaded (``--input-shape``s), as the certificate states them."""
+    shapes = certificate.get("input", {}).get("shapes", {})
+    return InputSettings(shapes={name: tuple(shape) for name, shape in shapes.items()})
 
 
 def check(in_path: str, out_path: str, certificate_path: str | None = None, rules_path: str | None = None,

@@ -20,7 +20,8 @@ from typing import Any
 
 import onnx
 
-from xflow.check.certificate import certify, read_certificate, rule_matches
+from xflow.check.certificate import carry, certify, read_certificate, rule_matches
+from xflow.check.check import input_settings
 from xflow.check.replay import Replayed, StepRefused, replay, rules_for
 from xflow.cost.base import CostModel
 from xflow.errors import XflowError
@@ -68,7 +69,7 @@ def _certificate(source: load.Source, chosen: Finalist | None, rules_file: str, 
     """The certificate of the graph chosen (None: nothing rewritten, or none asked for)."""
     if chosen is None or not options.output.certificate:
         return None
-    return certify(source.graph, rule_matches(chosen.steps), rules_file, chosen.graph)
+    return certify(source.graph, rule_matches(chosen.steps), rules_file, chosen.graph, options.inputs.shapes)
 
 
 def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replayed:
@@ -79,7 +80,7 @@ def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replay
     write.check_output_path(in_path, out_path)
     certificate = read_certificate(options.output.replay)
     rules = rules_for(certificate, options.rules_path)
-    source = load.load_source(in_path, options.inputs)
+    source = load.load_source(in_path, input_settings(certificate))
     try:
         replayed = replay(source.graph, certificate, rules)
     except StepRefused as refused:
@@ -107,6 +108,7 @@ def optimize_model(model: onnx.ModelProto | str, options: OptimizeOptions, cost_
         return result, report.finish(run.report, kept, started)
     chosen = run.chosen
     result = chosen.proto  # made once: the sessions of select and verify read its bytes
+    carry(result, _certificate(source, chosen, run.report.rules_file, options))
     if not fits_in_memory(chosen.graph):  # weights read in from their files: the model stands on its own
         onnx.load_external_data_for_model(result, chosen.graph.context.base_dir if chosen.graph.context else "")
     written = write.Written(graph=chosen.graph, modified=True, nodes=len(result.graph.node), copied=False)

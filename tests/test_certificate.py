@@ -81,6 +81,14 @@ def test_no_certificate_leaves_it_out(tmp_path):
     assert result.exit_code == 2 and "carries no certificate" in result.output
 
 
+def test_the_original_written_back_checks_without_a_certificate(tmp_path):
+    src = conv_relu_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    assert invoke("optimize", src, str(out), "--rules", write_rules(tmp_path / "rules.json", []), "-q").exit_code == 0
+    result = _check(src, out)
+    assert result.exit_code == 0 and result.output.endswith(": 0 steps, 0 proved rules\n"), result.output
+
+
 def _tampered(out, tmp_path, change) -> str:
     model = onnx.load(str(out))
     change(model)

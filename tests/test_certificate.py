@@ -199,3 +199,16 @@ def test_the_api_result_carries_a_certificate_that_checks(inception_run, tmp_pat
     path = tmp_path / "api.onnx"
     onnx.save(result, str(path))
     assert _check(src, path).exit_code == 0
+
+
+def test_shipped_rules_are_found_where_the_checking_machine_has_them(tmp_path):
+    src = str(tmp_path / "bert.onnx")
+    onnx.save(build("bert", small=True), src)
+    out, cert = tmp_path / "out.onnx", tmp_path / "cert.json"
+    assert invoke("optimize", src, str(out), "--certificate", str(cert), *ANALYTIC).exit_code == 0
+    certificate = json.loads(cert.read_text())
+    assert certificate["rules"]["shipped"] and any(s["kind"] == "rule" for s in certificate["steps"])
+    certificate["rules"]["path"] = "/elsewhere/rules/default.json"  # the path on the machine that wrote it
+    cert.write_text(json.dumps(certificate))
+    result = _check(src, out, "--certificate", str(cert))
+    assert result.exit_code == 0, result.output

@@ -21,9 +21,9 @@ import onnx
 
 from xflow.errors import XflowError
 from xflow.ir import Graph, Node
-from xflow.rewrite import Match, apply_match, fold_constants
+from xflow.rewrite import Match, MatchTracer, apply_match, find_matches, fold_constants
 from xflow.rewrite.simplify import Simplified, simplify_splits
-from xflow.rules import Rule
+from xflow.rules import Rule, default_rules_path
 
 #: The model's ``metadata_props`` key the certificate is written under.
 KEY = "xflow.certificate"
@@ -93,14 +93,25 @@ def simplify_record(simplified: Simplified) -> dict[str, Any]:
     return {"kind": "simplify", "counts": counts, "graph": simplified.graph.structural_hash}
 
 
+def find_stated(graph: Graph, rule: Rule, nodes: Sequence[str], values: Mapping[str, str],
+                tracer: MatchTracer | None = None) -> Match | None:
+    """The match of ``rule`` in ``graph`` at the nodes labelled ``nodes`` (``node_label``) binding ``values``,
+    found by the matcher (None: there is none; ``tracer`` records why the near-misses failed)."""
+    by_label = {node_label(n): n for n in graph.nodes}
+    if any(label not in by_label for label in nodes):
+        return None
+    for match in find_matches(graph, rule, tracer, anchor=[by_label[label] for label in nodes]):
+        if [node_label(n) for n in match.nodes] == list(nodes) and match.values == values:
+            return match
+    return None
+
+
 def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Graph,
             input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """The certificate of ``result``: ``matches`` applied to ``source`` in order, then folding and the split
     simplifications (what ``xflow.optimize.finalize`` does); ``input_shapes``: the ``--input-shape``s the input
     was loaded with (they give an input of unknown rank its shape). XflowError when that derivation does not give
     ``result`` (the certificate would not check)."""
-    from xflow.check.replay import find_stated  # the replay's own way of finding a stated match
-
     graph = source
     steps: list[dict[str, Any]] = []
     for applied in matches:
@@ -124,7 +135,9 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Gr
     if simplified.graph.structural_hash != result.structural_hash:
         raise XflowError(rules_file, "cannot certify: replaying the search's steps does not give the graph chosen")
     return {"format": FORMAT,
-            "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file)},
+            "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file),
+                      # the shipped file is found where the checking machine has it
+                      "shipped": Path(rules_file).resolve() == default_rules_path().resolve()},
             "input": {"graph": source.structural_hash,
                       "shapes": {name: list(shape) for name, shape in sorted((input_shapes or {}).items())}},
             "steps": steps,
@@ -201,6 +214,6 @@ def rule_matches(steps: Iterable[Any]) -> list[Match]:
     return out
 
 
-__all__ = ["FORMAT", "KEY", "carried", "carry", "certify", "file_hash", "fold_record", "match_record",
+__all__ = ["FORMAT", "KEY", "carried", "carry", "certify", "file_hash", "find_stated", "fold_record", "match_record",
            "parse", "plain", "read_certificate", "rule_hash", "rule_matches", "simplify_record", "to_text",
            "with_certificate"]

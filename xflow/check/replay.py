@@ -5,16 +5,23 @@ recomputed with the op table's kernels, and each graph's structural hash compare
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xflow.check.certificate import fold_record, match_record, node_label, rule_hash, simplify_record
+from xflow.check.certificate import (
+    find_stated,
+    fold_record,
+    match_record,
+    node_label,
+    rule_hash,
+    simplify_record,
+)
 from xflow.errors import XflowError
 from xflow.ir import Graph
-from xflow.rewrite import Match, MatchTracer, apply_match, find_matches, fold_constants
+from xflow.rewrite import MatchTracer, apply_match, fold_constants
 from xflow.rewrite.simplify import simplify_splits
-from xflow.rules import Rule, load_rules
+from xflow.rules import Rule, default_rules_path, load_rules
 
 
 class StepRefused(Exception):
@@ -37,7 +44,8 @@ class Replayed:
 
 def rules_for(certificate: dict[str, Any], rules_path: str | None) -> dict[str, Rule]:
     """The rule file the certificate names (or ``rules_path``), by rule name."""
-    path = rules_path or certificate.get("rules", {}).get("path")
+    stated = certificate.get("rules", {})
+    path = rules_path or (str(default_rules_path()) if stated.get("shipped") else stated.get("path"))
     if not path:
         raise XflowError("<certificate>", "names no rule file")
     return {rule.name: rule for rule in load_rules(path)}
@@ -86,19 +94,6 @@ def _rule_of(index: int, step: Mapping[str, Any], rules: Mapping[str, Rule]) -> 
         raise StepRefused(index, f"rule {rule.name} in the rule file is not the rule applied (its content hash "
                                  "differs: edited since)")
     return rule
-
-
-def find_stated(graph: Graph, rule: Rule, nodes: Sequence[str], values: Mapping[str, str],
-                tracer: MatchTracer | None = None) -> Match | None:
-    """The match of ``rule`` in ``graph`` at the nodes labelled ``nodes`` (``node_label``) binding ``values``,
-    found by the matcher (None: there is none; ``tracer`` records why the near-misses failed)."""
-    by_label = {node_label(n): n for n in graph.nodes}
-    if any(label not in by_label for label in nodes):
-        return None
-    for match in find_matches(graph, rule, tracer, anchor=[by_label[label] for label in nodes]):
-        if [node_label(n) for n in match.nodes] == list(nodes) and match.values == values:
-            return match
-    return None
 
 
 def _apply(index: int, graph: Graph, rule: Rule, step: Mapping[str, Any]) -> Graph:

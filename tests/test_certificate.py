@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -212,3 +215,13 @@ def test_shipped_rules_are_found_where_the_checking_machine_has_them(tmp_path):
     cert.write_text(json.dumps(certificate))
     result = _check(src, out, "--certificate", str(cert))
     assert result.exit_code == 0, result.output
+
+
+def test_structural_hash_is_the_same_in_every_process(inception_run):
+    """A certificate states graphs by their structural hash: no salted str hash may leak into it."""
+    _folder, src, _rules, _out, cert = inception_run
+    code = ("import sys; from xflow.optimize.load import load_source; from xflow.optimize.options import "
+            "InputSettings; print(load_source(sys.argv[1], InputSettings()).graph.structural_hash)")
+    hashes = {subprocess.run([sys.executable, "-c", code, src], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}, cwd=ROOT).stdout for seed in ("1", "2")}
+    assert len(hashes) == 1 and json.loads(cert.read_text())["input"]["graph"] == hashes.pop().strip()

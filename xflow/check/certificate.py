@@ -119,12 +119,11 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Gr
         # again in this one, by the labels of its nodes and its values, as the checker will find it
         match = find_stated(graph, applied.rule, [node_label(n) for n in applied.nodes], applied.values)
         if match is None:
-            raise XflowError(rules_file, f"cannot certify: step {len(steps) + 1} ({applied.rule.name}) does not "
-                                         "match again")
+            raise _uncertified(rules_file, f"step {len(steps) + 1} ({applied.rule.name}) does not match again")
         record = match_record(graph, match)
         derived = apply_match(graph, match)
         if derived is None:
-            raise XflowError(rules_file, f"cannot certify: step {len(steps) + 1} ({match.rule.name}) makes a cycle")
+            raise _uncertified(rules_file, f"step {len(steps) + 1} ({match.rule.name}) makes a cycle")
         graph = derived
         record["graph"] = graph.structural_hash
         steps.append(record)
@@ -133,7 +132,7 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Gr
     simplified = simplify_splits(folded)
     steps.append(simplify_record(simplified))
     if simplified.graph.structural_hash != result.structural_hash:
-        raise XflowError(rules_file, "cannot certify: replaying the search's steps does not give the graph chosen")
+        raise _uncertified(rules_file, "replaying the search's steps does not give the graph chosen")
     return {"format": FORMAT,
             "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file),
                       # the shipped file is found where the checking machine has it
@@ -142,6 +141,13 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Gr
                       "shapes": {name: list(shape) for name, shape in sorted((input_shapes or {}).items())}},
             "steps": steps,
             "output": {"graph": result.structural_hash}}
+
+
+def _uncertified(rules_file: str, why: str) -> XflowError:
+    """A derivation that does not replay is a fault of xflow's, said as such: the model is not written uncertified
+    unless the user asks for that."""
+    return XflowError(rules_file, f"cannot certify the rewritten model: {why} (an xflow bug; --no-certificate "
+                                  "writes it without one)")
 
 
 def to_text(certificate: Mapping[str, Any]) -> str:

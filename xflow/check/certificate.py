@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ import onnx
 
 from xflow.errors import XflowError
 from xflow.ir import Graph, Node
-from xflow.rewrite import Match, MatchTracer, apply_match, find_matches, fold_constants
-from xflow.rewrite.simplify import Simplified, simplify_splits
+from xflow.rewrite import Match, MatchTracer, apply_match, find_matches
+from xflow.rewrite.simplify import Simplified
 from xflow.rules import Rule, default_rules_path
 
 #: The model's ``metadata_props`` key the certificate is written under.
@@ -43,6 +44,15 @@ def file_hash(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def array_hash(array: np.ndarray) -> str:
+    """sha256 of an array's bytes in C order, without copying a contiguous one (a merged weight can be hundreds
+    of MB)."""
+    contiguous = np.ascontiguousarray(array)
+    if contiguous.dtype.hasobject:
+        return hashlib.sha256(contiguous.tobytes()).hexdigest()
+    return hashlib.sha256(contiguous.reshape(-1).view(np.uint8)).hexdigest()
 
 
 def plain(value: Any) -> Any:
@@ -81,9 +91,8 @@ def fold_record(before: Graph, after: Graph) -> dict[str, Any]:
               for n in before.nodes if id(n) not in kept]
     made = {}
     for name in sorted(set(after.constants) - set(before.constants)):
-        array = np.ascontiguousarray(after.constants[name].value())
-        made[name] = {"dtype": array.dtype.str, "shape": list(array.shape),
-                      "sha256": hashlib.sha256(array.tobytes()).hexdigest()}
+        array = after.constants[name].value()
+        made[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "sha256": array_hash(array)}
     return {"kind": "fold", "folded": folded, "constants": made, "graph": after.structural_hash}
 
 
@@ -106,12 +115,23 @@ def find_stated(graph: Graph, rule: Rule, nodes: Sequence[str], values: Mapping[
     return None
 
 
-def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Graph,
+@dataclass(frozen=True)
+class Derived:
+    """What the optimizer made after its search: the graph its steps made (``unfolded``), that graph with its
+    constant-only subgraphs folded, and the split simplifications of that (``xflow.optimize.finalize``)."""
+
+    unfolded: Graph
+    folded: Graph
+    simplified: Simplified
+
+
+def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: Derived,
             input_shapes: Mapping[str, Sequence[int]] | None = None) -> dict[str, Any]:
-    """The certificate of ``result``: ``matches`` applied to ``source`` in order, then folding and the split
-    simplifications (what ``xflow.optimize.finalize`` does); ``input_shapes``: the ``--input-shape``s the input
-    was loaded with (they give an input of unknown rank its shape). XflowError when that derivation does not give
-    ``result`` (the certificate would not check)."""
+    """The certificate of ``derived``: ``matches`` applied to ``source`` in order (each found again in the graph it
+    applies to), then the folding and the split simplifications ``derived`` holds (stated from it: nothing is
+    computed twice); ``input_shapes``: the ``--input-shape``s the input was loaded with (they give an input of
+    unknown rank its shape). XflowError when the steps do not make ``derived.unfolded`` (the certificate would not
+    check)."""
     graph = source
     steps: list[dict[str, Any]] = []
     for applied in matches:
@@ -121,18 +141,17 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, result: Gr
         if match is None:
             raise _uncertified(rules_file, f"step {len(steps) + 1} ({applied.rule.name}) does not match again")
         record = match_record(graph, match)
-        derived = apply_match(graph, match)
-        if derived is None:
+        made = apply_match(graph, match)
+        if made is None:
             raise _uncertified(rules_file, f"step {len(steps) + 1} ({match.rule.name}) makes a cycle")
-        graph = derived
+        graph = made
         record["graph"] = graph.structural_hash
         steps.append(record)
-    folded = fold_constants(graph)
-    steps.append(fold_record(graph, folded))
-    simplified = simplify_splits(folded)
-    steps.append(simplify_record(simplified))
-    if simplified.graph.structural_hash != result.structural_hash:
+    if graph.structural_hash != derived.unfolded.structural_hash:
         raise _uncertified(rules_file, "replaying the search's steps does not give the graph chosen")
+    steps.append(fold_record(derived.unfolded, derived.folded))
+    steps.append(simplify_record(derived.simplified))
+    result = derived.simplified.graph
     return {"format": FORMAT,
             "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file),
                       # the shipped file is found where the checking machine has it
@@ -220,6 +239,8 @@ def rule_matches(steps: Iterable[Any]) -> list[Match]:
     return out
 
 
-__all__ = ["FORMAT", "KEY", "carried", "carry", "certify", "file_hash", "find_stated", "fold_record", "match_record",
-           "parse", "plain", "read_certificate", "rule_hash", "rule_matches", "simplify_record", "to_text",
-           "with_certificate"]
+__all__ = [
+    "FORMAT", "KEY", "Derived", "array_hash", "carried", "carry", "certify", "file_hash", "find_stated", "fold_record",
+    "match_record", "parse", "plain", "read_certificate", "rule_hash", "rule_matches", "simplify_record", "to_text",
+    "with_certificate",
+]

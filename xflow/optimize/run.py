@@ -20,7 +20,7 @@ from typing import Any
 
 import onnx
 
-from xflow.check.certificate import carry, certify, read_certificate, rule_matches
+from xflow.check.certificate import Derived, carry, certify, read_certificate, rule_matches
 from xflow.check.check import input_settings
 from xflow.check.replay import Replayed, StepRefused, replay, rules_for
 from xflow.cost.base import CostModel
@@ -69,7 +69,9 @@ def _certificate(source: load.Source, chosen: Finalist | None, rules_file: str, 
     """The certificate of the graph chosen (None: nothing rewritten, or none asked for)."""
     if chosen is None or not options.output.certificate:
         return None
-    return certify(source.graph, rule_matches(chosen.steps), rules_file, chosen.graph, options.inputs.shapes)
+    assert chosen.unfolded is not None and chosen.folded is not None  # finalize's finalists know them
+    derived = Derived(chosen.unfolded, chosen.folded, chosen.simplified)
+    return certify(source.graph, rule_matches(chosen.steps), rules_file, derived, options.inputs.shapes)
 
 
 def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replayed:
@@ -81,6 +83,10 @@ def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replay
     certificate = read_certificate(options.output.replay)
     rules = rules_for(certificate, options.rules_path)
     source = load.load_source(in_path, input_settings(certificate))
+    clash = would_overwrite(source.graph, out_path)
+    if clash is not None:
+        raise XflowError(out_path, f"writing it would replace {clash}, which holds the input's weights; "
+                                   "choose another output path")
     try:
         replayed = replay(source.graph, certificate, rules)
     except StepRefused as refused:

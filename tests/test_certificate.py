@@ -19,6 +19,7 @@ from onnx import numpy_helper
 import xflow
 from tests.test_cli import CONV_BIAS_RELU_FOLD, conv_relu_model, write_rules
 from xflow.check.certificate import KEY, carried, rule_hash
+from xflow.check.check import check
 from xflow.cli import main
 from xflow.rules import load_rules, rules_from_json
 from xflow.zoo import build
@@ -202,6 +203,8 @@ def test_the_api_result_carries_a_certificate_that_checks(inception_run, tmp_pat
     path = tmp_path / "api.onnx"
     onnx.save(result, str(path))
     assert _check(src, path).exit_code == 0
+    trusted = check(src, str(path))  # the library's check without a prover: the rules trusted by content hash
+    assert trusted.ok and trusted.line.endswith("rules trusted by their content hash")
 
 
 def test_shipped_rules_are_found_where_the_checking_machine_has_them(tmp_path):

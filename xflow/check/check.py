@@ -75,8 +75,10 @@ def check(in_path: str, out_path: str, certificate_path: str | None = None, rule
     difference = model_difference(_model_of(replayed.graph), _read_whole(out_path))
     if difference is not None:
         return Verdict(False, f"OUT does not check: it is not what the certificate's steps make of IN: {difference}")
-    return Verdict(True, _CHECKS.format(steps=replayed.steps, rules=len(replayed.rules)), replayed.steps,
-                   len(replayed.rules))
+    line = _CHECKS.format(steps=replayed.steps, rules=len(replayed.rules))
+    if prove is None:
+        line = line.replace(" proved rules", " rules trusted by their content hash")
+    return Verdict(True, line, replayed.steps, len(replayed.rules))
 
 
 _CHECKS = "OUT computes what IN computes for every input at every size its interface allows: {steps} steps, " \

@@ -228,3 +228,16 @@ def test_structural_hash_is_the_same_in_every_process(inception_run):
     hashes = {subprocess.run([sys.executable, "-c", code, src], capture_output=True, text=True, check=True,
                              env={**os.environ, "PYTHONHASHSEED": seed}, cwd=ROOT).stdout for seed in ("1", "2")}
     assert len(hashes) == 1 and json.loads(cert.read_text())["input"]["graph"] == hashes.pop().strip()
+
+
+def test_a_dynamic_model_checks_with_its_dims_as_symbols(tmp_path):
+    """The matches of a model with a dynamic batch are stated, and re-established, over the symbol."""
+    src = str(tmp_path / "bert.onnx")
+    onnx.save(build("bert", small=True, dynamic=True), src)
+    out, cert = tmp_path / "out.onnx", tmp_path / "cert.json"
+    assert invoke("optimize", src, str(out), "--certificate", str(cert), *ANALYTIC).exit_code == 0
+    shapes = [dim for step in json.loads(cert.read_text())["steps"] if step["kind"] == "rule"
+              for shape in step["shapes"].values() for dim in shape]
+    assert "batch" in shapes
+    result = _check(src, out)
+    assert result.exit_code == 0, result.output

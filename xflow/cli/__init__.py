@@ -11,6 +11,7 @@ import click
 from xflow import __version__
 from xflow.cli import (
     bench,
+    check,
     denormals,
     generate_rules,
     optimize,
@@ -24,7 +25,8 @@ from xflow.cli import (
 
 __all__ = ["main"]
 
-COMMAND_MODULES = (optimize, verify_rules, zoo, generate_rules, rules, bench, place, run, place_calibrate, denormals)
+COMMAND_MODULES = (optimize, check, verify_rules, zoo, generate_rules, rules, bench, place, run, place_calibrate,
+                   denormals)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

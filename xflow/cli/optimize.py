@@ -69,6 +69,13 @@ _D = OPTIMIZE_DEFAULTS
 @click.option("-v", "--verbose", is_flag=True,
               help="Also print the developer's detail: the search, the cost cache, estimates, the finalists' timings, "
                    "the tests' statistics, and debug messages.")
+@click.option("--no-certificate", "no_certificate", is_flag=True,
+              help="Leave out the certificate a rewritten model carries (its derivation, which `xflow check` checks).")
+@click.option("--certificate", "certificate_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the certificate alone to this JSON file.")
+@click.option("--replay", "replay_path", type=click.Path(dir_okay=False), default=None,
+              help="Apply the steps of this certificate (or of the model carrying one) without searching or "
+                   "measuring: the OUT the run that made it wrote, byte for byte.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
 @place_option
 @user_errors
@@ -77,7 +84,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
              cost_kind: str, cost_db: str | None,
              provider: str, threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, require_faster: bool, report_path: str | None,
-             verbose: bool, quiet: bool,
+             no_certificate: bool, certificate_path: str | None, replay_path: str | None, verbose: bool, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
@@ -91,6 +98,7 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
     from xflow.onnx_io import parse_input_shapes
     from xflow.onnx_io.shape_profile import parse_shape_profile
     from xflow.optimize import OptimizeOptions, optimize_file
+    from xflow.optimize.run import replay_file
 
     options = OptimizeOptions.of(
         rules_path=rules_path, rules=_proved_rules(rules_path, cost_db, quiet, trust_rules), alpha=alpha,
@@ -99,8 +107,18 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
         provider=provider,
         threads=threads, cost=cost_kind, cost_db=cost_db, input_shapes=parse_input_shapes(input_shapes),
         shape_profile=parse_shape_profile(shape_profile), inputs_npz=inputs_npz, seed=seed,
-        keep_if_slower=keep_if_slower, require_faster=require_faster)
+        keep_if_slower=keep_if_slower, require_faster=require_faster, certificate=not no_certificate,
+        certificate_path=certificate_path, replay=replay_path)
     configure_logging(verbose, quiet)  # the library's messages (its logger) on stderr
+    if certificate_path is not None:
+        check_output_file(certificate_path, "certificate")
+        check_writable(certificate_path)
+    if replay_path is not None:
+        replayed = replay_file(in_path, out_path, options)
+        if not quiet:
+            click.echo(f"replayed {replayed.steps} steps ({len(replayed.rules)} rules) of {replay_path}: "
+                       f"wrote {out_path}")
+        return
     progress = search_progress() if (not quiet and sys.stderr.isatty()) else None
     to_stdout = report_path == "-"
     if report_path and not to_stdout:

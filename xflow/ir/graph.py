@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 from collections import ChainMap, Counter
@@ -191,9 +192,10 @@ class Graph:
     @cached_property
     def hash_sum(self) -> int:
         """Sum of the nodes' local hashes (mod 2**128) plus the outputs: order-independent and
-        updated incrementally by ``derive``."""
+        updated incrementally by ``derive``; the same in every process (a certificate states it)."""
         total = sum(n.local_hash for n in self.nodes)
-        return (total + hash(self.outputs)) % (1 << 128)
+        outputs = int.from_bytes(hashlib.blake2b(repr(self.outputs).encode(), digest_size=16).digest(), "little")
+        return (total + outputs) % (1 << 128)
 
     @property
     def structural_hash(self) -> str:

@@ -42,6 +42,9 @@ class Finalist:
     cost: float
     steps: tuple[Step, ...]
     completed: bool = False  # made by ``complete_sweeps`` from a search result
+    # the graph the steps made and that graph folded (None: not known): what its certificate states
+    unfolded: Graph | None = None
+    folded: Graph | None = None
 
     @property
     def graph(self) -> Graph:
@@ -162,5 +165,6 @@ def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
 
 
 def _finalist(source: Branch, completed: bool = False) -> Finalist:
-    return Finalist(simplify_splits(fold_constants(source.graph)), source.cost, source.steps, completed)
+    folded = fold_constants(source.graph)
+    return Finalist(simplify_splits(folded), source.cost, source.steps, completed, source.graph, folded)
 

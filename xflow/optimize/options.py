@@ -65,6 +65,17 @@ class CheckSettings:
 
 
 @dataclass(frozen=True)
+class OutputSettings:
+    """What the written model carries besides the graph: its certificate (``xflow.check``), unless ``certificate``
+    is False; ``certificate_path`` also writes it alone there. ``replay``: a certificate (or a model carrying one)
+    whose steps are applied instead of searching and measuring."""
+
+    certificate: bool = True
+    certificate_path: str | None = None
+    replay: str | None = None
+
+
+@dataclass(frozen=True)
 class OptimizeOptions:
     """Everything a user can set for one optimization (``rules_path`` None: the shipped rules)."""
 
@@ -75,6 +86,7 @@ class OptimizeOptions:
     cost: CostSettings = field(default_factory=CostSettings)
     inputs: InputSettings = field(default_factory=InputSettings)
     checks: CheckSettings = field(default_factory=CheckSettings)
+    output: OutputSettings = field(default_factory=OutputSettings)
 
     @classmethod
     def of(cls, **fields: Any) -> OptimizeOptions:
@@ -104,6 +116,8 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "seed": ("inputs", "seed"),
     "keep_if_slower": ("checks", "keep_if_slower"),
     "require_faster": ("checks", "require_faster"), "measure": ("checks", "measure"), "verify": ("checks", "verify"),
+    "certificate": ("output", "certificate"), "certificate_path": ("output", "certificate_path"),
+    "replay": ("output", "replay"),
 }
 
 #: Every default of ``xflow optimize``, written once.

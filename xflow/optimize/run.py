@@ -21,6 +21,9 @@ from typing import Any
 
 import onnx
 
+from xflow.check.certificate import Derived, carry, certify, read_certificate, rule_matches
+from xflow.check.check import input_settings
+from xflow.check.replay import Replayed, StepRefused, replay, rules_for
 from xflow.cost.base import CostModel
 from xflow.errors import XflowError
 from xflow.files import (
@@ -36,6 +39,7 @@ from xflow.onnx_io import would_overwrite
 from xflow.onnx_io.save import weight_files
 from xflow.optimize import load, report, write
 from xflow.optimize.chain import run_passes
+from xflow.optimize.finalize import Finalist
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest
 from xflow.ort.graphs import fits_in_memory
@@ -70,9 +74,12 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     with run_folder(out_path) as scratch:
         run = run_passes(source, out_path, options, cost_model, options.runtime.sessions(scratch), say, progress,
                          place_request)
-        outputs = [out_path, f"{out_path}.data", *(p for p in (plan_path, report_path) if p)]
+        chosen = run.chosen.graph if run.chosen is not None else None
+        certificate = _certificate(source, run.chosen, run.report.rules_file, options)
+        certificate_path = options.output.certificate_path
+        outputs = [out_path, f"{out_path}.data", *(p for p in (plan_path, report_path, certificate_path) if p)]
         with all_or_none(outputs, scratch):  # a report into a full disk takes the model back out
-            written = write.write(source, run.chosen.graph if run.chosen is not None else None, out_path, scratch)
+            written = write.write(source, chosen, out_path, scratch, certificate, certificate_path)
             keep_private(in_path, [out_path, f"{out_path}.data"])
             if run.placement is not None and place_request is not None:
                 write_json(place_request.plan_path, run.placement.plan.to_json(), scratch)
@@ -84,12 +91,49 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
     return finished
 
 
+def _certificate(source: load.Source, chosen: Finalist | None, rules_file: str, options: OptimizeOptions
+                 ) -> dict[str, Any] | None:
+    """The certificate of the graph chosen (None: nothing rewritten, or none asked for)."""
+    if chosen is None or not options.output.certificate:
+        return None
+    assert chosen.unfolded is not None and chosen.folded is not None  # finalize's finalists know them
+    derived = Derived(chosen.unfolded, chosen.folded, chosen.simplified)
+    return certify(source.graph, rule_matches(chosen.steps), rules_file, derived, options.inputs.shapes)
+
+
+def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replayed:
+    """``xflow optimize --replay CERT``: the steps of the certificate ``options.output.replay`` applied to
+    ``in_path`` (each re-established as ``xflow check`` does; the rules trusted by content hash) and the result
+    written with that certificate, without searching or measuring: the bytes the run that made it wrote."""
+    assert options.output.replay is not None
+    write.check_output_path(in_path, out_path)
+    check_distinct({"IN.onnx": in_path, "OUT.onnx": out_path, "OUT.onnx's data file": f"{out_path}.data",
+                    "--replay": options.output.replay, "--certificate": options.output.certificate_path,
+                    "--rules": options.rules_path})
+    certificate = read_certificate(options.output.replay)
+    rules = rules_for(certificate, options.rules_path)
+    source = load.load_source(in_path, input_settings(certificate))
+    clash = would_overwrite(source.graph, out_path)
+    if clash is not None:
+        raise XflowError(out_path, f"writing it would replace {clash}, which holds the input's weights; "
+                                   "choose another output path")
+    try:
+        replayed = replay(source.graph, certificate, rules)
+    except StepRefused as refused:
+        raise XflowError(options.output.replay, f"does not replay on {in_path}: {refused}") from None
+    with run_folder(out_path) as scratch:
+        write.write(source, replayed.graph, out_path, scratch, certificate if options.output.certificate else None,
+                    options.output.certificate_path)
+    return replayed
+
+
 def run_files(in_path: str, out_path: str, options: OptimizeOptions, plan_path: str | None = None,
               report_path: str | None = None) -> dict[str, str | None]:
     """Every file one optimize run reads or writes, by the role the user gave it (``check_distinct``)."""
     return {"IN.onnx": in_path, "OUT.onnx": out_path, "OUT.onnx's data file": f"{out_path}.data",
             "--rules": options.rules_path, "--inputs": options.inputs.npz, "--cost-db": options.cost.db,
-            "the plan file (--place)": plan_path, "--report": report_path}
+            "the plan file (--place)": plan_path, "--report": report_path,
+            "--certificate": options.output.certificate_path, "--replay": options.output.replay}
 
 
 def optimize_model(model: onnx.ModelProto | bytes | str, options: OptimizeOptions, cost_model: CostModel | None = None
@@ -112,6 +156,7 @@ def optimize_model(model: onnx.ModelProto | bytes | str, options: OptimizeOption
         return result, report.finish(run.report, kept, started)
     chosen = run.chosen
     result = chosen.proto  # made once: the sessions of select and verify read its bytes
+    carry(result, _certificate(source, chosen, run.report.rules_file, options))
     if not fits_in_memory(chosen.graph):  # weights read in from their files: the model stands on its own
         onnx.load_external_data_for_model(result, chosen.graph.context.base_dir if chosen.graph.context else "")
     written = write.Written(graph=chosen.graph, modified=True, nodes=len(result.graph.node), copied=False)

@@ -4,10 +4,13 @@ it); and the check of the output path made before any work."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from xflow.check.certificate import with_certificate
 from xflow.errors import XflowError
-from xflow.files import check_output_file, copy_atomically
+from xflow.files import check_output_file, copy_atomically, write_json
 from xflow.ir import Graph
 from xflow.onnx_io import save
 from xflow.optimize.load import Source
@@ -36,11 +39,17 @@ def check_output_path(in_path: str, out_path: str) -> None:
         raise XflowError(out_path, "output directory is not writable")
 
 
-def write(source: Source, graph: Graph | None, out_path: str, scratch: str) -> Written:
-    """The write pass: ``graph``, or the original when None."""
+def write(source: Source, graph: Graph | None, out_path: str, scratch: str,
+          certificate: Mapping[str, Any] | None = None, certificate_path: str | None = None) -> Written:
+    """The write pass: ``graph``, or the original when None. A rewritten graph's model carries ``certificate``
+    (None: none, and not one the input carried: it would not be OUT's); ``certificate_path`` also gets it alone."""
     if graph is None and source.copyable:
         assert source.path is not None
         copy_atomically(source.path, out_path, scratch)
         return Written(graph=None, nodes=source.onnx_nodes, copied=True)
+    if graph is not None:
+        if certificate is not None and certificate_path is not None:
+            write_json(certificate_path, certificate, scratch)
+        graph = with_certificate(graph, certificate)
     nodes = save(graph if graph is not None else source.graph, out_path, scratch=scratch)
     return Written(graph=graph, modified=graph is not None, nodes=nodes, copied=False)

@@ -44,6 +44,8 @@ class Step:
 
     rule: str
     nodes: tuple[str, ...]  # names (or first outputs) of the matched nodes
+    # the match applied (its bindings are what a certificate states); not part of the step's identity
+    match: Match | None = field(default=None, compare=False, repr=False)
 
 
 class StopReason(StrEnum):
@@ -120,7 +122,7 @@ class _Entry:
 
 
 def _step(match: Match) -> Step:
-    return Step(match.rule.name, tuple(n.name or n.outputs[0] for n in match.nodes))
+    return Step(match.rule.name, tuple(n.name or n.outputs[0] for n in match.nodes), match)
 
 
 def initial_matches(graph: Graph, rules: Sequence[Rule] | RuleIndex) -> list[Match]:

@@ -25,6 +25,7 @@ from xflow.ir import Graph, Node
 from xflow.rewrite import Match, MatchTracer, apply_match, find_matches
 from xflow.rewrite.simplify import Simplified
 from xflow.rules import Rule, default_rules_path
+from xflow.rules.proof import content_digest
 
 #: The model's ``metadata_props`` key the certificate is written under.
 KEY = "xflow.certificate"
@@ -32,9 +33,10 @@ FORMAT = "xflow.certificate/1"
 
 
 def rule_hash(rule: Rule) -> str:
-    """The content hash of a rule: sha256 of its canonical JSON (keys sorted, no spaces)."""
-    text = json.dumps(rule.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The content hash of a rule: the sha256 of what it computes (``xflow.rules.proof.content_digest``: inputs,
+    patterns, output map, conditions), so a proof recorded in its provenance (``optimize --rules`` proves a rule
+    that carries none) leaves it as it was, and an edit to what it computes does not."""
+    return content_digest(rule).removeprefix("sha256:")
 
 
 def file_hash(path: str | Path) -> str:

@@ -34,8 +34,8 @@ def zoo_model(tmp_path_factory):
 
 
 def optimize(src, out, rules: str, *extra: str):  # noqa: ANN001
-    return CliRunner().invoke(main, ["optimize", str(src), str(out), "--rules", rules, "--cost", "analytic",
-                                     "--keep-if-slower", *extra], catch_exceptions=False)
+    return CliRunner().invoke(main, ["optimize", str(src), str(out), "--rules", rules, "--trust-rules", "--cost",
+                                     "analytic", "--keep-if-slower", *extra], catch_exceptions=False)
 
 
 def test_time_limit_returns_the_best_graph_so_far(zoo_model, tmp_path):
@@ -123,7 +123,8 @@ def test_sigterm_unwinds_like_ctrl_c(tmp_path):
     rules = rule_file(tmp_path / "rules.json")
     before = snapshot(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "xflow.cli", "optimize", str(src), str(work / "out.onnx"),
-                             "--rules", rules, "--cost", "analytic", "--budget", "1000000", "--patience", "0",
+                             "--rules", rules, "--trust-rules", "--cost", "analytic", "--budget", "1000000",
+                             "--patience", "0",
                              "--time-limit", "600"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert handler_installed(proc.pid, signal.SIGTERM, proc), "xflow never installed its SIGTERM handler"

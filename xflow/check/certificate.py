@@ -165,10 +165,9 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: D
 
 
 def _uncertified(rules_file: str, why: str) -> XflowError:
-    """A derivation that does not replay is a fault of xflow's, said as such: the model is not written uncertified
-    unless the user asks for that."""
-    return XflowError(rules_file, f"cannot certify the rewritten model: {why} (an xflow bug; --no-certificate "
-                                  "writes it without one)")
+    """A derivation that does not replay is a fault of xflow's, said as such (the optimize run then writes the model
+    without a certificate and says so)."""
+    return XflowError(rules_file, f"cannot certify the rewritten model: {why} (an xflow bug)")
 
 
 def to_text(certificate: Mapping[str, Any]) -> str:

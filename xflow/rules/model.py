@@ -176,8 +176,9 @@ def _check_json_shape(raw: Any) -> None:
 
 
 def _literal(value: Any) -> bool:
-    """True for what an attribute template may be: a number, string, bool or null, or a list of them."""
-    if isinstance(value, list):
+    """True for what an attribute template may be: a number, string, bool or null, or a list of them (a tuple in a
+    rule built in Python, as its JSON list)."""
+    if isinstance(value, list | tuple):
         return all(_literal(v) for v in value)
     return value is None or isinstance(value, int | float | str | bool)
 

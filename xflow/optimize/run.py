@@ -114,9 +114,7 @@ def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replay
     written with that certificate, without searching or measuring: the bytes the run that made it wrote."""
     assert options.output.replay is not None
     write.check_output_path(in_path, out_path)
-    check_distinct({"IN.onnx": in_path, "OUT.onnx": out_path, "OUT.onnx's data file": f"{out_path}.data",
-                    "--replay": options.output.replay, "--certificate": options.output.certificate_path,
-                    "--rules": options.rules_path})
+    check_distinct(run_files(in_path, out_path, options))
     certificate = read_certificate(options.output.replay)
     rules = rules_for(certificate, options.rules_path)
     source = load.load_source(in_path, input_settings(certificate))

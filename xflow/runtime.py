@@ -467,6 +467,32 @@ def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, war
     return statistics.median(times)
 
 
+def screen(makers: Mapping[int, Callable[[], Any]], feeds: Mapping[str, np.ndarray], runs: int = 3,
+           seconds: float = 0.25, warmup: int = 1) -> dict[int, float]:
+    """A cheap first timing of several models: each on one session of its own, made, run ``warmup`` times, timed
+    over at least ``runs`` runs and about ``seconds``, and released before the next is made, so that one session is
+    alive at a time (a finalist's session holds about its weights again in prepacked copies). Each model's median
+    (s); a model whose session ORT refuses to make or run is left out. Runs are not interleaved: the figures are
+    good for dropping the clearly slower, and ``successive_halving`` decides between the rest."""
+    medians: dict[int, float] = {}
+    for i, make in makers.items():
+        try:
+            session = make()
+            for _ in range(warmup):
+                session.run(None, dict(feeds))
+        except Exception:  # noqa: BLE001 - ORT's own types: a model it refuses is not timed
+            continue
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < runs or (time.perf_counter() - start < seconds and len(times) < 100):
+            t0 = time.perf_counter()
+            session.run(None, dict(feeds))
+            times.append(time.perf_counter() - t0)
+        medians[i] = statistics.median(times)
+        del session  # released before the next one is made
+    return medians
+
+
 def successive_halving(makers: Mapping[int, Callable[[], Any]], sessions: dict[int, Any],
                        feeds: Mapping[str, np.ndarray], rounds: int, seconds: float) -> tuple[int, dict[int, float]]:
     """The fastest of several models end to end, by successive halving: ``sessions`` (one per model, made by its

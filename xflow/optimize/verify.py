@@ -38,7 +38,7 @@ class VerifyFigures:
     timed_runs: int = 0  # interleaved rounds over all session pairs
     session_pairs: int = 0  # pairs of fresh sessions (original, optimized) the A/B timed
     faster_pairs: int = 0  # pairs in which the optimized model's median was the lower
-    rank_test_p: float | None = None  # one-sided signed-rank test over the pairs (written when < 0.01)
+    rank_test_p: float | None = None  # the sequential signed-rank test's p over the pairs (written when < 0.01)
     simpler: bool = False  # fewer ONNX nodes or bytes than the original, and no more of the other
     # a simpler model's non-inferiority test: the signed-rank test of "more than 1% slower" over the pairs
     # (written when < 0.01 at every profile point though not faster; None: not tested)

@@ -42,26 +42,32 @@ PHASES = [
 ]
 
 
-def _wrap(times: dict[str, float], counts: dict[str, int], phase: str, fn):  # noqa: ANN001, ANN202
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _wrap(times: dict[str, float], counts: dict[str, int], phase: str, fn, peaks: dict[str, float] | None = None):  # noqa: ANN001, ANN202
     @functools.wraps(fn)
     def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        start = time.perf_counter()
+        start, before = time.perf_counter(), _peak_mb()
         try:
             return fn(*args, **kwargs)
         finally:
             times[phase] += time.perf_counter() - start
             counts[phase] += 1
+            if peaks is not None and _peak_mb() > before:  # the process's peak rose inside this phase
+                peaks[phase] = _peak_mb()
     return timed
 
 
-def install(times: dict[str, float], counts: dict[str, int]) -> None:
+def install(times: dict[str, float], counts: dict[str, int], peaks: dict[str, float]) -> None:
     """Wrap every phase's function where its caller looks it up (a module attribute)."""
     import importlib
 
     for module_name, attr, name, phase in PHASES:
         module = importlib.import_module(module_name)
         holder = getattr(module, attr) if attr else module
-        setattr(holder, name, _wrap(times, counts, phase, getattr(holder, name)))
+        setattr(holder, name, _wrap(times, counts, phase, getattr(holder, name), peaks))
     from xflow.ort.sessions import Sessions
     Sessions.open = _wrap(times, counts, "(ORT sessions built, inside the phases)", Sessions.open)
 
@@ -73,7 +79,8 @@ def main() -> None:
     args, rest = parser.parse_known_args()  # the rest: more `xflow optimize` options
     times: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
-    install(times, counts)
+    peaks: dict[str, float] = {}
+    install(times, counts, peaks)
     from xflow.cli import main as cli
 
     with tempfile.TemporaryDirectory() as folder:
@@ -93,12 +100,13 @@ def main() -> None:
                 profiler.dump_stats(args.profile)
         total = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print("\n| phase | s | calls |\n|---|---|---|", file=sys.stderr)
+    print("\n| phase | s | calls | the peak RSS rose to (MB) |\n|---|---|---|---|", file=sys.stderr)
     for _, _, _, phase in PHASES:
         if counts[phase]:
-            print(f"| {phase} | {times[phase]:.2f} | {counts[phase]} |", file=sys.stderr)
+            rose = f"{peaks[phase]:.0f}" if phase in peaks else ""
+            print(f"| {phase} | {times[phase]:.2f} | {counts[phase]} | {rose} |", file=sys.stderr)
     sessions = "(ORT sessions built, inside the phases)"
-    print(f"| {sessions} | {times[sessions]:.2f} | {counts[sessions]} |", file=sys.stderr)
+    print(f"| {sessions} | {times[sessions]:.2f} | {counts[sessions]} | |", file=sys.stderr)
     print(f"| total | {total:.2f} | |\npeak RSS {peak_mb:.0f} MB", file=sys.stderr)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from xflow.errors import XflowError
+from xflow.onnx_io.shared_weights import write_model_external
 from xflow.ort import Sessions
 
 #: How many times the original's own float32 error (against the float64 reference) a rewrite may make.
@@ -195,21 +196,30 @@ def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any
     import onnx
 
     from xflow.onnx_io.shell import elements
-    from xflow.onnx_io.widen import float64_session
+    from xflow.onnx_io.widen import float64_session, widened
 
     try:
         shell = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
         weight_bytes = 8 * sum(elements(t) for t in shell.graph.initializer)
         if weight_bytes > MAX_REFERENCE_BYTES:
             return None, f"the original ({weight_bytes >> 20} MB of weights in float64 is too large for a copy)"
-        if not isinstance(model, onnx.ModelProto):
-            model = onnx.load(model)
+        # widened at once: the float32 model read from the file is not held beside its float64 copy
+        wide = widened(model if isinstance(model, onnx.ModelProto) else onnx.load(model))
     except Exception as exc:  # noqa: BLE001 - the original loaded before; anything here only costs the reference
         return None, f"the original (no float64 copy: {type(exc).__name__})"
-    # No graph optimizations: they cost the build most of its time on a float64 model, and a fusion may
-    # bring float32 constants back (ORT fuses a scalar Mul into FusedMatMul with a float32 alpha).
     maker = sessions if sessions is not None else Sessions()
-    session, what = float64_session(model, lambda m: maker.open(m, optimization="none"))
+
+    def open_float64(m: onnx.ModelProto) -> Any:
+        # No graph optimizations: they cost the build most of its time on a float64 model, and a fusion may
+        # bring float32 constants back (ORT fuses a scalar Mul into FusedMatMul with a float32 alpha). Read from
+        # a file with its weights beside it, not from bytes: the copy's weights are twice the model's.
+        with maker.folder() as folder:
+            try:
+                path = write_model_external(m, folder, "float64")
+            except OSError:  # no room for the files: from bytes
+                return maker.open(m, optimization="none")
+            return maker.open(path, optimization="none")
+    session, what = float64_session(wide, open_float64, widen=False)
     return (session, what) if session is not None else (None, f"the original ({what})")
 
 

@@ -84,9 +84,10 @@ def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def narrow_ops(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelProto | None:
+def narrow_ops(model: onnx.ModelProto, op_types: Collection[str], in_place: bool = False) -> onnx.ModelProto | None:
     """``model`` with every top-level node of ``op_types`` run in float32: its float64 inputs cast down and
-    its outputs cast back up. None when a value's type is unknown (nothing sound to cast)."""
+    its outputs cast back up (``in_place``: ``model`` itself changed, not a copy of its weights made). None when a
+    value's type is unknown (nothing sound to cast; ``model`` unchanged)."""
     types = _value_types(model)
     nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(model.graph.node):
@@ -109,6 +110,11 @@ def narrow_ops(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelP
                 narrowed.output[k] = f"{name}__f32"
                 casts_back.append(onnx.helper.make_node("Cast", [narrowed.output[k]], [name], to=TensorProto.DOUBLE))
         nodes += [narrowed, *casts_back]
+    if in_place:  # the nodes kept are copied first: they belong to the field about to be cleared
+        nodes = [_copied(node) for node in nodes]
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+        return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
@@ -116,14 +122,21 @@ def narrow_ops(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelP
     return out
 
 
-def float64_session(model: onnx.ModelProto, make_session) -> tuple[object | None, str]:  # noqa: ANN001
+def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy
+
+
+def float64_session(model: onnx.ModelProto, make_session, widen: bool = True) -> tuple[object | None, str]:  # noqa: ANN001
     """An ORT session of ``model``'s float64 copy and a line saying what it is, or (None, why not).
-    ``make_session`` builds a session from a ModelProto (the caller's provider and threads)."""
+    ``make_session`` builds a session from a ModelProto (the caller's provider and threads). ``widen`` False:
+    ``model`` is the float64 copy already (``widened``), the caller's to give up: its nodes may be changed in place."""
     try:
-        wide = widened(model)
+        wide = widened(model) if widen else model
     except Exception as exc:  # noqa: BLE001 - a tensor numpy cannot read: no float64 reference
         return None, f"no float64 copy ({type(exc).__name__})"
-    narrowed = sorted({n.op_type for n in model.graph.node if n.op_type in NO_FLOAT64_KERNEL})
+    narrowed = sorted({n.op_type for n in wide.graph.node if n.op_type in NO_FLOAT64_KERNEL})
     if narrowed:  # known ahead: a failed session build costs a whole load of the weights
         wide = _narrowed_or_none(wide, narrowed)
         if wide is None:
@@ -149,6 +162,6 @@ def float64_session(model: onnx.ModelProto, make_session) -> tuple[object | None
 
 def _narrowed_or_none(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelProto | None:
     try:
-        return narrow_ops(model, op_types)
+        return narrow_ops(model, op_types, in_place=True)  # ``model`` is float64_session's own copy
     except Exception:  # noqa: BLE001 - shape inference refused the copy
         return None

@@ -85,7 +85,9 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
         say(f"{problem}: the rewrites cannot be verified, so the model is {source.kept_as}")
         return Verified(graph=None, decision=Decision.CANNOT_RUN)
     try:
-        make_candidate = session_maker(sessions, chosen.graph, "candidate", lambda: chosen.serialized)
+        # serialized here, not through the finalist's cached bytes and proto: two copies of the weights that would
+        # live to the end of the run; these bytes go with the maker when verify returns
+        make_candidate = session_maker(sessions, chosen.graph, "candidate")
         candidate = make_candidate()
         candidate.run(None, original.feeds)  # ORT runs it at all: refused here, said below
     except XflowError as exc:  # the scratch file could not be written: name the output, not the scratch path

@@ -223,8 +223,7 @@ def test_the_float64_reference_is_read_from_files_it_leaves_behind_nothing_of(tm
     copy's weights three times over while the session is built): it computes what the copy computes, the model given
     is unchanged, and the scratch folder is left empty."""
     from xflow.equivalence import float64_reference
-    from xflow.onnx_io.shared_weights import write_model_external
-    from xflow.onnx_io.widen import widened
+    from xflow.onnx_io.widen import widened_external
     from xflow.ort import Sessions
 
     rng = np.random.default_rng(0)
@@ -242,9 +241,11 @@ def test_the_float64_reference_is_read_from_files_it_leaves_behind_nothing_of(tm
     x = rng.standard_normal((4, 64))
     expected = x @ numpy_helper.to_array(weight).astype(np.float64)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-12)
-    wide = widened(model)
-    kept = wide.SerializeToString()
-    path = write_model_external(wide, str(tmp_path), "copy")
-    assert wide.SerializeToString() == kept  # the model written is left as it was
-    assert os.path.getsize(path) < 1024 < os.path.getsize(tmp_path / "copy.data")  # the weights beside it
-    assert onnx.load(path, load_external_data=False).graph.initializer[0].data_location == TensorProto.EXTERNAL
+    wide = widened_external(model, str(tmp_path), "copy")
+    assert model.SerializeToString() == before  # the model widened is left as it was
+    assert wide.SerializeToString() != before and len(wide.SerializeToString()) < 1024  # its weights are in the file
+    assert os.path.getsize(tmp_path / "copy.data") >= 64 * 64 * 8
+    path = str(tmp_path / "copy.onnx")
+    onnx.save(wide, path)
+    np.testing.assert_allclose(Sessions(threads=1).open(path).run(None, {"x": x})[0], expected, rtol=1e-12)
+    assert onnx.load(path, load_external_data=False).graph.initializer[0].data_type == TensorProto.DOUBLE

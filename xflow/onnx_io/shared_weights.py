@@ -15,8 +15,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import onnx
-
 from xflow.ir import Graph
 from xflow.onnx_io.save import Deferred, _align, _write_deferred, point_at_external, to_model_proto
 
@@ -77,29 +75,3 @@ def write_sharing_weights(graphs: Sequence[Graph], directory: str, stem: str) ->
         raise
     return files
 
-
-def write_model_external(model: onnx.ModelProto, directory: str, stem: str, min_bytes: int = 1024) -> str:
-    """Write ``model`` (weights in memory) to ``directory`` as ``<stem>.onnx`` with every initializer of at least
-    ``min_bytes`` raw bytes in ``<stem>.data`` (page-aligned), leaving ``model`` as it was; the model file's path.
-    A session read from these files is made without the serialized model in memory (from bytes, a model's weights
-    are held by the caller, the bytes, ORT's parse of them and its tensors at once while the session is built).
-    Raises OSError when a file cannot be written."""
-    from xflow.onnx_io.shell import copy_fields
-
-    path, data_name = os.path.join(directory, f"{stem}.onnx"), f"{stem}.data"
-    shell = onnx.ModelProto()
-    copy_fields(model, shell, skip=("graph",))
-    copy_fields(model.graph, shell.graph, skip=("initializer",))
-    with open(os.path.join(directory, data_name), "wb") as out:
-        for tensor in model.graph.initializer:
-            if len(tensor.raw_data) < min_bytes:
-                shell.graph.initializer.append(tensor)
-                continue
-            start = _align(out, PAGE)
-            out.write(tensor.raw_data)
-            placed = shell.graph.initializer.add()
-            copy_fields(tensor, placed, skip=("raw_data",))
-            point_at_external(placed, data_name, start, len(tensor.raw_data))
-    with open(path, "wb") as f:
-        f.write(shell.SerializeToString())
-    return path

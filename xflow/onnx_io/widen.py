@@ -73,6 +73,44 @@ def widened(model: onnx.ModelProto) -> onnx.ModelProto:
     return wide
 
 
+def widened_external(model: onnx.ModelProto, directory: str, stem: str, min_bytes: int = 1024) -> onnx.ModelProto:
+    """``widened(model)`` with its initializers of at least ``min_bytes`` written, widened, to ``<stem>.data`` in
+    ``directory`` (page-aligned) and the returned model pointing at them: the float64 weights are never all in
+    memory (only one tensor at a time), and a model file saved beside the data file is read by ORT from there.
+    ``model`` is left as it is. Raises OSError when the file cannot be written."""
+    import os
+
+    from xflow.onnx_io.save import _align, point_at_external
+    from xflow.onnx_io.shell import copy_fields
+
+    shell = onnx.ModelProto()
+    copy_fields(model, shell, skip=("graph",))
+    copy_fields(model.graph, shell.graph, skip=("initializer",))
+    data_name = f"{stem}.data"
+    with open(os.path.join(directory, data_name), "wb") as out:
+        for tensor in model.graph.initializer:
+            if tensor.data_location == TensorProto.EXTERNAL or elements(tensor) * 8 < min_bytes:
+                shell.graph.initializer.append(tensor)  # widened below with the rest of the graph
+                continue
+            if tensor.data_type == TensorProto.FLOAT and tensor.raw_data:
+                data = np.frombuffer(tensor.raw_data, "<f4").astype("<f8").tobytes()
+            elif tensor.data_type in NARROW_FLOATS:
+                data = numpy_helper.to_array(tensor).astype("<f8").tobytes()
+            else:
+                data = tensor.raw_data or numpy_helper.to_array(tensor).tobytes()
+            start = _align(out, 4096)
+            out.write(data)
+            placed = shell.graph.initializer.add()
+            copy_fields(tensor, placed, skip=("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                                              "uint64_data", "string_data"))
+            if tensor.data_type in NARROW_FLOATS:
+                placed.data_type = TensorProto.DOUBLE
+            point_at_external(placed, data_name, start, len(data))
+            del data
+    _widen_graph(shell.graph)
+    return shell
+
+
 def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of every value, from shape inference on a copy without the weights' data (a model's
     weights serialized for inference would cost as much as the check)."""

@@ -211,11 +211,13 @@ def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any
     # float32 constants back (ORT fuses a scalar Mul into FusedMatMul with a float32 alpha). The copy's weights,
     # twice the model's, are written widened one tensor at a time beside a model file ORT reads (from bytes, they
     # would be held by the copy, its bytes, ORT's parse of them and its tensors at once while the session is built).
+    # No memory arena: the reference is never timed, and a float64 run's buffers, twice the model's, are freed after
+    # each run instead of kept by the arena for the rest of the run.
     with maker.folder() as folder:
         try:
             wide = widened_external(proto, folder, "float64")
         except OSError:  # no room for the file: the copy in memory, to ORT as bytes
-            session, what = float64_session(proto, lambda m: maker.open(m, optimization="none"))
+            session, what = float64_session(proto, lambda m: maker.open(m, optimization="none", arena=False))
             return (session, what) if session is not None else (None, f"the original ({what})")
         except Exception as exc:  # noqa: BLE001 - a tensor numpy cannot read: no float64 reference
             return None, f"the original (no float64 copy: {type(exc).__name__})"
@@ -225,7 +227,7 @@ def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any
             path = os.path.join(folder, "float64.onnx")
             with open(path, "wb") as f:
                 f.write(m.SerializeToString())  # nodes and small tensors: the weights are in float64.data
-            return maker.open(path, optimization="none")
+            return maker.open(path, optimization="none", arena=False)
         session, what = float64_session(wide, open_float64, widen=False)
     return (session, what) if session is not None else (None, f"the original ({what})")
 

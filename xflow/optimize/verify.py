@@ -3,7 +3,10 @@ then the A/B timing that decides whether it is written (``xflow.runtime.decide_a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -12,6 +15,8 @@ import numpy as np
 
 from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equivalence, verify_against_original
 from xflow.errors import XflowError, one_line
+from xflow.ir import Graph
+from xflow.onnx_io import to_model_proto
 from xflow.optimize.decision import Decision
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
@@ -19,7 +24,7 @@ from xflow.optimize.options import CheckSettings, InputSettings
 from xflow.optimize.passes import PassResult
 from xflow.optimize.size import graph_size
 from xflow.ort import Sessions
-from xflow.ort.graphs import session_maker
+from xflow.ort.graphs import fits_in_memory, session_maker
 from xflow.runtime import NON_INFERIORITY_MARGIN, ABDecision, decide_ab, median_latency, random_feeds
 
 
@@ -84,27 +89,54 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
         problem = original.problem if original is not None else "the original was not run"
         say(f"{problem}: the rewrites cannot be verified, so the model is {source.kept_as}")
         return Verified(graph=None, decision=Decision.CANNOT_RUN)
-    try:
-        # serialized here, not through the finalist's cached bytes and proto: two copies of the weights that would
-        # live to the end of the run; these bytes go with the maker when verify returns
-        make_candidate = session_maker(sessions, chosen.graph, "candidate")
-        candidate = make_candidate()
-        candidate.run(None, original.feeds)  # ORT runs it at all: refused here, said below
-    except XflowError as exc:  # the scratch file could not be written: name the output, not the scratch path
-        raise XflowError(output_label or source.label, f"{exc.problem} (writing the model to verify beside it)") \
-            from None
-    except Exception as exc:  # noqa: BLE001 - any ORT refusal of our output is reported the same way
-        raise EquivalenceError(source.label, f"ONNX Runtime cannot run the optimized model, nothing written: "
-                                             f"{one_line(exc)}") from None
-    figures = VerifyFigures()
-    if checks.verify:
-        refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
-        if refused is not None:  # the original is written: no figures of a model not written
-            return Verified(graph=None, decision=refused)
-    decision = _decide(checked, original, candidate, make_candidate, sessions, figures, say) \
-        if checks.measure else Decision.OPTIMIZED
+    with _candidate_file(chosen.graph, sessions) as path:
+        try:
+            # from a file written once (or, without one, bytes serialized for verify alone): not through the
+            # finalist's cached proto and bytes, two copies of the weights that would live to the end of the run
+            make_candidate = functools.partial(sessions.open, path) if path is not None else \
+                session_maker(sessions, chosen.graph, "candidate")
+            candidate = make_candidate()
+            candidate.run(None, original.feeds)  # ORT runs it at all: refused here, said below
+        except XflowError as exc:  # the scratch file could not be written: name the output, not the scratch path
+            raise XflowError(output_label or source.label, f"{exc.problem} (writing the model to verify beside it)") \
+                from None
+        except Exception as exc:  # noqa: BLE001 - any ORT refusal of our output is reported the same way
+            raise EquivalenceError(source.label, f"ONNX Runtime cannot run the optimized model, nothing written: "
+                                                 f"{one_line(exc)}") from None
+        figures = VerifyFigures()
+        if checks.verify:
+            refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
+            if refused is not None:  # the original is written: no figures of a model not written
+                return Verified(graph=None, decision=refused)
+        decision = _decide(checked, original, candidate, make_candidate, sessions, figures, say) \
+            if checks.measure else Decision.OPTIMIZED
     return Verified(graph=chosen.graph if decision.writes_optimized else None,
                     modified=decision.writes_optimized, decision=decision, figures=figures)
+
+
+@contextlib.contextmanager
+def _candidate_file(graph: Graph, sessions: Sessions) -> Iterator[str | None]:
+    """The candidate written once as one model file in the run's scratch folder, removed on exit, for its sessions
+    to be read from as the original's are (from its file): its weights are then not held in memory as bytes for
+    the whole pass. None where there is no scratch folder, the file cannot be written, or the weights do not fit one
+    protobuf (``session_maker`` writes those with external data for each session)."""
+    if sessions.scratch is None or not fits_in_memory(graph):
+        yield None
+        return
+    path = os.path.join(sessions.scratch, "candidate.onnx")
+    try:
+        with open(path, "wb") as f:
+            f.write(to_model_proto(graph).SerializeToString())
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, sessions: Sessions,

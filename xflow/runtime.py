@@ -412,9 +412,10 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
     copy faster at any look at most ``level`` overall. The decision stops at the first look that finds B faster (a
     consistent 10% gain: after 8 pairs), or as soon as the pairs B lost rule "faster" out at every look left (an
     identical copy: after about 6, 3 or 4 at the fewest), and, with a non-inferiority ``margin``
-    (``NON_INFERIORITY_MARGIN``), once "not slower" is settled too; only a close call takes every planned pair. The test of "faster" is the same with
-    or without a margin: an identical copy passes it no more often. The plan reads the first pair's duration, the sum
-    of both sides' runs, which swapping A and B leaves as it is: under the null it says nothing of the pairs' signs."""
+    (``NON_INFERIORITY_MARGIN``), once "not slower" is settled too; only a close call takes every planned pair.
+    The test of "faster" is the same with or without a margin: an identical copy passes it no more often. The plan
+    reads the first pair's duration, the sum of both sides' runs, which swapping A and B leaves as it is: under the
+    null it says nothing of the pairs' signs."""
     timing = {"min_runs": 8, "target_seconds": 0.5, "undecided_seconds": 0.5} | timing
     started = time.perf_counter()
     results = [measure_ab(session_a, session_b, feeds, **timing)]

@@ -420,6 +420,7 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
     started = time.perf_counter()
     results = [measure_ab(session_a, session_b, feeds, **timing)]
     per_pair = time.perf_counter() - started
+    session_a = session_b = None  # not held through the fresh pairs: released here where the caller let them go
     planned = max(min_pairs, min(max_pairs, int(pairs_budget_s / max(per_pair, 1e-9))))
     while not ABDecision(tuple(results), planned, level, margin).settled:
         first_a = len(results) % 2 == 0

@@ -108,8 +108,11 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
             refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
             if refused is not None:  # the original is written: no figures of a model not written
                 return Verified(graph=None, decision=refused)
-        decision = _decide(checked, original, candidate, make_candidate, sessions, figures, say) \
-            if checks.measure else Decision.OPTIMIZED
+        decision = Decision.OPTIMIZED
+        if checks.measure:
+            handed = [candidate]
+            del candidate  # the A/B's first pair takes it over, and lets it go before its fresh pairs are made
+            decision = _decide(checked, original, handed, make_candidate, sessions, figures, say)
     return Verified(graph=chosen.graph if decision.writes_optimized else None,
                     modified=decision.writes_optimized, decision=decision, figures=figures)
 
@@ -166,7 +169,7 @@ def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, se
     return None
 
 
-def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candidate: Callable[[], Any],
+def _decide(checked: Checked, original: OriginalRun, handed: list[Any], make_candidate: Callable[[], Any],
             sessions: Sessions, figures: VerifyFigures, say: Callable[[str], None]) -> Decision:
     """The A/B of the original and the candidate over pairs of fresh sessions, at every profile point: written when
     faster at each (``OPTIMIZED``), or, when it has fewer nodes or bytes and ``require_faster`` is off, when not
@@ -179,7 +182,11 @@ def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candid
 
     def fresh(side: str) -> Any:  # decide_ab's maker of fresh sessions: "a" the original, "b" the optimized graph
         return sessions.open(source.runnable) if side == "a" else make_candidate()
-    ab = decide_ab(original.session, candidate, original.feeds, fresh, margin=margin)
+    # ``handed`` holds the candidate's warm session, the A/B's first B: a static model's is given away (decide_ab
+    # lets go of its first pair before its fresh ones, one session's weights fewer alive); a dynamic model's other
+    # points time it again
+    candidate = handed[0] if source.dynamic is not None else None
+    ab = decide_ab(original.session, handed.pop(), original.feeds, fresh, margin=margin)
     figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
     figures.speedup, figures.timed_runs = ab.speedup, ab.runs
     figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value

@@ -30,7 +30,7 @@ def test_the_report_names_ops_rules_and_the_decision_and_times_in_ms(tmp_path, m
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["schema_version"] == SCHEMA_VERSION == 2
+    assert report["schema_version"] == SCHEMA_VERSION == 3
     assert report["ops_before"] == {"Add": 1, "Concat": 1, "Mul": 1, "Relu": 1, "Sigmoid": 1, "Transpose": 2}
     assert report["ops_after"] == {"Add": 1, "Mul": 1, "Relu": 1, "Sigmoid": 1}
     assert report["ir_ops_before"]["transpose"] == 2  # the algebra's own names only under ir_

@@ -66,7 +66,7 @@ _D = OPTIMIZE_DEFAULTS
                    "written when it is not slower (at most 1% slower, one-sided test at p < 0.01).")
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file ('-': to stdout, and the summary to stderr).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+@click.option("--html", "html_path", type=click.Path(), default=None, metavar="FILE",
               help="Also write a page of the run to FILE: the verdict, the rewrites drawn before -> after, the "
                    "timings as charts, the operators before -> after, the certificate's summary (one HTML file, "
                    "nothing fetched when viewed).")

@@ -16,8 +16,12 @@ PAD = 10.0
 
 
 def short(text: str, chars: int = NAME_CHARS) -> str:
-    """``text`` cut to ``chars`` characters, the cut shown by an ellipsis."""
-    return text if len(text) <= chars else text[:chars - 1] + "…"
+    """``text`` cut to ``chars`` characters in the middle, the cut shown by an ellipsis (an exporter's names differ
+    at their ends: ``encoder.layer.0/output/MatMul``)."""
+    if len(text) <= chars:
+        return text
+    tail = (chars - 1) * 3 // 5
+    return text[:chars - 1 - tail] + "…" + text[len(text) - tail:]
 
 
 def interface(step: Mapping[str, Any]) -> list[str]:

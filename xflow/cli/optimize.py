@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
 import click
@@ -13,7 +12,7 @@ from xflow.cli.common import check_writable, require_onnxruntime, sigterm_as_int
 from xflow.cli.logs import configure_logging
 from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP, place_option
 from xflow.cli.placing import place_request
-from xflow.cli.progress import search_progress
+from xflow.cli.progress import run_progress
 from xflow.cli.summary import print_summary
 from xflow.errors import XflowError
 
@@ -114,7 +113,9 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
         shape_profile=parse_shape_profile(shape_profile), inputs_npz=inputs_npz, seed=seed,
         keep_if_slower=keep_if_slower, require_faster=require_faster, certificate=not no_certificate,
         certificate_path=certificate_path, replay=replay_path)
-    configure_logging(verbose, quiet)  # the library's messages (its logger) on stderr
+    progress = run_progress(quiet)  # on a terminal only
+    # the library's messages (its logger) on stderr, the progress line erased while one is written
+    configure_logging(verbose, quiet, progress.paused if progress is not None else None)
     if certificate_path is not None:
         check_output_file(certificate_path, "certificate")
         check_writable(certificate_path)
@@ -129,7 +130,6 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
             click.echo(f"replayed {replayed.steps} steps ({len(replayed.rules)} rules) of {replay_path}: "
                        f"wrote {out_path}")
         return
-    progress = search_progress() if (not quiet and sys.stderr.isatty()) else None
     to_stdout = report_path == "-"
     if report_path and not to_stdout:
         check_output_file(report_path, "report")
@@ -137,11 +137,13 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
         if os.path.realpath(report_path) in {os.path.realpath(in_path), os.path.realpath(out_path)}:
             raise XflowError(report_path, "--report names the input or output model; choose another path")
     placing = place_request(place_topology, place_time_limit, out_path, quiet)
-    with sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
-        report = optimize_file(in_path, out_path, options, progress=progress, place_request=placing,
-                               report_path=None if to_stdout else report_path, page=_page(html_path))
-    if progress is not None:
-        click.echo("", err=True)
+    try:
+        with sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
+            report = optimize_file(in_path, out_path, options, progress=progress, place_request=placing,
+                                   report_path=None if to_stdout else report_path, page=_page(html_path))
+    finally:
+        if progress is not None:
+            progress.close()  # the line erased before the summary or an error is printed
     if not quiet:
         print_summary(report, verbose=verbose, err=to_stdout)  # stdout is the report's when it goes there
     if to_stdout:

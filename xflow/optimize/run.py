@@ -44,8 +44,8 @@ from xflow.optimize.chain import run_passes
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest
+from xflow.optimize.progress import Progress, enter
 from xflow.ort.graphs import fits_in_memory
-from xflow.search import SearchReport
 
 #: The library's messages (what a run noticed and did besides its report): the CLI shows them (``-v`` / ``-q``).
 _log = logging.getLogger(__name__)
@@ -62,13 +62,14 @@ class PageRequest:
 
 def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,
                   say: Callable[[str], None] = _log.info,
-                  progress: Callable[[SearchReport], None] | None = None,
+                  progress: Progress | None = None,
                   place_request: PlaceRequest | None = None, report_path: str | None = None,
                   page: PageRequest | None = None) -> report.OptimizeReport:
     """Optimize ``in_path`` into ``out_path`` (and write the report to ``report_path``, when given); the written
     model is verified equal and never slower (unless ``keep_if_slower``). What the run notices goes to ``say`` (by
-    default the ``xflow.optimize.run`` logger, at INFO). Raises XflowError for bad input; writes nothing on
-    failure: every output, or none."""
+    default the ``xflow.optimize.run`` logger, at INFO); ``progress`` is told each phase as it starts. Raises
+    XflowError for bad input; writes nothing on failure: every output, or none. ``page``: a page of the run written
+    with the other outputs (``--html``)."""
     started = time.perf_counter()
     write.check_output_path(in_path, out_path)
     plan_path = place_request.plan_path if place_request is not None else None
@@ -87,11 +88,14 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
         run = run_passes(source, out_path, options, cost_model, options.runtime.sessions(scratch), say, progress,
                          place_request)
         chosen = run.chosen.graph if run.chosen is not None else None
+        if run.chosen is not None and options.output.certificate:
+            enter(progress, "certify")
         certificate = _certificate(source, run.chosen, run.report.rules_file, options)
         certificate_path = options.output.certificate_path
         page_path = page.path if page is not None else None
         outputs = [out_path, f"{out_path}.data",
                    *(p for p in (plan_path, report_path, certificate_path, page_path) if p)]
+        enter(progress, "write")
         with all_or_none(outputs, scratch):  # a report into a full disk takes the model back out
             written = write.write(source, chosen, out_path, scratch, certificate, certificate_path)
             keep_private(in_path, [out_path, f"{out_path}.data"])

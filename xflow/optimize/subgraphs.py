@@ -18,14 +18,16 @@ ATTR_CHARS = 60
 def onnx_op(node: Node) -> str:
     """The ONNX op type ``node`` is written as (domain-qualified outside the default domain): an opaque node's or a
     node decoded alone from one ONNX node keeps that node's type (a Gemm without bias), others their op's first
-    ONNX form."""
+    ONNX form ("Conv + Relu" for a conv whose activation is fused)."""
     if node.origin is not None and (node.is_opaque or node.origin.size == 1):
         proto = node.origin.proto
         return proto.op_type if proto.domain in ("", "ai.onnx") else f"{proto.domain}::{proto.op_type}"
     op = OPS.get(node.op)
     if op is None:
         return node.onnx_type
-    return op.onnx_types[0] if not op.domain else f"{op.domain}::{op.onnx_types[0]}"
+    written = op.onnx_types[0] if not op.domain else f"{op.domain}::{op.onnx_types[0]}"
+    # TASO's conv with its activation fused is written as two ONNX nodes
+    return f"{written} + Relu" if node.attrs.get("act") == "relu" else written
 
 
 def node_record(node: Node) -> dict[str, Any]:

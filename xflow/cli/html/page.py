@@ -185,8 +185,10 @@ h3 small{font-weight:400;color:var(--mute)}
 .fact b{font-size:15px;font-weight:600}
 article.rule{border-top:1px solid var(--line);padding-top:4px}
 .at{color:var(--mute);margin:2px 0 4px;font-size:12px;word-break:break-all}
-.pair{display:flex;align-items:center;gap:12px;overflow-x:auto;padding:4px 0}
-.pair figure{margin:0;border:1px solid var(--line);border-radius:8px;padding:6px 8px;background:#fcfcfd}
+.pair{display:flex;align-items:center;gap:12px;padding:4px 0}
+.pair figure{margin:0;border:1px solid var(--line);border-radius:8px;padding:6px 8px;background:#fcfcfd;
+min-width:0;flex:0 1 auto}
+.pair figure svg{max-width:100%;height:auto;display:block;margin:0 auto}
 figcaption{font-size:11px;color:var(--mute);text-transform:uppercase;letter-spacing:.04em}
 .pair .arrow{font-size:24px;color:var(--mute)}
 svg.graph text{font:12px system-ui,sans-serif;text-anchor:middle;fill:var(--ink)}

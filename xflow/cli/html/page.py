@@ -151,7 +151,7 @@ def _certificate(report: Any, certificate: Mapping[str, Any] | None) -> str:
     named = {s["rule"]: s.get("name", s["rule"]) for s in report.steps}
     rule_file = certificate.get("rules", {})
     rows = [("format", certificate.get("format", "")),
-            ("steps", ", ".join(f"{n} {k}" for k, n in kinds.items())),
+            ("steps", ", ".join(_kind_words(k, n) for k, n in kinds.items())),
             ("rules", ", ".join(f"{named.get(r, r)} ({r})" for r in rules) or "none"),
             ("rule file", f"{rule_file.get('path', '')}{' (shipped)' if rule_file.get('shipped') else ''}"),
             ("rule file sha256", rule_file.get("sha256", "")),
@@ -161,6 +161,15 @@ def _certificate(report: Any, certificate: Mapping[str, Any] | None) -> str:
     return ('<section id="certificate"><h2>Certificate</h2><p>The written model carries its derivation; '
             f"<code>xflow check {escape(str(report.input))} {escape(str(report.output))}</code> replays it.</p>"
             f'<table class="kv">{body}</table></section>')
+
+
+_KINDS = {"rule": ("rule application", "rule applications"), "fold": ("constant folding", "constant foldings"),
+          "simplify": ("split simplification", "split simplifications")}
+
+
+def _kind_words(kind: str, n: int) -> str:
+    one, many = _KINDS.get(kind, (kind, kind))
+    return f"{n} {one if n == 1 else many}"
 
 
 _CSS = """

@@ -105,10 +105,11 @@ def _timings(report: Any) -> str:
         margin = NON_INFERIORITY_MARGIN if report.not_slower_p is not None else None
         within = (f"; not more than {NON_INFERIORITY_MARGIN:.0%} slower (the dashed line): p = "
                   f"{report.not_slower_p:.2g}" if margin else "")
+        tested = f" (one-sided signed-rank test: p = {report.rank_test_p:.2g}{within})" \
+            if report.rank_test_p is not None else ""
         parts.append(f"<h3>The A/B, pair by pair</h3><p>{report.session_pairs} pairs of fresh sessions "
                      f"(original, optimized), {report.timed_runs} interleaved runs; the optimized model was faster "
-                     f"in {report.faster_pairs} of the pairs (one-sided signed-rank test: p = "
-                     f"{report.rank_test_p:.2g}{within}).</p>")
+                     f"in {report.faster_pairs} of the pairs{tested}.</p>")
         parts.append(pairs_chart([(a, b) for a, b in report.pairs_ms], margin))
     parts.append("</section>")
     return "".join(parts)

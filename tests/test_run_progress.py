@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import os
-import pty
 import subprocess
 import sys
 from pathlib import Path
 
 import click
 import onnx
+import pytest
 from click.testing import CliRunner
 
 from tests.test_keep_simpler import transpose_pair_model
@@ -34,6 +34,7 @@ def _env() -> dict[str, str]:
 
 
 def test_every_phase_shows_on_a_terminal_and_the_line_is_erased(tmp_path):
+    pty = pytest.importorskip("pty", reason="pseudo-terminals are POSIX only")
     parent, child = pty.openpty()
     run = subprocess.Popen(_command(tmp_path), stdout=subprocess.PIPE, stderr=child, env=_env())
     os.close(child)

@@ -214,6 +214,23 @@ def _attentions() -> Iterator[dict[str, Any]]:
             yield _rule(name, inputs, src, dst, {**found, **({"a": [], "c": []} if scaled else {})}, where)
 
 
+def _rms_norms() -> Iterator[dict[str, Any]]:
+    """RMSNorm as transformers' exports write Llama's (``LlamaRMSNorm``: x * rsqrt(mean(x²) + eps) * weight, the
+    legacy exporter's Pow, ReduceMean, Add, Sqrt, Reciprocal or Div, Mul, Mul) into one
+    SimplifiedLayerNormalization. The epsilon is a constant the export adds; the fused op takes it as an attribute,
+    read from the constant by ``value(e)``. One direction only: the reverse would have to make that constant."""
+    where = ["ax == (rank(x) - 1,)", "rank(e) == 0"]
+    found = {"x": [2, 3, 8], "g": [8], "e": []}
+    head = [node("pow", ["x"], "sq", exponent=2.0), node("reducemean", ["sq"], "ms", axes="?ax", keepdims=1),
+            node("add", ["ms", "e"], "mse"), node("sqrt", ["mse"], "rms")]
+    tails = {"reciprocal": [node("reciprocal", ["rms"], "inv"), node("mul", ["x", "inv"], "n")],
+             "div": [node("div", ["x", "rms"], "n")]}
+    fused = node("rmsnorm", ["x", "g"], "f", axis="=rank(x) - 1", epsilon="=value(e)")
+    for form, tail in tails.items():
+        yield _rule(f"fuse_rmsnorm_{form}", {"x": "any", "g": "const", "e": "const"},
+                    [*head, *tail, node("mul", ["g", "n"], "y")], [fused], found, where)
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
@@ -234,12 +251,14 @@ def main() -> None:
                       help="only softmax probabilities scaled out of the denormal range before their matmul")
     only.add_argument("--attentions", action="store_true", help="only attention as the exports write it, into "
                       "MultiHeadAttention")
+    only.add_argument("--rms-norms", action="store_true", help="only RMSNorm as transformers' Llama exports write "
+                      "it, into SimplifiedLayerNormalization")
     only.add_argument("--identities", action="store_true", help="only nodes that compute their input (a one-input "
                       "Concat)")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
              else list(_denormal_lifts()) if args.denormal_lifts else list(_identities()) if args.identities
-             else list(_attentions()) if args.attentions
+             else list(_attentions()) if args.attentions else list(_rms_norms()) if args.rms_norms
              else all_candidates())
     with open(args.out, "w", encoding="utf-8") as f:
         max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)

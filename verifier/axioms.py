@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import z3
 
-from verifier.encode import DIM, RANK, T, apply_op, symbolic_code, z3_and, z3_max
+from verifier.encode import DIM, RANK, SCALAR_BITS, T, apply_op, symbolic_code, z3_and, z3_max
 from xflow.ops import OPS
 from xflow.ops.attention import TO_HEADS, TO_HEADS_T
 
@@ -67,6 +67,10 @@ class NumEnv:
     div = staticmethod(lambda a, b: a // b)
     code = staticmethod(lambda *entries: tuple(int(v) for v in entries))  # a shape attribute: the tuple itself
 
+    def scalar(self, t: str) -> float:
+        """The float value of a one-element tensor as a float attribute holds it (float32's shortest decimal)."""
+        return float(str(np.float32(np.asarray(self.values[t]).reshape(()))))
+
     def same_shape(self, a: Any, b: Any) -> bool:
         """Whether terms ``a`` and ``b`` have one shape (rank and every dim)."""
         return np.shape(_eval_num(a, self)) == np.shape(_eval_num(b, self))
@@ -93,6 +97,10 @@ class Z3Env:
     max = staticmethod(z3_max)
     div = staticmethod(lambda a, b: a / b)
     code = staticmethod(lambda *entries: symbolic_code(entries))  # a shape attribute of symbolic dims
+
+    def scalar(self, t: str) -> Any:
+        """The bits of a one-element tensor's float32 value (``value(t)`` of a rule: ``encode.SCALAR_BITS``)."""
+        return SCALAR_BITS(self.values[t])
 
     def same_shape(self, a: Any, b: Any) -> Any:
         """Terms ``a`` and ``b`` have one shape: equal ranks and equal dims at every index (a quantified
@@ -785,6 +793,14 @@ def _skip_gen(params: tuple[str, ...]) -> Callable[[np.random.Generator], dict[s
     return gen
 
 
+def _rms_gen(rng):
+    """x of rank 2 or 3, a scale g of its last dim, a positive epsilon e of rank 0 and the parameters it fixes."""
+    shape = tuple(int(d) for d in rng.integers(1, 5, size=_pick(rng, [2, 3])))
+    eps = _pick(rng, [1e-5, 1e-6, 0.25])
+    return {"x": _arr(rng, *shape), "g": _arr(rng, shape[-1]), "e": np.array(eps), "eps": eps,
+            "a": len(shape) - 1, "ax": (len(shape) - 1,)}
+
+
 def _bias_gen(rng):
     shape = tuple(int(d) for d in rng.integers(1, 4, size=_pick(rng, [1, 2, 3])))
     return {"x": _arr(rng, *shape), "b": _arr(rng, shape[-1])}
@@ -1452,6 +1468,16 @@ def _build() -> list[Axiom]:
         L("skip_rmsnorm_def", ("skip_rmsnorm", {"epsilon": P("eps")}, "x", "s", "g"),
           ("rmsnorm", {"axis": F(lambda e: e.rank("x") - 1), "epsilon": P("eps")}, _add("x", "s"), "g"),
           ("x", "s", "g"), ("eps",), _skip_gen(("g",))),
+        # RMSNorm as transformers' exports write it, the epsilon a constant e that rmsnorm takes as an attribute
+        # (a rule's ``value(e)``); the two sides form one multi-pattern: neither binds every variable alone
+        *(A(f"rmsnorm_def_{form}", ("rmsnorm", {"axis": P("a"), "epsilon": P("eps")}, "x", "g"),
+            _mul("g", scaled(_un("sqrt", _add(("reducemean", {"axes": P("ax"), "keepdims": 1},
+                                                ("pow", {"exponent": 2.0}, "x")), "e")))),
+            ("x", "g", "e"), ("a", "eps", "ax"), _rms_gen, multi=True,
+            guard=lambda v: v.And(v.p("a") == v.rank("x") - 1, v.p("ax") == v.code(v.rank("x") - 1),
+                                  v.p("eps") == v.scalar("e"), v.rank("e") == 0))
+          for form, scaled in (("reciprocal", lambda r: _mul("x", _un("reciprocal", r))),
+                               ("div", lambda r: _div("x", r)))),
         L("ms_gelu_def", ("ms_gelu", {}, "x"), ("gelu", {"approximate": "none"}, "x"), ("x",), (), _same("x")),
         L("bias_gelu_def", ("bias_gelu", {}, "x", "b"), ("gelu", {"approximate": "none"}, _add("x", "b")), ("x", "b"),
           (), _bias_gen),

@@ -30,6 +30,9 @@ from xflow.rules.model import Rule, Var
 T = z3.DeclareSort("T")
 RANK = z3.Function("rank", T, z3.IntSort())
 DIM = z3.Function("dim", T, z3.IntSort(), z3.IntSort())
+#: ``value(t)`` of a one-element constant: the bits of its float32 value, as a "float" attribute holds them (an
+#: uninterpreted function: the definition axioms that read a constant's value state what it means)
+SCALAR_BITS = z3.Function("scalar_bits", T, z3.IntSort())
 
 #: Per op: its attributes with their z3 kinds, in the order of the function's Int arguments (a view of
 #: the op table's ``AttrSpec.z3``).
@@ -153,6 +156,12 @@ def _is_z3(v: Any) -> bool:
 
 def z3_eq(a: Any, b: Any) -> Any:
     """Equality of values that may be ints, z3 terms or tuples of them."""
+    if isinstance(a, tuple) != isinstance(b, tuple) and _is_z3(b if isinstance(a, tuple) else a):
+        # a "code" attribute variable against a tuple (``ax == (rank(x) - 1,)``): the variable is the code of
+        # the tuple the matcher bound, so it equals the tuple's code (literal or symbolic, as the axioms write it)
+        code, items = (b, a) if isinstance(a, tuple) else (a, b)
+        literal = all(isinstance(v, int) and not isinstance(v, bool) for v in items)
+        return code == (tuple_code(items) if literal else symbolic_code(items))
     if isinstance(a, tuple) or isinstance(b, tuple):
         if not (isinstance(a, tuple) and isinstance(b, tuple)):
             raise Unsupported(f"cannot compare {a!r} with {b!r}")
@@ -320,7 +329,7 @@ def _z3_abs(*vals: Any) -> Any:
 #: The rule-expression language on z3 terms (``xflow.rules.expr``): the Python semantics, overriding only what
 #: differs on z3 Ints, Bools and tensor terms (a tensor's entry in the environment is its term).
 Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
-    "literal": _z3_constant, "unbound": _z3_unbound, "no shape": _z3_no_term,
+    "literal": _z3_constant, "unbound": _z3_unbound, "no shape": _z3_no_term, "no value": _z3_no_term,
     "not": z3_not,
     "+": _z3_arith("+", operator.add), "-": _z3_arith("-", operator.sub), "*": _z3_arith("*", operator.mul),
     "%": _z3_arith("%", operator.mod),
@@ -332,7 +341,7 @@ Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
     "and": lambda values: z3_and(*values), "or": lambda values: z3_or(*values),
     "if": lambda cond, then, otherwise: z3_if(cond, then(), otherwise()),
     "[]": _z3_index, "[:]": _z3_slice,
-    "rank()": RANK, "dim()": dim_term, "shape()": _z3_shape,
+    "rank()": RANK, "dim()": dim_term, "shape()": _z3_shape, "value()": SCALAR_BITS,
     "len()": lambda *vals: len(_one_tuple("len()", vals)), "sum()": _z3_sum,
     "min()": _z3_extreme("min()", z3_min), "max()": _z3_extreme("max()", z3_max), "abs()": _z3_abs,
     "all()": lambda *vals: z3_and(*_one_tuple("all()", vals)),
@@ -344,7 +353,7 @@ Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
 def translate_expr(expr: Expr, variables: dict[str, Any], tensors: dict[str, z3.ExprRef]) -> Any:
     """The z3 value (Int, Bool, python int or tuple) of a rule expression: its evaluation with ``Z3_SEMANTICS``,
     the rule's attribute variables as z3 values and its pattern tensors as terms."""
-    return expr.evaluate(ShapeEnv(variables, tensors), Z3_SEMANTICS)
+    return expr.evaluate(ShapeEnv(variables, tensors, tensors), Z3_SEMANTICS)
 
 
 # ---- rules -------------------------------------------------------------------------------------

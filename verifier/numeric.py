@@ -298,6 +298,30 @@ def _run(xp: Any, steps: list[tuple[PatternNode, Any]], values: dict[str, Any]) 
         values.update(zip(node.outputs, outs, strict=True))
 
 
+def _draw(rng: np.random.Generator, rule: Rule, shapes: dict[str, tuple[int, ...]], roles: dict[str, str],
+          magnitude: float, valued: frozenset[str]) -> dict[str, np.ndarray]:
+    """Random float64 values of the rule's inputs: variances positive (BatchNormalization takes the square root of
+    var + epsilon), the ``valued`` ones float32 numbers (what ``value(t)`` reads, as ONNX stores an attribute)."""
+    drawn = {name: rng.uniform(0.5, 1.5, size=shapes[name]) if roles.get(name) == "variance"
+             else magnitude * rng.uniform(-1.0, 1.0, size=shapes[name]) for name in rule.inputs}
+    for name in valued:
+        drawn[name] = np.vectorize(lambda v: float(str(np.float32(v))), otypes=[np.float64])(drawn[name])
+    return drawn
+
+
+def _valued(rule: Rule) -> frozenset[str]:
+    """The rule inputs whose constant values its conditions or target attributes read (``value(t)``)."""
+    exprs = [*rule.where]
+    stack = [t for node in rule.dst for t in node.attrs.values()]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, Expr):
+            exprs.append(t)
+        elif isinstance(t, tuple):
+            stack.extend(t)
+    return frozenset().union(*(e.valued for e in exprs)) & frozenset(rule.inputs)
+
+
 def _near(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``shapes`` with each distinct dim size replaced by one drawn near it, the same size everywhere it occurs
     (so that the dims the pair was found on to be equal stay equal: channels, a kernel's sizes)."""
@@ -331,23 +355,26 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
             attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables, defining, shapes, wide)
             src.append((node, _infer(node.op, attrs, shapes, node.inputs, node.outputs, fresh)))
             fresh.difference_update(node.inputs)
-        env = ShapeEnv(variables, shapes)
+        valued = _valued(rule)
+        # a rule reading constants' values draws them before its conditions and target read them (any other
+        # draws after its shapes hold on both sides, as it always did: the same seed, the same instances)
+        drawn = _draw(rng, rule, shapes, roles, magnitude, valued) if valued else {}
+        constants = {name: drawn[name] for name in valued}
+        env = ShapeEnv(variables, shapes, constants)
         for cond in rule.where:
             if not cond.evaluate(env):
                 raise _Skip
         dst_shapes = dict(shapes)
         dst: list[tuple[PatternNode, Any]] = []
         for node in rule.dst:
-            local = ShapeEnv(variables, dst_shapes)
+            local = ShapeEnv(variables, dst_shapes, constants)
             attrs = _in_float64(node.op, {k: evaluate_template(t, local) for k, t in node.attrs.items()})
             dst.append((node, _infer(node.op, attrs, dst_shapes, node.inputs, node.outputs)))
         if any(shapes[s] != dst_shapes[d] for s, d in rule.outputs.items()):
             raise _Skip  # the matcher would reject a type change
-        # variances are positive: BatchNormalization takes the square root of var + epsilon
-        values: dict[str, Any] = {name: xp.asarray(rng.uniform(0.5, 1.5, size=shapes[name])
-                                                   if roles.get(name) == "variance"
-                                                   else magnitude * rng.uniform(-1.0, 1.0, size=shapes[name]))
-                                  for name in rule.inputs}
+        if not valued:
+            drawn = _draw(rng, rule, shapes, roles, magnitude, valued)
+        values: dict[str, Any] = {name: xp.asarray(array) for name, array in drawn.items()}
         # a division by zero or the root of a negative is no error here: a non-finite output is judged below
         with np.errstate(all="ignore"):
             _run(xp, src, values)

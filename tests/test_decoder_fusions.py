@@ -1,0 +1,174 @@
+"""The decoder block's fusions (issue #60): RMSNorm as transformers' Llama exports write it, proved into
+SimplifiedLayerNormalization with its epsilon read from the constant the export adds (``value(e)``), and the zoo's
+Llama decoder optimized with the shipped rules: fused, equal outputs at decode and prefill sizes, a certificate
+that checks."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import xflow
+from verifier import AXIOMS, prove_rule, verify_rule
+from xflow.cli import main
+from xflow.errors import XflowError
+from xflow.onnx_io import graph_from_model, read_model
+from xflow.ort import open_session
+from xflow.rewrite import find_matches
+from xflow.rules import load_rules, rules_from_json
+from xflow.rules.expr import Expr, ExprError, ShapeEnv
+from xflow.zoo.decoder import DecoderConfig, decoder_feeds, llama_decoder
+
+RULES = Path(__file__).resolve().parents[1] / "rules"
+
+
+def _rms_rules():
+    return load_rules(str(RULES / "rmsnorm.json"))
+
+
+def _form(rules, op: str):
+    return next(r for r in rules if any(n.op == op for n in r.src))
+
+
+def test_the_rules_are_shipped_and_proved_from_the_definition() -> None:
+    rules = _rms_rules()
+    assert len(rules) == 2
+    shipped = {r.name for r in load_rules(str(RULES / "default.json"))}
+    without = tuple(a for a in AXIOMS if not a.name.startswith("rmsnorm_def"))
+    for rule in rules:
+        assert rule.name in shipped
+        assert verify_rule(rule).status == "proved", rule.doc
+        assert prove_rule(rule, rlimit=200_000, axioms=without).status != "proved", rule.doc
+
+
+def _changed(change: str):
+    raw = copy.deepcopy(_form(_rms_rules(), "reciprocal").to_json())
+    fused = raw["dst"][-1]
+    if change == "epsilon literal":
+        fused["attrs"]["epsilon"] = 1e-5
+    elif change == "no square":
+        next(n for n in raw["src"] if n["op"] == "pow")["attrs"]["exponent"] = 3.0
+    elif change == "mean over the first axis":
+        raw["where"] = ["ax == (0,)", "rank(e) == 0"]
+    elif change == "scale dropped":
+        raw["src"][-1]["op"] = "add"
+    (changed,) = rules_from_json([raw])
+    return changed
+
+
+@pytest.mark.parametrize("change", ["epsilon literal", "no square", "mean over the first axis", "scale dropped"])
+def test_a_changed_rmsnorm_is_not_proved(change: str) -> None:
+    assert verify_rule(_changed(change)).status != "proved"
+
+
+def test_value_reads_one_float_and_nothing_else() -> None:
+    expr = Expr("value(e)")
+    assert expr.valued == {"e"} and expr.tensors == {"e"}
+    assert expr.evaluate(ShapeEnv({}, {}, {"e": np.array(1e-6, np.float32)})) == 1e-6
+    for bad in (np.ones(2, np.float32), np.array(3, np.int64)):
+        with pytest.raises(ExprError):
+            expr.evaluate(ShapeEnv({}, {}, {"e": bad}))
+    with pytest.raises(ExprError):  # no constant bound to it
+        expr.evaluate(ShapeEnv({}, {}, {}))
+    with pytest.raises(ExprError):
+        Expr("value(e, 1)").tree  # noqa: B018 - parsing is the check
+
+
+def _norm_model(eps_as_input: bool = False, eps_shape: tuple[int, ...] = ()) -> onnx.ModelProto:
+    """Llama's RMSNorm as the legacy exporter writes it, on x [batch, 3, 8]."""
+    make = helper.make_node
+    nodes = [make("Pow", ["x", "two"], ["sq"]), make("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+             make("Add", ["ms", "eps"], ["mse"]), make("Sqrt", ["mse"], ["rms"]), make("Reciprocal", ["rms"], ["inv"]),
+             make("Mul", ["x", "inv"], ["n"]), make("Mul", ["w", "n"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "w")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8])]
+    if eps_as_input:
+        inputs.append(helper.make_tensor_value_info("eps", TensorProto.FLOAT, list(eps_shape)))
+    else:
+        inits.append(numpy_helper.from_array(np.full(eps_shape, 1e-6, np.float32), "eps"))
+    graph = helper.make_graph(nodes, "rms", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                   ["batch", 3, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _matches(model: onnx.ModelProto) -> list:
+    graph = graph_from_model(model)
+    return [m for r in _rms_rules() for m in find_matches(graph, r)]
+
+
+def test_the_epsilon_comes_from_the_constant() -> None:
+    (match,) = _matches(_norm_model())
+    assert match.dst_attrs[-1]["epsilon"] == 1e-6 and match.dst_attrs[-1]["axis"] == 2
+
+
+@pytest.mark.parametrize(("as_input", "shape"), [(True, ()), (False, (1,)), (False, (8,))])
+def test_an_epsilon_fed_at_run_time_or_not_a_scalar_is_not_fused(as_input: bool, shape: tuple[int, ...]) -> None:
+    assert _matches(_norm_model(as_input, shape)) == []
+
+
+# ---- the zoo's Llama decoder ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama_run(tmp_path_factory):
+    """The zoo's Llama decoder (2 layers) optimized with the shipped rules (analytic costs, written even where
+    it does not measure faster: what is checked here is the rewrite, not the timing)."""
+    folder = tmp_path_factory.mktemp("llama")
+    src = str(folder / "llama.onnx")
+    onnx.save(llama_decoder(DecoderConfig(layers=2), seed=0), src)
+    out = folder / "out.onnx"
+    onnx.save(xflow.optimize(src, cost="analytic", keep_if_slower=True, budget=30), str(out))
+    return src, str(out)
+
+
+def test_the_decoder_norms_are_fused(llama_run) -> None:
+    src, out = llama_run
+    ops = [n.op_type for n in onnx.load(out).graph.node]
+    assert ops.count("SimplifiedLayerNormalization") == 5  # two per layer and the final one
+    assert "ReduceMean" not in ops and "Reciprocal" not in ops and "Pow" not in ops
+    original, written = onnx.load(src), onnx.load(out)
+    assert [(i.name, i.type) for i in written.graph.input] == [(i.name, i.type) for i in original.graph.input]
+    assert [(o.name, o.type) for o in written.graph.output] == [(o.name, o.type) for o in original.graph.output]
+
+
+@pytest.mark.parametrize(("batch", "seq", "past"), [(1, 1, 127), (4, 1, 127), (1, 1, 1), (4, 1, 1), (1, 8, 0),
+                                                    (4, 8, 0)])
+def test_the_fused_decoder_computes_what_the_original_does(llama_run, batch: int, seq: int, past: int) -> None:
+    src, out = llama_run
+    feeds = decoder_feeds(onnx.load(src), batch, seq, past, seed=batch + past)
+    before = open_session(onnx.load(src).SerializeToString(), "cpu", 1).run(None, feeds)
+    after = open_session(onnx.load(out).SerializeToString(), "cpu", 1).run(None, feeds)
+    for a, b in zip(before, after, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_the_fused_decoder_checks(llama_run) -> None:
+    """``xflow check IN OUT``: every step re-established and every rule re-proved."""
+    src, out = llama_run
+    result = CliRunner().invoke(main, ["check", src, out], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+
+def test_a_model_holding_simplified_layer_normalization_is_read(tmp_path) -> None:
+    """ONNX Runtime registers SimplifiedLayerNormalization in the standard domain, which ONNX's checker does not
+    know: a model holding it (xflow's own output) is read, and still checked otherwise."""
+    model = _norm_model()
+    fused = helper.make_graph([helper.make_node("SimplifiedLayerNormalization", ["x", "w"], ["y"], axis=-1,
+                                                epsilon=1e-6)], "rms", list(model.graph.input),
+                              list(model.graph.output), [i for i in model.graph.initializer if i.name == "w"])
+    path = str(tmp_path / "fused.onnx")
+    onnx.save(helper.make_model(fused, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    assert read_model(path).graph.node[0].op_type == "SimplifiedLayerNormalization"
+    broken = helper.make_graph([*fused.node, helper.make_node("Relu", ["nowhere"], ["z"])], "rms",
+                               list(fused.input), list(fused.output), list(fused.initializer))
+    onnx.save(helper.make_model(broken, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    with pytest.raises(XflowError, match="invalid ONNX model"):
+        read_model(path)
+

@@ -231,6 +231,40 @@ def _rms_norms() -> Iterator[dict[str, Any]]:
                     [*head, *tail, node("mul", ["g", "n"], "y")], [fused], found, where)
 
 
+def _rotaries() -> Iterator[dict[str, Any]]:
+    """Rotary embedding in the rotate-half form transformers' Llama exports write (x · cos + concat(-x₂, x₁) · sin,
+    the slices of x over its last axis, cos and sin the rows of position-indexed tables unsqueezed over the heads)
+    into one RotaryEmbedding. Two candidates, which differ in how the tables are given:
+
+    - ``fuse_rotary_halved_tables``: each table written as the concat of its half-width cache with itself (what
+      transformers computes, ``cat((freqs, freqs))``, before the cos): proved from ``rotary_def``;
+    - ``fuse_rotary_tables``: each table one constant of the head's width, as the legacy export (and the zoo's
+      decoder) writes it, the fused op given its first half: true only where the table's two halves are equal, a
+      fact about the constant's values that no rule condition states (``value()`` reads one-element constants):
+      refuted on random tables, as it must be.
+
+    Neither matches the zoo's decoder yet (see the lab note 2026-12-02-decoder-fusions.md): its position ids are
+    (1, S) against a batch of B, and its Slices over the dynamic dims stay outside the algebra."""
+    heads = ["?b", "?n", "?s"]
+    where = ["rank(x) == 4", "b == dim(x, 0)", "n == dim(x, 1)", "s == dim(x, 2)", "d == dim(x, 3)",
+             "h == dim(x, 3) // 2", "2 * h == d"]
+    rotate = [node("slice", ["x"], "x1", starts=[0, 0, 0, 0], stops=[*heads, "?h"], steps=[1, 1, 1, 1]),
+              node("slice", ["x"], "x2", starts=[0, 0, 0, "?h"], stops=[*heads, "?d"], steps=[1, 1, 1, 1]),
+              node("neg", ["x2"], "nx2"), node("concat", ["nx2", "x1"], "rot", axis=3),
+              node("mul", ["x", "cos"], "xc"), node("mul", ["rot", "sin"], "rs"), node("add", ["xc", "rs"], "y")]
+    rows = [node("gather", ["tc", "p"], "gc", axis=0), node("unsqueeze", ["gc"], "cos", axes=[1]),
+            node("gather", ["ts", "p"], "gs", axis=0), node("unsqueeze", ["gs"], "sin", axes=[1])]
+    halved = [node("concat", ["c", "c"], "tc", axis=1), node("concat", ["s", "s"], "ts", axis=1)]
+    yield _rule("fuse_rotary_halved_tables", {"x": "any", "p": "any", "c": "const", "s": "const"},
+                [*halved, *rows, *rotate], [node("rotary", ["x", "p", "c", "s"], "f")],
+                {"x": [2, 3, 4, 8], "p": [2, 4], "c": [6, 4], "s": [6, 4]}, where)
+    half = {"starts": [0, 0], "stops": "=(dim(tc, 0), h)", "steps": [1, 1]}
+    yield _rule("fuse_rotary_tables", {"x": "any", "p": "any", "tc": "const", "ts": "const"}, [*rows, *rotate],
+                [node("slice", ["tc"], "c", **half), node("slice", ["ts"], "s", **half),
+                 node("rotary", ["x", "p", "c", "s"], "f")],
+                {"x": [2, 3, 4, 8], "p": [2, 4], "tc": [6, 8], "ts": [6, 8]}, where)
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
@@ -253,12 +287,15 @@ def main() -> None:
                       "MultiHeadAttention")
     only.add_argument("--rms-norms", action="store_true", help="only RMSNorm as transformers' Llama exports write "
                       "it, into SimplifiedLayerNormalization")
+    only.add_argument("--rotaries", action="store_true", help="only rotary embedding as transformers' Llama exports "
+                      "write it, into RotaryEmbedding")
     only.add_argument("--identities", action="store_true", help="only nodes that compute their input (a one-input "
                       "Concat)")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
              else list(_denormal_lifts()) if args.denormal_lifts else list(_identities()) if args.identities
              else list(_attentions()) if args.attentions else list(_rms_norms()) if args.rms_norms
+             else list(_rotaries()) if args.rotaries
              else all_candidates())
     with open(args.out, "w", encoding="utf-8") as f:
         max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)

@@ -6,6 +6,7 @@ that checks."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import numpy as np
@@ -172,3 +173,70 @@ def test_a_model_holding_simplified_layer_normalization_is_read(tmp_path) -> Non
     with pytest.raises(XflowError, match="invalid ONNX model"):
         read_model(path)
 
+
+
+# ---- rotary ----------------------------------------------------------------------------------------------------
+
+
+def _rotary_candidates() -> dict:
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "rot.json")
+        subprocess.run([sys.executable, str(RULES.parent / "benchmarks" / "fusion_candidates.py"), "--rotaries",
+                        "--out", out], check=True, capture_output=True, cwd=RULES.parent,
+                       env={**os.environ, "PYTHONPATH": str(RULES.parent)})
+        raw = json.loads(Path(out).read_text())["candidates"]
+    return {c["name"]: rule for c, rule in zip(raw, rules_from_json(raw), strict=True)}
+
+
+def test_rotary_with_halved_tables_is_proved_and_the_zoos_tables_are_refuted() -> None:
+    (rule,) = load_rules(str(RULES / "rotary.json"))
+    assert verify_rule(rule).status == "proved"
+    without = tuple(a for a in AXIOMS if a.name != "rotary_def")
+    assert prove_rule(rule, rlimit=200_000, axioms=without).status != "proved"
+    # each table one constant of the head's width (the legacy export, the zoo): true only where its halves are
+    # equal, which no rule condition can state
+    assert verify_rule(_rotary_candidates()["fuse_rotary_tables"]).status == "refuted"
+
+
+def _rotary_model(batch: int = 2, heads: int = 3, seq: int = 4, size: int = 8, rows: int = 16) -> onnx.ModelProto:
+    """Rotate-half rotary over tables written as concat(cache, cache), static dims."""
+    make, half = helper.make_node, size // 2
+    rng = np.random.default_rng(0)
+    ints = {"zero": [0], "half": [half], "end": [np.iinfo(np.int64).max], "last": [-1], "one": [1], "axis1": [1]}
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
+    inits += [numpy_helper.from_array(rng.standard_normal((rows, half)).astype(np.float32), n) for n in ("c", "s")]
+    nodes = [make("Concat", ["c", "c"], ["tc"], axis=1), make("Concat", ["s", "s"], ["ts"], axis=1),
+             make("Gather", ["tc", "pos"], ["gc"], axis=0), make("Unsqueeze", ["gc", "axis1"], ["cos"]),
+             make("Gather", ["ts", "pos"], ["gs"], axis=0), make("Unsqueeze", ["gs", "axis1"], ["sin"]),
+             make("Slice", ["x", "zero", "half", "last", "one"], ["x1"]),
+             make("Slice", ["x", "half", "end", "last", "one"], ["x2"]), make("Neg", ["x2"], ["nx2"]),
+             make("Concat", ["nx2", "x1"], ["rot"], axis=-1), make("Mul", ["x", "cos"], ["xc"]),
+             make("Mul", ["rot", "sin"], ["rs"]), make("Add", ["xc", "rs"], ["y"])]
+    graph = helper.make_graph(nodes, "rotary", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, heads, seq, size]),
+        helper.make_tensor_value_info("pos", TensorProto.INT64, [batch, seq])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, heads, seq, size])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_rotary_over_halved_tables_becomes_one_rotaryembedding() -> None:
+    from xflow.onnx_io import to_model_proto
+    from xflow.rewrite import apply_match
+
+    model = _rotary_model()
+    graph = graph_from_model(model)
+    (rule,) = load_rules(str(RULES / "rotary.json"))
+    (match,) = find_matches(graph, rule)
+    fused = to_model_proto(apply_match(graph, match))
+    assert [n.op_type for n in fused.graph.node if n.op_type not in ("Concat",)] == ["RotaryEmbedding"]
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((2, 3, 4, 8)).astype(np.float32),
+             "pos": rng.integers(0, 16, size=(2, 4)).astype(np.int64)}
+    got = open_session(fused.SerializeToString(), "cpu", 1).run(None, feeds)[0]
+    want = open_session(model.SerializeToString(), "cpu", 1).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

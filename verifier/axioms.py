@@ -793,6 +793,29 @@ def _skip_gen(params: tuple[str, ...]) -> Callable[[np.random.Generator], dict[s
     return gen
 
 
+def _rotary_rows(cache: Any, positions: Any) -> Any:
+    """A rotary cache's rows at the positions, repeated across the head and unsqueezed over the heads: (B, 1, S, D)."""
+    return ("unsqueeze", {"axes": (1,)}, ("gather", {"axis": 0}, ("concat", {"axis": 1}, cache, cache), positions))
+
+
+def _rotate_half(x: Any, cos: Any, sin: Any) -> Any:
+    """x · cos + concat(-x₂, x₁) · sin over the last axis of a rank-4 x (Llama's rotate_half)."""
+    dims = lambda e: (e.dim(x, 0), e.dim(x, 1), e.dim(x, 2))  # noqa: E731
+    first = ("slice", {"starts": (0, 0, 0, 0), "steps": (1, 1, 1, 1),
+                       "stops": F(lambda e: e.code(*dims(e), e.div(e.dim(x, 3), 2)))}, x)
+    second = ("slice", {"starts": F(lambda e: e.code(0, 0, 0, e.div(e.dim(x, 3), 2))), "steps": (1, 1, 1, 1),
+                        "stops": F(lambda e: e.code(*dims(e), e.dim(x, 3)))}, x)
+    return _add(_mul(x, cos), _mul(("concat", {"axis": 3}, _un("neg", second), first), sin))
+
+
+def _rotary_gen(rng):
+    """x (B, N, S, D), position ids (B, S) among M cache rows of width D / 2."""
+    b, n, s, half = (int(d) for d in rng.integers(1, 4, size=4))
+    m = int(rng.integers(s, 2 * s + 2))
+    return {"x": _arr(rng, b, n, s, 2 * half), "p": rng.integers(0, m, size=(b, s)), "c": _arr(rng, m, half),
+            "s": _arr(rng, m, half)}
+
+
 def _rms_gen(rng):
     """x of rank 2 or 3, a scale g of its last dim, a positive epsilon e of rank 0 and the parameters it fixes."""
     shape = tuple(int(d) for d in rng.integers(1, 5, size=_pick(rng, [2, 3])))
@@ -1478,6 +1501,9 @@ def _build() -> list[Axiom]:
                                   v.p("eps") == v.scalar("e"), v.rank("e") == 0))
           for form, scaled in (("reciprocal", lambda r: _mul("x", _un("reciprocal", r))),
                                ("div", lambda r: _div("x", r)))),
+        L("rotary_def", ("rotary", {}, "x", "p", "c", "s"), _rotate_half("x", _rotary_rows("c", "p"),
+                                                                        _rotary_rows("s", "p")),
+          ("x", "p", "c", "s"), (), _rotary_gen),
         L("ms_gelu_def", ("ms_gelu", {}, "x"), ("gelu", {"approximate": "none"}, "x"), ("x",), (), _same("x")),
         L("bias_gelu_def", ("bias_gelu", {}, "x", "b"), ("gelu", {"approximate": "none"}, _add("x", "b")), ("x", "b"),
           (), _bias_gen),

@@ -304,6 +304,12 @@ def _draw(rng: np.random.Generator, rule: Rule, shapes: dict[str, tuple[int, ...
     var + epsilon), the ``valued`` ones float32 numbers (what ``value(t)`` reads, as ONNX stores an attribute)."""
     drawn = {name: rng.uniform(0.5, 1.5, size=shapes[name]) if roles.get(name) == "variance"
              else magnitude * rng.uniform(-1.0, 1.0, size=shapes[name]) for name in rule.inputs}
+    # indices (a gather's, rotary's position ids) are whole numbers within the smallest dim of the other inputs,
+    # so that every magnitude's instance looks up rows that exist
+    rows = min((d for name in rule.inputs if roles.get(name) != "indices" for d in shapes[name]), default=1)
+    for name in rule.inputs:
+        if roles.get(name) == "indices":
+            drawn[name] = rng.integers(0, max(rows, 1), size=shapes[name]).astype(np.float64)
     for name in valued:
         drawn[name] = np.vectorize(lambda v: float(str(np.float32(v))), otypes=[np.float64])(drawn[name])
     return drawn

@@ -74,8 +74,8 @@ def _read(attrs, proto: onnx.NodeProto, ctx) -> dict | None:
 
 ROTARY = OpDef(
     name="rotary", onnx_types=("RotaryEmbedding",), domain=MS_DOMAIN, kernel_dtypes=FLOAT_KERNELS,
+    # every step is exact over integers, so the float kernel is its own integer variant
     min_inputs=4, max_inputs=4, attrs=(), shape=rotary_shape, kernel=compose(*rotate_half_steps()),
-    int_kernel=compose(*rotate_half_steps(), integer=True),
     decode=contrib_decoder(lambda: ROTARY, (4,), tuple(_PLAIN_FORM), _read),
     encode=contrib_encoder("RotaryEmbedding"), roles=("any", "indices", "any", "any"),
     doc="rotary position embedding, rotate-half form, on (batch, heads, seq, head_size) by position ids",

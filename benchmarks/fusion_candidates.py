@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,9 @@ def _rule(name: str, inputs: dict[str, str], src: list[dict[str, Any]], dst: lis
     src = [{**n, "in": [rename.get(i, i) for i in n["in"]], "out": [rename[n["out"][0]]]} for n in src]
     dst = [{**n, "in": [rename.get(i, i) for i in n["in"]], "out": [rename[n["out"][0]]]} for n in dst]
     result = dst[-1]["out"][0] if dst else src[0]["in"][0]  # an empty right side: the node computes its input
+    # a condition may read an intermediate tensor of the source (``dtype(n)``): by its new name
+    where = [re.sub(r"\b(rank|dim|shape|value|dtype)\((\w+)", lambda m: f"{m[1]}({rename.get(m[2], m[2])}", w)
+             for w in where]
     return {"name": name, "doc": f"{_doc(src)} -> {_doc(dst) or result}", "inputs": inputs, "src": src, "dst": dst,
             "outputs": {src[-1]["out"][0]: result}, "where": where,
             "provenance": {"generator": {"kind": "fusion", "script": "benchmarks/fusion_candidates.py"},
@@ -215,20 +219,28 @@ def _attentions() -> Iterator[dict[str, Any]]:
 
 
 def _rms_norms() -> Iterator[dict[str, Any]]:
-    """RMSNorm as transformers' exports write Llama's (``LlamaRMSNorm``: x * rsqrt(mean(x²) + eps) * weight, the
-    legacy exporter's Pow, ReduceMean, Add, Sqrt, Reciprocal or Div, Mul, Mul) into one
-    SimplifiedLayerNormalization. The epsilon is a constant the export adds; the fused op takes it as an attribute,
-    read from the constant by ``value(e)``. One direction only: the reverse would have to make that constant."""
+    """RMSNorm as transformers' exports write Llama's (``LlamaRMSNorm``: x * rsqrt(mean(x²) + eps) * weight: Pow,
+    ReduceMean, Add, Sqrt, then Reciprocal and Mul, Div(x, ·), or Div(1, ·) and Mul, which is torch's rsqrt in the
+    legacy exporter; with or without the Cast back to the input's type before the weight, ``.to(input_dtype)``)
+    into one SimplifiedLayerNormalization. The epsilon is a constant the export adds; the fused op takes it as an
+    attribute, read from the constant by ``value(e)``. One direction only: the reverse would have to make that
+    constant."""
     where = ["ax == (rank(x) - 1,)", "rank(e) == 0"]
     found = {"x": [2, 3, 8], "g": [8], "e": []}
     head = [node("pow", ["x"], "sq", exponent=2.0), node("reducemean", ["sq"], "ms", axes="?ax", keepdims=1),
             node("add", ["ms", "e"], "mse"), node("sqrt", ["mse"], "rms")]
-    tails = {"reciprocal": [node("reciprocal", ["rms"], "inv"), node("mul", ["x", "inv"], "n")],
-             "div": [node("div", ["x", "rms"], "n")]}
+    tails = {"reciprocal": ([node("reciprocal", ["rms"], "inv"), node("mul", ["x", "inv"], "n")], {}, []),
+             "div": ([node("div", ["x", "rms"], "n")], {}, []),
+             "div_one": ([node("div", ["o", "rms"], "inv"), node("mul", ["x", "inv"], "n")], {"o": "const"},
+                         ["value(o) == 1", "rank(o) == 0"])}
     fused = node("rmsnorm", ["x", "g"], "f", axis="=rank(x) - 1", epsilon="=value(e)")
-    for form, tail in tails.items():
-        yield _rule(f"fuse_rmsnorm_{form}", {"x": "any", "g": "const", "e": "const"},
-                    [*head, *tail, node("mul", ["g", "n"], "y")], [fused], found, where)
+    for form, (tail, extra, conditions) in tails.items():
+        for cast in (False, True):
+            scaled = [node("cast", ["n"], "c", to="?t"), node("mul", ["g", "c"], "y")] if cast else [
+                node("mul", ["g", "n"], "y")]
+            yield _rule(f"fuse_rmsnorm_{form}{'_cast' if cast else ''}", {"x": "any", "g": "const", "e": "const", **extra},
+                        [*head, *tail, *scaled], [fused], {**found, **{k: [] for k in extra}},
+                        [*where, *conditions, *(["dtype(n) == t"] if cast else [])])
 
 
 def _rotaries() -> Iterator[dict[str, Any]]:

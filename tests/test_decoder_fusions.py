@@ -39,7 +39,7 @@ def _form(rules, op: str):
 
 def test_the_rules_are_shipped_and_proved_from_the_definition() -> None:
     rules = _rms_rules()
-    assert len(rules) == 2
+    assert len(rules) == 6  # reciprocal, div, div of one: each with and without the cast back
     shipped = {r.name for r in load_rules(str(RULES / "default.json"))}
     without = tuple(a for a in AXIOMS if not a.name.startswith("rmsnorm_def"))
     for rule in rules:
@@ -49,7 +49,8 @@ def test_the_rules_are_shipped_and_proved_from_the_definition() -> None:
 
 
 def _changed(change: str):
-    raw = copy.deepcopy(_form(_rms_rules(), "reciprocal").to_json())
+    raw = copy.deepcopy(next(r for r in _rms_rules() if any(n.op == "reciprocal" for n in r.src)
+                             and not any(n.op == "cast" for n in r.src)).to_json())
     fused = raw["dst"][-1]
     if change == "epsilon literal":
         fused["attrs"]["epsilon"] = 1e-5
@@ -68,6 +69,18 @@ def test_a_changed_rmsnorm_is_not_proved(change: str) -> None:
     assert verify_rule(_changed(change)).status != "proved"
 
 
+@pytest.mark.parametrize("change", ["a two for the one", "a cast to another type"])
+def test_a_changed_legacy_rmsnorm_is_not_proved(change: str) -> None:
+    raw = copy.deepcopy(next(r for r in _rms_rules() if any(n.op == "cast" for n in r.src)
+                             and "o" in r.inputs).to_json())
+    if change == "a two for the one":
+        raw["where"] = [w.replace("value(o) == 1", "value(o) == 2") for w in raw["where"]]
+    else:
+        raw["where"] = [w for w in raw["where"] if not w.startswith("dtype(")]
+    (changed,) = rules_from_json([raw])
+    assert prove_rule(changed, rlimit=200_000).status != "proved"
+
+
 def test_value_reads_one_float_and_nothing_else() -> None:
     expr = Expr("value(e)")
     assert expr.valued == {"e"} and expr.tensors == {"e"}
@@ -81,14 +94,24 @@ def test_value_reads_one_float_and_nothing_else() -> None:
         Expr("value(e, 1)").tree  # noqa: B018 - parsing is the check
 
 
-def _norm_model(eps_as_input: bool = False, eps_shape: tuple[int, ...] = ()) -> onnx.ModelProto:
-    """Llama's RMSNorm as the legacy exporter writes it, on x [batch, 3, 8]."""
+def _norm_model(eps_as_input: bool = False, eps_shape: tuple[int, ...] = (), legacy: bool = False,
+                one: float = 1.0) -> onnx.ModelProto:
+    """Llama's RMSNorm on x [batch, 3, 8] as the zoo writes it, or (``legacy``) as transformers' legacy export
+    does: a Cast to float first, torch's rsqrt as Div(1, Sqrt), a Cast back before the weight (its scalars as
+    initializers: the export's Constant nodes are no constants to a rule yet)."""
     make = helper.make_node
-    nodes = [make("Pow", ["x", "two"], ["sq"]), make("ReduceMean", ["sq"], ["ms"], axes=[-1]),
-             make("Add", ["ms", "eps"], ["mse"]), make("Sqrt", ["mse"], ["rms"]), make("Reciprocal", ["rms"], ["inv"]),
-             make("Mul", ["x", "inv"], ["n"]), make("Mul", ["w", "n"], ["y"])]
+    if legacy:
+        nodes = [make("Cast", ["x"], ["xc"], to=TensorProto.FLOAT), make("Pow", ["xc", "two"], ["sq"]), make("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+                 make("Add", ["ms", "eps"], ["mse"]), make("Sqrt", ["mse"], ["rms"]),
+                 make("Div", ["one", "rms"], ["inv"]), make("Mul", ["xc", "inv"], ["n"]),
+                 make("Cast", ["n"], ["nc"], to=TensorProto.FLOAT), make("Mul", ["w", "nc"], ["y"])]
+    else:
+        nodes = [make("Pow", ["x", "two"], ["sq"]), make("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+                 make("Add", ["ms", "eps"], ["mse"]), make("Sqrt", ["mse"], ["rms"]),
+                 make("Reciprocal", ["rms"], ["inv"]), make("Mul", ["x", "inv"], ["n"]), make("Mul", ["w", "n"], ["y"])]
     inits = [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
-             numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "w")]
+             numpy_helper.from_array(np.linspace(0.5, 1.5, 8).astype(np.float32), "w"),
+             *([numpy_helper.from_array(np.array(one, np.float32), "one")] if legacy else [])]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8])]
     if eps_as_input:
         inputs.append(helper.make_tensor_value_info("eps", TensorProto.FLOAT, list(eps_shape)))
@@ -107,6 +130,22 @@ def _matches(model: onnx.ModelProto) -> list:
 def test_the_epsilon_comes_from_the_constant() -> None:
     (match,) = _matches(_norm_model())
     assert match.dst_attrs[-1]["epsilon"] == 1e-6 and match.dst_attrs[-1]["axis"] == 2
+
+
+def test_the_legacy_exports_form_is_fused_and_computes_the_same() -> None:
+    from xflow.onnx_io import to_model_proto
+    from xflow.rewrite import apply_match
+
+    model = _norm_model(legacy=True)
+    graph = graph_from_model(model)
+    (match,) = [m for r in _rms_rules() for m in find_matches(graph, r)]
+    fused = to_model_proto(apply_match(graph, match))
+    assert [n.op_type for n in fused.graph.node] == ["Cast", "SimplifiedLayerNormalization"]
+    x = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
+    want = open_session(model.SerializeToString(), "cpu", 1).run(None, {"x": x})[0]
+    got = open_session(fused.SerializeToString(), "cpu", 1).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert _matches(_norm_model(legacy=True, one=2.0)) == []  # Div(2, ·) is not the reciprocal
 
 
 @pytest.mark.parametrize(("as_input", "shape"), [(True, ()), (False, (1,)), (False, (8,))])

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import z3
 
-from verifier.encode import DIM, RANK, SCALAR_BITS, T, apply_op, symbolic_code, z3_and, z3_max
+from verifier.encode import DIM, DTYPE, RANK, SCALAR_BITS, T, apply_op, float_bits, symbolic_code, z3_and, z3_max
 from xflow.ops import OPS
 from xflow.ops.attention import TO_HEADS, TO_HEADS_T
 
@@ -71,6 +71,16 @@ class NumEnv:
         """The float value of a one-element tensor as a float attribute holds it (float32's shortest decimal)."""
         return float(str(np.float32(np.asarray(self.values[t]).reshape(()))))
 
+    def scalar_is(self, t: str, value: float) -> bool:
+        """Whether a one-element tensor holds ``value`` (as float32)."""
+        return self.scalar(t) == float(str(np.float32(value)))
+
+    def dtype(self, t: str) -> int:
+        """A tensor's element type: float's where its float64 values are float32 numbers (what the check's float64
+        stands for, as in the rules' check), else double's."""
+        array = np.asarray(self.values[t])
+        return onnx.TensorProto.FLOAT if np.array_equal(array.astype(np.float32), array) else DOUBLE
+
     def same_shape(self, a: Any, b: Any) -> bool:
         """Whether terms ``a`` and ``b`` have one shape (rank and every dim)."""
         return np.shape(_eval_num(a, self)) == np.shape(_eval_num(b, self))
@@ -101,6 +111,14 @@ class Z3Env:
     def scalar(self, t: str) -> Any:
         """The bits of a one-element tensor's float32 value (``value(t)`` of a rule: ``encode.SCALAR_BITS``)."""
         return SCALAR_BITS(self.values[t])
+
+    def scalar_is(self, t: str, value: float) -> Any:
+        """A one-element tensor holds ``value``: its bits are ``value``'s as float32."""
+        return SCALAR_BITS(self.values[t]) == float_bits(value)
+
+    def dtype(self, t: str) -> Any:
+        """A tensor's element type (``dtype(t)`` of a rule: ``encode.DTYPE``)."""
+        return DTYPE(self.values[t])
 
     def same_shape(self, a: Any, b: Any) -> Any:
         """Terms ``a`` and ``b`` have one shape: equal ranks and equal dims at every index (a quantified
@@ -1501,6 +1519,14 @@ def _build() -> list[Axiom]:
                                   v.p("eps") == v.scalar("e"), v.rank("e") == 0))
           for form, scaled in (("reciprocal", lambda r: _mul("x", _un("reciprocal", r))),
                                ("div", lambda r: _div("x", r)))),
+        # a constant one divided by y is its reciprocal (torch's rsqrt in the legacy exporter: Div(1, Sqrt(v)))
+        L("div_one_reciprocal", _div("o", "y"), _un("reciprocal", "y"), ("o", "y"), (),
+          lambda rng: {"o": np.array(1.0), "y": np.abs(_same("y")(rng)["y"]) + 0.1},
+          guard=lambda v: v.And(v.scalar_is("o", 1.0), v.rank("o") == 0)),
+        # a cast to the type a tensor already has is the tensor (transformers' .to(input_dtype) on float32)
+        L("cast_same_type", ("cast", {"to": P("t")}, "x"), "x", ("x",), ("t",),
+          lambda rng: {"x": _same("x")(rng)["x"].astype(np.float32).astype(np.float64), "t": onnx.TensorProto.FLOAT},
+          guard=lambda v: v.dtype("x") == v.p("t")),
         L("rotary_def", ("rotary", {}, "x", "p", "c", "s"), _rotate_half("x", _rotary_rows("c", "p"),
                                                                         _rotary_rows("s", "p")),
           ("x", "p", "c", "s"), (), _rotary_gen),

@@ -225,9 +225,12 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
 
 
 def _in_float64(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
-    """The attributes with a float32 ``dtype`` (default or given) made float64: the check runs in float64."""
+    """The attributes with a float32 ``dtype`` (default or given) or a cast's float32 ``to`` made float64: the check
+    runs in float64."""
     if "dtype" in OPS[op].attr_names and attrs.get("dtype", onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT:
         attrs["dtype"] = onnx.TensorProto.DOUBLE
+    if op == "cast" and attrs.get("to") == onnx.TensorProto.FLOAT:
+        attrs["to"] = onnx.TensorProto.DOUBLE
     return attrs
 
 
@@ -312,7 +315,23 @@ def _draw(rng: np.random.Generator, rule: Rule, shapes: dict[str, tuple[int, ...
             drawn[name] = rng.integers(0, max(rows, 1), size=shapes[name]).astype(np.float64)
     for name in valued:
         drawn[name] = np.vectorize(lambda v: float(str(np.float32(v))), otypes=[np.float64])(drawn[name])
+    for name, value in _fixed_values(rule).items():  # ``value(o) == 1``: o holds 1
+        if name in drawn:
+            drawn[name] = np.full(shapes[name], float(value))
     return drawn
+
+
+def _fixed_values(rule: Rule) -> dict[str, Any]:
+    """The inputs a where condition ``value(t) == number`` fixes, with the number."""
+    out: dict[str, Any] = {}
+    for cond in rule.where:
+        tree = cond.tree
+        if (isinstance(tree, ast.Compare) and len(tree.ops) == 1 and isinstance(tree.ops[0], ast.Eq)
+                and isinstance(tree.left, ast.Call) and isinstance(tree.left.func, ast.Name)
+                and tree.left.func.id == "value" and isinstance(tree.left.args[0], ast.Name)
+                and isinstance(tree.comparators[0], ast.Constant)):
+            out[tree.left.args[0].id] = tree.comparators[0].value
+    return out
 
 
 def _valued(rule: Rule) -> frozenset[str]:
@@ -366,14 +385,16 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
         # draws after its shapes hold on both sides, as it always did: the same seed, the same instances)
         drawn = _draw(rng, rule, shapes, roles, magnitude, valued) if valued else {}
         constants = {name: drawn[name] for name in valued}
-        env = ShapeEnv(variables, shapes, constants)
+        # the check's float64 stands for float32 (``_in_float64``): every tensor's element type is float's
+        dtypes = dict.fromkeys(shapes, onnx.TensorProto.FLOAT)
+        env = ShapeEnv(variables, shapes, constants, dtypes)
         for cond in rule.where:
             if not cond.evaluate(env):
                 raise _Skip
         dst_shapes = dict(shapes)
         dst: list[tuple[PatternNode, Any]] = []
         for node in rule.dst:
-            local = ShapeEnv(variables, dst_shapes, constants)
+            local = ShapeEnv(variables, dst_shapes, constants, dtypes)
             attrs = _in_float64(node.op, {k: evaluate_template(t, local) for k, t in node.attrs.items()})
             dst.append((node, _infer(node.op, attrs, dst_shapes, node.inputs, node.outputs)))
         if any(shapes[s] != dst_shapes[d] for s, d in rule.outputs.items()):

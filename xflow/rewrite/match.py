@@ -536,7 +536,8 @@ def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str,
         if t is None or t.shape is None or any(d is None for d in t.shape):
             return fail(FailureKind.SHAPE_UNKNOWN, p_name, g_name)
         shapes[p_name] = t.shape
-    shape_env = ShapeEnv(env, _condition_shapes(shapes), ConstantValues(graph, values))
+    dtypes = {p_name: graph.type_of(g_name).dtype for p_name, g_name in values.items()}  # typed above
+    shape_env = ShapeEnv(env, _condition_shapes(shapes), ConstantValues(graph, values), dtypes)
     try:
         for cond in rule.where:
             if not cond.evaluate(shape_env):
@@ -624,7 +625,7 @@ def instantiate_target(graph: Graph, rule: Rule, values: dict[str, str], env: Sh
     readable = dict(env.shapes)
     for p in rule.dst:
         entry = OPS[p.op]
-        local = ShapeEnv(env.variables, readable, env.values)
+        local = ShapeEnv(env.variables, readable, env.values, env.dtypes)
         attrs = entry.normalize_attrs({k: evaluate_template(t, local) for k, t in p.attrs.items()})
         in_types = [types.get(i) or graph.type_of(values[i]) for i in p.inputs]
         out_shapes = entry.infer([t.shape for t in in_types], attrs)  # type: ignore[union-attr]

@@ -238,7 +238,8 @@ def _rms_norms() -> Iterator[dict[str, Any]]:
         for cast in (False, True):
             scaled = [node("cast", ["n"], "c", to="?t"), node("mul", ["g", "c"], "y")] if cast else [
                 node("mul", ["g", "n"], "y")]
-            yield _rule(f"fuse_rmsnorm_{form}{'_cast' if cast else ''}", {"x": "any", "g": "const", "e": "const", **extra},
+            inputs = {"x": "any", "g": "const", "e": "const", **extra}
+            yield _rule(f"fuse_rmsnorm_{form}{'_cast' if cast else ''}", inputs,
                         [*head, *tail, *scaled], [fused], {**found, **{k: [] for k in extra}},
                         [*where, *conditions, *(["dtype(n) == t"] if cast else [])])
 

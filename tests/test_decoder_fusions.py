@@ -101,7 +101,8 @@ def _norm_model(eps_as_input: bool = False, eps_shape: tuple[int, ...] = (), leg
     initializers: the export's Constant nodes are no constants to a rule yet)."""
     make = helper.make_node
     if legacy:
-        nodes = [make("Cast", ["x"], ["xc"], to=TensorProto.FLOAT), make("Pow", ["xc", "two"], ["sq"]), make("ReduceMean", ["sq"], ["ms"], axes=[-1]),
+        nodes = [make("Cast", ["x"], ["xc"], to=TensorProto.FLOAT), make("Pow", ["xc", "two"], ["sq"]),
+                 make("ReduceMean", ["sq"], ["ms"], axes=[-1]),
                  make("Add", ["ms", "eps"], ["mse"]), make("Sqrt", ["mse"], ["rms"]),
                  make("Div", ["one", "rms"], ["inv"]), make("Mul", ["xc", "inv"], ["n"]),
                  make("Cast", ["n"], ["nc"], to=TensorProto.FLOAT), make("Mul", ["w", "nc"], ["y"])]

@@ -834,6 +834,14 @@ def _rotary_gen(rng):
             "s": _arr(rng, m, half)}
 
 
+def _cast_gen(rng):
+    """x and the type it has: float32 numbers and float, or float64 ones and double."""
+    x = _same("x")(rng)["x"]
+    if rng.random() < 0.5:
+        return {"x": x.astype(np.float32).astype(np.float64), "t": onnx.TensorProto.FLOAT}
+    return {"x": x, "t": DOUBLE}
+
+
 def _rms_gen(rng):
     """x of rank 2 or 3, a scale g of its last dim, a positive epsilon e of rank 0 and the parameters it fixes."""
     shape = tuple(int(d) for d in rng.integers(1, 5, size=_pick(rng, [2, 3])))
@@ -1525,7 +1533,7 @@ def _build() -> list[Axiom]:
           guard=lambda v: v.And(v.scalar_is("o", 1.0), v.rank("o") == 0)),
         # a cast to the type a tensor already has is the tensor (transformers' .to(input_dtype) on float32)
         L("cast_same_type", ("cast", {"to": P("t")}, "x"), "x", ("x",), ("t",),
-          lambda rng: {"x": _same("x")(rng)["x"].astype(np.float32).astype(np.float64), "t": onnx.TensorProto.FLOAT},
+          _cast_gen,
           guard=lambda v: v.dtype("x") == v.p("t")),
         L("rotary_def", ("rotary", {}, "x", "p", "c", "s"), _rotate_half("x", _rotary_rows("c", "p"),
                                                                         _rotary_rows("s", "p")),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,9 @@ def _rule(name: str, inputs: dict[str, str], src: list[dict[str, Any]], dst: lis
     src = [{**n, "in": [rename.get(i, i) for i in n["in"]], "out": [rename[n["out"][0]]]} for n in src]
     dst = [{**n, "in": [rename.get(i, i) for i in n["in"]], "out": [rename[n["out"][0]]]} for n in dst]
     result = dst[-1]["out"][0] if dst else src[0]["in"][0]  # an empty right side: the node computes its input
+    # a condition may read an intermediate tensor of the source (``dtype(n)``): by its new name
+    where = [re.sub(r"\b(rank|dim|shape|value|dtype)\((\w+)", lambda m: f"{m[1]}({rename.get(m[2], m[2])}", w)
+             for w in where]
     return {"name": name, "doc": f"{_doc(src)} -> {_doc(dst) or result}", "inputs": inputs, "src": src, "dst": dst,
             "outputs": {src[-1]["out"][0]: result}, "where": where,
             "provenance": {"generator": {"kind": "fusion", "script": "benchmarks/fusion_candidates.py"},
@@ -214,6 +218,66 @@ def _attentions() -> Iterator[dict[str, Any]]:
             yield _rule(name, inputs, src, dst, {**found, **({"a": [], "c": []} if scaled else {})}, where)
 
 
+def _rms_norms() -> Iterator[dict[str, Any]]:
+    """RMSNorm as transformers' exports write Llama's (``LlamaRMSNorm``: x * rsqrt(mean(x²) + eps) * weight: Pow,
+    ReduceMean, Add, Sqrt, then Reciprocal and Mul, Div(x, ·), or Div(1, ·) and Mul, which is torch's rsqrt in the
+    legacy exporter; with or without the Cast back to the input's type before the weight, ``.to(input_dtype)``)
+    into one SimplifiedLayerNormalization. The epsilon is a constant the export adds; the fused op takes it as an
+    attribute, read from the constant by ``value(e)``. One direction only: the reverse would have to make that
+    constant."""
+    where = ["ax == (rank(x) - 1,)", "rank(e) == 0"]
+    found = {"x": [2, 3, 8], "g": [8], "e": []}
+    head = [node("pow", ["x"], "sq", exponent=2.0), node("reducemean", ["sq"], "ms", axes="?ax", keepdims=1),
+            node("add", ["ms", "e"], "mse"), node("sqrt", ["mse"], "rms")]
+    tails = {"reciprocal": ([node("reciprocal", ["rms"], "inv"), node("mul", ["x", "inv"], "n")], {}, []),
+             "div": ([node("div", ["x", "rms"], "n")], {}, []),
+             "div_one": ([node("div", ["o", "rms"], "inv"), node("mul", ["x", "inv"], "n")], {"o": "const"},
+                         ["value(o) == 1", "rank(o) == 0"])}
+    fused = node("rmsnorm", ["x", "g"], "f", axis="=rank(x) - 1", epsilon="=value(e)")
+    for form, (tail, extra, conditions) in tails.items():
+        for cast in (False, True):
+            scaled = [node("cast", ["n"], "c", to="?t"), node("mul", ["g", "c"], "y")] if cast else [
+                node("mul", ["g", "n"], "y")]
+            inputs = {"x": "any", "g": "const", "e": "const", **extra}
+            yield _rule(f"fuse_rmsnorm_{form}{'_cast' if cast else ''}", inputs,
+                        [*head, *tail, *scaled], [fused], {**found, **{k: [] for k in extra}},
+                        [*where, *conditions, *(["dtype(n) == t"] if cast else [])])
+
+
+def _rotaries() -> Iterator[dict[str, Any]]:
+    """Rotary embedding in the rotate-half form transformers' Llama exports write (x · cos + concat(-x₂, x₁) · sin,
+    the slices of x over its last axis, cos and sin the rows of position-indexed tables unsqueezed over the heads)
+    into one RotaryEmbedding. Two candidates, which differ in how the tables are given:
+
+    - ``fuse_rotary_halved_tables``: each table written as the concat of its half-width cache with itself (what
+      transformers computes, ``cat((freqs, freqs))``, before the cos): proved from ``rotary_def``;
+    - ``fuse_rotary_tables``: each table one constant of the head's width, as the legacy export (and the zoo's
+      decoder) writes it, the fused op given its first half: true only where the table's two halves are equal, a
+      fact about the constant's values that no rule condition states (``value()`` reads one-element constants):
+      refuted on random tables, as it must be.
+
+    Neither matches the zoo's decoder yet (see the lab note 2026-12-02-decoder-fusions.md): its position ids are
+    (1, S) against a batch of B, and its Slices over the dynamic dims stay outside the algebra."""
+    heads = ["?b", "?n", "?s"]
+    where = ["rank(x) == 4", "b == dim(x, 0)", "n == dim(x, 1)", "s == dim(x, 2)", "d == dim(x, 3)",
+             "h == dim(x, 3) // 2", "2 * h == d"]
+    rotate = [node("slice", ["x"], "x1", starts=[0, 0, 0, 0], stops=[*heads, "?h"], steps=[1, 1, 1, 1]),
+              node("slice", ["x"], "x2", starts=[0, 0, 0, "?h"], stops=[*heads, "?d"], steps=[1, 1, 1, 1]),
+              node("neg", ["x2"], "nx2"), node("concat", ["nx2", "x1"], "rot", axis=3),
+              node("mul", ["x", "cos"], "xc"), node("mul", ["rot", "sin"], "rs"), node("add", ["xc", "rs"], "y")]
+    rows = [node("gather", ["tc", "p"], "gc", axis=0), node("unsqueeze", ["gc"], "cos", axes=[1]),
+            node("gather", ["ts", "p"], "gs", axis=0), node("unsqueeze", ["gs"], "sin", axes=[1])]
+    halved = [node("concat", ["c", "c"], "tc", axis=1), node("concat", ["s", "s"], "ts", axis=1)]
+    yield _rule("fuse_rotary_halved_tables", {"x": "any", "p": "any", "c": "const", "s": "const"},
+                [*halved, *rows, *rotate], [node("rotary", ["x", "p", "c", "s"], "f")],
+                {"x": [2, 3, 4, 8], "p": [2, 4], "c": [6, 4], "s": [6, 4]}, where)
+    half = {"starts": [0, 0], "stops": "=(dim(tc, 0), h)", "steps": [1, 1]}
+    yield _rule("fuse_rotary_tables", {"x": "any", "p": "any", "tc": "const", "ts": "const"}, [*rows, *rotate],
+                [node("slice", ["tc"], "c", **half), node("slice", ["ts"], "s", **half),
+                 node("rotary", ["x", "p", "c", "s"], "f")],
+                {"x": [2, 3, 4, 8], "p": [2, 4], "tc": [6, 8], "ts": [6, 8]}, where)
+
+
 def all_candidates() -> list[dict[str, Any]]:
     """Every candidate, in a fixed order."""
     fusions = [*_skip_norms(), *_gelus(), *_fused_matmuls(), *_fused_convs()]
@@ -234,12 +298,17 @@ def main() -> None:
                       help="only softmax probabilities scaled out of the denormal range before their matmul")
     only.add_argument("--attentions", action="store_true", help="only attention as the exports write it, into "
                       "MultiHeadAttention")
+    only.add_argument("--rms-norms", action="store_true", help="only RMSNorm as transformers' Llama exports write "
+                      "it, into SimplifiedLayerNormalization")
+    only.add_argument("--rotaries", action="store_true", help="only rotary embedding as transformers' Llama exports "
+                      "write it, into RotaryEmbedding")
     only.add_argument("--identities", action="store_true", help="only nodes that compute their input (a one-input "
                       "Concat)")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
              else list(_denormal_lifts()) if args.denormal_lifts else list(_identities()) if args.identities
-             else list(_attentions()) if args.attentions
+             else list(_attentions()) if args.attentions else list(_rms_norms()) if args.rms_norms
+             else list(_rotaries()) if args.rotaries
              else all_candidates())
     with open(args.out, "w", encoding="utf-8") as f:
         max_ops = max(max(len(c["src"]), len(c["dst"])) for c in found)

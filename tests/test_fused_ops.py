@@ -97,13 +97,24 @@ def _attention(rng):
                                                                "qkv_hidden_sizes": sizes}
 
 
+def _rotary(rng):
+    batch, heads, seq, half = (int(d) for d in rng.integers(1, 6, size=4))
+    positions = int(rng.integers(seq, 3 * seq + 2))
+    return [(batch, heads, seq, 2 * half), (batch, seq), (positions, half), (positions, half)], {}
+
+
 DRAWS: dict[str, Draw] = {
     "skip_layernorm": lambda rng: _skip(int(rng.integers(1, 3)))(rng), "skip_rmsnorm": _skip(1), "rmsnorm": _rms,
     "ms_gelu": _unary(), "bias_gelu": _biased(False), "fast_gelu": _biased(True),
     "quick_gelu": _unary(lambda rng: {"alpha": float(rng.choice([1.0, 1.702, 0.5]))}),
     "fused_matmul": _fused_matmul, "fused_conv": _fused_conv, "mha": _mha,
-    "attention": _attention,
+    "attention": _attention, "rotary": _rotary,
 }
+
+
+def _is_index(op: str, k: int) -> bool:
+    """Input ``k`` of ``op`` holds indices (int64: rotary's position ids), drawn below the cache's rows."""
+    return OPS[op].role(k) == "indices"
 
 
 def _one_node_model(op: str, shapes: list[tuple[int, ...]], attrs: dict) -> tuple[onnx.ModelProto, Node]:
@@ -117,7 +128,8 @@ def _one_node_model(op: str, shapes: list[tuple[int, ...]], attrs: dict) -> tupl
             return hint
 
     graph = helper.make_graph(entry.encode(node, Ctx()), "fused",
-                              [helper.make_tensor_value_info(f"i{k}", FLOAT, s) for k, s in enumerate(shapes)],
+                              [helper.make_tensor_value_info(f"i{k}", TensorProto.INT64 if _is_index(op, k) else FLOAT,
+                                                             s) for k, s in enumerate(shapes)],
                               [helper.make_tensor_value_info("y", FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     import_node_domains(model)
@@ -140,7 +152,8 @@ def test_kernel_matches_onnxruntimes_own_kernel(op: str) -> None:
         shapes, attrs = DRAWS[op](rng)
         model, node = _one_node_model(op, shapes, attrs)
         assert OPS[op].domain in {imp.domain for imp in model.opset_import} | {""}
-        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        arrays = [rng.integers(0, shapes[2][0], size=s).astype(np.int64) if _is_index(op, k)
+                  else rng.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)]
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         (got,) = session.run(None, {f"i{k}": a for k, a in enumerate(arrays)})
         (want,) = OPS[op].evaluate(np, arrays, node.attrs)  # in float32, as ORT computes

@@ -193,6 +193,9 @@ CASES = [
     case("attention", (1, 5, 8), (8, 24), (24,), num_heads=2, scale=0.25),
     case("attention", (2, 4, 3), (3, 20), (20,), num_heads=2, qkv_hidden_sizes=(8, 8, 4)),
     case("attention", (1, 1, 1), (1, 3), (3,), num_heads=1),
+    # rotary: a decode step (one position) and a prefill, several heads and batches, a head of 2
+    case("rotary", (1, 3, 1, 8), (1, 1), (16, 4), (16, 4)), case("rotary", (2, 2, 5, 6), (2, 5), (7, 3), (7, 3)),
+    case("rotary", (3, 1, 2, 2), (3, 2), (4, 1), (4, 1)),
 ]
 
 INVALID = [
@@ -270,6 +273,11 @@ INVALID = [
         ((2, 3, 4), (4, 24), (24,), 2, {"qkv_hidden_sizes": (8, 4, 12)}), ((2, 3, 4), (4, 18), (18,), 4, {}),
         ((2, 3, 4), (4, 24), (24,), 0, {}), ((2, 3, 4), (4, 24), (24,), 2, {"qkv_hidden_sizes": (12, 12)}),
         ((3, 4), (4, 24), (24,), 2, {}), ((1, 2, 3, 4), (4, 24), (24,), 2, {}), ((2, 3, 4), (1, 4, 24), (24,), 2, {}))),
+    # rotary: a rank-3 input, position ids not (batch, seq), caches not half the head, unlike, an odd head
+    *(case("rotary", *shapes) for shapes in (
+        ((1, 1, 8), (1, 1), (16, 4), (16, 4)), ((2, 3, 4, 8), (1, 4), (16, 4), (16, 4)),
+        ((1, 3, 1, 8), (1, 1), (16, 8), (16, 8)), ((1, 3, 1, 8), (1, 1), (16, 4), (15, 4)),
+        ((1, 3, 1, 7), (1, 1), (16, 3), (16, 3)))),
 ]
 
 #: ops whose ONNX form needs a newer opset than the tests' default
@@ -302,7 +310,9 @@ def random_inputs(op: str, shapes: Sequence[Shape], dtype: type = np.float32,
     if op in ("sqrt", "pow") and np.dtype(dtype).kind == "f":  # real results only (ONNX gives NaN below 0)
         arrays[0] = np.abs(arrays[0])
     for k, role in enumerate(OPS[op].roles):
-        if role == "indices":  # in range of the gathered axis (negative ones count from its end)
+        if role == "indices" and op == "rotary":  # position ids: rows of the caches
+            arrays[k] = rng.integers(0, shapes[2][0], size=shapes[k]).astype(np.int64)
+        elif role == "indices":  # in range of the gathered axis (negative ones count from its end)
             arrays[k] = rng.integers(-2, 2, size=shapes[k]).astype(np.int64)
         elif role == "mask":
             arrays[k] = rng.random(shapes[k]) < 0.5
@@ -463,7 +473,7 @@ def test_random_cases_match_onnxruntime(op: str) -> None:
 
 #: ops whose inputs the role-based draw does not reach (shape tensors, a reshape's target, constants of a
 #: fused kernel's fixed layout): covered by their hand-written cases only
-NOT_DRAWN = {"expand", "reshape", "skip_layernorm", "skip_rmsnorm", "slice", "squeeze", "unsqueeze"}
+NOT_DRAWN = {"expand", "reshape", "rotary", "skip_layernorm", "skip_rmsnorm", "slice", "squeeze", "unsqueeze"}
 
 
 @pytest.mark.parametrize(("op", "shapes", "attrs"),

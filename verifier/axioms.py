@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import z3
 
-from verifier.encode import DIM, RANK, T, apply_op, symbolic_code, z3_and, z3_max
+from verifier.encode import DIM, DTYPE, RANK, SCALAR_BITS, T, apply_op, float_bits, symbolic_code, z3_and, z3_max
 from xflow.ops import OPS
 from xflow.ops.attention import TO_HEADS, TO_HEADS_T
 
@@ -67,6 +67,20 @@ class NumEnv:
     div = staticmethod(lambda a, b: a // b)
     code = staticmethod(lambda *entries: tuple(int(v) for v in entries))  # a shape attribute: the tuple itself
 
+    def scalar(self, t: str) -> float:
+        """The float value of a one-element tensor as a float attribute holds it (float32's shortest decimal)."""
+        return float(str(np.float32(np.asarray(self.values[t]).reshape(()))))
+
+    def scalar_is(self, t: str, value: float) -> bool:
+        """Whether a one-element tensor holds ``value`` (as float32)."""
+        return self.scalar(t) == float(str(np.float32(value)))
+
+    def dtype(self, t: str) -> int:
+        """A tensor's element type: float's where its float64 values are float32 numbers (what the check's float64
+        stands for, as in the rules' check), else double's."""
+        array = np.asarray(self.values[t])
+        return onnx.TensorProto.FLOAT if np.array_equal(array.astype(np.float32), array) else DOUBLE
+
     def same_shape(self, a: Any, b: Any) -> bool:
         """Whether terms ``a`` and ``b`` have one shape (rank and every dim)."""
         return np.shape(_eval_num(a, self)) == np.shape(_eval_num(b, self))
@@ -93,6 +107,18 @@ class Z3Env:
     max = staticmethod(z3_max)
     div = staticmethod(lambda a, b: a / b)
     code = staticmethod(lambda *entries: symbolic_code(entries))  # a shape attribute of symbolic dims
+
+    def scalar(self, t: str) -> Any:
+        """The bits of a one-element tensor's float32 value (``value(t)`` of a rule: ``encode.SCALAR_BITS``)."""
+        return SCALAR_BITS(self.values[t])
+
+    def scalar_is(self, t: str, value: float) -> Any:
+        """A one-element tensor holds ``value``: its bits are ``value``'s as float32."""
+        return SCALAR_BITS(self.values[t]) == float_bits(value)
+
+    def dtype(self, t: str) -> Any:
+        """A tensor's element type (``dtype(t)`` of a rule: ``encode.DTYPE``)."""
+        return DTYPE(self.values[t])
 
     def same_shape(self, a: Any, b: Any) -> Any:
         """Terms ``a`` and ``b`` have one shape: equal ranks and equal dims at every index (a quantified
@@ -785,6 +811,45 @@ def _skip_gen(params: tuple[str, ...]) -> Callable[[np.random.Generator], dict[s
     return gen
 
 
+def _rotary_rows(cache: Any, positions: Any) -> Any:
+    """A rotary cache's rows at the positions, repeated across the head and unsqueezed over the heads: (B, 1, S, D)."""
+    return ("unsqueeze", {"axes": (1,)}, ("gather", {"axis": 0}, ("concat", {"axis": 1}, cache, cache), positions))
+
+
+def _rotate_half(x: Any, cos: Any, sin: Any) -> Any:
+    """x · cos + concat(-x₂, x₁) · sin over the last axis of a rank-4 x (Llama's rotate_half)."""
+    dims = lambda e: (e.dim(x, 0), e.dim(x, 1), e.dim(x, 2))  # noqa: E731
+    first = ("slice", {"starts": (0, 0, 0, 0), "steps": (1, 1, 1, 1),
+                       "stops": F(lambda e: e.code(*dims(e), e.div(e.dim(x, 3), 2)))}, x)
+    second = ("slice", {"starts": F(lambda e: e.code(0, 0, 0, e.div(e.dim(x, 3), 2))), "steps": (1, 1, 1, 1),
+                        "stops": F(lambda e: e.code(*dims(e), e.dim(x, 3)))}, x)
+    return _add(_mul(x, cos), _mul(("concat", {"axis": 3}, _un("neg", second), first), sin))
+
+
+def _rotary_gen(rng):
+    """x (B, N, S, D), position ids (B, S) among M cache rows of width D / 2."""
+    b, n, s, half = (int(d) for d in rng.integers(1, 4, size=4))
+    m = int(rng.integers(s, 2 * s + 2))
+    return {"x": _arr(rng, b, n, s, 2 * half), "p": rng.integers(0, m, size=(b, s)), "c": _arr(rng, m, half),
+            "s": _arr(rng, m, half)}
+
+
+def _cast_gen(rng):
+    """x and the type it has: float32 numbers and float, or float64 ones and double."""
+    x = _same("x")(rng)["x"]
+    if rng.random() < 0.5:
+        return {"x": x.astype(np.float32).astype(np.float64), "t": onnx.TensorProto.FLOAT}
+    return {"x": x, "t": DOUBLE}
+
+
+def _rms_gen(rng):
+    """x of rank 2 or 3, a scale g of its last dim, a positive epsilon e of rank 0 and the parameters it fixes."""
+    shape = tuple(int(d) for d in rng.integers(1, 5, size=_pick(rng, [2, 3])))
+    eps = _pick(rng, [1e-5, 1e-6, 0.25])
+    return {"x": _arr(rng, *shape), "g": _arr(rng, shape[-1]), "e": np.array(eps), "eps": eps,
+            "a": len(shape) - 1, "ax": (len(shape) - 1,)}
+
+
 def _bias_gen(rng):
     shape = tuple(int(d) for d in rng.integers(1, 4, size=_pick(rng, [1, 2, 3])))
     return {"x": _arr(rng, *shape), "b": _arr(rng, shape[-1])}
@@ -1452,6 +1517,27 @@ def _build() -> list[Axiom]:
         L("skip_rmsnorm_def", ("skip_rmsnorm", {"epsilon": P("eps")}, "x", "s", "g"),
           ("rmsnorm", {"axis": F(lambda e: e.rank("x") - 1), "epsilon": P("eps")}, _add("x", "s"), "g"),
           ("x", "s", "g"), ("eps",), _skip_gen(("g",))),
+        # RMSNorm as transformers' exports write it, the epsilon a constant e that rmsnorm takes as an attribute
+        # (a rule's ``value(e)``); the two sides form one multi-pattern: neither binds every variable alone
+        *(A(f"rmsnorm_def_{form}", ("rmsnorm", {"axis": P("a"), "epsilon": P("eps")}, "x", "g"),
+            _mul("g", scaled(_un("sqrt", _add(("reducemean", {"axes": P("ax"), "keepdims": 1},
+                                                ("pow", {"exponent": 2.0}, "x")), "e")))),
+            ("x", "g", "e"), ("a", "eps", "ax"), _rms_gen, multi=True,
+            guard=lambda v: v.And(v.p("a") == v.rank("x") - 1, v.p("ax") == v.code(v.rank("x") - 1),
+                                  v.p("eps") == v.scalar("e"), v.rank("e") == 0))
+          for form, scaled in (("reciprocal", lambda r: _mul("x", _un("reciprocal", r))),
+                               ("div", lambda r: _div("x", r)))),
+        # a constant one divided by y is its reciprocal (torch's rsqrt in the legacy exporter: Div(1, Sqrt(v)))
+        L("div_one_reciprocal", _div("o", "y"), _un("reciprocal", "y"), ("o", "y"), (),
+          lambda rng: {"o": np.array(1.0), "y": np.abs(_same("y")(rng)["y"]) + 0.1},
+          guard=lambda v: v.And(v.scalar_is("o", 1.0), v.rank("o") == 0)),
+        # a cast to the type a tensor already has is the tensor (transformers' .to(input_dtype) on float32)
+        L("cast_same_type", ("cast", {"to": P("t")}, "x"), "x", ("x",), ("t",),
+          _cast_gen,
+          guard=lambda v: v.dtype("x") == v.p("t")),
+        L("rotary_def", ("rotary", {}, "x", "p", "c", "s"), _rotate_half("x", _rotary_rows("c", "p"),
+                                                                        _rotary_rows("s", "p")),
+          ("x", "p", "c", "s"), (), _rotary_gen),
         L("ms_gelu_def", ("ms_gelu", {}, "x"), ("gelu", {"approximate": "none"}, "x"), ("x",), (), _same("x")),
         L("bias_gelu_def", ("bias_gelu", {}, "x", "b"), ("gelu", {"approximate": "none"}, _add("x", "b")), ("x", "b"),
           (), _bias_gen),

@@ -30,6 +30,24 @@ from xflow.rules.model import Rule, Var
 T = z3.DeclareSort("T")
 RANK = z3.Function("rank", T, z3.IntSort())
 DIM = z3.Function("dim", T, z3.IntSort(), z3.IntSort())
+#: ``value(t)`` of a one-element constant: the bits of its float32 value, as a "float" attribute holds them (an
+#: uninterpreted function: the definition axioms that read a constant's value state what it means)
+SCALAR_BITS = z3.Function("scalar_bits", T, z3.IntSort())
+#: ``dtype(t)``: a tensor's ONNX element type (uninterpreted; ``cast_same_type`` is the axiom that reads it)
+DTYPE = z3.Function("dtype", T, z3.IntSort())
+
+
+def float_bits(value: float) -> int:
+    """The bits of ``value`` as float32, how a "float" attribute is coded."""
+    return int.from_bytes(struct.pack("<f", float(value)), "little")
+
+
+@dataclass(frozen=True)
+class ScalarValue:
+    """``value(t)`` in z3: the bits of the constant's float32 value. As a float attribute it is those bits; compared
+    with a number it equals that number's bits (``value(o) == 1``), so the Python and z3 meanings agree."""
+
+    bits: Any
 
 #: Per op: its attributes with their z3 kinds, in the order of the function's Int arguments (a view of
 #: the op table's ``AttrSpec.z3``).
@@ -100,10 +118,12 @@ def flatten_attr(op: str, kind: Any, value: Any, n_out: int) -> list[z3.ArithRef
             return [z3.IntVal(CHOICE_CODES[value])]
         return [_int(value)]
     if kind == "float":
+        if isinstance(value, ScalarValue):
+            return [value.bits]
         if isinstance(value, z3.ArithRef):
             return [value]
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return [z3.IntVal(int.from_bytes(struct.pack("<f", float(value)), "little"))]
+            return [z3.IntVal(float_bits(value))]
         raise Unsupported(f"{op}: float attribute {value!r} is not a number")
     if kind == "code":
         if isinstance(value, z3.ArithRef):
@@ -153,6 +173,19 @@ def _is_z3(v: Any) -> bool:
 
 def z3_eq(a: Any, b: Any) -> Any:
     """Equality of values that may be ints, z3 terms or tuples of them."""
+    if isinstance(a, ScalarValue) or isinstance(b, ScalarValue):
+        scalar, other = (a, b) if isinstance(a, ScalarValue) else (b, a)
+        if isinstance(other, ScalarValue):
+            return scalar.bits == other.bits
+        if isinstance(other, int | float) and not isinstance(other, bool):
+            return scalar.bits == float_bits(other)
+        raise Unsupported(f"cannot compare a constant's value with {other!r}")
+    if isinstance(a, tuple) != isinstance(b, tuple) and _is_z3(b if isinstance(a, tuple) else a):
+        # a "code" attribute variable against a tuple (``ax == (rank(x) - 1,)``): the variable is the code of
+        # the tuple the matcher bound, so it equals the tuple's code (literal or symbolic, as the axioms write it)
+        code, items = (b, a) if isinstance(a, tuple) else (a, b)
+        literal = all(isinstance(v, int) and not isinstance(v, bool) for v in items)
+        return code == (tuple_code(items) if literal else symbolic_code(items))
     if isinstance(a, tuple) or isinstance(b, tuple):
         if not (isinstance(a, tuple) and isinstance(b, tuple)):
             raise Unsupported(f"cannot compare {a!r} with {b!r}")
@@ -320,7 +353,8 @@ def _z3_abs(*vals: Any) -> Any:
 #: The rule-expression language on z3 terms (``xflow.rules.expr``): the Python semantics, overriding only what
 #: differs on z3 Ints, Bools and tensor terms (a tensor's entry in the environment is its term).
 Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
-    "literal": _z3_constant, "unbound": _z3_unbound, "no shape": _z3_no_term,
+    "literal": _z3_constant, "unbound": _z3_unbound, "no shape": _z3_no_term, "no value": _z3_no_term,
+    "no dtype": _z3_no_term,
     "not": z3_not,
     "+": _z3_arith("+", operator.add), "-": _z3_arith("-", operator.sub), "*": _z3_arith("*", operator.mul),
     "%": _z3_arith("%", operator.mod),
@@ -333,6 +367,7 @@ Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
     "if": lambda cond, then, otherwise: z3_if(cond, then(), otherwise()),
     "[]": _z3_index, "[:]": _z3_slice,
     "rank()": RANK, "dim()": dim_term, "shape()": _z3_shape,
+    "value()": lambda term: ScalarValue(SCALAR_BITS(term)), "dtype()": DTYPE,
     "len()": lambda *vals: len(_one_tuple("len()", vals)), "sum()": _z3_sum,
     "min()": _z3_extreme("min()", z3_min), "max()": _z3_extreme("max()", z3_max), "abs()": _z3_abs,
     "all()": lambda *vals: z3_and(*_one_tuple("all()", vals)),
@@ -344,7 +379,7 @@ Z3_SEMANTICS: Semantics = PYTHON_SEMANTICS | {
 def translate_expr(expr: Expr, variables: dict[str, Any], tensors: dict[str, z3.ExprRef]) -> Any:
     """The z3 value (Int, Bool, python int or tuple) of a rule expression: its evaluation with ``Z3_SEMANTICS``,
     the rule's attribute variables as z3 values and its pattern tensors as terms."""
-    return expr.evaluate(ShapeEnv(variables, tensors), Z3_SEMANTICS)
+    return expr.evaluate(ShapeEnv(variables, tensors, tensors, tensors), Z3_SEMANTICS)
 
 
 # ---- rules -------------------------------------------------------------------------------------
@@ -433,6 +468,8 @@ _APPLIED: dict[tuple[Any, ...], tuple[list[z3.ExprRef], list[Any], Any, Any]] = 
 
 def _value_key(value: Any) -> Any:
     """A hashable key of an attribute value that tells 1, 1.0 and True apart and names a z3 term by its id."""
+    if isinstance(value, ScalarValue):
+        value = value.bits
     if isinstance(value, z3.AstRef):
         return ("z3", value.get_id())
     if isinstance(value, tuple):

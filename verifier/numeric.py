@@ -225,9 +225,12 @@ def _concretize(rng: np.random.Generator, node: PatternNode, shapes: list[tuple[
 
 
 def _in_float64(op: str, attrs: dict[str, Any]) -> dict[str, Any]:
-    """The attributes with a float32 ``dtype`` (default or given) made float64: the check runs in float64."""
+    """The attributes with a float32 ``dtype`` (default or given) or a cast's float32 ``to`` made float64: the check
+    runs in float64."""
     if "dtype" in OPS[op].attr_names and attrs.get("dtype", onnx.TensorProto.FLOAT) == onnx.TensorProto.FLOAT:
         attrs["dtype"] = onnx.TensorProto.DOUBLE
+    if op == "cast" and attrs.get("to") == onnx.TensorProto.FLOAT:
+        attrs["to"] = onnx.TensorProto.DOUBLE
     return attrs
 
 
@@ -298,6 +301,52 @@ def _run(xp: Any, steps: list[tuple[PatternNode, Any]], values: dict[str, Any]) 
         values.update(zip(node.outputs, outs, strict=True))
 
 
+def _draw(rng: np.random.Generator, rule: Rule, shapes: dict[str, tuple[int, ...]], roles: dict[str, str],
+          magnitude: float, valued: frozenset[str]) -> dict[str, np.ndarray]:
+    """Random float64 values of the rule's inputs: variances positive (BatchNormalization takes the square root of
+    var + epsilon), the ``valued`` ones float32 numbers (what ``value(t)`` reads, as ONNX stores an attribute)."""
+    drawn = {name: rng.uniform(0.5, 1.5, size=shapes[name]) if roles.get(name) == "variance"
+             else magnitude * rng.uniform(-1.0, 1.0, size=shapes[name]) for name in rule.inputs}
+    # indices (a gather's, rotary's position ids) are whole numbers within the smallest dim of the other inputs,
+    # so that every magnitude's instance looks up rows that exist
+    rows = min((d for name in rule.inputs if roles.get(name) != "indices" for d in shapes[name]), default=1)
+    for name in rule.inputs:
+        if roles.get(name) == "indices":
+            drawn[name] = rng.integers(0, max(rows, 1), size=shapes[name]).astype(np.float64)
+    for name in valued:
+        drawn[name] = np.vectorize(lambda v: float(str(np.float32(v))), otypes=[np.float64])(drawn[name])
+    for name, value in _fixed_values(rule).items():  # ``value(o) == 1``: o holds 1
+        if name in drawn:
+            drawn[name] = np.full(shapes[name], float(value))
+    return drawn
+
+
+def _fixed_values(rule: Rule) -> dict[str, Any]:
+    """The inputs a where condition ``value(t) == number`` fixes, with the number."""
+    out: dict[str, Any] = {}
+    for cond in rule.where:
+        tree = cond.tree
+        if (isinstance(tree, ast.Compare) and len(tree.ops) == 1 and isinstance(tree.ops[0], ast.Eq)
+                and isinstance(tree.left, ast.Call) and isinstance(tree.left.func, ast.Name)
+                and tree.left.func.id == "value" and isinstance(tree.left.args[0], ast.Name)
+                and isinstance(tree.comparators[0], ast.Constant)):
+            out[tree.left.args[0].id] = tree.comparators[0].value
+    return out
+
+
+def _valued(rule: Rule) -> frozenset[str]:
+    """The rule inputs whose constant values its conditions or target attributes read (``value(t)``)."""
+    exprs = [*rule.where]
+    stack = [t for node in rule.dst for t in node.attrs.values()]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, Expr):
+            exprs.append(t)
+        elif isinstance(t, tuple):
+            stack.extend(t)
+    return frozenset().union(*(e.valued for e in exprs)) & frozenset(rule.inputs)
+
+
 def _near(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """``shapes`` with each distinct dim size replaced by one drawn near it, the same size everywhere it occurs
     (so that the dims the pair was found on to be equal stay equal: channels, a kernel's sizes)."""
@@ -331,23 +380,28 @@ def _instance(rule: Rule, rng: np.random.Generator, xp: Any, roles: dict[str, st
             attrs = _concretize(rng, node, [shapes[i] for i in node.inputs], variables, defining, shapes, wide)
             src.append((node, _infer(node.op, attrs, shapes, node.inputs, node.outputs, fresh)))
             fresh.difference_update(node.inputs)
-        env = ShapeEnv(variables, shapes)
+        valued = _valued(rule)
+        # a rule reading constants' values draws them before its conditions and target read them (any other
+        # draws after its shapes hold on both sides, as it always did: the same seed, the same instances)
+        drawn = _draw(rng, rule, shapes, roles, magnitude, valued) if valued else {}
+        constants = {name: drawn[name] for name in valued}
+        # the check's float64 stands for float32 (``_in_float64``): every tensor's element type is float's
+        dtypes = dict.fromkeys(shapes, onnx.TensorProto.FLOAT)
+        env = ShapeEnv(variables, shapes, constants, dtypes)
         for cond in rule.where:
             if not cond.evaluate(env):
                 raise _Skip
         dst_shapes = dict(shapes)
         dst: list[tuple[PatternNode, Any]] = []
         for node in rule.dst:
-            local = ShapeEnv(variables, dst_shapes)
+            local = ShapeEnv(variables, dst_shapes, constants, dtypes)
             attrs = _in_float64(node.op, {k: evaluate_template(t, local) for k, t in node.attrs.items()})
             dst.append((node, _infer(node.op, attrs, dst_shapes, node.inputs, node.outputs)))
         if any(shapes[s] != dst_shapes[d] for s, d in rule.outputs.items()):
             raise _Skip  # the matcher would reject a type change
-        # variances are positive: BatchNormalization takes the square root of var + epsilon
-        values: dict[str, Any] = {name: xp.asarray(rng.uniform(0.5, 1.5, size=shapes[name])
-                                                   if roles.get(name) == "variance"
-                                                   else magnitude * rng.uniform(-1.0, 1.0, size=shapes[name]))
-                                  for name in rule.inputs}
+        if not valued:
+            drawn = _draw(rng, rule, shapes, roles, magnitude, valued)
+        values: dict[str, Any] = {name: xp.asarray(array) for name, array in drawn.items()}
         # a division by zero or the root of a negative is no error here: a non-finite output is judged below
         with np.errstate(all="ignore"):
             _run(xp, src, values)

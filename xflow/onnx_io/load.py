@@ -95,13 +95,36 @@ def model_from_bytes(data: bytes | bytearray | memoryview, label: str = "<bytes>
     return model
 
 
+#: Operators of the op table that ONNX Runtime registers in the standard domain and ONNX does not define
+#: (SimplifiedLayerNormalization): the checker has no schema for them, so it checks them as a domain of their own
+_RUNTIME_STANDARD_OPS = frozenset(t for op in OPS.values() if op.domain == "" for t in op.onnx_types
+                                  if not onnx.defs.has(t))
+_RUNTIME_STANDARD_DOMAIN = "xflow.onnxruntime-standard"
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of ``model`` the checker accepts when its graph holds ONNX Runtime's standard-domain extensions
+    (each moved to a domain of its own, which the checker does not know and so does not check), else None."""
+    if not any(n.op_type in _RUNTIME_STANDARD_OPS and n.domain in ("", "ai.onnx") for n in model.graph.node):
+        return None
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for n in copy.graph.node:
+        if n.op_type in _RUNTIME_STANDARD_OPS and n.domain in ("", "ai.onnx"):
+            n.domain = _RUNTIME_STANDARD_DOMAIN
+    copy.opset_import.append(onnx.helper.make_opsetid(_RUNTIME_STANDARD_DOMAIN, 1))
+    return copy
+
+
 def check_proto(model: onnx.ModelProto, label: str, checked: str | onnx.ModelProto | None = None) -> None:
     """XflowError naming ``label`` when ``model`` is not a valid ONNX model (the checker runs on ``checked``:
-    the file, so that external data and large models are checked where they are, or the model)."""
+    the file, so that external data and large models are checked where they are, or the model; on a copy when
+    the graph holds operators ONNX Runtime adds to the standard domain)."""
     if model.ir_version <= 0 or not model.opset_import or not model.HasField("graph"):
         raise XflowError(label, "not an ONNX model (no IR version, opset imports or graph)")
+    checkable = _checkable(model)
     try:
-        onnx.checker.check_model(checked if checked is not None else model)
+        onnx.checker.check_model(checkable if checkable is not None else checked if checked is not None else model)
     except Exception as exc:  # the checker raises several unrelated types
         raise XflowError(label, f"invalid ONNX model: {one_line(exc)}") from None
 

@@ -9,7 +9,7 @@ conditions hold and the target pattern instantiates with valid shapes of the sam
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -536,7 +536,8 @@ def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str,
         if t is None or t.shape is None or any(d is None for d in t.shape):
             return fail(FailureKind.SHAPE_UNKNOWN, p_name, g_name)
         shapes[p_name] = t.shape
-    shape_env = ShapeEnv(env, _condition_shapes(shapes))
+    dtypes = {p_name: graph.type_of(g_name).dtype for p_name, g_name in values.items()}  # typed above
+    shape_env = ShapeEnv(env, _condition_shapes(shapes), ConstantValues(graph, values), dtypes)
     try:
         for cond in rule.where:
             if not cond.evaluate(shape_env):
@@ -554,6 +555,33 @@ def _finish(graph: Graph, rule: Rule, nodes: tuple[Node, ...], values: dict[str,
         if d in dst_types:
             dst_types[d] = src_type  # the same dims, written as the graph has them
     return Match(rule, nodes, values, env, dst_attrs, dst_types)
+
+
+class ConstantValues(Mapping[str, Any]):
+    """What ``value(t)`` reads at a match: the data of each pattern tensor bound to an initializer no caller may
+    feed, read when asked (a rule that reads no value reads no data)."""
+
+    def __init__(self, graph: Graph, values: Mapping[str, str]) -> None:
+        self._graph, self._values = graph, values
+
+    def _name(self, key: str) -> str | None:
+        name = self._values.get(key)
+        return name if name is not None and self._graph.is_constant(name) else None
+
+    def __getitem__(self, key: str) -> Any:
+        name = self._name(key)
+        if name is None:
+            raise KeyError(key)
+        return self._graph.constants[name].value()
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._name(key) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self._values if self._name(k) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _node_of(rule: Rule, nodes: tuple[Node, ...], *tensors: str) -> Node:
@@ -597,7 +625,7 @@ def instantiate_target(graph: Graph, rule: Rule, values: dict[str, str], env: Sh
     readable = dict(env.shapes)
     for p in rule.dst:
         entry = OPS[p.op]
-        local = ShapeEnv(env.variables, readable)
+        local = ShapeEnv(env.variables, readable, env.values, env.dtypes)
         attrs = entry.normalize_attrs({k: evaluate_template(t, local) for k, t in p.attrs.items()})
         in_types = [types.get(i) or graph.type_of(values[i]) for i in p.inputs]
         out_shapes = entry.infer([t.shape for t in in_types], attrs)  # type: ignore[union-attr]

@@ -1,7 +1,9 @@
 """The small expression language of rule attributes and conditions.
 
 An expression is Python syntax restricted to: integers, tuples/lists, attribute variables (bound by
-``?name`` in the source pattern), ``rank(t)``, ``dim(t, i)``, ``shape(t)`` of pattern tensors,
+``?name`` in the source pattern), ``rank(t)``, ``dim(t, i)``, ``shape(t)`` of pattern tensors, ``value(t)`` of a
+one-element constant rule input (its float value as ONNX stores it, float32: an epsilon the export adds as a
+constant that the fused op takes as an attribute), ``dtype(t)`` (a pattern tensor's ONNX element type),
 ``len/sum/min/max/abs/all/any``, arithmetic (+ - * // %), comparisons, ``and/or/not``, subscripts
 and ``a if c else b``. Parsed once when a rule is loaded; evaluated per match.
 
@@ -20,6 +22,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
+
+import numpy as np
 
 #: Bounds on what an expression may be and compute: its text, its nesting, and the items (and integer digits)
 #: one value may hold. A rule is data from a file: ``len('a' * 100000000000)`` passes the whitelist and would
@@ -68,6 +72,8 @@ _CMPOPS: dict[type, str] = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE:
                             ast.In: "in", ast.NotIn: "not in"}
 _PURE_FUNCS = ("len", "sum", "min", "max", "abs", "all", "any", "tuple")
 _SHAPE_FUNCS = ("rank", "dim", "shape")
+_VALUE_FUNCS = ("value",)
+_DTYPE_FUNCS = ("dtype",)
 
 
 class ExprError(ValueError):
@@ -75,22 +81,28 @@ class ExprError(ValueError):
 
 
 class ShapeEnv:
-    """What an expression can read: attribute variables and the shapes of pattern tensors (what a semantics'
-    ``rank``, ``dim`` and ``shape`` read: a tuple of dims in Python, a tensor term in z3)."""
+    """What an expression can read: attribute variables, the shapes of pattern tensors (what a semantics'
+    ``rank``, ``dim`` and ``shape`` read: a tuple of dims in Python, a tensor term in z3) and the values of
+    constant rule inputs (what ``value`` reads: an array in Python, a tensor term in z3; None: no value known)
+    and the element types of pattern tensors (what ``dtype`` reads: an ONNX type in Python, a term in z3)."""
 
-    def __init__(self, variables: Mapping[str, Any], shapes: Mapping[str, Any]) -> None:
+    def __init__(self, variables: Mapping[str, Any], shapes: Mapping[str, Any],
+                 values: Mapping[str, Any] | None = None, dtypes: Mapping[str, Any] | None = None) -> None:
         self.variables = variables
         self.shapes = shapes
+        self.values = values
+        self.dtypes = dtypes
 
 
 Semantics = Mapping[str, Callable[..., Any]]
 """What each operation of the language does, keyed by how it is written: ``literal(value)``,
-``unbound(name, source)`` and ``no shape(tensor, source)`` (both raise), ``-x`` and ``not`` (one operand), ``+``
-``-`` ``*`` ``//`` ``%`` and the comparisons ``==`` ``!=`` ``<`` ``<=`` ``>`` ``>=`` ``in`` ``not in`` (two),
-``and``/``or`` (an iterable of values, consumed as far as they need: a chained comparison is the ``and`` of its
-links), ``if(cond, then, else)`` (the branches as functions of no argument), ``[]`` (container, key), ``[:]``
-(container, lower, upper, step), ``rank()``, ``dim()`` and ``shape()`` (a tensor's entry in ``ShapeEnv.shapes``
-first), and the functions with ``()`` after their names (``len()``, ``sum()``, ``min()``, ...)."""
+``unbound(name, source)``, ``no shape``, ``no value`` and ``no dtype`` ``(tensor, source)`` (all raise), ``-x`` and
+``not`` (one operand), ``+`` ``-`` ``*`` ``//`` ``%`` and the comparisons ``==`` ``!=`` ``<`` ``<=`` ``>`` ``>=``
+``in`` ``not in`` (two), ``and``/``or`` (an iterable of values, consumed as far as they need: a chained comparison
+is the ``and`` of its links), ``if(cond, then, else)`` (the branches as functions of no argument), ``[]``
+(container, key), ``[:]`` (container, lower, upper, step), ``rank()``, ``dim()`` and ``shape()`` (a tensor's entry
+in ``ShapeEnv.shapes`` first), ``value()`` and ``dtype()`` (a tensor's entry in ``ShapeEnv.values``, ``.dtypes``),
+and the functions with ``()`` after their names (``len()``, ``sum()``, ``min()``, ...)."""
 
 
 def _unbound(name: str, source: str) -> Any:
@@ -101,6 +113,23 @@ def _no_shape(tensor: str, source: str) -> Any:
     raise ExprError(f"{source!r}: tensor {tensor!r} has no known shape")
 
 
+def _no_value(tensor: str, source: str) -> Any:
+    raise ExprError(f"{source!r}: tensor {tensor!r} has no known constant value")
+
+
+def _no_dtype(tensor: str, source: str) -> Any:
+    raise ExprError(f"{source!r}: tensor {tensor!r} has no known element type")
+
+
+def _scalar_value(value: Any) -> float:
+    """The float a one-element constant holds, as ONNX stores a float attribute (float32, the shortest decimal
+    that round-trips it); ExprError for a constant of more elements or of another kind."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind != "f":
+        raise ExprError(f"value() of a {array.dtype} constant of {array.size} elements, not one float")
+    return float(str(np.float32(array.reshape(()))))
+
+
 def _if(cond: Any, then: Callable[[], Any], otherwise: Callable[[], Any]) -> Any:
     return then() if cond else otherwise()
 
@@ -108,7 +137,8 @@ def _if(cond: Any, then: Callable[[], Any], otherwise: Callable[[], Any]) -> Any
 #: Evaluation on Python values: ints, bools, strings, tuples, and the dims of shapes (a dim over symbols is a
 #: ``SymbolicDim`` whose comparisons are decided for every value of the symbols).
 PYTHON_SEMANTICS: Semantics = {
-    "literal": lambda value: value, "unbound": _unbound, "no shape": _no_shape,
+    "literal": lambda value: value, "unbound": _unbound, "no shape": _no_shape, "no value": _no_value,
+    "no dtype": _no_dtype,
     "-x": operator.neg, "not": operator.not_,
     "+": lambda a, b: _bounded(operator.add(a, b)), "-": operator.sub, "*": _mul, "//": operator.floordiv,
     "%": _mod,
@@ -117,7 +147,8 @@ PYTHON_SEMANTICS: Semantics = {
     "and": all, "or": any, "if": _if,
     "[]": lambda container, key: container[key],
     "[:]": lambda container, lower, upper, step: container[slice(lower, upper, step)],
-    "rank()": len, "dim()": lambda shape, i: shape[i], "shape()": tuple,
+    "rank()": len, "dim()": lambda shape, i: shape[i], "shape()": tuple, "value()": _scalar_value,
+    "dtype()": int,
     **{f"{name}()": fn for name, fn in zip(_PURE_FUNCS, (len, _sum, min, max, abs, all, any, tuple), strict=True)},
 }
 
@@ -156,6 +187,13 @@ class Expr:
         return frozenset(_names(self.tree, tensors=True))
 
     @cached_property
+    def valued(self) -> frozenset[str]:
+        """Pattern tensors whose constant values are read (``value(t)``)."""
+        return frozenset(sub.args[0].id for sub in ast.walk(self.tree)  # type: ignore[attr-defined]
+                         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name)
+                         and sub.func.id in _VALUE_FUNCS)
+
+    @cached_property
     def _compiled(self) -> dict[int, Compiled]:
         """The expression compiled per semantics, by the semantics' id (they are module-level constants)."""
         return {}
@@ -192,10 +230,13 @@ def _check(node: ast.AST, source: str) -> None:
         if not isinstance(sub, allowed):
             raise ExprError(f"{source!r}: {type(sub).__name__} is not allowed in rule expressions")
         if isinstance(sub, ast.Call):
-            if not isinstance(sub.func, ast.Name) or sub.func.id not in (*_PURE_FUNCS, *_SHAPE_FUNCS):
+            tensor_funcs = (*_SHAPE_FUNCS, *_VALUE_FUNCS, *_DTYPE_FUNCS)
+            if not isinstance(sub.func, ast.Name) or sub.func.id not in (*_PURE_FUNCS, *tensor_funcs):
                 raise ExprError(f"{source!r}: unknown function {ast.unparse(sub.func)}")
-            if sub.func.id in _SHAPE_FUNCS and (not sub.args or not isinstance(sub.args[0], ast.Name)):
+            if sub.func.id in tensor_funcs and (not sub.args or not isinstance(sub.args[0], ast.Name)):
                 raise ExprError(f"{source!r}: {sub.func.id}() takes a pattern tensor name first")
+            if sub.func.id in (*_VALUE_FUNCS, *_DTYPE_FUNCS) and len(sub.args) != 1:
+                raise ExprError(f"{source!r}: {sub.func.id}() takes one pattern tensor")
         if isinstance(sub, ast.Constant) and not isinstance(sub.value, int | str | bool):
             raise ExprError(f"{source!r}: only integer, bool and string literals are allowed")
         if isinstance(sub, ast.Constant):
@@ -211,7 +252,7 @@ def _names(tree: ast.AST, tensors: bool) -> set[str]:
     def visit(node: ast.AST, in_shape_arg: bool) -> None:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             for k, arg in enumerate(node.args):
-                visit(arg, node.func.id in _SHAPE_FUNCS and k == 0)
+                visit(arg, node.func.id in (*_SHAPE_FUNCS, *_VALUE_FUNCS, *_DTYPE_FUNCS) and k == 0)
             return
         if isinstance(node, ast.Name):
             if in_shape_arg == tensors:
@@ -297,6 +338,22 @@ def _compile(node: ast.AST, source: str, sem: Semantics) -> Compiled:
                 return lambda env: fn(shape_of(env))
             at = sub(args[1])
             return lambda env: fn(shape_of(env), at(env))
+        case ast.Call(func=ast.Name(id=fname), args=args) if fname in _VALUE_FUNCS:
+            tensor, no_value, fn = args[0].id, sem["no value"], sem["value()"]  # type: ignore[attr-defined]
+
+            def value_of(env: ShapeEnv) -> Any:
+                if env.values is None or tensor not in env.values:
+                    return no_value(tensor, source)
+                return fn(env.values[tensor])
+            return value_of
+        case ast.Call(func=ast.Name(id=fname), args=args) if fname in _DTYPE_FUNCS:
+            tensor, no_dtype, fn = args[0].id, sem["no dtype"], sem["dtype()"]  # type: ignore[attr-defined]
+
+            def dtype_of(env: ShapeEnv) -> Any:
+                if env.dtypes is None or tensor not in env.dtypes:
+                    return no_dtype(tensor, source)
+                return fn(env.dtypes[tensor])
+            return dtype_of
         case ast.Call(func=ast.Name(id=fname), args=args):
             fn, parts = sem[f"{fname}()"], [sub(a) for a in args]
             return lambda env: fn(*(p(env) for p in parts))

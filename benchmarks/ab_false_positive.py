@@ -1,7 +1,8 @@
 """False-positive rate of the A/B decision that ``xflow optimize`` makes before it writes a model.
 
 A model is timed against a byte-identical copy of itself with ``decide_ab`` (the decision and settings the
-verify pass uses: pairs of fresh sessions, a signed-rank test over them); the copy is "faster" only by chance.
+verify pass uses: pairs of fresh sessions, a sequential signed-rank test over them, looking after 8, 10, ... pairs
+with bounds that keep its overall level at 0.01); the copy is "faster" only by chance.
 Each trial is one full decision; the rate is the share of trials that would have kept the copy. The
 verify pass's promise: at least 99 of 100 reverted. ``--one-pair`` measures one pair's round-level sign test
 alone (``measure_ab``), the decision before pairs of sessions were its unit.

@@ -5,6 +5,7 @@ median or one lucky session."""
 from __future__ import annotations
 
 import os
+import weakref
 
 import numpy as np
 import onnx
@@ -67,7 +68,8 @@ def test_faster_is_decided_over_fresh_session_pairs():
     timing = {"min_runs": 10, "target_seconds": 0.1, "min_pairs": 8, "max_pairs": 8}
     faster = decide_ab(open_session(large, threads=1), open_session(small, threads=1), feeds, fresh(large, small),
                        **timing)
-    assert faster.b_is_faster() and faster.pairs == 8 and faster.b_wins == 8 and faster.p_value == 1 / 256
+    assert faster.b_is_faster() and faster.pairs == 8 and faster.b_wins == 8
+    assert faster.p_value == pytest.approx(1 / 256)
     assert made == ["b", "a", "a", "b"] * 3 + ["b", "a"]  # 7 fresh pairs, in alternating order
     made.clear()
     slower = decide_ab(open_session(small, threads=1), open_session(large, threads=1), feeds, fresh(small, large),
@@ -123,9 +125,9 @@ def test_the_signed_rank_test_is_exact():
     assert signed_rank_p([]) == 1.0
 
 
-def test_each_halving_stage_times_the_survivors_on_fresh_sessions(tmp_path, monkeypatch):
-    """One session's luck lasts its life: every stage after the first makes new sessions for the finalists left,
-    and the last two are each timed on two sessions."""
+def test_finalists_are_screened_alone_then_the_fastest_two_halved_on_fresh_sessions(tmp_path, monkeypatch):
+    """Each finalist is first timed alone (one session alive at a time), and only the fastest two go on to
+    successive halving, where one session's luck lasting its life means each is timed on two fresh sessions."""
     from xflow.onnx_io import graph_from_model
     from xflow.optimize.finalize import Finalist
     from xflow.optimize.select import select_by_latency
@@ -133,19 +135,27 @@ def test_each_halving_stage_times_the_survivors_on_fresh_sessions(tmp_path, monk
     from xflow.rewrite.simplify import Simplified
 
     made: list[str] = []
+    alive: list[int] = []
     real = Sessions.open
+    live = weakref.WeakSet()
 
     def counting(self, model, *args, **kwargs):  # noqa: ANN001, ANN202 - the real maker, each session counted
         made.append(os.path.basename(model).removesuffix(".onnx"))
-        return real(self, model, *args, **kwargs)
+        session = real(self, model, *args, **kwargs)
+        live.add(session)
+        alive.append(len(live))
+        return session
 
     feeds = random_feeds(open_session(_matmul_chain(2)), 0)  # before the count starts
     monkeypatch.setattr(Sessions, "open", counting)
     finalists = [Finalist(Simplified(graph_from_model(_matmul_chain(depth))), 1.0, ()) for depth in (20, 2, 10, 15)]
     picked = select_by_latency(finalists, feeds, Sessions(threads=1, scratch=str(tmp_path)), rounds=5, seconds=0.1)
     assert picked.index == 1
-    # four first sessions, then the faster two (the 2- and 10-deep chains) again
-    assert sorted(made) == sorted(["finalist0", "finalist1", "finalist2", "finalist3", "finalist1", "finalist2"])
+    # four screened alone, then the faster two (the 2- and 10-deep chains) on two sessions each
+    assert made[:4] == ["finalist0", "finalist1", "finalist2", "finalist3"]
+    assert sorted(made[4:]) == ["finalist1", "finalist1", "finalist2", "finalist2"]
+    assert max(alive[:4]) == 1  # the screen holds one session at a time
+    assert all(m is not None for m in picked.medians)  # the dropped ones keep their screen figure
     assert not list(tmp_path.iterdir())  # the finalists' files are gone
 
 

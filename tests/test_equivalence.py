@@ -3,6 +3,8 @@ output can be broken, and accepts what float32 reassociation does to a correct o
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -214,3 +216,36 @@ def test_cli_names_the_reference_and_the_inputs_compared_on(tmp_path):
     assert result.exit_code == 0, result.output
     assert "the original's outputs on --inputs are not all finite" in result.output
     assert "compared with the original in float64 on --inputs, random inputs (draw 1))" in result.output
+
+
+def test_the_float64_reference_is_read_from_files_it_leaves_behind_nothing_of(tmp_path):
+    """The float64 copy goes to ORT as a model file with its weights beside it (not as bytes, which would hold the
+    copy's weights three times over while the session is built): it computes what the copy computes, the model given
+    is unchanged, and the scratch folder is left empty."""
+    from xflow.equivalence import float64_reference
+    from xflow.onnx_io.widen import widened_external
+    from xflow.ort import Sessions
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    before = model.SerializeToString()
+    sessions = Sessions(threads=1, scratch=str(tmp_path))
+    session, what = float64_reference(model, sessions)
+    assert session is not None and what == "the original in float64"
+    assert model.SerializeToString() == before and not list(tmp_path.iterdir())
+    x = rng.standard_normal((4, 64))
+    expected = x @ numpy_helper.to_array(weight).astype(np.float64)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], expected, rtol=1e-12)
+    wide = widened_external(model, str(tmp_path), "copy")
+    assert model.SerializeToString() == before  # the model widened is left as it was
+    assert wide.SerializeToString() != before and len(wide.SerializeToString()) < 1024  # its weights are in the file
+    assert os.path.getsize(tmp_path / "copy.data") >= 64 * 64 * 8
+    path = str(tmp_path / "copy.onnx")
+    onnx.save(wide, path)
+    np.testing.assert_allclose(Sessions(threads=1).open(path).run(None, {"x": x})[0], expected, rtol=1e-12)
+    assert onnx.load(path, load_external_data=False).graph.initializer[0].data_type == TensorProto.DOUBLE

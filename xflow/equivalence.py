@@ -17,6 +17,7 @@ Outputs with non-finite values on the inputs tried are reported and other inputs
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,21 +196,39 @@ def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any
     import onnx
 
     from xflow.onnx_io.shell import elements
-    from xflow.onnx_io.widen import float64_session
+    from xflow.onnx_io.widen import float64_session, widened_external
 
     try:
         shell = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
         weight_bytes = 8 * sum(elements(t) for t in shell.graph.initializer)
         if weight_bytes > MAX_REFERENCE_BYTES:
             return None, f"the original ({weight_bytes >> 20} MB of weights in float64 is too large for a copy)"
-        if not isinstance(model, onnx.ModelProto):
-            model = onnx.load(model)
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model)
     except Exception as exc:  # noqa: BLE001 - the original loaded before; anything here only costs the reference
         return None, f"the original (no float64 copy: {type(exc).__name__})"
-    # No graph optimizations: they cost the build most of its time on a float64 model, and a fusion may
-    # bring float32 constants back (ORT fuses a scalar Mul into FusedMatMul with a float32 alpha).
     maker = sessions if sessions is not None else Sessions()
-    session, what = float64_session(model, lambda m: maker.open(m, optimization="none"))
+    # No graph optimizations: they cost the build most of its time on a float64 model, and a fusion may bring
+    # float32 constants back (ORT fuses a scalar Mul into FusedMatMul with a float32 alpha). The copy's weights,
+    # twice the model's, are written widened one tensor at a time beside a model file ORT reads (from bytes, they
+    # would be held by the copy, its bytes, ORT's parse of them and its tensors at once while the session is built).
+    # No memory arena: the reference is never timed, and a float64 run's buffers, twice the model's, are freed after
+    # each run instead of kept by the arena for the rest of the run.
+    with maker.folder() as folder:
+        try:
+            wide = widened_external(proto, folder, "float64")
+        except OSError:  # no room for the file: the copy in memory, to ORT as bytes
+            session, what = float64_session(proto, lambda m: maker.open(m, optimization="none", arena=False))
+            return (session, what) if session is not None else (None, f"the original ({what})")
+        except Exception as exc:  # noqa: BLE001 - a tensor numpy cannot read: no float64 reference
+            return None, f"the original (no float64 copy: {type(exc).__name__})"
+        del proto  # the float32 weights read from the file (a caller's ModelProto stays the caller's)
+
+        def open_float64(m: onnx.ModelProto) -> Any:
+            path = os.path.join(folder, "float64.onnx")
+            with open(path, "wb") as f:
+                f.write(m.SerializeToString())  # nodes and small tensors: the weights are in float64.data
+            return maker.open(path, optimization="none", arena=False)
+        session, what = float64_session(wide, open_float64, widen=False)
     return (session, what) if session is not None else (None, f"the original ({what})")
 
 

@@ -3,6 +3,7 @@ the A/B decision, and the successive halving of the select pass: every timing ru
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -160,21 +161,150 @@ def _rank_sum_cdf(n: int, w: int) -> float:
     return sum(counts[:w + 1]) / 2 ** n
 
 
+#: The sequential A/B's looks and its spending of the level (``sequential_design``): the first look after
+#: ``FIRST_LOOK`` pairs (the fewest at which B winning every pair can pass at 0.01 and leave most of the level for
+#: later looks: 2^-8 of it), then one every ``LOOK_EVERY`` pairs and one at the last planned pair; by the look after
+#: k of n pairs at most level * (k / n) ** ``SPENDING_POWER`` has been spent.
+FIRST_LOOK, LOOK_EVERY, SPENDING_POWER = 8, 2, 2
+
+
+def planned_looks(pairs: int) -> tuple[int, ...]:
+    """The pair counts at which a sequential A/B of at most ``pairs`` pairs looks: 8, 10, ..., ``pairs``."""
+    first = min(FIRST_LOOK, pairs)
+    return (*range(first, pairs, LOOK_EVERY), pairs)
+
+
+@dataclass(frozen=True)
+class SequentialDesign:
+    """A group-sequential one-sided signed-rank test: at the look after ``looks[j]`` pairs it rejects ("B is
+    faster") when the lost pairs' rank sum is at most ``bounds[j]`` (-1: it cannot reject there). ``spent[j]`` is
+    the chance, were every pair's log ratio as likely negative as positive, of a rejection at the looks before j,
+    and ``survivors[j][w]`` that of reaching look j unrejected with a rank sum of at most w there."""
+
+    looks: tuple[int, ...]
+    level: float
+    bounds: tuple[int, ...]
+    spent: tuple[float, ...]
+    survivors: tuple[tuple[float, ...], ...]
+
+    @property
+    def error(self) -> float:
+        """The procedure's overall chance of calling an identical copy faster (at most ``level``)."""
+        last = self.bounds[-1]
+        return self.spent[-1] + (self.survivors[-1][last] if last >= 0 else 0.0)
+
+    def crossed(self, diffs: Sequence[float]) -> int | None:
+        """The first look (its index) at which the pairs' log ratios ``diffs`` (in the order measured) cross
+        the bound, or None."""
+        for j, (k, bound) in enumerate(zip(self.looks, self.bounds, strict=True)):
+            if k > len(diffs):
+                break
+            if _lost_rank_sum(diffs[:k]) <= bound:
+                return j
+        return None
+
+    def reachable(self, diffs: Sequence[float]) -> bool:
+        """Whether more pairs could still cross a later bound: a pair added only raises the lost ones' ranks (or
+        adds its own), so the rank sum never falls."""
+        w = _lost_rank_sum(diffs)
+        return any(k >= len(diffs) and w <= bound for k, bound in zip(self.looks, self.bounds, strict=True))
+
+    def p_value(self, diffs: Sequence[float]) -> float:
+        """The stage-wise ordering p-value: at the look crossed, the chance under the null of crossing at an
+        earlier look or there with a rank sum at most the one seen; uncrossed, the same at the last look with the
+        rank sum now (the best the pairs left could keep it at). Below ``level`` exactly when a bound was crossed."""
+        if not diffs:
+            return 1.0
+        j = self.crossed(diffs)
+        k = len(diffs) if j is None else self.looks[j]
+        j = len(self.looks) - 1 if j is None else j
+        w = _lost_rank_sum(diffs[:k])
+        cdf = self.survivors[j]
+        return min(1.0, self.spent[j] + cdf[min(w, len(cdf) - 1)])
+
+
+@functools.lru_cache(maxsize=64)
+def sequential_design(looks: tuple[int, ...], level: float) -> SequentialDesign:
+    """The bounds of a group-sequential signed-rank test with ``looks`` (pair counts, increasing) whose overall
+    type-I error is at most ``level``, computed exactly.
+
+    Under the null, each pair's log ratio is drawn independently from one continuous distribution symmetric
+    about 0: its sign is a fair coin independent of its size, and the rank of its size among the sizes so far is
+    uniform and independent of the earlier ones (Renyi's sequential ranks). So the pairs' signs listed by size
+    after k pairs (the string the rank sum reads) grow by one fair bit inserted at a uniform position of k + 1,
+    and the chance of every string is propagated exactly from look to look (2^n strings of n pairs), the strings
+    rejected at a look removed before the next. At each look the bound is the largest rank sum whose rejections,
+    added to the earlier looks', keep the total at most ``level * (k / n) ** SPENDING_POWER`` (an alpha-spending
+    function; at the last look, the whole level). Stopping for any other reason (the bound out of reach, the
+    other test of the A/B settled) only removes chances to reject, so the error stays at most ``level``; ties and
+    zero differences, counted as lost pairs, only lower it."""
+    import numpy as np
+
+    n = looks[-1]
+    mass = np.ones(1)
+    k = 0
+    spent = 0.0
+    bounds: list[int] = []
+    spent_before: list[float] = []
+    survivors: list[tuple[float, ...]] = []
+    for look in looks:
+        while k < look:
+            mass = _insert_pair(mass, k)
+            k += 1
+        sums = _string_rank_sums(k)
+        by_sum = np.bincount(sums, weights=mass, minlength=k * (k + 1) // 2 + 1)
+        cdf = np.cumsum(by_sum)
+        allowed = level * (look / n) ** SPENDING_POWER if look < n else level
+        within = np.nonzero(spent + cdf <= allowed * (1 + 1e-12))[0]
+        bound = int(within[-1]) if within.size else -1
+        bounds.append(bound)
+        spent_before.append(spent)
+        survivors.append(tuple(float(c) for c in cdf))
+        if bound >= 0:
+            spent += float(cdf[bound])
+            mass = np.where(sums <= bound, 0.0, mass)
+    return SequentialDesign(tuple(looks), level, tuple(bounds), tuple(spent_before), tuple(survivors))
+
+
+def _insert_pair(mass: Any, k: int) -> Any:
+    """The chances of the sign strings (bit i: the pair with the i-th smallest |log ratio| was lost) after one more
+    pair, from those after ``k``: its bit, lost or won with chance 1/2, inserted at each of k + 1 places alike."""
+    import numpy as np
+
+    strings = np.arange(1 << k)
+    after = np.zeros(1 << (k + 1))
+    share = mass / (2 * (k + 1))
+    for place in range(k + 1):
+        low, high = strings & ((1 << place) - 1), (strings >> place) << (place + 1)
+        for bit in (0, 1):
+            np.add.at(after, low | (bit << place) | high, share)
+    return after
+
+
+def _string_rank_sums(k: int) -> Any:
+    """The lost rank sum of every sign string of ``k`` pairs (bit i set: rank i + 1 lost)."""
+    import numpy as np
+
+    strings = np.arange(1 << k)
+    return sum(((strings >> i) & 1) * (i + 1) for i in range(k)) if k else np.zeros(1, dtype=np.int64)
+
+
 #: The non-inferiority margin of the A/B: the optimized model counts as "not slower" when its latency is at most
-#: this much above the original's (1%: 1.01x its time). Tested like "faster", over the session pairs: a one-sided
-#: signed-rank test at the same level on the pairs' log ratios shifted by log(1 + margin), that is of the null
-#: hypothesis "the optimized model is more than 1% slower". It is asked only of a simpler model (fewer nodes or weight
-#: bytes, ``xflow.optimize.size``).
+#: this much above the original's (1%: 1.01x its time). Tested like "faster", over the session pairs: the same
+#: sequential signed-rank test at the same level on the pairs' log ratios shifted by log(1 + margin), that is of the
+#: null hypothesis "the optimized model is more than 1% slower". It is asked only of a simpler model (fewer nodes or
+#: weight bytes, ``xflow.optimize.size``).
 NON_INFERIORITY_MARGIN = 0.01
 
 
 @dataclass(frozen=True)
 class ABDecision:
-    """``decide_ab``'s answer: one ``ABResult`` per pair of fresh sessions, in the order measured, and the
-    number of pairs the test was planned for. B is faster when the pairs' log latency ratios pass a
-    one-sided signed-rank test at ``level`` over all planned pairs (the session pair is the unit of
-    replication, not the round: a session's luck lasts its whole life). With a ``margin``, B is also tested
-    for being not slower: at most ``margin`` slower than A (the same test on the ratios shifted by it)."""
+    """``decide_ab``'s answer: one ``ABResult`` per pair of fresh sessions, in the order measured, and the most
+    pairs the test was planned for. B is faster when the pairs' log latency ratios cross a bound of the
+    group-sequential one-sided signed-rank test at ``level`` (``sequential_design`` over ``planned_looks``): the
+    session pair is the unit of replication, not the round (a session's luck lasts its whole life). With a
+    ``margin``, B is also tested for being not slower: at most ``margin`` slower than A (the same test on the ratios
+    shifted by it)."""
 
     results: tuple[ABResult, ...]
     planned: int
@@ -219,33 +349,48 @@ class ABDecision:
         """Pairs in which B's median was the lower."""
         return sum(d > 0 for d in self.diffs)
 
+    def design(self, level: float | None = None) -> SequentialDesign:
+        """The sequential test's looks and bounds for this decision's planned pairs (at ``level``, default its own)."""
+        return sequential_design(planned_looks(self.planned), self.level if level is None else level)
+
     @property
     def p_value(self) -> float:
-        return signed_rank_p(self.diffs)
+        """The sequential test's p-value (stage-wise ordering): below ``level`` exactly when B was found faster."""
+        return self.design().p_value(self.diffs)
 
     @property
     def not_slower_p(self) -> float | None:
         """The non-inferiority test's p: the chance of ratios this good if B were more than ``margin`` slower
         (None: no margin, not tested)."""
-        return None if self.margin is None else signed_rank_p(self.shifted_diffs)
+        return None if self.margin is None else self.design().p_value(self.shifted_diffs)
 
     def b_is_faster(self, level: float | None = None) -> bool:
-        """Every planned pair measured, and the signed-rank test says B is faster."""
-        return (self.pairs >= self.planned and self.speedup > 1.0
-                and self.p_value < (self.level if level is None else level))
+        """The pairs' ratios crossed a bound of the sequential test and the median pair's ratio is above 1."""
+        return self.speedup > 1.0 and self.design(level).crossed(self.diffs) is not None
 
     def b_is_not_slower(self, level: float | None = None) -> bool:
-        """Every planned pair measured, the median pair's ratio within ``margin``, and the non-inferiority test says
-        B is at most ``margin`` slower (always False without a margin)."""
-        p = self.not_slower_p
-        return (p is not None and self.pairs >= self.planned and self.speedup > 1.0 / (1.0 + (self.margin or 0.0))
-                and p < (self.level if level is None else level))
+        """The median pair's ratio within ``margin``, and the shifted ratios crossed a bound of the sequential test:
+        B at most ``margin`` slower (always False without a margin)."""
+        return (self.margin is not None and self.speedup > 1.0 / (1.0 + self.margin)
+                and self.design(level).crossed(self.shifted_diffs) is not None)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more pairs could change: "faster" found, or out of reach and (with a margin) "not slower" found
+        or out of reach too; or every planned pair measured."""
+        design, diffs = self.design(), self.diffs
+        if self.pairs >= self.planned or design.crossed(diffs) is not None:
+            return True
+        if design.reachable(diffs):
+            return False
+        return self.margin is None or design.crossed(self.shifted_diffs) is not None \
+            or not design.reachable(self.shifted_diffs)
 
 
-#: Pairs of sessions a decision measures. Eight is the fewest with which B winning them all is rarer than
-#: 1 in 100 by chance (2^-8); with ten, one or two lost pairs whose ratios are the closest to 1 still pass
-#: (BERT-base's real 4-5% gain: pair ratios 0.98-1.13), and up to twelve where pairs are quick. Sixteen gave
-#: Swin-T's 4% more chances but kept a matmul chain's identical copy 4 and 5 times in 100 (twelve: 0-1): pairs
+#: Pairs of sessions a decision measures at most. Eight is the fewest with which B winning them all passes with
+#: most of the level left for later looks (2^-8); with ten to twelve, one or two lost pairs whose ratios are the
+#: closest to 1 still pass (BERT-base's real 4-5% gain: pair ratios 0.98-1.13), twelve where pairs are quick. Sixteen
+#: gave Swin-T's 4% more chances but kept a matmul chain's identical copy 4 and 5 times in 100 (twelve: 0-1): pairs
 #: made one after another in one process are not independent enough for a longer decision.
 MIN_PAIRS, MAX_PAIRS = 10, 12
 
@@ -260,35 +405,29 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
     two identical models 1-12% faster for the session's whole life (sub-millisecond models the most), which
     no number of rounds averages out, so a test over rounds keeps identical copies far more often than its
     level says; over pairs, an identical copy passes a signed-rank test at ``level`` at most that often.
-    The number of pairs is planned from the first pair's cost (``min_pairs`` to ``max_pairs``, about
-    ``pairs_budget_s`` in all); the decision stops early once the pairs B lost already rule "faster" out, and,
-    with a non-inferiority ``margin`` (``NON_INFERIORITY_MARGIN``), "not slower" too. The test of "faster" is the
-    same with or without a margin: an identical copy passes it no more often."""
+
+    The test is sequential (``sequential_design``): the most pairs are planned from the first pair's cost
+    (``min_pairs`` to ``max_pairs``, about ``pairs_budget_s`` in all) and the pairs are looked at after 8, 10, ...
+    of them and the last (``planned_looks``), each look with a bound that keeps the chance of calling an identical
+    copy faster at any look at most ``level`` overall. The decision stops at the first look that finds B faster (a
+    consistent 10% gain: after 8 pairs), or as soon as the pairs B lost rule "faster" out at every look left (an
+    identical copy: after about 6, 3 or 4 at the fewest), and, with a non-inferiority ``margin``
+    (``NON_INFERIORITY_MARGIN``), once "not slower" is settled too; only a close call takes every planned pair.
+    The test of "faster" is the same with or without a margin: an identical copy passes it no more often. The plan
+    reads the first pair's duration, the sum of both sides' runs, which swapping A and B leaves as it is: under the
+    null it says nothing of the pairs' signs."""
     timing = {"min_runs": 8, "target_seconds": 0.5, "undecided_seconds": 0.5} | timing
     started = time.perf_counter()
     results = [measure_ab(session_a, session_b, feeds, **timing)]
     per_pair = time.perf_counter() - started
+    session_a = session_b = None  # not held through the fresh pairs: released here where the caller let them go
     planned = max(min_pairs, min(max_pairs, int(pairs_budget_s / max(per_pair, 1e-9))))
-    critical = _critical_rank_sum(planned, level)
-    while len(results) < planned:
-        so_far = ABDecision(tuple(results), planned, level, margin)
-        # more pairs can only add ranks above these: the lost ones' rank sum cannot fall to the bound
-        if _lost_rank_sum(so_far.diffs) > critical and (
-                margin is None or _lost_rank_sum(so_far.shifted_diffs) > critical):
-            break
+    while not ABDecision(tuple(results), planned, level, margin).settled:
         first_a = len(results) % 2 == 0
         made = {side: fresh(side) for side in (("a", "b") if first_a else ("b", "a"))}
         results.append(measure_ab(made["a"], made["b"], feeds, **timing))
         del made  # released before the next pair is made: two pairs of a large model need not fit at once
     return ABDecision(tuple(results), planned, level, margin)
-
-
-def _critical_rank_sum(n: int, level: float) -> int:
-    """The largest rank sum of lost pairs that still passes the test at ``level`` with ``n`` pairs (-1: none)."""
-    w = -1
-    while _rank_sum_cdf(n, w + 1) < level:
-        w += 1
-    return w
 
 
 def measure_interleaved(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndarray], min_runs: int,
@@ -329,6 +468,32 @@ def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, war
         session.run(None, dict(feeds))
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def screen(makers: Mapping[int, Callable[[], Any]], feeds: Mapping[str, np.ndarray], runs: int = 3,
+           seconds: float = 0.25, warmup: int = 1) -> dict[int, float]:
+    """A cheap first timing of several models: each on one session of its own, made, run ``warmup`` times, timed
+    over at least ``runs`` runs and about ``seconds``, and released before the next is made, so that one session is
+    alive at a time (a finalist's session holds about its weights again in prepacked copies). Each model's median
+    (s); a model whose session ORT refuses to make or run is left out. Runs are not interleaved: the figures are
+    good for dropping the clearly slower, and ``successive_halving`` decides between the rest."""
+    medians: dict[int, float] = {}
+    for i, make in makers.items():
+        try:
+            session = make()
+            for _ in range(warmup):
+                session.run(None, dict(feeds))
+        except Exception:  # noqa: BLE001 - ORT's own types: a model it refuses is not timed
+            continue
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < runs or (time.perf_counter() - start < seconds and len(times) < 100):
+            t0 = time.perf_counter()
+            session.run(None, dict(feeds))
+            times.append(time.perf_counter() - t0)
+        medians[i] = statistics.median(times)
+        del session  # released before the next one is made
+    return medians
 
 
 def successive_halving(makers: Mapping[int, Callable[[], Any]], sessions: dict[int, Any],

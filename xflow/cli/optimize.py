@@ -93,8 +93,9 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
     """Optimize IN.onnx and write OUT.onnx.
 
     The result is checked against the original on the same inputs with ONNX Runtime and timed against
-    it (interleaved runs on 10-12 pairs of fresh sessions). It is written when it is faster over the pairs
-    (one-sided signed-rank test, p < 0.01), or when it has fewer nodes or bytes and is not slower (at most 1%
+    it (interleaved runs on up to 10-12 pairs of fresh sessions, fewer when the answer is clear). It is written
+    when it is faster over the pairs (a sequential one-sided signed-rank test, p < 0.01 overall), or when it has
+    fewer nodes or bytes and is not slower (at most 1%
     slower by the same test; not with --require-faster); otherwise the original is written and the run says so.
     """
     require_onnxruntime()

@@ -74,3 +74,4 @@ def write_sharing_weights(graphs: Sequence[Graph], directory: str, stem: str) ->
         files.remove()
         raise
     return files
+

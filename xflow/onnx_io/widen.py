@@ -73,6 +73,44 @@ def widened(model: onnx.ModelProto) -> onnx.ModelProto:
     return wide
 
 
+def widened_external(model: onnx.ModelProto, directory: str, stem: str, min_bytes: int = 1024) -> onnx.ModelProto:
+    """``widened(model)`` with its initializers of at least ``min_bytes`` written, widened, to ``<stem>.data`` in
+    ``directory`` (page-aligned) and the returned model pointing at them: the float64 weights are never all in
+    memory (only one tensor at a time), and a model file saved beside the data file is read by ORT from there.
+    ``model`` is left as it is. Raises OSError when the file cannot be written."""
+    import os
+
+    from xflow.onnx_io.save import _align, point_at_external
+    from xflow.onnx_io.shell import copy_fields
+
+    shell = onnx.ModelProto()
+    copy_fields(model, shell, skip=("graph",))
+    copy_fields(model.graph, shell.graph, skip=("initializer",))
+    data_name = f"{stem}.data"
+    with open(os.path.join(directory, data_name), "wb") as out:
+        for tensor in model.graph.initializer:
+            if tensor.data_location == TensorProto.EXTERNAL or elements(tensor) * 8 < min_bytes:
+                shell.graph.initializer.append(tensor)  # widened below with the rest of the graph
+                continue
+            if tensor.data_type == TensorProto.FLOAT and tensor.raw_data:
+                data = np.frombuffer(tensor.raw_data, "<f4").astype("<f8").tobytes()
+            elif tensor.data_type in NARROW_FLOATS:
+                data = numpy_helper.to_array(tensor).astype("<f8").tobytes()
+            else:
+                data = tensor.raw_data or numpy_helper.to_array(tensor).tobytes()
+            start = _align(out, 4096)
+            out.write(data)
+            placed = shell.graph.initializer.add()
+            copy_fields(tensor, placed, skip=("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                                              "uint64_data", "string_data"))
+            if tensor.data_type in NARROW_FLOATS:
+                placed.data_type = TensorProto.DOUBLE
+            point_at_external(placed, data_name, start, len(data))
+            del data
+    _widen_graph(shell.graph)
+    return shell
+
+
 def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     """Element type of every value, from shape inference on a copy without the weights' data (a model's
     weights serialized for inference would cost as much as the check)."""
@@ -84,9 +122,10 @@ def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def narrow_ops(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelProto | None:
+def narrow_ops(model: onnx.ModelProto, op_types: Collection[str], in_place: bool = False) -> onnx.ModelProto | None:
     """``model`` with every top-level node of ``op_types`` run in float32: its float64 inputs cast down and
-    its outputs cast back up. None when a value's type is unknown (nothing sound to cast)."""
+    its outputs cast back up (``in_place``: ``model`` itself changed, not a copy of its weights made). None when a
+    value's type is unknown (nothing sound to cast; ``model`` unchanged)."""
     types = _value_types(model)
     nodes: list[onnx.NodeProto] = []
     for index, node in enumerate(model.graph.node):
@@ -109,6 +148,11 @@ def narrow_ops(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelP
                 narrowed.output[k] = f"{name}__f32"
                 casts_back.append(onnx.helper.make_node("Cast", [narrowed.output[k]], [name], to=TensorProto.DOUBLE))
         nodes += [narrowed, *casts_back]
+    if in_place:  # the nodes kept are copied first: they belong to the field about to be cleared
+        nodes = [_copied(node) for node in nodes]
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+        return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
@@ -116,14 +160,21 @@ def narrow_ops(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelP
     return out
 
 
-def float64_session(model: onnx.ModelProto, make_session) -> tuple[object | None, str]:  # noqa: ANN001
+def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy
+
+
+def float64_session(model: onnx.ModelProto, make_session, widen: bool = True) -> tuple[object | None, str]:  # noqa: ANN001
     """An ORT session of ``model``'s float64 copy and a line saying what it is, or (None, why not).
-    ``make_session`` builds a session from a ModelProto (the caller's provider and threads)."""
+    ``make_session`` builds a session from a ModelProto (the caller's provider and threads). ``widen`` False:
+    ``model`` is the float64 copy already (``widened``), the caller's to give up: its nodes may be changed in place."""
     try:
-        wide = widened(model)
+        wide = widened(model) if widen else model
     except Exception as exc:  # noqa: BLE001 - a tensor numpy cannot read: no float64 reference
         return None, f"no float64 copy ({type(exc).__name__})"
-    narrowed = sorted({n.op_type for n in model.graph.node if n.op_type in NO_FLOAT64_KERNEL})
+    narrowed = sorted({n.op_type for n in wide.graph.node if n.op_type in NO_FLOAT64_KERNEL})
     if narrowed:  # known ahead: a failed session build costs a whole load of the weights
         wide = _narrowed_or_none(wide, narrowed)
         if wide is None:
@@ -149,6 +200,6 @@ def float64_session(model: onnx.ModelProto, make_session) -> tuple[object | None
 
 def _narrowed_or_none(model: onnx.ModelProto, op_types: Collection[str]) -> onnx.ModelProto | None:
     try:
-        return narrow_ops(model, op_types)
+        return narrow_ops(model, op_types, in_place=True)  # ``model`` is float64_session's own copy
     except Exception:  # noqa: BLE001 - shape inference refused the copy
         return None

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
 
 from xflow.ir import Graph
-from xflow.onnx_io import to_model_proto
+from xflow.onnx_io.shared_weights import write_sharing_weights
 from xflow.ort import Sessions
 from xflow.ort.graphs import fits_in_memory
 
@@ -28,15 +29,25 @@ def denormal_values(graph: Graph, names: Sequence[str], feeds: Mapping[str, np.n
     if computed:
         if not fits_in_memory(graph):
             return None  # written to a file for ORT (external or very large weights): not probed
-        model = to_model_proto(graph)
-        model.graph.output.extend(onnx.helper.make_tensor_value_info(n, graph.types[n].dtype, None)
-                                  for n in computed if n not in graph.outputs)
         try:
-            session = sessions.open(model.SerializeToString())
+            session = _probing_session(graph, computed, sessions)
             known |= dict(zip(computed, session.run(computed, dict(feeds)), strict=True))
         except Exception:  # noqa: BLE001 - ORT's own types: unknown, so every match is kept
             return None
     return frozenset(n for n, v in known.items() if _holds_denormals(np.asarray(v)))
+
+
+def _probing_session(graph: Graph, outputs: Sequence[str], sessions: Sessions) -> Any:
+    """A session of ``graph`` with ``outputs`` as outputs too, read from files in a scratch folder (the weights in a
+    data file beside a small model file, as ``write_sharing_weights`` writes them): neither the model with its
+    weights nor its bytes are held in memory while the session is built. No memory arena: it is never timed."""
+    with sessions.folder() as folder:
+        path = write_sharing_weights([graph], folder, "probe").model_paths[0]
+        model = onnx.load(path, load_external_data=False)
+        model.graph.output.extend(onnx.helper.make_tensor_value_info(n, graph.types[n].dtype, None)
+                                  for n in outputs if n not in graph.outputs)
+        onnx.save(model, path)
+        return sessions.open(path, arena=False)
 
 
 @dataclass

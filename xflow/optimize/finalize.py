@@ -137,7 +137,16 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
     lifted = _value_sweep(best, lifting, coster, probe)
     if lifted is not None and lifted.graph.hash_sum not in seen:
         found.append(_finalist(lifted, True))
-    return found
+    return _distinct(found)
+
+
+def _distinct(found: list[Finalist]) -> list[Finalist]:
+    """The finalists whose folded and simplified graphs differ (the first of each kept): graphs that differ before
+    folding may fold to one, and timing a graph against itself only costs time."""
+    kept: dict[int, Finalist] = {}
+    for finalist in found:
+        kept.setdefault(finalist.graph.hash_sum, finalist)
+    return list(kept.values())
 
 
 def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,

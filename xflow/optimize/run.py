@@ -181,7 +181,7 @@ def optimize_model(model: onnx.ModelProto | bytes | str, options: OptimizeOption
         kept = write.Written(graph=None, nodes=len(result.graph.node), copied=True)
         return result, report.finish(run.report, kept, started)
     chosen = run.chosen
-    result = chosen.proto  # made once: the sessions of select and verify read its bytes
+    result = chosen.proto
     carry(result, _certificate(source, chosen, run.report.rules_file, options))
     if not fits_in_memory(chosen.graph):  # weights read in from their files: the model stands on its own
         onnx.load_external_data_for_model(result, chosen.graph.context.base_dir if chosen.graph.context else "")

@@ -1,4 +1,5 @@
-"""The select pass: time the finalists end to end and keep the fastest (``xflow.runtime.successive_halving``)."""
+"""The select pass: time the finalists end to end and keep the fastest: a cheap screen of each alone
+(``xflow.runtime.screen``), then the fastest two by successive halving (``xflow.runtime.successive_halving``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from xflow.optimize.load import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
 from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker
-from xflow.runtime import successive_halving
+from xflow.runtime import screen, successive_halving
+
+#: Finalists the screen hands on to successive halving: the rest are dropped on one short timing each. The halving
+#: interleaves the sessions of every finalist it times, so this also bounds the sessions alive at once.
+SCREEN_KEEP = 2
 
 
 @dataclass
@@ -49,10 +54,13 @@ def select(finalists: list[Finalist], original: OriginalRun | OriginalNotRunnabl
 
 def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], sessions: Sessions,
                       rounds: int = 7, seconds: float = 2.0) -> Picked:
-    """Time the finalists end to end on the original's inputs and pick the fastest by successive halving
-    (``successive_halving``; the finalists worth telling apart are often within 2-3% of each other, about what one
-    session's luck moves a model). The chosen one is then verified and timed against the original as any other; a
-    finalist ORT cannot run is not timed (and the best one is still verified)."""
+    """Time the finalists end to end on the original's inputs and pick the fastest: with more than ``SCREEN_KEEP``,
+    each is first timed alone on one session (``screen``: a few runs, one session alive at a time) and only the
+    fastest ``SCREEN_KEEP`` go on to successive halving (``successive_halving``, ``rounds`` rounds and about
+    ``seconds`` a stage; the finalists worth telling apart are often within 2-3% of each other, about what one
+    session's luck moves a model). A finalist the screen drops is reported with its screen figure. The chosen one
+    is then verified and timed against the original as any other; a finalist ORT cannot run is not timed (and the
+    best one is still verified)."""
     graphs = [finalist.graph for finalist in finalists]
     shared = None
     if sessions.scratch is not None and all(weights_in_memory(g) for g in graphs):
@@ -68,17 +76,24 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], s
 def _time_finalists(finalists: list[Finalist], shared: SharedWeightsFiles | None, feeds: dict[str, np.ndarray],
                     sessions: Sessions, rounds: int, seconds: float) -> Picked:
     """``select_by_latency``'s timing, its sessions made from ``shared``'s files where written."""
-    makers: dict[int, Callable[[], Any]] = {}
+    makers: dict[int, Callable[[], Any]] = {
+        i: functools.partial(sessions.open, shared.model_paths[i]) if shared is not None else
+        session_maker(sessions, finalist.graph, f"finalist{i}", lambda f=finalist: f.serialized)
+        for i, finalist in enumerate(finalists)}
+    figures: dict[int, float] = {}
+    alive = list(makers)
+    if len(alive) > SCREEN_KEEP:
+        figures = screen(makers, feeds)
+        alive = sorted(figures, key=figures.__getitem__)[:SCREEN_KEEP]
     opened: dict[int, Any] = {}
-    for i, finalist in enumerate(finalists):
+    for i in alive:
         try:
-            makers[i] = functools.partial(sessions.open, shared.model_paths[i]) if shared is not None else \
-                session_maker(sessions, finalist.graph, f"finalist{i}", lambda f=finalist: f.serialized)
             opened[i] = makers[i]()
             opened[i].run(None, dict(feeds))
         except Exception:  # noqa: BLE001 - one that does not run is not chosen
             opened.pop(i, None)
     if not opened:
         return Picked(0, [None] * len(finalists))
-    fastest, figures = successive_halving({i: makers[i] for i in opened}, opened, feeds, rounds, seconds)
+    fastest, halved = successive_halving({i: makers[i] for i in opened}, opened, feeds, rounds, seconds)
+    figures |= halved
     return Picked(fastest, [figures.get(i) for i in range(len(finalists))])

@@ -3,7 +3,10 @@ then the A/B timing that decides whether it is written (``xflow.runtime.decide_a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -12,6 +15,8 @@ import numpy as np
 
 from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equivalence, verify_against_original
 from xflow.errors import XflowError, one_line
+from xflow.ir import Graph
+from xflow.onnx_io import to_model_proto
 from xflow.optimize.decision import Decision
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
@@ -19,7 +24,7 @@ from xflow.optimize.options import CheckSettings, InputSettings
 from xflow.optimize.passes import PassResult
 from xflow.optimize.size import graph_size
 from xflow.ort import Sessions
-from xflow.ort.graphs import session_maker
+from xflow.ort.graphs import fits_in_memory, session_maker
 from xflow.runtime import NON_INFERIORITY_MARGIN, ABDecision, decide_ab, median_latency, random_feeds
 
 
@@ -38,7 +43,7 @@ class VerifyFigures:
     timed_runs: int = 0  # interleaved rounds over all session pairs
     session_pairs: int = 0  # pairs of fresh sessions (original, optimized) the A/B timed
     faster_pairs: int = 0  # pairs in which the optimized model's median was the lower
-    rank_test_p: float | None = None  # one-sided signed-rank test over the pairs (written when < 0.01)
+    rank_test_p: float | None = None  # the sequential signed-rank test's p over the pairs (written when < 0.01)
     simpler: bool = False  # fewer ONNX nodes or bytes than the original, and no more of the other
     # a simpler model's non-inferiority test: the signed-rank test of "more than 1% slower" over the pairs
     # (written when < 0.01 at every profile point though not faster; None: not tested)
@@ -85,25 +90,57 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
         problem = original.problem if original is not None else "the original was not run"
         say(f"{problem}: the rewrites cannot be verified, so the model is {source.kept_as}")
         return Verified(graph=None, decision=Decision.CANNOT_RUN)
-    try:
-        make_candidate = session_maker(sessions, chosen.graph, "candidate", lambda: chosen.serialized)
-        candidate = make_candidate()
-        candidate.run(None, original.feeds)  # ORT runs it at all: refused here, said below
-    except XflowError as exc:  # the scratch file could not be written: name the output, not the scratch path
-        raise XflowError(output_label or source.label, f"{exc.problem} (writing the model to verify beside it)") \
-            from None
-    except Exception as exc:  # noqa: BLE001 - any ORT refusal of our output is reported the same way
-        raise EquivalenceError(source.label, f"ONNX Runtime cannot run the optimized model, nothing written: "
-                                             f"{one_line(exc)}") from None
-    figures = VerifyFigures()
-    if checks.verify:
-        refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
-        if refused is not None:  # the original is written: no figures of a model not written
-            return Verified(graph=None, decision=refused)
-    decision = _decide(checked, original, candidate, make_candidate, sessions, figures, say) \
-        if checks.measure else Decision.OPTIMIZED
+    with _candidate_file(chosen.graph, sessions) as path:
+        try:
+            # from a file written once (or, without one, bytes serialized for verify alone): not through the
+            # finalist's cached proto and bytes, two copies of the weights that would live to the end of the run
+            make_candidate = functools.partial(sessions.open, path) if path is not None else \
+                session_maker(sessions, chosen.graph, "candidate")
+            candidate = make_candidate()
+            candidate.run(None, original.feeds)  # ORT runs it at all: refused here, said below
+        except XflowError as exc:  # the scratch file could not be written: name the output, not the scratch path
+            raise XflowError(output_label or source.label, f"{exc.problem} (writing the model to verify beside it)") \
+                from None
+        except Exception as exc:  # noqa: BLE001 - any ORT refusal of our output is reported the same way
+            raise EquivalenceError(source.label, f"ONNX Runtime cannot run the optimized model, nothing written: "
+                                                 f"{one_line(exc)}") from None
+        figures = VerifyFigures()
+        if checks.verify:
+            refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
+            if refused is not None:  # the original is written: no figures of a model not written
+                return Verified(graph=None, decision=refused)
+        decision = Decision.OPTIMIZED
+        if checks.measure:
+            handed = [candidate]
+            del candidate  # the A/B's first pair takes it over, and lets it go before its fresh pairs are made
+            decision = _decide(checked, original, handed, make_candidate, sessions, figures, say)
     return Verified(graph=chosen.graph if decision.writes_optimized else None,
                     modified=decision.writes_optimized, decision=decision, figures=figures)
+
+
+@contextlib.contextmanager
+def _candidate_file(graph: Graph, sessions: Sessions) -> Iterator[str | None]:
+    """The candidate written once as one model file in the run's scratch folder, removed on exit, for its sessions
+    to be read from as the original's are (from its file): its weights are then not held in memory as bytes for
+    the whole pass. None where there is no scratch folder, the file cannot be written, or the weights do not fit one
+    protobuf (``session_maker`` writes those with external data for each session)."""
+    if sessions.scratch is None or not fits_in_memory(graph):
+        yield None
+        return
+    path = os.path.join(sessions.scratch, "candidate.onnx")
+    try:
+        with open(path, "wb") as f:
+            f.write(to_model_proto(graph).SerializeToString())
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, sessions: Sessions,
@@ -133,7 +170,7 @@ def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, se
     return None
 
 
-def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candidate: Callable[[], Any],
+def _decide(checked: Checked, original: OriginalRun, handed: list[Any], make_candidate: Callable[[], Any],
             sessions: Sessions, figures: VerifyFigures, say: Callable[[str], None]) -> Decision:
     """The A/B of the original and the candidate over pairs of fresh sessions, at every profile point: written when
     faster at each (``OPTIMIZED``), or, when it has fewer nodes or bytes and ``require_faster`` is off, when not
@@ -146,7 +183,11 @@ def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candid
 
     def fresh(side: str) -> Any:  # decide_ab's maker of fresh sessions: "a" the original, "b" the optimized graph
         return sessions.open(source.runnable) if side == "a" else make_candidate()
-    ab = decide_ab(original.session, candidate, original.feeds, fresh, margin=margin)
+    # ``handed`` holds the candidate's warm session, the A/B's first B: a static model's is given away (decide_ab
+    # lets go of its first pair before its fresh ones, one session's weights fewer alive); a dynamic model's other
+    # points time it again
+    candidate = handed[0] if source.dynamic is not None else None
+    ab = decide_ab(original.session, handed.pop(), original.feeds, fresh, margin=margin)
     figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
     figures.speedup, figures.timed_runs = ab.speedup, ab.runs
     figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value

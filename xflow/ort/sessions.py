@@ -70,13 +70,15 @@ class Sessions:
 
     def open(self, model: onnx.ModelProto | str | bytes, optimization: str = "all",
              config: Mapping[str, str] | None = None, profiling: Profiling | None = None,
-             cpu_fallback: bool = True):  # noqa: ANN201 - ort type
+             cpu_fallback: bool = True, arena: bool = True):  # noqa: ANN201 - ort type
         """An InferenceSession of ``model`` (a ModelProto, a path or serialized bytes) with the measurement
-        settings, plus ``config`` entries; ``cpu_fallback`` False runs a CUDA session without the CPU provider."""
+        settings, plus ``config`` entries; ``cpu_fallback`` False runs a CUDA session without the CPU provider;
+        ``arena`` False: no CPU memory arena (a session never timed, whose run's buffers are freed after it)."""
         import onnxruntime as ort
 
         ort.set_default_logger_severity(4)  # the environment's own logger, which some load errors go through
         opts = session_options(self.threads, optimization)
+        opts.enable_cpu_mem_arena = arena
         for key, value in (config or {}).items():
             opts.add_session_config_entry(key, value)
         if profiling is not None:

@@ -12,6 +12,7 @@ from xflow.optimize import costing, finalize, load, report, search, select, veri
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest, place
+from xflow.optimize.remembered import remembered
 from xflow.ort import Sessions
 from xflow.search import SearchReport
 
@@ -33,19 +34,24 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     for."""
     checks = options.checks
     rules = search.rule_file(options.rules_path, options.rules)
-    coster = costing.coster(cost_model or costing.make_cost_model(options.cost, sessions, source.graph), source.shapes)
+    model = cost_model or costing.make_cost_model(options.cost, sessions, source.graph)
+    coster = costing.coster(model, source.shapes)
+    memo = remembered(model)  # the measured decisions the cost cache keeps (the same cache, the same model)
     searched = search.search(source.graph, rules, coster, options.search, progress)
     ran = load.try_original(source, options.inputs, sessions) \
         if checks.measure or (searched.modified and checks.verify) else None
     probe = finalize.denormal_probe(ran, sessions)
     finalized = finalize.finalize(searched, checks.measure, probe)
-    selected = select.select(finalized.finalists, ran, sessions)
+    selected = select.select(finalized.finalists, ran, sessions, memo)
     _say_why_nothing(searched, selected, source, say)
-    checked = verify.Checked(source, ran, selected.chosen, checks, options.inputs, no_rules=not searched.rules)
+    checked = verify.Checked(source, ran, selected.chosen, checks, options.inputs, no_rules=not searched.rules,
+                             memo=memo)
     verified = verify.verify(checked, sessions, say, output_label)
     passes = report.Passes(source, searched, finalized, selected, verified,
                            frozenset(probe.held) if probe is not None else frozenset())
     run = _Run(selected.chosen if verified.graph is not None else None, report.assemble(passes, output_label))
+    if memo is not None:
+        run.report.decisions_from_cache, run.report.decisions_timed = list(memo.read), list(memo.measured)
     if place_request is not None:
         written = verified.graph if verified.graph is not None else source.graph
         run.placement = place(written, source.shapes, place_request, coster.model,

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def _optimize(src: str, out: Path, rules: str, db: Path, report: Path, hash_seed: str) -> dict:
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     run = subprocess.run([sys.executable, "-m", "xflow.cli", "optimize", src, str(out), "--rules", rules,
-                          "--trust-rules", "--cost-db", str(db), "--report", str(report), "--seed", "3"], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+                          "--trust-rules", "--cost-db", str(db), "--report", str(report), "--seed", "3"],
+                         capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     return {"report": json.loads(report.read_text()), "stdout": run.stdout,
             "digest": hashlib.sha256(out.read_bytes()).hexdigest()}

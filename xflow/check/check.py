@@ -74,7 +74,8 @@ def check(in_path: str, out_path: str, certificate_path: str | None = None, rule
         return Verdict(False, f"OUT does not check: {refused}")
     difference = model_difference(_model_of(replayed.graph), _read_whole(out_path))
     if difference is not None:
-        return Verdict(False, f"OUT does not check: it is not what the certificate's steps make of IN: {difference}")
+        return Verdict(False, f"OUT does not check: every one of the certificate's {replayed.steps} steps replays on "
+                              f"IN, but OUT is not the model they make: {difference}")
     line = _CHECKS.format(steps=replayed.steps, rules=len(replayed.rules))
     if prove is None:
         line = line.replace(" proved rules", " rules trusted by their content hash")

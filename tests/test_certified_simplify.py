@@ -118,3 +118,11 @@ def test_a_simplification_whose_weight_permutation_is_wrong_is_refused():
         concat["inputs"] = concat["inputs"][::-1]
 
     assert "do not compute" in str(_refusal(certificate, graph, reorder))
+
+
+def test_a_certificate_of_the_format_before_is_refused_in_one_line():
+    from xflow.check.certificate import parse
+    from xflow.errors import XflowError
+
+    with pytest.raises(XflowError, match="format xflow.certificate/1; this xflow checks xflow.certificate/2"):
+        parse(json.dumps({"format": "xflow.certificate/1", "steps": []}), "old.json")

@@ -44,12 +44,14 @@ class Replayed:
 
 
 def rules_for(certificate: dict[str, Any], rules_path: str | None) -> dict[str, Rule]:
-    """The rule file the certificate names (or ``rules_path``), by rule name."""
+    """The rules of the rule file the certificate names (or ``rules_path``) that its steps apply, by name."""
     stated = certificate.get("rules", {})
     path = rules_path or (str(default_rules_path()) if stated.get("shipped") else stated.get("path"))
     if not path:
         raise XflowError("<certificate>", "names no rule file")
-    return {rule.name: rule for rule in load_rules(path)}
+    applied = {step.get("rule") for step in certificate.get("steps", []) if isinstance(step, dict)
+               and step.get("kind") == "rule"}
+    return {rule.name: rule for rule in load_rules(path, only={name for name in applied if isinstance(name, str)})}
 
 
 def replay(graph: Graph, certificate: Mapping[str, Any], rules: Mapping[str, Rule],

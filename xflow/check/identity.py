@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xflow.check.terms import NotDecided, same_terms
+from xflow.errors import one_line
 from xflow.ir import Attrs, Graph, Node, TensorType
 from xflow.ir.graph import CycleError, topological_sort
 from xflow.ops import OPS
@@ -73,6 +74,8 @@ def apply_identity(graph: Graph, step: Mapping[str, Any]) -> Graph:
         same_terms(removed, ordered, exported, lambda name: types.get(name) or graph.types[name])
     except NotDecided as exc:
         raise ValueError(f"the nodes added do not compute what the nodes removed did: {exc}") from None
+    except (ValueError, IndexError, TypeError, KeyError) as exc:  # numpy's refusal: shapes that do not fit
+        raise ValueError(f"the nodes stated cannot be evaluated: {one_line(exc)}") from None
     return graph.with_nodes(kept + added, types=fresh)
 
 

@@ -22,8 +22,8 @@ from xflow.ops import OPS
 
 #: The sizes a symbolic dim is taken at.
 SYMBOL_SIZES = (1, 2)
-#: Elements a subgraph may hold in all (its terms are Python objects); a larger one is refused, not guessed.
-MAX_ELEMENTS = 50_000_000
+#: Elements an input of the subgraph may hold (its terms are Python objects); a larger one is refused, not guessed.
+MAX_ELEMENTS = 10_000_000
 
 
 class NotDecided(Exception):

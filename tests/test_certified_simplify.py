@@ -126,3 +126,33 @@ def test_a_certificate_of_the_format_before_is_refused_in_one_line():
 
     with pytest.raises(XflowError, match="format xflow.certificate/1; this xflow checks xflow.certificate/2"):
         parse(json.dumps({"format": "xflow.certificate/1", "steps": []}), "old.json")
+
+
+def test_a_simplification_over_a_dynamic_batch_checks_with_the_batch_as_a_symbol():
+    """The terms are compared with the symbolic batch at two sizes; the split's own axis is static."""
+    model = _nested_and_hoisted()
+    for value in (*model.graph.input, *model.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    graph, certificate = _certified(model)
+    assert any(s["kind"] == "identity" for s in certificate["steps"])
+    replayed = replay(graph, certificate, {})
+    assert replayed.graph.structural_hash == certificate["output"]["graph"]
+
+
+def test_terms_refuse_an_axis_a_concat_cuts_that_is_a_symbol():
+    import sympy
+
+    from xflow.check.terms import NotDecided, same_terms
+    from xflow.ir import Attrs, Node, TensorType
+    from xflow.ops import OPS
+
+    batch = sympy.Symbol("batch", positive=True, integer=True)
+    types = {"a": TensorType(1, (batch, 4)), "b": TensorType(1, (batch, 4)), "c": TensorType(1, (2 * batch, 4))}
+    concat = Node("concat", ("a", "b"), ("c",), Attrs(OPS["concat"].normalize_attrs({"axis": 0})))
+    along_features = Node("concat", ("a", "b"), ("c",), Attrs(OPS["concat"].normalize_attrs({"axis": 1})))
+    with pytest.raises(NotDecided, match="symbolic dim"):
+        same_terms([concat], [concat], ["c"], types.__getitem__)
+    same_terms([along_features], [along_features], ["c"], types.__getitem__)  # the same term: decided equal
+    swapped = Node("concat", ("b", "a"), ("c",), Attrs(OPS["concat"].normalize_attrs({"axis": 1})))
+    with pytest.raises(NotDecided, match="not the same expression"):
+        same_terms([along_features], [swapped], ["c"], types.__getitem__)

@@ -11,7 +11,6 @@ matmul contracts (the ops act alike along every other axis, so two sizes stand f
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import count
 from typing import Any
 
 import numpy as np
@@ -38,7 +37,7 @@ def same_terms(before: Sequence[Node], after: Sequence[Node], outputs: Sequence[
     symbolic = any(not isinstance(d, int) for v in names for d in (types(v).shape or ()))
     for size in SYMBOL_SIZES if symbolic else SYMBOL_SIZES[:1]:  # static shapes: one evaluation says it all
         leaves: dict[str, np.ndarray] = {}
-        numbers = count()
+        numbers = [0]  # the next leaf's number, shared by both sides' inputs
         one = _evaluate(before, leaves, numbers, types, size)
         other = _evaluate(after, leaves, numbers, types, size)
         for name in outputs:
@@ -49,7 +48,7 @@ def same_terms(before: Sequence[Node], after: Sequence[Node], outputs: Sequence[
                 raise NotDecided(f"{name} is not the same expression of the inputs on both sides")
 
 
-def _evaluate(nodes: Sequence[Node], leaves: dict[str, np.ndarray], numbers: Any,
+def _evaluate(nodes: Sequence[Node], leaves: dict[str, np.ndarray], numbers: list[int],
               types: Callable[[str], TensorType], size: int) -> dict[str, np.ndarray]:
     made: dict[str, np.ndarray] = {}
     produced = {o for n in nodes for o in n.outputs}
@@ -63,7 +62,10 @@ def _evaluate(nodes: Sequence[Node], leaves: dict[str, np.ndarray], numbers: Any
             shape = _concrete(types(name).shape, size)
             if int(np.prod(shape)) > MAX_ELEMENTS:
                 raise NotDecided(f"{name} is too large to compare element by element")
-            leaves[name] = np.array([next(numbers) for _ in range(int(np.prod(shape)))], dtype=object).reshape(shape)
+            size_of = int(np.prod(shape))
+            start = numbers[0]
+            numbers[0] += size_of
+            leaves[name] = np.arange(start, start + size_of, dtype=np.int64).astype(object).reshape(shape)
         return leaves[name]
 
     for node in nodes:

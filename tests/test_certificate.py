@@ -62,8 +62,9 @@ def test_written_model_carries_its_certificate_and_checks(inception_run):
     assert text is not None and json.loads(text) == json.loads(cert.read_text())
     certificate = json.loads(text)
     kinds = [step["kind"] for step in certificate["steps"]]
-    assert kinds.count("rule") >= 2 and kinds[-2:] == ["fold", "simplify"]
-    assert certificate["steps"][-2]["constants"], "the merged weights are folded constants"
+    assert kinds.count("rule") >= 2 and "identity" in kinds  # the split simplifications, each a step
+    assert set(kinds[kinds.index("fold"):]) == {"fold", "identity"} and kinds.index("fold") == kinds.count("rule")
+    assert certificate["steps"][kinds.index("fold")]["constants"], "the merged weights are folded constants"
     stated = {step["rule_sha256"] for step in certificate["steps"] if step["kind"] == "rule"}
     assert stated <= {rule_hash(r) for r in load_rules(rules)}
     assert [i.name for i in model.graph.input] == [i.name for i in onnx.load(src).graph.input]
@@ -166,6 +167,22 @@ def test_rule_edited_after_proving_is_refused(inception_run, tmp_path):
     doctored.write_text(json.dumps(certificate))
     result = _check(src, out, "--rules", str(edited), "--certificate", str(doctored))
     assert result.exit_code == 1 and "does not re-prove" in result.output, result.output
+
+
+def test_a_doctored_split_simplification_is_refused_naming_its_step(inception_run, tmp_path):
+    """A split simplification is re-established, not rerun and trusted: a hoist that applies another op to the
+    whole than the pieces had is refused at that step."""
+    _folder, src, _rules, out, cert = inception_run
+    certificate = json.loads(cert.read_text())
+    index, step = next((k, s) for k, s in enumerate(certificate["steps"], 1) if s["kind"] == "identity"
+                       and s["form"] == "elementwise_hoisted")
+    node = next(n for n in step["added"] if n["op"] not in ("split", "concat"))
+    node["op"] = "sigmoid" if node["op"] != "sigmoid" else "relu"
+    doctored = tmp_path / "doctored.json"
+    doctored.write_text(json.dumps(certificate))
+    result = _check(src, out, "--certificate", str(doctored))
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"OUT does not check: step {index}: split simplification"), result.output
 
 
 def test_bad_certificate_is_bad_input(inception_run, tmp_path):

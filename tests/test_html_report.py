@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.test_keep_simpler import transpose_pair_model
+from xflow.check.certificate import FORMAT
 from xflow.cli import main
 from xflow.cli.html.layout import Box, layout
 from xflow.errors import XflowError
@@ -73,7 +74,7 @@ def test_the_page_renders_in_a_headless_browser(run, tmp_path):
     assert rewrites.count('<svg class="graph"') == 4  # two steps, each before and after
     assert rewrites.count(">Transpose</text>") == 2 and ">Concat</text>" in rewrites
     assert 'id="latency-chart"' in dom and dom.count("<circle") >= 8  # a dot per session pair
-    assert "xflow.certificate/1" in _section(dom, "certificate")
+    assert FORMAT in _section(dom, "certificate")
     assert "<img" not in dom  # the node name's markup stayed text
 
 

@@ -131,3 +131,23 @@ def test_shipped_rules_are_not_proved_vacuously():
     contradictory = parse_rule({**MATMUL_MERGE, "name": "matmul_merge_contradictory",
                                 "where": ["rank(a) == 2", "rank(a) == 3"]})
     assert vacuous(contradictory)
+
+
+def test_only_the_rules_named_are_parsed_and_every_name_is_still_unique(tmp_path):
+    """``xflow check`` parses the rules its certificate applies alone; a broken rule it does not name is not its
+    business, a name used twice in the file still is."""
+    import json
+
+    from tests.rulebook import CONV_RELU_FOLD, MATMUL_MERGE
+    from xflow.errors import XflowError
+    from xflow.rules import load_rules
+
+    path = tmp_path / "rules.json"
+    broken = {"name": "broken", "inputs": {}, "src": [], "dst": [], "outputs": {"nothing": "here"}}
+    path.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE, CONV_RELU_FOLD, broken]}))
+    assert [r.name for r in load_rules(path, only={MATMUL_MERGE["name"]})] == [MATMUL_MERGE["name"]]
+    with pytest.raises(XflowError):
+        load_rules(path)
+    path.write_text(json.dumps({"format": "xflow.rules/1", "rules": [MATMUL_MERGE, CONV_RELU_FOLD, CONV_RELU_FOLD]}))
+    with pytest.raises(XflowError, match="appears twice"):
+        load_rules(path, only={MATMUL_MERGE["name"]})

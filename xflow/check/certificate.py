@@ -3,8 +3,9 @@
 A certificate states the rule file's identity, then each step: a rule application (the rule's id and the
 content hash of its canonical JSON, the match as node and value names of the graph it applies to, the attribute
 and shape bindings, the conditions it had to meet) or a checked computation (constants folded by the op table's
-reference kernels, with the digest of each result's bytes; the split simplifications), each with the structural
-hash of the graph it makes. ``xflow.check`` replays it. It travels in the model as the ``metadata_props`` entry
+reference kernels, with the digest of each result's bytes; each split simplification as the nodes it removes and
+adds, which the checker decides equal as terms, ``xflow.check.identity``), each with the structural hash of the
+graph it makes. ``xflow.check`` replays it. It travels in the model as the ``metadata_props`` entry
 ``KEY`` (JSON)."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from xflow.rules.proof import content_digest
 
 #: The model's ``metadata_props`` key the certificate is written under.
 KEY = "xflow.certificate"
-FORMAT = "xflow.certificate/1"
+FORMAT = "xflow.certificate/2"  # 2: each split simplification a step of its own
 
 
 def rule_hash(rule: Rule) -> str:
@@ -98,10 +99,16 @@ def fold_record(before: Graph, after: Graph) -> dict[str, Any]:
     return {"kind": "fold", "folded": folded, "constants": made, "graph": after.structural_hash}
 
 
-def simplify_record(simplified: Simplified) -> dict[str, Any]:
-    """What a split-simplification step states: how many of each form were taken, and the graph made."""
-    counts = {f.name: getattr(simplified, f.name) for f in dataclasses.fields(simplified) if f.name != "graph"}
-    return {"kind": "simplify", "counts": counts, "graph": simplified.graph.structural_hash}
+def simplify_records(start: Graph, simplified: Simplified) -> list[dict[str, Any]]:
+    """The steps of the split simplifications of ``start``: one identity step per simplification taken
+    (``xflow.check.identity``), then the fold of the weights they reorder, when there is one."""
+    from xflow.check.identity import identity_record
+
+    records = [identity_record(instance) for instance in simplified.trail]
+    last = simplified.trail[-1].graph if simplified.trail else start
+    if simplified.graph is not last:
+        records.append(fold_record(last, simplified.graph))
+    return records
 
 
 def find_stated(graph: Graph, rule: Rule, nodes: Sequence[str], values: Mapping[str, str],
@@ -152,7 +159,7 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: D
     if graph.structural_hash != derived.unfolded.structural_hash:
         raise _uncertified(rules_file, "replaying the search's steps does not give the graph chosen")
     steps.append(fold_record(derived.unfolded, derived.folded))
-    steps.append(simplify_record(derived.simplified))
+    steps.extend(simplify_records(derived.folded, derived.simplified))
     result = derived.simplified.graph
     return {"format": FORMAT,
             "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file),
@@ -206,6 +213,10 @@ def parse(text: str, where: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise XflowError(where, f"not a certificate: {exc.msg} at line {exc.lineno}") from None
+    if isinstance(data, dict) and str(data.get("format", "")).startswith("xflow.certificate/") and \
+            data.get("format") != FORMAT:
+        raise XflowError(where, f"a certificate of format {data['format']}; this xflow checks {FORMAT} (make it again "
+                                "with this xflow, or check it with the xflow that made it)")
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("steps"), list):
         raise XflowError(where, f"not an xflow certificate (expected {{\"format\": \"{FORMAT}\", ...}})")
     return data
@@ -242,6 +253,6 @@ def rule_matches(steps: Iterable[Any]) -> list[Match]:
 
 __all__ = [
     "FORMAT", "KEY", "Derived", "array_hash", "carried", "carry", "certify", "file_hash", "find_stated", "fold_record",
-    "match_record", "parse", "plain", "read_certificate", "rule_hash", "rule_matches", "simplify_record", "to_text",
+    "match_record", "parse", "plain", "read_certificate", "rule_hash", "rule_matches", "simplify_records", "to_text",
     "with_certificate",
 ]

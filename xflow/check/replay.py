@@ -1,6 +1,7 @@
 """Replaying a certificate's steps on the input graph, each re-established as it is taken: the rule's match
 found again by the matcher (its conditions decided for every value of the symbolic dims), folded constants
-recomputed with the op table's kernels, and each graph's structural hash compared with the one stated. Used by
+recomputed with the op table's kernels, each split simplification decided as terms (``identity``), and each
+graph's structural hash compared with the one stated. Used by
 ``xflow check`` and by ``xflow optimize --replay``; none of the search is involved."""
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from xflow.check.certificate import (
     match_record,
     node_label,
     rule_hash,
-    simplify_record,
 )
+from xflow.check.identity import KIND as IDENTITY
+from xflow.check.identity import apply_identity
 from xflow.errors import XflowError
 from xflow.ir import Graph
 from xflow.rewrite import MatchTracer, apply_match, fold_constants
-from xflow.rewrite.simplify import simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
 
 
@@ -43,12 +44,14 @@ class Replayed:
 
 
 def rules_for(certificate: dict[str, Any], rules_path: str | None) -> dict[str, Rule]:
-    """The rule file the certificate names (or ``rules_path``), by rule name."""
+    """The rules of the rule file the certificate names (or ``rules_path``) that its steps apply, by name."""
     stated = certificate.get("rules", {})
     path = rules_path or (str(default_rules_path()) if stated.get("shipped") else stated.get("path"))
     if not path:
         raise XflowError("<certificate>", "names no rule file")
-    return {rule.name: rule for rule in load_rules(path)}
+    applied = {step.get("rule") for step in certificate.get("steps", []) if isinstance(step, dict)
+               and step.get("kind") == "rule"}
+    return {rule.name: rule for rule in load_rules(path, only={name for name in applied if isinstance(name, str)})}
 
 
 def replay(graph: Graph, certificate: Mapping[str, Any], rules: Mapping[str, Rule],
@@ -74,11 +77,15 @@ def replay(graph: Graph, certificate: Mapping[str, Any], rules: Mapping[str, Rul
             if fold_record(graph, folded) != step:
                 raise StepRefused(index, "the constants folded, recomputed with the op table's kernels, differ")
             graph = folded
-        elif kind == "simplify":
-            simplified = simplify_splits(graph)
-            if simplify_record(simplified) != step:
-                raise StepRefused(index, "the split simplifications give another graph")
-            graph = simplified.graph
+        elif kind == IDENTITY:
+            try:
+                made = apply_identity(graph, step)
+            except ValueError as exc:
+                raise StepRefused(index, f"split simplification ({step.get('form')}): {exc}") from None
+            if made.structural_hash != step.get("graph"):
+                raise StepRefused(index, f"split simplification ({step.get('form')}): the graph it makes is not "
+                                         "the one stated")
+            graph = made
         else:
             raise StepRefused(index, f"unknown kind of step {kind!r}")
     if certificate.get("output", {}).get("graph") != graph.structural_hash:

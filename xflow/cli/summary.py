@@ -28,6 +28,8 @@ def print_summary(report: Any, verbose: bool = False, err: bool = False) -> None
         point = " ".join(f"{k}={v}" for k, v in entry["point"].items())
         echo(f"  at {point}: {entry['latency_before_ms']:.3f} ms -> {entry['latency_after_ms']:.3f} ms "
              f"({entry.get('verdict', 'faster' if entry['faster'] else 'slower')})")
+    if getattr(report, "decisions_from_cache", None):
+        echo(f"  {timings_remembered(report.decisions_from_cache)}")
     if report.rules_applied:
         echo(f"  rewrites: {rewrites_line(report)}")
     if report.verified:
@@ -80,6 +82,14 @@ def latency_line(report: Any) -> str:
         return f"measured latency: {report.latency_before_ms:.3f} ms (model unchanged)"
     return (f"measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
             f"({ratio_words(report.speedup)})")
+
+
+def timings_remembered(kinds: list[str]) -> str:
+    """What the run read from the cost cache instead of timing it again."""
+    what = {"select": "the finalists' end-to-end timing", "ab": "the A/B against the original"}
+    named = ", ".join(dict.fromkeys(what.get(k, k) for k in kinds))
+    return (f"timings read from the cost cache, as an earlier run measured them: {named} (the same cache and seed "
+            "write the same model; another --cost-db times them afresh)")
 
 
 def ratio_words(speedup: float) -> str:

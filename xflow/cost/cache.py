@@ -5,6 +5,11 @@ so two processes writing at once wait for each other instead of failing. A file 
 readable SQLite database (a damaged one) is moved aside and rebuilt, with a one-line warning; a file that
 is plainly something else (an ONNX model, JSON, an archive, text) is refused in one line and left alone, as is
 a database of a newer schema or whose ``costs`` table is not this one.
+
+Besides node costs it keeps the run's *measured decisions* (``decisions``: which finalist timed fastest end to end,
+the A/B's pairs), keyed by what decides them (``xflow.optimize.remembered``), so a later run with the same cache
+reads them instead of timing again and writes the same model. Schema 2 added that table; a schema-1 file is
+migrated in place when opened (the table added, its costs kept).
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from pathlib import Path
 from xflow.errors import XflowError
 from xflow.files import check_output_file
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the ``decisions`` table; 1: node costs only
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _COSTS_COLUMNS = ("key", "seconds", "op", "env", "detail", "created")
+_DECISIONS_COLUMNS = ("key", "kind", "env", "value", "created")
 _CHUNK = 500  # keys per SELECT ... IN (...): below SQLite's host-parameter limit
 
 
@@ -99,7 +105,10 @@ class CostCache:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS costs (key TEXT PRIMARY KEY, seconds REAL NOT NULL, "
                          "op TEXT NOT NULL, env TEXT NOT NULL, detail TEXT NOT NULL, created REAL NOT NULL)")
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("CREATE TABLE IF NOT EXISTS decisions (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+                         "env TEXT NOT NULL, value TEXT NOT NULL, created REAL NOT NULL)")
+            # a schema-1 file (or a new one) is now this schema: the decisions table is the only change
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             conn.execute("COMMIT")
             conn.execute("SELECT count(*) FROM costs").fetchone()
         except (sqlite3.DatabaseError, XflowError):
@@ -135,6 +144,23 @@ class CostCache:
                 self._conn.execute("ROLLBACK")
             raise XflowError(str(self.path), f"cannot write the cost cache: {exc}") from None
 
+    def get_decision(self, key: str) -> str | None:
+        """The measured decision stored under ``key`` (its JSON text), or None."""
+        row = self._conn.execute("SELECT value FROM decisions WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def put_decision(self, key: str, kind: str, env: str, value: str) -> None:
+        """Store a measured decision (JSON text) under ``key``; ``kind`` and ``env`` say what it is, for a reader."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("INSERT OR REPLACE INTO decisions VALUES (?, ?, ?, ?, ?)",
+                               (key, kind, env, value, time.time()))
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise XflowError(str(self.path), f"cannot write the cost cache: {exc}") from None
+
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM costs").fetchone()[0])
 
@@ -155,10 +181,11 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> None:
     if version > SCHEMA_VERSION:
         raise XflowError(path, f"cost cache has schema version {version}, newer than this xflow's "
                                f"{SCHEMA_VERSION}; use a newer xflow or another --cost-db")
-    columns = tuple(r[1] for r in conn.execute("PRAGMA table_info(costs)"))
-    if "costs" in tables and columns != _COSTS_COLUMNS:
-        raise XflowError(path, f"is not an xflow cost cache: its costs table has columns {', '.join(columns)} "
-                               f"(expected {', '.join(_COSTS_COLUMNS)})")
+    for table, expected in (("costs", _COSTS_COLUMNS), ("decisions", _DECISIONS_COLUMNS)):
+        columns = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
+        if table in tables and columns != expected:
+            raise XflowError(path, f"is not an xflow cost cache: its {table} table has columns {', '.join(columns)} "
+                                   f"(expected {', '.join(expected)})")
 
 
 def _plainly_not_a_database(path: Path) -> str | None:

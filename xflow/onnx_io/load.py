@@ -26,8 +26,9 @@ from xflow.ops import DECODERS, DEFAULT_DOMAINS, OPS, ShapeError, decoder_for
 ALGEBRA_DTYPES = FLOAT_DTYPES | {onnx.TensorProto.BOOL}
 
 
-def read_model(path: str) -> onnx.ModelProto:
-    """Parse and check an ONNX file (external data is left on disk); XflowError on any problem."""
+def read_model(path: str, full_check: bool = True) -> onnx.ModelProto:
+    """Parse and check an ONNX file (external data is left on disk); XflowError on any problem. ``full_check``
+    False skips ONNX's checker (seconds on a large model) for a model that is then compared with a checked one."""
     if not os.path.exists(path):
         raise XflowError(path, "no such file")
     if os.path.isdir(path):
@@ -40,7 +41,10 @@ def read_model(path: str) -> onnx.ModelProto:
         raise XflowError(path, f"cannot read: {exc.strerror or exc}") from None
     except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError, JSON's ParseError (for a .json name), ...
         raise XflowError(path, f"not an ONNX model (protobuf parse failed: {one_line(exc)})") from None
-    check_proto(model, path, checked=path)
+    if full_check:
+        check_proto(model, path, checked=path)
+    elif model.ir_version <= 0 or not model.opset_import or not model.HasField("graph"):
+        raise XflowError(path, "not an ONNX model (no IR version, opset imports or graph)")
     check_external_data(model, os.path.dirname(os.path.abspath(path)))
     return model
 

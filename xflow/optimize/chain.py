@@ -13,6 +13,7 @@ from xflow.optimize.finalize import Finalist
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest, place
 from xflow.optimize.progress import Progress, enter
+from xflow.optimize.remembered import remembered
 from xflow.ort import Sessions
 
 
@@ -34,7 +35,9 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     checks = options.checks
     enter(progress, "search")
     rules = search.rule_file(options.rules_path, options.rules)
-    coster = costing.coster(cost_model or costing.make_cost_model(options.cost, sessions, source.graph), source.shapes)
+    model = cost_model or costing.make_cost_model(options.cost, sessions, source.graph)
+    coster = costing.coster(model, source.shapes)
+    memo = remembered(model)  # the measured decisions the cost cache keeps (the same cache, the same model)
     searched = search.search(source.graph, rules, coster, options.search,
                              progress.search if progress is not None else None)
     run_original = checks.measure or (searched.modified and checks.verify)
@@ -47,9 +50,10 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     finalized = finalize.finalize(searched, checks.measure, probe)
     if len(finalized.finalists) > 1 and checks.measure:
         enter(progress, f"timing {len(finalized.finalists)} finalists end to end")
-    selected = select.select(finalized.finalists, ran, sessions)
+    selected = select.select(finalized.finalists, ran, sessions, memo)
     _say_why_nothing(searched, selected, source, say)
-    checked = verify.Checked(source, ran, selected.chosen, checks, options.inputs, no_rules=not searched.rules)
+    checked = verify.Checked(source, ran, selected.chosen, checks, options.inputs, no_rules=not searched.rules,
+                             memo=memo)
     if selected.chosen is not None:
         enter(progress, "verify: comparing outputs, then the A/B" if checks.verify else "the A/B")
     elif checks.measure:
@@ -58,6 +62,8 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     passes = report.Passes(source, searched, finalized, selected, verified,
                            frozenset(probe.held) if probe is not None else frozenset())
     run = _Run(selected.chosen if verified.graph is not None else None, report.assemble(passes, output_label))
+    if memo is not None:
+        run.report.decisions_from_cache, run.report.decisions_timed = list(memo.read), list(memo.measured)
     if place_request is not None:
         enter(progress, "placement")
         written = verified.graph if verified.graph is not None else source.graph

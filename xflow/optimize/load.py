@@ -87,10 +87,11 @@ class Source(PassResult):
             "written unchanged (re-encoded: its weights are external data)"
 
 
-def load_source(model: onnx.ModelProto | bytes | str, inputs: InputSettings) -> Source:
+def load_source(model: onnx.ModelProto | bytes | str, inputs: InputSettings, sized: bool = True) -> Source:
     """The load pass: parse and check the model, resolve its shape profile, build its graph with the model's own
     dims (dynamic ones as symbols: the search decides rule conditions for every size and costs graphs at the
-    profile's points); ``measuring`` are the input shapes at the profile's first point."""
+    profile's points); ``measuring`` are the input shapes at the profile's first point. ``sized`` False leaves
+    ``Source.size`` None (``xflow check`` needs no size; measuring a large model's bytes is seconds)."""
     if isinstance(model, bytes | bytearray | memoryview):  # serialized: parsed here, named as what it is
         model = model_from_bytes(model)
     if isinstance(model, onnx.ModelProto):
@@ -110,7 +111,8 @@ def load_source(model: onnx.ModelProto | bytes | str, inputs: InputSettings) -> 
     unranked = {name: shape for name, shape in given.items() if plan.input_dims.get(name) is None}
     graph = graph_from_model(proto, base_dir, path or "", unranked, plan.relations)  # dims over free symbols
     return Source(graph=graph, label=label, path=path, proto=model if path is None else None,
-                  onnx_nodes=len(proto.graph.node), size=model_size(proto), shapes=plan, measuring=measuring)
+                  onnx_nodes=len(proto.graph.node), size=model_size(proto) if sized else None, shapes=plan,
+                  measuring=measuring)
 
 
 def _npz_shapes(plan: ShapePlan, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:

@@ -97,6 +97,10 @@ class OptimizeReport(VerifyFigures):
     copied: bool = False  # the model written is a byte-for-byte copy of the input
     # values a rule whose gain is in the values bound that held float32/64 denormals on the check inputs
     values_with_denormals: list[str] = field(default_factory=list)
+    # the measured decisions ("select": the finalists' timing, "ab": an A/B) read from the cost cache, as an earlier
+    # run with the same cache measured them (``xflow.optimize.remembered``), and those timed in this run
+    decisions_from_cache: list[str] = field(default_factory=list)
+    decisions_timed: list[str] = field(default_factory=list)
     plan_output: str | None = None  # --place: the plan written, the placement chosen and its step time
     placement_chosen: str | None = None
     placement_step_ms: float | None = None

@@ -15,6 +15,7 @@ from xflow.onnx_io.shared_weights import SharedWeightsFiles, weights_in_memory, 
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
+from xflow.optimize.remembered import Remembered
 from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker
 from xflow.runtime import screen, successive_halving
@@ -30,6 +31,7 @@ class Picked:
 
     index: int
     medians: list[float | None]
+    from_cache: bool = False  # read from the cost cache (``xflow.optimize.remembered``), not timed in this run
 
 
 @dataclass(kw_only=True)
@@ -41,12 +43,19 @@ class Selected(PassResult):
 
 
 def select(finalists: list[Finalist], original: OriginalRun | OriginalNotRunnable | None,
-           sessions: Sessions) -> Selected:
+           sessions: Sessions, memo: Remembered | None = None) -> Selected:
     """The select pass: with more than one finalist and the original's inputs to run them on, the fastest end to
-    end (``select_by_latency``); else the first finalist (the search's best)."""
+    end (``select_by_latency``; with ``memo``, as the cost cache remembers it from an earlier run); else the first
+    finalist (the search's best)."""
     picked = None
     if len(finalists) > 1 and isinstance(original, OriginalRun):
-        picked = select_by_latency(finalists, original.feeds, sessions)
+        feeds = original.feeds
+
+        def timed() -> Picked:
+            return select_by_latency(finalists, feeds, sessions)
+        picked = timed() if memo is None else memo.pick(
+            [f.graph for f in finalists], feeds, timed, lambda p: {"index": p.index, "medians": p.medians},
+            lambda d: Picked(int(d["index"]), [None if m is None else float(m) for m in d["medians"]], True))
     chosen = finalists[picked.index if picked is not None else 0] if finalists else None
     return Selected(graph=chosen.graph if chosen is not None else None, modified=chosen is not None,
                     chosen=chosen, picked=picked)

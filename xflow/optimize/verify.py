@@ -22,6 +22,7 @@ from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
 from xflow.optimize.options import CheckSettings, InputSettings
 from xflow.optimize.passes import PassResult
+from xflow.optimize.remembered import Remembered
 from xflow.optimize.size import graph_size
 from xflow.ort import Sessions
 from xflow.ort.graphs import fits_in_memory, session_maker
@@ -73,6 +74,7 @@ class Checked:
     checks: CheckSettings
     inputs: InputSettings
     no_rules: bool = False  # the rule file held none (what nothing chosen means)
+    memo: Remembered | None = None  # the A/Bs the cost cache remembers (None: each one timed)
 
 
 def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], output_label: str = "") -> Verified:
@@ -187,7 +189,7 @@ def _decide(checked: Checked, original: OriginalRun, handed: list[Any], make_can
     # lets go of its first pair before its fresh ones, one session's weights fewer alive); a dynamic model's other
     # points time it again
     candidate = handed[0] if source.dynamic is not None else None
-    ab = decide_ab(original.session, handed.pop(), original.feeds, fresh, margin=margin)
+    ab = _ab(checked, original.session, handed.pop(), original.feeds, fresh, margin)
     figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
     figures.speedup, figures.timed_runs = ab.speedup, ab.runs
     figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value
@@ -195,7 +197,7 @@ def _decide(checked: Checked, original: OriginalRun, handed: list[Any], make_can
     figures.pairs_ms = [[r.a_median * 1e3, r.b_median * 1e3] for r in ab.results]
     first = _verdict(ab)
     others = time_other_points(source, original.session, candidate, fresh, checked.inputs.seed, figures, margin,
-                               first) if first != SLOWER else {}
+                               first, checked) if first != SLOWER else {}
     # "Faster" must be more than one lucky session, which a longer run does not reproduce: decide_ab asks
     # it of pairs of fresh sessions (a signed-rank test over them), and at every profile point; so does "not slower".
     verdicts = [first, *others.values()]
@@ -276,9 +278,21 @@ def check_other_sizes(source: Source, session: Any, candidate: Any, seed: int, f
     return None
 
 
+def _ab(checked: Checked | None, session: Any, candidate: Any, feeds: Mapping[str, np.ndarray],
+        fresh: Callable[[str], Any], margin: float | None) -> ABDecision:
+    """``decide_ab`` of the original and the candidate on ``feeds``; with ``checked.memo``, as the cost cache
+    remembers it from an earlier run with these graphs, inputs and settings (else timed and remembered)."""
+    def timed() -> ABDecision:
+        return decide_ab(session, candidate, feeds, fresh, margin=margin)
+    if checked is None or checked.memo is None or checked.chosen is None:
+        return timed()
+    return checked.memo.ab(checked.source.graph, checked.chosen.graph, feeds, margin, timed)
+
+
 def time_other_points(source: Source, session: Any, candidate: Any, fresh: Callable[[str], Any], seed: int,
                       figures: VerifyFigures, margin: float | None = None,
-                      first: PointVerdict = PointVerdict.FASTER) -> dict[str, PointVerdict]:
+                      first: PointVerdict = PointVerdict.FASTER, checked: Checked | None = None
+                      ) -> dict[str, PointVerdict]:
     """The A/B at every profile point after the first, once the first found the optimized model faster (or not
     slower, ``first``, testing non-inferiority within ``margin``); recorded in ``figures.profile_points`` with the
     first. The verdict at each point (``FASTER``, ``NOT_SLOWER``, ``SLOWER``), by its label."""
@@ -294,7 +308,7 @@ def time_other_points(source: Source, session: Any, candidate: Any, fresh: Calla
         feeds = _point_feeds(source, session, point, seed)
         if feeds is None:
             continue
-        ab = decide_ab(session, candidate, feeds, fresh, margin=margin)
+        ab = _ab(checked, session, candidate, feeds, fresh, margin)
         verdicts[plan.describe(point)] = verdict = _verdict(ab)
         figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
                                        "latency_after_ms": ab.b_median * 1e3, "faster": verdict is FASTER,

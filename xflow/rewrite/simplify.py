@@ -5,12 +5,15 @@ step, and each gate's add reads one piece of two such trees. The forms below are
 itself (a piece of a piece is a piece; an elementwise op on matching pieces is a piece of the op on the
 wholes; a grid of blocks can be cut rows first or columns first) and of matmul's columns (the op table's
 ``matmul_weight_axis``); they need no search, and each is taken only where it removes kernels. The
-written model is still checked against the original by ``xflow optimize``.
+written model is still checked against the original by ``xflow optimize``. Each one taken is recorded
+(``Simplified.trail``: the nodes it removed and those it added), so that a certificate states it as a step
+``xflow check`` re-establishes on its own (``xflow.check.identity``), without this module's reasoning.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from xflow.ir import Attrs, Graph, Node, TensorType
@@ -21,9 +24,21 @@ from xflow.rewrite.apply import content_name
 from xflow.rewrite.fold import fold_constants
 
 
+@dataclass(frozen=True)
+class Instance:
+    """One simplification taken: its form (a ``Simplified`` counter's name), the nodes it removed and those it
+    added (in the order they were handed to ``Graph.with_nodes``), and the graph it made."""
+
+    form: str
+    removed: tuple[Node, ...]
+    added: tuple[Node, ...]
+    graph: Graph
+
+
 @dataclass
 class Simplified:
-    """The simplified graph and what was done to it."""
+    """The simplified graph and what was done to it (``trail``: each simplification in turn; a fold of the new
+    weights, when there is one, makes ``graph`` from the last one's)."""
 
     graph: Graph
     nested_splits: int = 0  # splits of a piece of another split folded into it
@@ -31,6 +46,12 @@ class Simplified:
     channelwise_hoisted: int = 0  # per-channel ops (batchnorm) applied once before a split along the channels
     regridded: int = 0  # split trees over two axes cut in the other order, so that a hoist applies
     weights_permuted: int = 0  # matmuls given their weight's column blocks in the order a hoist needs
+    trail: list[Instance] = field(default_factory=list)
+
+    def took(self, form: str, removed: Iterable[Node], added: Iterable[Node], graph: Graph) -> None:
+        """Record one simplification that made ``graph``, and make it the current graph."""
+        self.trail.append(Instance(form, tuple(removed), tuple(added), graph))
+        self.graph = graph
 
 
 def simplify_splits(graph: Graph) -> Simplified:
@@ -94,7 +115,8 @@ def _fold_nested(result: Simplified) -> bool:
             continue
         merged = Node(SPLIT.name, outer.inputs, outer.outputs[:k] + inner.outputs + outer.outputs[k + 1:], attrs)
         nodes = [n for n in graph.nodes if n is not inner and n is not outer] + [merged]
-        result.graph = graph.with_nodes(nodes)
+        result.took("nested_splits", [n for n in graph.nodes if n is inner or n is outer], [merged],
+                    graph.with_nodes(nodes))
         result.nested_splits += 1
         return True
     return False
@@ -148,7 +170,8 @@ def _hoist_elementwise(result: Simplified) -> bool:
         added.append(Node(SPLIT.name, (whole,), tuple(p.outputs[0] for p in pieces), first.attrs))
         gone = ({id(n) for n in pieces} | gone_too
                 | {id(s) for s, o in zip(splits, orders, strict=True) if o == sorted(o)})
-        result.graph = graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types)
+        result.took("elementwise_hoisted", [n for n in graph.nodes if id(n) in gone], added,
+                    graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types))
         result.elementwise_hoisted += 1
         result.weights_permuted += len(reweighed)
         return True
@@ -191,7 +214,8 @@ def _hoist_channelwise(result: Simplified) -> bool:
         added.append(Node(first.op, tuple(inputs), (whole,), Attrs(first.attrs)))
         added.append(Node(SPLIT.name, (whole,), tuple(r.outputs[0] for r in readers), split.attrs))  # type: ignore[union-attr]
         gone = {id(split)} | {id(r) for r in readers}
-        result.graph = graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types)
+        result.took("channelwise_hoisted", [n for n in graph.nodes if id(n) in gone], added,
+                    graph.with_nodes([n for n in graph.nodes if id(n) not in gone] + added, types=types))
         result.channelwise_hoisted += 1
         return True
     return False
@@ -246,9 +270,12 @@ def _regrid(result: Simplified) -> bool:
         kept = {id(n) for n in grid.splits}
         for first_axis in grid.cuts:
             added, types = _cut(graph, root.inputs[0], grid, first_axis)
-            trial = Simplified(graph.with_nodes([n for n in graph.nodes if id(n) not in kept] + added, types=types))
+            cut = graph.with_nodes([n for n in graph.nodes if id(n) not in kept] + added, types=types)
+            trial = Simplified(cut)
             _simplify(trial, regrid=False)
             if len(trial.graph.nodes) < len(graph.nodes):
+                result.took("regridded", [n for n in graph.nodes if id(n) in kept], added, cut)
+                result.trail.extend(trial.trail)
                 result.graph = trial.graph
                 result.nested_splits += trial.nested_splits
                 result.elementwise_hoisted += trial.elementwise_hoisted

@@ -165,7 +165,7 @@ def _certificate(report: Any, certificate: Mapping[str, Any] | None) -> str:
 
 
 _KINDS = {"rule": ("rule application", "rule applications"), "fold": ("constant folding", "constant foldings"),
-          "simplify": ("split simplification", "split simplifications")}
+          "identity": ("split simplification", "split simplifications")}
 
 
 def _kind_words(kind: str, n: int) -> str:

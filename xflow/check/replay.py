@@ -1,6 +1,7 @@
 """Replaying a certificate's steps on the input graph, each re-established as it is taken: the rule's match
 found again by the matcher (its conditions decided for every value of the symbolic dims), folded constants
-recomputed with the op table's kernels, and each graph's structural hash compared with the one stated. Used by
+recomputed with the op table's kernels, the shape arithmetic's values recomputed as expressions of the dims
+(``xflow.rewrite.shapes.check_step``), and each graph's structural hash compared with the one stated. Used by
 ``xflow check`` and by ``xflow optimize --replay``; none of the search is involved."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from xflow.check.certificate import (
 from xflow.errors import XflowError
 from xflow.ir import Graph
 from xflow.rewrite import MatchTracer, apply_match, fold_constants
+from xflow.rewrite.shapes import check_step
 from xflow.rewrite.simplify import simplify_splits
 from xflow.rules import Rule, default_rules_path, load_rules
 
@@ -79,6 +81,11 @@ def replay(graph: Graph, certificate: Mapping[str, Any], rules: Mapping[str, Rul
             if simplify_record(simplified) != step:
                 raise StepRefused(index, "the split simplifications give another graph")
             graph = simplified.graph
+        elif kind == "shapes":
+            try:  # re-derived symbolically: each value's expressions recomputed from this graph
+                graph = check_step(graph, step)
+            except ValueError as exc:
+                raise StepRefused(index, f"shape arithmetic: {exc}") from None
         else:
             raise StepRefused(index, f"unknown kind of step {kind!r}")
     if certificate.get("output", {}).get("graph") != graph.structural_hash:

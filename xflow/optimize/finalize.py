@@ -18,6 +18,7 @@ from xflow.optimize.passes import PassResult
 from xflow.optimize.search import Searched
 from xflow.ort import Sessions
 from xflow.rewrite import Match, find_matches, fold_constants
+from xflow.rewrite.shapes import ShapeStep, share_shapes
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule
 from xflow.search import Branch, SearchReport, Step, complete_sweeps
@@ -45,11 +46,13 @@ class Finalist:
     # the graph the steps made and that graph folded (None: not known): what its certificate states
     unfolded: Graph | None = None
     folded: Graph | None = None
+    # the shape arithmetic of the simplified graph folded, shared and deleted (None: nothing to do)
+    shaped: ShapeStep | None = None
 
     @property
     def graph(self) -> Graph:
-        """The finalist's graph, folded and simplified."""
-        return self.simplified.graph
+        """The finalist's graph, folded and simplified, its shape arithmetic folded, shared and deleted."""
+        return self.shaped.graph if self.shaped is not None else self.simplified.graph
 
     @functools.cached_property
     def proto(self) -> onnx.ModelProto:
@@ -94,7 +97,11 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
     lifting = [rule for rule in rules if rule.gain_in_values] if measure else []
     if not result.steps:
         lifted = _value_sweep(Branch(result.graph, result.best_cost, ()), lifting, coster, probe)
-        return [_finalist(lifted, True)] if lifted is not None else []
+        if lifted is not None:
+            return [_finalist(lifted, True)]
+        # no rule applies: the input with its shape arithmetic folded, shared and deleted, where it has any
+        plain = _finalist(Branch(result.graph, result.best_cost, ()))
+        return [plain] if plain.shaped is not None else []
     best = Branch(result.graph, result.best_cost, result.steps)
     if not measure:
         return [_finalist(best)]  # nothing will time the others
@@ -166,5 +173,7 @@ def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
 
 def _finalist(source: Branch, completed: bool = False) -> Finalist:
     folded = fold_constants(source.graph)
-    return Finalist(simplify_splits(folded), source.cost, source.steps, completed, source.graph, folded)
+    simplified = simplify_splits(folded)
+    return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded,
+                    share_shapes(simplified.graph))
 

@@ -194,7 +194,7 @@ def _finalists(finalized: Finalized, selected: Selected) -> list[dict[str, Any]]
     picked = selected.picked
     if picked is None:
         return []
-    return [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps), "nodes": len(f.simplified.graph.nodes),
+    return [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps), "nodes": len(f.graph.nodes),
              "measured_ms": (picked.medians[i] * 1e3 if picked.medians[i] is not None else None),
              "chosen": i == picked.index, "completed": f.completed}
             for i, f in enumerate(finalized.finalists)]

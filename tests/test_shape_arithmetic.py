@@ -208,3 +208,15 @@ def test_a_dim_read_twice_is_read_once_even_where_its_size_is_unknown():
     written = to_model_proto(step.graph)
     assert _counts(written) == _counts(_unresolved())
     assert np.array_equal(_run(model), _run(written))
+
+
+def test_with_control_flow_nothing_folds():
+    model = _static_width()
+    branch = helper.make_graph([helper.make_node("Identity", ["one"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.INT64, [])])
+    model.graph.node.append(helper.make_node("If", ["flag"], ["picked"], then_branch=branch, else_branch=branch))
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    model.graph.output.append(helper.make_tensor_value_info("picked", TensorProto.INT64, []))
+    step = share_shapes(graph_from_model(model))
+    assert step is None or not step.constants
+

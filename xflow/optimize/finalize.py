@@ -4,6 +4,7 @@ and their completions, the denormal lift), each folded and simplified."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ import onnx
 from xflow.cost import GraphCoster
 from xflow.ir import Graph
 from xflow.onnx_io import to_model_proto
+from xflow.onnx_io.save import encode_nodes
 from xflow.optimize.denormal_probe import DenormalProbe
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
@@ -22,6 +24,8 @@ from xflow.rewrite.shapes import ShapeStep, share_shapes
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule
 from xflow.search import Branch, SearchReport, Step, complete_sweeps
+
+_log = logging.getLogger(__name__)
 
 #: Which of the named values of a graph hold denormals when it runs on the original's inputs (None: not known).
 Probe = Callable[[Graph, Sequence[str]], "frozenset[str] | None"]
@@ -175,5 +179,19 @@ def _finalist(source: Branch, completed: bool = False) -> Finalist:
     folded = fold_constants(source.graph)
     simplified = simplify_splits(folded)
     return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded,
-                    share_shapes(simplified.graph))
+                    _shaped(simplified.graph))
+
+
+def _shaped(graph: Graph) -> ShapeStep | None:
+    """``graph``'s shape arithmetic folded, shared and deleted (``share_shapes``), where the op-table nodes whose
+    original ONNX node read a value it deletes can be written anew (None: nothing changes, or one cannot)."""
+    step = share_shapes(graph)
+    if step is None:
+        return None
+    try:
+        encode_nodes(step.graph)
+    except ValueError as exc:  # an encoder cannot write a node without its original's computed input
+        _log.info("shape arithmetic left as it is: %s", exc)
+        return None
+    return step
 

@@ -392,6 +392,10 @@ def share_shapes(graph: Graph) -> ShapeStep | None:
     """Fold, share and delete ``graph``'s shape arithmetic (the module's doc); None when it changes nothing."""
     values = evaluate(graph)
     candidates = _candidates(graph, values)
+    # with control flow, a value made an initializer lets ONNX Runtime pick If branches at load and then check the
+    # branch not taken against it (``xflow.onnx_io.known_values``): there nothing folds, sharing still holds
+    fold = not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                   for n in graph.nodes if n.is_opaque and n.origin is not None for a in n.origin.proto.attribute)
     constants: dict[str, SymValue] = {}
     shared: dict[str, str] = {}
     first: dict[tuple[Any, ...], str] = {}
@@ -399,7 +403,7 @@ def share_shapes(graph: Graph) -> ShapeStep | None:
         value = values.get(name)
         key = value.key if value is not None else _same_node_key(node, shared)
         if value is not None and value.is_static:
-            if _proto(node).op_type != "Constant":  # type: ignore[union-attr]
+            if fold and _proto(node).op_type != "Constant":  # type: ignore[union-attr]
                 constants[name] = value
         elif key in first:
             shared[name] = first[key]

@@ -95,6 +95,15 @@ def test_the_optimized_decoder_checks_and_keeps_its_interface(optimized):
     assert "for every input at every size" in result.output
 
 
+def test_replaying_the_decoders_certificate_writes_its_bytes(optimized, tmp_path):
+    _folder, src, out = optimized
+    again = tmp_path / "again.onnx"
+    result = CliRunner().invoke(main, ["optimize", str(src), str(again), "--replay", str(out), "-q"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert again.read_bytes() == out.read_bytes()
+
+
 def _tamper(step: dict, how: str) -> None:
     if how == "share":  # a value said equal to another that is not (the batch for the new tokens' count)
         values = sorted(set(step["shared"].values()))

@@ -76,8 +76,12 @@ def optimized(tmp_path_factory):
     folder = tmp_path_factory.mktemp("decoder")
     src, out = folder / "in.onnx", folder / "out.onnx"
     onnx.save(llama_decoder(DecoderConfig(layers=2)), str(src))
-    result = CliRunner().invoke(main, ["optimize", str(src), str(out), *ANALYTIC], catch_exceptions=False)
+    report = folder / "report.json"
+    result = CliRunner().invoke(main, ["optimize", str(src), str(out), "--report", str(report), *ANALYTIC],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    figures = json.loads(report.read_text())
+    assert figures["shapes_shared"] > 0 and figures["shapes_deleted"] > 0
     return folder, src, out
 
 

@@ -146,6 +146,16 @@ def write_json(path: str, data: Any, scratch: str | None = None) -> None:
     write_atomically(path, dump, scratch)
 
 
+def write_text(path: str, text: str, scratch: str | None = None) -> None:
+    """Write ``text`` (UTF-8), atomically."""
+
+    def dump(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    write_atomically(path, dump, scratch)
+
+
 def copy_atomically(source: str, path: str, scratch: str | None = None) -> None:
     """Copy ``source`` byte for byte onto ``path``, atomically."""
     write_atomically(path, lambda tmp: shutil.copyfile(source, tmp), scratch)

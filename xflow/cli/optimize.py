@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from typing import Any
 
 import click
@@ -13,7 +12,7 @@ from xflow.cli.common import check_writable, require_onnxruntime, sigterm_as_int
 from xflow.cli.logs import configure_logging
 from xflow.cli.options import OPTIMIZE_DEFAULTS, RULES_HELP, THREADS_HELP, place_option
 from xflow.cli.placing import place_request
-from xflow.cli.progress import search_progress
+from xflow.cli.progress import run_progress
 from xflow.cli.summary import print_summary
 from xflow.errors import XflowError
 
@@ -66,6 +65,10 @@ _D = OPTIMIZE_DEFAULTS
                    "written when it is not slower (at most 1% slower, one-sided test at p < 0.01).")
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file ('-': to stdout, and the summary to stderr).")
+@click.option("--html", "html_path", type=click.Path(), default=None, metavar="FILE",
+              help="Also write a page of the run to FILE: the verdict, the rewrites drawn before -> after, the "
+                   "timings as charts, the operators before -> after, the certificate's summary (one HTML file, "
+                   "nothing fetched when viewed).")
 @click.option("-v", "--verbose", is_flag=True,
               help="Also print the developer's detail: the search, the cost cache, estimates, the finalists' timings, "
                    "the tests' statistics, and debug messages.")
@@ -84,7 +87,8 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
              cost_kind: str, cost_db: str | None,
              provider: str, threads: int | None, input_shapes: tuple[str, ...], shape_profile: tuple[str, ...],
              inputs_npz: str | None, seed: int, keep_if_slower: bool, require_faster: bool, report_path: str | None,
-             no_certificate: bool, certificate_path: str | None, replay_path: str | None, verbose: bool, quiet: bool,
+             html_path: str | None, no_certificate: bool, certificate_path: str | None, replay_path: str | None,
+             verbose: bool, quiet: bool,
              place_topology: str | None, place_time_limit: float) -> None:
     """Optimize IN.onnx and write OUT.onnx.
 
@@ -109,17 +113,23 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
         shape_profile=parse_shape_profile(shape_profile), inputs_npz=inputs_npz, seed=seed,
         keep_if_slower=keep_if_slower, require_faster=require_faster, certificate=not no_certificate,
         certificate_path=certificate_path, replay=replay_path)
-    configure_logging(verbose, quiet)  # the library's messages (its logger) on stderr
+    progress = run_progress(quiet)  # on a terminal only
+    # the library's messages (its logger) on stderr, the progress line erased while one is written
+    configure_logging(verbose, quiet, progress.paused if progress is not None else None)
     if certificate_path is not None:
         check_output_file(certificate_path, "certificate")
         check_writable(certificate_path)
+    if html_path is not None:
+        if replay_path is not None:
+            raise XflowError(html_path, "--html draws a run's search and timings, which --replay makes none of")
+        check_output_file(html_path, "page")
+        check_writable(html_path)
     if replay_path is not None:
         replayed = replay_file(in_path, out_path, options)
         if not quiet:
             click.echo(f"replayed {replayed.steps} steps ({len(replayed.rules)} rules) of {replay_path}: "
                        f"wrote {out_path}")
         return
-    progress = search_progress() if (not quiet and sys.stderr.isatty()) else None
     to_stdout = report_path == "-"
     if report_path and not to_stdout:
         check_output_file(report_path, "report")
@@ -127,15 +137,27 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
         if os.path.realpath(report_path) in {os.path.realpath(in_path), os.path.realpath(out_path)}:
             raise XflowError(report_path, "--report names the input or output model; choose another path")
     placing = place_request(place_topology, place_time_limit, out_path, quiet)
-    with sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
-        report = optimize_file(in_path, out_path, options, progress=progress, place_request=placing,
-                               report_path=None if to_stdout else report_path)
-    if progress is not None:
-        click.echo("", err=True)
+    try:
+        with sigterm_as_interrupt():  # a pipeline's timeout or kill: clean up as for Ctrl-C
+            report = optimize_file(in_path, out_path, options, progress=progress, place_request=placing,
+                                   report_path=None if to_stdout else report_path, page=_page(html_path))
+    finally:
+        if progress is not None:
+            progress.close()  # the line erased before the summary or an error is printed
     if not quiet:
         print_summary(report, verbose=verbose, err=to_stdout)  # stdout is the report's when it goes there
     if to_stdout:
         click.echo(json.dumps(report.to_json(), indent=2))
+
+
+def _page(path: str | None) -> Any:
+    """The ``--html`` page's request (None: none asked for)."""
+    if path is None:
+        return None
+    from xflow.cli.html import render
+    from xflow.optimize.run import PageRequest
+
+    return PageRequest(path, render)
 
 
 def _proved_rules(rules_path: str | None, cost_db: str | None, quiet: bool, trust: bool) -> list[Any] | None:

@@ -1,11 +1,15 @@
-"""Progress on stderr: shown on a terminal, quiet in pipes (``generate-rules`` also logs a throttled line)."""
+"""Progress on stderr: shown on a terminal, quiet in pipes (``generate-rules`` also logs a throttled line); for
+``optimize``, every phase of the run (``RunProgress``)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import shutil
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,11 +76,74 @@ def clear_status(progress: StatusLine | None) -> None:
         progress.clear()
 
 
-def search_progress() -> Callable[[Any], None]:
-    """``optimize``'s search progress: expanded and generated graphs and the best cost, rewritten in place."""
+class RunProgress:
+    """``optimize``'s progress on a terminal: one stderr line rewritten in place, naming the phase the run is in and
+    how long it has taken (redrawn each second by a daemon thread, as the timing phases report nothing while they
+    run), the search's figures while it searches. ``paused`` keeps the line out of the way of a log message;
+    ``close`` erases it."""
 
-    def show(result: Any) -> None:
-        click.echo(f"\rsearch: {result.explored} expanded, {result.generated} generated, "
-                   f"best cost {result.best_cost * 1e3:.3f} ms ({result.seconds:.1f} s)", err=True, nl=False)
+    def __init__(self, tick_s: float = 1.0) -> None:
+        self._lock = threading.RLock()  # reentrant: a phase may start inside paused()
+        self._name = ""
+        self._detail = ""
+        self._started = time.monotonic()
+        self._shown = 0
+        self._tick_s = tick_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    return show
+    def phase(self, name: str) -> None:
+        """A phase starts: show its name (and start the clock that redraws the line)."""
+        with self._lock:
+            self._name, self._detail, self._started = name, "", time.monotonic()
+            self._draw()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._tick, name="xflow-progress", daemon=True)
+            self._thread.start()
+
+    def search(self, report: Any) -> None:
+        """The search's figures so far."""
+        with self._lock:
+            self._detail = (f"{report.explored} expanded, {report.generated} generated, best cost "
+                            f"{report.best_cost * 1e3:.3f} ms")
+            self._draw()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Inside, the line is erased and not redrawn (a log message is being written); redrawn after."""
+        with self._lock:
+            self._erase()
+            yield
+            self._draw()
+
+    def close(self) -> None:
+        """Stop redrawing and erase the line."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        with self._lock:
+            self._erase()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._tick_s):
+            with self._lock:
+                if not self._stop.is_set():
+                    self._draw()
+
+    def _draw(self) -> None:
+        seconds = time.monotonic() - self._started
+        text = f"{self._name}: {self._detail} ({seconds:.0f} s)" if self._detail else f"{self._name} ({seconds:.0f} s)"
+        width = shutil.get_terminal_size((80, 24)).columns - 1
+        text = text[:width]
+        click.echo("\r" + text.ljust(self._shown), err=True, nl=False)
+        self._shown = len(text)
+
+    def _erase(self) -> None:
+        if self._shown:
+            click.echo("\r" + " " * self._shown + "\r", err=True, nl=False)
+            self._shown = 0
+
+
+def run_progress(quiet: bool) -> RunProgress | None:
+    """``optimize``'s progress line, or None when quiet or stderr is not a terminal."""
+    return None if quiet or not sys.stderr.isatty() else RunProgress()

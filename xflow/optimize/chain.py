@@ -12,8 +12,8 @@ from xflow.optimize import costing, finalize, load, report, search, select, veri
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest, place
+from xflow.optimize.progress import Progress, enter
 from xflow.ort import Sessions
-from xflow.search import SearchReport
 
 
 @dataclass
@@ -27,26 +27,39 @@ class _Run:
 
 
 def run_passes(source: load.Source, output_label: str, options: OptimizeOptions, cost_model: CostModel | None,
-               sessions: Sessions, say: Callable[[str], None], progress: Callable[[SearchReport], None] | None,
+               sessions: Sessions, say: Callable[[str], None], progress: Progress | None,
                place_request: PlaceRequest | None) -> _Run:
     """The passes up to write on ``source`` (the load pass's result); ``cost_model`` None: the one the options ask
-    for."""
+    for; ``progress`` is told each phase as it starts."""
     checks = options.checks
+    enter(progress, "search")
     rules = search.rule_file(options.rules_path, options.rules)
     coster = costing.coster(cost_model or costing.make_cost_model(options.cost, sessions, source.graph), source.shapes)
-    searched = search.search(source.graph, rules, coster, options.search, progress)
-    ran = load.try_original(source, options.inputs, sessions) \
-        if checks.measure or (searched.modified and checks.verify) else None
+    searched = search.search(source.graph, rules, coster, options.search,
+                             progress.search if progress is not None else None)
+    run_original = checks.measure or (searched.modified and checks.verify)
+    if run_original:
+        enter(progress, "running the original")
+    ran = load.try_original(source, options.inputs, sessions) if run_original else None
     probe = finalize.denormal_probe(ran, sessions)
+    if searched.modified:
+        enter(progress, "finalists: completing, folding constants")
     finalized = finalize.finalize(searched, checks.measure, probe)
+    if len(finalized.finalists) > 1 and checks.measure:
+        enter(progress, f"timing {len(finalized.finalists)} finalists end to end")
     selected = select.select(finalized.finalists, ran, sessions)
     _say_why_nothing(searched, selected, source, say)
     checked = verify.Checked(source, ran, selected.chosen, checks, options.inputs, no_rules=not searched.rules)
+    if selected.chosen is not None:
+        enter(progress, "verify: comparing outputs, then the A/B" if checks.verify else "the A/B")
+    elif checks.measure:
+        enter(progress, "timing the original")
     verified = verify.verify(checked, sessions, say, output_label)
     passes = report.Passes(source, searched, finalized, selected, verified,
                            frozenset(probe.held) if probe is not None else frozenset())
     run = _Run(selected.chosen if verified.graph is not None else None, report.assemble(passes, output_label))
     if place_request is not None:
+        enter(progress, "placement")
         written = verified.graph if verified.graph is not None else source.graph
         run.placement = place(written, source.shapes, place_request, coster.model,
                               os.path.basename(output_label)).placement

@@ -16,6 +16,7 @@ from xflow.optimize.load import Source
 from xflow.optimize.search import Searched
 from xflow.optimize.select import Selected
 from xflow.optimize.size import ModelSize, graph_size
+from xflow.optimize.subgraphs import step_subgraphs
 from xflow.optimize.verify import Verified, VerifyFigures
 from xflow.optimize.write import Written
 from xflow.search import Step
@@ -23,8 +24,10 @@ from xflow.search import Step
 #: The layout of ``--report``'s JSON. 2: ONNX op types in ``ops_before``/``ops_after`` (the IR's in ``ir_ops_*``),
 #: ``bytes_*``, ``rewrites`` by readable name, ``outcome_reason``, ``simpler``/``not_slower_p``, and every time in ms
 #: (``cost_before_ms``, ``cost_after_ms``, ``search_ms``, ``total_ms``, ``measure_ms``, ``placement_step_ms``: in
-#: seconds before, named without ``_ms``). 1 (unnumbered): the layout before.
-SCHEMA_VERSION = 2
+#: seconds before, named without ``_ms``). 1 (unnumbered): the layout before. 3: each of ``steps`` also states
+#: the subgraph it matched and the one put in its place (``before``, ``after``, ``aliases``: ``subgraphs.py``), and
+#: ``pairs_ms`` the A/B's medians of each session pair.
+SCHEMA_VERSION = 3
 
 
 @dataclass(kw_only=True)
@@ -51,7 +54,9 @@ class OptimizeReport(VerifyFigures):
     cost_cache_lookups: int  # node costs asked for during the search (in-memory memo)
     cost_cache_hits: int
     rules_applied: dict[str, int]  # by rule id
-    steps: list[dict[str, Any]]  # each rewrite in order: its rule's id and readable name, the nodes it replaced
+    # each rewrite in order: its rule's id and readable name, the nodes it replaced, and the subgraphs it matched
+    # and made (``subgraphs.step_subgraphs``: ONNX ops, value names)
+    steps: list[dict[str, Any]]
     rule_names: dict[str, str] = field(default_factory=dict)  # readable name of each applied rule, by id
     # the rules applied by readable name: how often, and the ids of the rules of that name
     rewrites: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -147,7 +152,8 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
         graphs_generated=search.generated, cost_cache_lookups=search.cost_lookups, cost_cache_hits=search.cost_hits,
         cost_after_ms=(chosen.cost if chosen is not None else search.best_cost) * 1e3,
         rules_applied=dict(Counter(s.rule for s in steps)), rule_names=names, rewrites=_rewrites(steps, names),
-        steps=[{"rule": s.rule, "name": names.get(s.rule, s.rule), "nodes": list(s.nodes)} for s in steps],
+        steps=[{"rule": s.rule, "name": names.get(s.rule, s.rule), "nodes": list(s.nodes), **step_subgraphs(s)}
+               for s in steps],
         schema_version=SCHEMA_VERSION, outcome_reason=verified.decision.reason,
         splits_folded=simplified.nested_splits if simplified else 0,
         elementwise_hoisted=simplified.elementwise_hoisted if simplified else 0,

@@ -16,7 +16,8 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import onnx
@@ -34,6 +35,7 @@ from xflow.files import (
     run_folder,
     same_folder,
     write_json,
+    write_text,
 )
 from xflow.onnx_io import would_overwrite
 from xflow.onnx_io.save import weight_files
@@ -42,25 +44,36 @@ from xflow.optimize.chain import run_passes
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.options import OptimizeOptions
 from xflow.optimize.place import PlaceRequest
+from xflow.optimize.progress import Progress, enter
 from xflow.ort.graphs import fits_in_memory
-from xflow.search import SearchReport
 
 #: The library's messages (what a run noticed and did besides its report): the CLI shows them (``-v`` / ``-q``).
 _log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class PageRequest:
+    """A page made of the run (``--html``): where it goes, and how it is made from the finished report and the
+    certificate the written model carries (None: none); written with the run's other outputs, all or none."""
+
+    path: str
+    render: Callable[[report.OptimizeReport, Mapping[str, Any] | None], str]
+
+
 def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_model: CostModel | None = None,
                   say: Callable[[str], None] = _log.info,
-                  progress: Callable[[SearchReport], None] | None = None,
-                  place_request: PlaceRequest | None = None, report_path: str | None = None) -> report.OptimizeReport:
+                  progress: Progress | None = None,
+                  place_request: PlaceRequest | None = None, report_path: str | None = None,
+                  page: PageRequest | None = None) -> report.OptimizeReport:
     """Optimize ``in_path`` into ``out_path`` (and write the report to ``report_path``, when given); the written
     model is verified equal and never slower (unless ``keep_if_slower``). What the run notices goes to ``say`` (by
-    default the ``xflow.optimize.run`` logger, at INFO). Raises XflowError for bad input; writes nothing on
-    failure: every output, or none."""
+    default the ``xflow.optimize.run`` logger, at INFO); ``progress`` is told each phase as it starts. Raises
+    XflowError for bad input; writes nothing on failure: every output, or none. ``page``: a page of the run written
+    with the other outputs (``--html``)."""
     started = time.perf_counter()
     write.check_output_path(in_path, out_path)
     plan_path = place_request.plan_path if place_request is not None else None
-    files = run_files(in_path, out_path, options, plan_path, report_path)
+    files = run_files(in_path, out_path, options, plan_path, report_path, page.path if page is not None else None)
     check_distinct(files)
     if place_request is not None:
         check_output_file(place_request.plan_path, "plan output")
@@ -75,9 +88,14 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
         run = run_passes(source, out_path, options, cost_model, options.runtime.sessions(scratch), say, progress,
                          place_request)
         chosen = run.chosen.graph if run.chosen is not None else None
+        if run.chosen is not None and options.output.certificate:
+            enter(progress, "certify")
         certificate = _certificate(source, run.chosen, run.report.rules_file, options)
         certificate_path = options.output.certificate_path
-        outputs = [out_path, f"{out_path}.data", *(p for p in (plan_path, report_path, certificate_path) if p)]
+        page_path = page.path if page is not None else None
+        outputs = [out_path, f"{out_path}.data",
+                   *(p for p in (plan_path, report_path, certificate_path, page_path) if p)]
+        enter(progress, "write")
         with all_or_none(outputs, scratch):  # a report into a full disk takes the model back out
             written = write.write(source, chosen, out_path, scratch, certificate, certificate_path)
             keep_private(in_path, [out_path, f"{out_path}.data"])
@@ -86,6 +104,9 @@ def optimize_file(in_path: str, out_path: str, options: OptimizeOptions, cost_mo
             finished = report.finish(run.report, written, started)
             if report_path:
                 write_json(report_path, finished.to_json(), scratch if same_folder(report_path, out_path) else None)
+            if page is not None:
+                write_text(page.path, page.render(finished, certificate),
+                           scratch if same_folder(page.path, out_path) else None)
         if run.placement is not None and place_request is not None and place_request.show is not None:
             place_request.show(run.placement.plan)
     return finished
@@ -133,11 +154,11 @@ def replay_file(in_path: str, out_path: str, options: OptimizeOptions) -> Replay
 
 
 def run_files(in_path: str, out_path: str, options: OptimizeOptions, plan_path: str | None = None,
-              report_path: str | None = None) -> dict[str, str | None]:
+              report_path: str | None = None, page_path: str | None = None) -> dict[str, str | None]:
     """Every file one optimize run reads or writes, by the role the user gave it (``check_distinct``)."""
     return {"IN.onnx": in_path, "OUT.onnx": out_path, "OUT.onnx's data file": f"{out_path}.data",
             "--rules": options.rules_path, "--inputs": options.inputs.npz, "--cost-db": options.cost.db,
-            "the plan file (--place)": plan_path, "--report": report_path,
+            "the plan file (--place)": plan_path, "--report": report_path, "--html": page_path,
             "--certificate": options.output.certificate_path, "--replay": options.output.replay}
 
 

@@ -43,6 +43,7 @@ class VerifyFigures:
     # a simpler model's non-inferiority test: the signed-rank test of "more than 1% slower" over the pairs
     # (written when < 0.01 at every profile point though not faster; None: not tested)
     not_slower_p: float | None = None
+    pairs_ms: list[list[float]] = field(default_factory=list)  # the A/B's medians of each pair: [original, optimized]
     # dynamic models: the A/B at each profile point (the figures above are the first point's), and the
     # points equivalence was checked at besides the first (profile points and an off-profile one)
     profile_points: list[dict[str, Any]] = field(default_factory=list)
@@ -150,6 +151,7 @@ def _decide(checked: Checked, original: OriginalRun, candidate: Any, make_candid
     figures.speedup, figures.timed_runs = ab.speedup, ab.runs
     figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value
     figures.simpler, figures.not_slower_p = simpler, ab.not_slower_p
+    figures.pairs_ms = [[r.a_median * 1e3, r.b_median * 1e3] for r in ab.results]
     first = _verdict(ab)
     others = time_other_points(source, original.session, candidate, fresh, checked.inputs.seed, figures, margin,
                                first) if first != SLOWER else {}

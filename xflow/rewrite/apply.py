@@ -84,6 +84,16 @@ def _target(match: Match) -> _Target:
     return _Target(names, tuple(nodes), types, tuple(identities), tuple(to_inputs))
 
 
+def produced(match: Match) -> tuple[tuple[Node, ...], dict[str, str]]:
+    """What applying ``match`` puts in place of its source nodes, as a picture shows it: the target nodes, with the
+    graph's value names, and each source output that becomes another value (one mapped to a rule input, such as
+    transpose(transpose(x)) -> x, or to a target tensor another source output already takes over)."""
+    target = _target(match)
+    aliases = {src_name: match.values[d] for src_name, d in target.to_inputs}
+    aliases.update({graph_name: target.names[tensor] for tensor, graph_name in target.identities})
+    return tuple(node for node, _ in target.nodes), aliases
+
+
 def plan_match(graph: Graph, match: Match, targets: MatchTargets | None = None) -> Change:
     """The change applying ``match`` to ``graph`` makes, without building the new graph (which may
     contain a cycle: ``Graph.creates_cycle`` says, ``Graph.derive`` raises).

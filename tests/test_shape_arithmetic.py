@@ -233,3 +233,15 @@ def test_with_control_flow_nothing_folds():
     step = share_shapes(graph_from_model(model))
     assert step is None or not step.constants
 
+
+
+def test_two_nodes_said_equal_that_are_not_are_refused():
+    graph = graph_from_model(_unresolved(again=True))
+    step = share_shapes(graph)
+    assert step is not None
+    record = step.record()
+    certificate = {"input": {"graph": graph.structural_hash}, "steps": [record],
+                   "output": {"graph": step.graph.structural_hash}}
+    record["shared"]["s2"] = "nz"  # the second Shape said to be the NonZero it reads
+    with pytest.raises(StepRefused, match="not the same op on the same inputs"):
+        replay(graph, certificate, {})

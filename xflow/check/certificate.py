@@ -4,7 +4,8 @@ A certificate states the rule file's identity, then each step: a rule applicatio
 content hash of its canonical JSON, the match as node and value names of the graph it applies to, the attribute
 and shape bindings, the conditions it had to meet) or a checked computation (constants folded by the op table's
 reference kernels, with the digest of each result's bytes; each split simplification as the nodes it removes and
-adds, which the checker decides equal as terms, ``xflow.check.identity``), each with the structural hash of the
+adds, which the checker decides equal as terms, ``xflow.check.identity``; the shape arithmetic folded, shared and
+deleted, each value's integers or the value it equals for every size), each with the structural hash of the
 graph it makes. ``xflow.check`` replays it. It travels in the model as the ``metadata_props`` entry
 ``KEY`` (JSON)."""
 
@@ -24,6 +25,7 @@ import onnx
 from xflow.errors import XflowError
 from xflow.ir import Graph, Node
 from xflow.rewrite import Match, MatchTracer, apply_match, find_matches
+from xflow.rewrite.shapes import ShapeStep
 from xflow.rewrite.simplify import Simplified
 from xflow.rules import Rule, default_rules_path
 from xflow.rules.proof import content_digest
@@ -127,11 +129,13 @@ def find_stated(graph: Graph, rule: Rule, nodes: Sequence[str], values: Mapping[
 @dataclass(frozen=True)
 class Derived:
     """What the optimizer made after its search: the graph its steps made (``unfolded``), that graph with its
-    constant-only subgraphs folded, and the split simplifications of that (``xflow.optimize.finalize``)."""
+    constant-only subgraphs folded, the split simplifications of that, and its shape arithmetic folded, shared and
+    deleted (``xflow.optimize.finalize``, ``xflow.rewrite.shapes``)."""
 
     unfolded: Graph
     folded: Graph
     simplified: Simplified
+    shaped: ShapeStep | None = None  # the shape arithmetic folded, shared and deleted (None: none was)
 
 
 def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: Derived,
@@ -161,6 +165,9 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: D
     steps.append(fold_record(derived.unfolded, derived.folded))
     steps.extend(simplify_records(derived.folded, derived.simplified))
     result = derived.simplified.graph
+    if derived.shaped is not None:
+        steps.append(derived.shaped.record())
+        result = derived.shaped.graph
     return {"format": FORMAT,
             "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file),
                       # the shipped file is found where the checking machine has it

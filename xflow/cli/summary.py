@@ -32,6 +32,9 @@ def print_summary(report: Any, verbose: bool = False, err: bool = False) -> None
         echo(f"  {timings_remembered(report.decisions_from_cache)}")
     if report.rules_applied:
         echo(f"  rewrites: {rewrites_line(report)}")
+    if shape_changes(report):
+        echo(f"  shape arithmetic: {report.shapes_folded} values folded, {report.shapes_shared} read through an equal "
+             f"one, {report.shapes_deleted} nodes deleted")
     if report.verified:
         worst = max(report.max_abs_diff.values(), default=0.0)
         echo(f"  outputs match the original (max abs diff {worst:.2e}; compared with {report.verify_reference} "
@@ -78,7 +81,7 @@ def readable_bytes(n: int) -> str:
 
 def latency_line(report: Any) -> str:
     """The measured latency, before -> after with the ratio (the original's alone when nothing was rewritten)."""
-    if not report.steps:
+    if not report.steps and not shape_changes(report):
         return f"measured latency: {report.latency_before_ms:.3f} ms (model unchanged)"
     return (f"measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
             f"({ratio_words(report.speedup)})")
@@ -90,6 +93,11 @@ def timings_remembered(kinds: list[str]) -> str:
     named = ", ".join(dict.fromkeys(what.get(k, k) for k in kinds))
     return (f"timings read from the cost cache, as an earlier run measured them: {named} (the same cache and seed "
             "write the same model; another --cost-db times them afresh)")
+
+
+def shape_changes(report: Any) -> int:
+    """How many values and nodes of the shape arithmetic the written graph folded, shared or deleted."""
+    return report.shapes_folded + report.shapes_shared + report.shapes_deleted
 
 
 def ratio_words(speedup: float) -> str:
@@ -111,7 +119,7 @@ def verdict(report: Any) -> str:
     """What was written and why, in plain words."""
     decision = Decision(report.outcome)
     checked = "; outputs match the original" if report.verified else ""
-    measured = report.latency_before_ms is not None and report.steps
+    measured = report.latency_before_ms is not None and (report.steps or shape_changes(report))
     nodes = f"{report.nodes_before} nodes -> {report.nodes_after} nodes"
     if decision is Decision.SIMPLER_NOT_SLOWER:
         return (f"the optimized model, simpler, not slower: {nodes}, {ratio_words(report.speedup)} (within "

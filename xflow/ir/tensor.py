@@ -30,7 +30,9 @@ class Constant:
     @staticmethod
     def from_array(array: np.ndarray) -> Constant:
         """Wrap a new array (made by folding or by a rule's constant)."""
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        if not array.flags.c_contiguous:  # ascontiguousarray alone would make a scalar a (1,)
+            array = np.ascontiguousarray(array)
         dtype = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
         return Constant(TensorType(dtype, tuple(int(d) for d in array.shape)), array=array)
 

@@ -9,6 +9,7 @@ import os
 import secrets
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -39,6 +40,8 @@ class _Encoder:
         self.taken.update(name for n in graph.nodes for name in (*n.inputs, *n.implicit))
         self.counter = itertools.count()
         self.new_constants: dict[str, np.ndarray] = {}
+        # shape inputs computed at run time, shared by the nodes written after the first (``runtime_shape``)
+        self.computed_values: dict[tuple[str, Any], str] = {}
 
     def fresh_name(self, hint: str) -> str:
         while True:

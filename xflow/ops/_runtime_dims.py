@@ -28,10 +28,18 @@ def runtime_shape(pieces: Sequence[int | Dim], name: str, ctx: EncodeContext) ->
     (a static dim, or a marker such as Reshape's 0 and -1) as it is, runs of them as one constant, each
     symbolic dim computed from the graph inputs its symbols are read from (Shape, Gather; Sub and Div for an
     input dim ``scale * symbol + offset``; Mul and Add for the polynomial), then one Concat. ValueError when a
-    symbol has no graph input to read it from or a dim is not an integer polynomial (``writable``)."""
+    symbol has no graph input to read it from or a dim is not an integer polynomial (``writable``).
+
+    A context with a ``computed_values`` dict (the saver's) shares what it computed for one node with the next
+    (the nodes are written in order): each input's Shape is read once per model, each symbol and dim computed
+    once, an equal target made once, instead of once per Reshape and Expand."""
     protos: list[onnx.NodeProto] = []
-    shapes: dict[str, str] = {}
-    symbols: dict[str, str] = {}
+    memo: dict[tuple[str, Any], str] = getattr(ctx, "computed_values", None)
+    if not isinstance(memo, dict):
+        memo = {}
+    key = ("target", tuple(str(p) for p in pieces))
+    if key in memo:
+        return protos, memo[key]
 
     def node(op: str, inputs: list[str], **attrs: Any) -> str:
         out = ctx.fresh_name(f"{name}_{op.lower()}")
@@ -39,24 +47,31 @@ def runtime_shape(pieces: Sequence[int | Dim], name: str, ctx: EncodeContext) ->
         return out
 
     def const(values: Sequence[int]) -> str:
-        return ctx.add_constant(np.array(values, dtype=np.int64), f"{name}_dims")
+        if ("const", tuple(values)) not in memo:
+            memo["const", tuple(values)] = ctx.add_constant(np.array(values, dtype=np.int64), f"{name}_dims")
+        return memo["const", tuple(values)]
 
     def read(symbol: str) -> str:
-        if symbol not in symbols:
+        if ("symbol", symbol) not in memo:
             source = ctx.symbol_source(symbol)
             if source is None:
                 raise ValueError(f"{name}: no graph input has the dim {symbol}")
-            if source.input not in shapes:
-                shapes[source.input] = node("Shape", [source.input])
-            value = node("Gather", [shapes[source.input], const([source.axis])], axis=0)
+            if ("shape", source.input) not in memo:
+                memo["shape", source.input] = node("Shape", [source.input])
+            value = node("Gather", [memo["shape", source.input], const([source.axis])], axis=0)
             if source.offset:
                 value = node("Sub", [value, const([source.offset])])
             if source.scale != 1:
                 value = node("Div", [value, const([source.scale])])
-            symbols[symbol] = value
-        return symbols[symbol]
+            memo["symbol", symbol] = value
+        return memo["symbol", symbol]
 
     def compute(dim: Dim) -> str:
+        if ("dim", str(dim)) not in memo:
+            memo["dim", str(dim)] = _compute(dim)
+        return memo["dim", str(dim)]
+
+    def _compute(dim: Dim) -> str:
         terms = integer_terms(dim)
         if terms is None:
             raise ValueError(f"{name}: dim {dim} is not an integer polynomial in the symbols")
@@ -87,6 +102,7 @@ def runtime_shape(pieces: Sequence[int | Dim], name: str, ctx: EncodeContext) ->
         inputs.append(compute(piece))
     if run:
         inputs.append(const(run))
-    if len(inputs) == 1 and not protos:
+    if len(inputs) == 1 and not protos:  # a constant, or a dim computed for an earlier node
         return protos, inputs[0]
-    return protos, node("Concat", inputs, axis=0)
+    memo[key] = node("Concat", inputs, axis=0)
+    return protos, memo[key]

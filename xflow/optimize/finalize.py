@@ -4,6 +4,7 @@ and their completions, the denormal lift), each folded and simplified."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -12,15 +13,19 @@ import onnx
 from xflow.cost import GraphCoster
 from xflow.ir import Graph
 from xflow.onnx_io import to_model_proto
+from xflow.onnx_io.save import encode_nodes
 from xflow.optimize.denormal_probe import DenormalProbe
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
 from xflow.optimize.search import Searched
 from xflow.ort import Sessions
 from xflow.rewrite import Match, find_matches, fold_constants
+from xflow.rewrite.shapes import ShapeStep, share_shapes
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule
 from xflow.search import Branch, SearchReport, Step, complete_sweeps
+
+_log = logging.getLogger(__name__)
 
 #: Which of the named values of a graph hold denormals when it runs on the original's inputs (None: not known).
 Probe = Callable[[Graph, Sequence[str]], "frozenset[str] | None"]
@@ -45,11 +50,13 @@ class Finalist:
     # the graph the steps made and that graph folded (None: not known): what its certificate states
     unfolded: Graph | None = None
     folded: Graph | None = None
+    # the shape arithmetic of the simplified graph folded, shared and deleted (None: nothing to do)
+    shaped: ShapeStep | None = None
 
     @property
     def graph(self) -> Graph:
-        """The finalist's graph, folded and simplified."""
-        return self.simplified.graph
+        """The finalist's graph, folded and simplified, its shape arithmetic folded, shared and deleted."""
+        return self.shaped.graph if self.shaped is not None else self.simplified.graph
 
     @functools.cached_property
     def proto(self) -> onnx.ModelProto:
@@ -94,7 +101,11 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
     lifting = [rule for rule in rules if rule.gain_in_values] if measure else []
     if not result.steps:
         lifted = _value_sweep(Branch(result.graph, result.best_cost, ()), lifting, coster, probe)
-        return [_finalist(lifted, True)] if lifted is not None else []
+        if lifted is not None:
+            return [_finalist(lifted, True)]
+        # no rule applies: the input with its shape arithmetic folded, shared and deleted, where it has any
+        plain = _finalist(Branch(result.graph, result.best_cost, ()))
+        return [plain] if plain.shaped is not None else []
     best = Branch(result.graph, result.best_cost, result.steps)
     if not measure:
         return [_finalist(best)]  # nothing will time the others
@@ -175,5 +186,21 @@ def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
 
 def _finalist(source: Branch, completed: bool = False) -> Finalist:
     folded = fold_constants(source.graph)
-    return Finalist(simplify_splits(folded), source.cost, source.steps, completed, source.graph, folded)
+    simplified = simplify_splits(folded)
+    return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded,
+                    _shaped(simplified.graph))
+
+
+def _shaped(graph: Graph) -> ShapeStep | None:
+    """``graph``'s shape arithmetic folded, shared and deleted (``share_shapes``), where the op-table nodes whose
+    original ONNX node read a value it deletes can be written anew (None: nothing changes, or one cannot)."""
+    step = share_shapes(graph)
+    if step is None:
+        return None
+    try:
+        encode_nodes(step.graph)
+    except ValueError as exc:  # an encoder cannot write a node without its original's computed input
+        _log.info("shape arithmetic left as it is: %s", exc)
+        return None
+    return step
 

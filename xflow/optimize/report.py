@@ -84,6 +84,11 @@ class OptimizeReport(VerifyFigures):
     channelwise_hoisted: int = 0
     splits_regridded: int = 0
     weights_permuted: int = 0
+    # then the shape arithmetic over symbolic dims (``xflow.rewrite.shapes``): values folded into initializers,
+    # values read through an equal earlier one, nodes deleted
+    shapes_folded: int = 0
+    shapes_shared: int = 0
+    shapes_deleted: int = 0
     bytes_before: int = 0  # the input model's size: its proto and the external data it points at (weights included)
     bytes_after: int = 0  # the same of the model written
     # nodes of the IR before and after (a Gemm is a matmul and an add there, a fused Conv+Relu two nodes), and
@@ -132,6 +137,7 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
     applied = {s.rule for s in steps}
     names = {r.name: r.readable_name for r in passes.searched.rules if r.name in applied}
     simplified = chosen.simplified if chosen is not None else None
+    shaped = chosen.shaped if chosen is not None else None
     measured = _measured(passes.searched.coster.model)
     stats = measured.stats if measured is not None else None
     before = source.size if source.size is not None else _unknown_size(source)
@@ -158,6 +164,8 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
         channelwise_hoisted=simplified.channelwise_hoisted if simplified else 0,
         splits_regridded=simplified.regridded if simplified else 0,
         weights_permuted=simplified.weights_permuted if simplified else 0,
+        shapes_folded=len(shaped.constants) if shaped else 0, shapes_shared=len(shaped.shared) if shaped else 0,
+        shapes_deleted=len(shaped.removed) if shaped else 0,
         finalists=_finalists(passes.finalized, passes.selected),
         cost_db=str(measured.cache.path) if measured is not None and measured.cache is not None else None,
         cost_db_hits=stats.cache_hits if stats else 0, cost_db_misses=stats.cache_misses if stats else 0,
@@ -204,7 +212,7 @@ def _finalists(finalized: Finalized, selected: Selected) -> list[dict[str, Any]]
     picked = selected.picked
     if picked is None:
         return []
-    return [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps), "nodes": len(f.simplified.graph.nodes),
+    return [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps), "nodes": len(f.graph.nodes),
              "measured_ms": (picked.medians[i] * 1e3 if picked.medians[i] is not None else None),
              "chosen": i == picked.index, "completed": f.completed}
             for i, f in enumerate(finalized.finalists)]

@@ -29,13 +29,18 @@ def _counts(model: onnx.ModelProto) -> collections.Counter[str]:
     return collections.Counter(n.op_type for n in model.graph.node)
 
 
-def _outputs_equal(a: onnx.ModelProto, b: onnx.ModelProto) -> None:
+def _outputs_equal(a: onnx.ModelProto, b: onnx.ModelProto, exact: bool = True) -> None:
+    """Equal outputs at batch 1 and 4, past 0, 1 and 127: bit for bit where only shape arithmetic changed; within
+    float32 rounding where rules also fused kernels (RMSNorm into SimplifiedLayerNormalization)."""
     sa, sb = open_session(a.SerializeToString()), open_session(b.SerializeToString())
     for batch in (1, 4):
         for past in (0, 1, 127):
             feeds = decoder_feeds(a, batch, 1, past)
             for x, y in zip(sa.run(None, feeds), sb.run(None, feeds), strict=True):
-                assert np.array_equal(x, y), (batch, past)
+                if exact:
+                    assert np.array_equal(x, y), (batch, past)
+                else:
+                    np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-5, err_msg=f"batch {batch}, past {past}")
 
 
 def _interface(model: onnx.ModelProto) -> list[bytes]:
@@ -93,7 +98,7 @@ def test_the_optimized_decoder_checks_and_keeps_its_interface(optimized):
     assert kinds[-1] == "shapes"
     assert _counts(written)["Shape"] <= 3 < _counts(model)["Shape"]
     assert _interface(written) == _interface(model)
-    _outputs_equal(model, written)
+    _outputs_equal(model, written, exact="rule" not in kinds)  # the shipped rules fuse the RMSNorms too
     result = CliRunner().invoke(main, ["check", str(src), str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "for every input at every size" in result.output

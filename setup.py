@@ -7,9 +7,11 @@ else is in pyproject.toml."""
 from setuptools import find_packages, setup
 
 RULE_DATA = "xflow.rules.data"
+# the generator and verifier: top-level folders here, installed in the xflow namespace
+NAMESPACED = [f"xflow.{name}" for name in find_packages(include=["generator*", "verifier*"])]
 
 setup(
-    packages=[*find_packages(include=["xflow*", "generator*", "verifier*"]), RULE_DATA],
-    package_dir={RULE_DATA: "rules"},
+    packages=[*find_packages(include=["xflow*"]), *NAMESPACED, RULE_DATA],
+    package_dir={RULE_DATA: "rules", "xflow.generator": "generator", "xflow.verifier": "verifier"},
     package_data={RULE_DATA: ["*.json"], "xflow": ["py.typed"]},
 )

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from generator.candidate_file import CANDIDATES_FORMAT
+from xflow.generator.candidate_file import CANDIDATES_FORMAT
+
 from xflow.ops.attention import TO_HEADS, TO_HEADS_T
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 GENERATE = """
 import json, resource, time
-from generator import generate
+from xflow.generator import generate
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 generate(max_ops=2, seed=0)

@@ -20,7 +20,7 @@ from typing import Any
 
 
 def _one(args: tuple[dict[str, Any], int, bool]) -> tuple[str, int, float]:
-    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidate
+    from xflow.verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidate
 
     candidate, rlimit, generation = args
     start = time.process_time()

@@ -21,9 +21,9 @@ import signal
 import time
 
 import numpy as np
+from xflow.generator.run import WalkFilters, _collect, _partition, collector_paused
+from xflow.generator.walk import WalkStats, enumerate_graphs
 
-from generator.run import WalkFilters, _collect, _partition, collector_paused
-from generator.walk import WalkStats, enumerate_graphs
 from xflow.tasks import LocalTaskExecutor
 
 

@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from generator.packed import PackedRules
+from xflow.generator.packed import PackedRules
+
 from xflow.errors import XflowError
 from xflow.files import write_atomically
 

@@ -15,8 +15,7 @@ from itertools import combinations
 from typing import Any
 
 import numpy as np
-
-from generator.enumerate import (
+from xflow.generator.enumerate import (
     APPLICATIONS,
     INPUT_SET,
     INPUTS,
@@ -27,6 +26,7 @@ from generator.enumerate import (
     resolve,
     tensor_fp,
 )
+
 from xflow.ops import OPS, ShapeError
 
 N_IN = len(INPUTS)

@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from generator.enumerate import Graph
+from xflow.generator.enumerate import Graph
+
 from xflow.ops import OPS
 
 R = TypeVar("R")

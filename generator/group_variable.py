@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from generator.generalize import copy_nodes
+from xflow.generator.generalize import copy_nodes
 
 GROUP_VAR = "?cg"
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from generator.candidate_file import load_candidates, save_candidates
+from xflow.generator.candidate_file import load_candidates, save_candidates
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,13 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
             return write_rule_file(options, show, engine)
         finally:
             engine.close()
-    from generator.generalize import dedupe, final_name, priority
-    from generator.lift import lift_candidates
-    from generator.run import generate
-    from generator.usefulness import match_counts, zoo_graphs
-    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, WORKER_DIED, verify_candidates
-    from verifier.status import TABLE_ORDER, OutcomeStatus
+    from xflow.generator.generalize import dedupe, final_name, priority
+    from xflow.generator.lift import lift_candidates
+    from xflow.generator.run import generate
+    from xflow.generator.usefulness import match_counts, zoo_graphs
+    from xflow.verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, WORKER_DIED, verify_candidates
+    from xflow.verifier.status import TABLE_ORDER, OutcomeStatus
+
     from xflow.rules import rules_from_json
     from xflow.rules.io import dump_rules
 
@@ -156,7 +157,7 @@ def write_rule_file(options: RuleFileOptions, show: Callable[[str], None] = lamb
 
 def split_batching(rules: list[dict[str, Any]], keep: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rules to write, independent-batching rules left out); none left out with ``keep``."""
-    from generator.usefulness import batches_independent_elementwise
+    from xflow.generator.usefulness import batches_independent_elementwise
 
     if keep:
         return rules, []
@@ -169,7 +170,7 @@ def split_compositions(rules: list[dict[str, Any]], keep: bool, executor: Any = 
                        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rules to write, rules left out as compositions of smaller ones: TASO's redundancy pruning, see
     ``generator.redundancy``, on ``executor``'s workers); none left out with ``keep``."""
-    from generator.redundancy import drop_compositions
+    from xflow.generator.redundancy import drop_compositions
 
     if keep:
         return rules, []

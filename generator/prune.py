@@ -18,9 +18,9 @@ import zlib
 from itertools import permutations, product
 
 import numpy as np
+from xflow.generator.enumerate import INPUTS, IntEvaluator, tensor_fp
+from xflow.generator.fingerprint import N_IN, Entry, MemoEvaluator, Pair, expressions, match_outputs
 
-from generator.enumerate import INPUTS, IntEvaluator, tensor_fp
-from generator.fingerprint import N_IN, Entry, MemoEvaluator, Pair, expressions, match_outputs
 from xflow.ops import OPS
 
 _FAMILIES: dict[str, list[str]] = {}

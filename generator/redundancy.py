@@ -31,8 +31,8 @@ from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
+from xflow.generator.enumerate import INPUTS, IntEvaluator, tensor_fp
 
-from generator.enumerate import INPUTS, IntEvaluator, tensor_fp
 from xflow.ops import OPS, OpDef, ShapeError
 
 #: Rewrites tried from a rule's left-hand side before it counts as not composed (TASO composes two).

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from generator.enumerate import (
+from xflow.generator.enumerate import (
     APPLICATIONS,
     INPUT_SET,
     NO_OPERAND,
@@ -24,7 +23,7 @@ from generator.enumerate import (
     SortedFingerprints,
     output_multisets,
 )
-from generator.fingerprint import (
+from xflow.generator.fingerprint import (
     BucketArrays,
     Buckets,
     FloatChecker,
@@ -36,12 +35,13 @@ from generator.fingerprint import (
     pairs_by_bucket,
     unpack_pair,
 )
-from generator.generalize import MostGeneral, canonical_key, const_slots, dedupe
-from generator.packed import PackedRule, PackedRules
-from generator.packed import pack as pack_rule
-from generator.prune import CommonSubgraph, renaming_keys
-from generator.to_rules import attribute_evaluator, pair_to_rule, rule_name, rule_variables
-from generator.walk import LAST_CACHE_BITS, WalkStats, enumerate_graphs
+from xflow.generator.generalize import MostGeneral, canonical_key, const_slots, dedupe
+from xflow.generator.packed import PackedRule, PackedRules
+from xflow.generator.packed import pack as pack_rule
+from xflow.generator.prune import CommonSubgraph, renaming_keys
+from xflow.generator.to_rules import attribute_evaluator, pair_to_rule, rule_name, rule_variables
+from xflow.generator.walk import LAST_CACHE_BITS, WalkStats, enumerate_graphs
+
 from xflow.tasks import LocalTaskExecutor, Shared, TaskExecutor
 
 Progress = Callable[[str, int, float], None]

@@ -14,12 +14,12 @@ import hashlib
 from typing import Any
 
 import numpy as np
+from xflow.generator.enumerate import INPUTS, Graph, IntEvaluator, tensor_fp
+from xflow.generator.fingerprint import MemoEvaluator, Pair, expressions, match_outputs
+from xflow.generator.generalize import tensor_names, variants
+from xflow.generator.group_variable import with_group_variable
+from xflow.generator.prune import renaming_key
 
-from generator.enumerate import INPUTS, Graph, IntEvaluator, tensor_fp
-from generator.fingerprint import MemoEvaluator, Pair, expressions, match_outputs
-from generator.generalize import tensor_names, variants
-from generator.group_variable import with_group_variable
-from generator.prune import renaming_key
 from xflow.ir import Attrs
 from xflow.ops import OPS
 

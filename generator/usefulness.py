@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from generator.lift import lift_candidates
+from xflow.generator.lift import lift_candidates
+
 from xflow.ir import Graph
 from xflow.ops import OPS
 from xflow.rewrite.match import RuleIndex

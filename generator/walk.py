@@ -21,8 +21,7 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
-
-from generator.enumerate import (
+from xflow.generator.enumerate import (
     APPLICATIONS,
     BY_OP,
     FAMILY_PREV,
@@ -51,6 +50,7 @@ from generator.enumerate import (
     resolve,
     tensor_fp,
 )
+
 from xflow.ir import Attrs
 from xflow.ops import OPS, ShapeError
 

@@ -13,8 +13,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
+from xflow.verifier import AXIOMS, prove_rule, verify_rule
 
-from verifier import AXIOMS, prove_rule, verify_rule
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.ort import session_options
 from xflow.rewrite import apply_match, find_matches

@@ -14,9 +14,9 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
+from xflow.verifier import AXIOMS, prove_rule, verify_rule
 
 import xflow
-from verifier import AXIOMS, prove_rule, verify_rule
 from xflow.cli import main
 from xflow.errors import XflowError
 from xflow.onnx_io import graph_from_model, read_model

@@ -11,8 +11,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from xflow.verifier import verify_rule
 
-from verifier import verify_rule
 from xflow.cost import AnalyticCost, GraphCoster
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.optimize.denormal_probe import denormal_values

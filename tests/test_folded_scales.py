@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from xflow.verifier import verify_rule
 
-from verifier import verify_rule
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.ort import session_options
 from xflow.rewrite import apply_match, find_matches, fold_constants

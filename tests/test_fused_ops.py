@@ -11,8 +11,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from xflow.verifier import verify_rule
 
-from verifier import verify_rule
 from xflow.ir import OPAQUE, Node
 from xflow.onnx_io import graph_from_model, to_model_proto
 from xflow.onnx_io.save import import_node_domains

@@ -6,12 +6,12 @@ import itertools
 
 import numpy as np
 import pytest
+from xflow.generator import generate
+from xflow.generator.enumerate import BY_OP, INPUTS
+from xflow.generator.fingerprint import Buckets, Entry, candidate_pairs, canonical_text, evaluate, match_outputs
+from xflow.generator.run import balanced_parts, format_table
+from xflow.generator.walk import WalkStats, enumerate_graphs
 
-from generator import generate
-from generator.enumerate import BY_OP, INPUTS
-from generator.fingerprint import Buckets, Entry, candidate_pairs, canonical_text, evaluate, match_outputs
-from generator.run import balanced_parts, format_table
-from generator.walk import WalkStats, enumerate_graphs
 from xflow.ir import Attrs
 from xflow.ops import OPS
 from xflow.rules import parse_rule
@@ -87,7 +87,7 @@ def _entry(graph) -> Entry:
     values = evaluate(graph, [np.zeros(s) for _, _, _, s in INPUTS], integer=False)
     produced = set(range(N, len(values)))
     consumed = {t for _, _, ins in graph for t in ins}
-    from generator.enumerate import IntEvaluator, tensor_fp
+    from xflow.generator.enumerate import IntEvaluator, tensor_fp
     ints = evaluate(graph, IntEvaluator(0).inputs, integer=True)
     outs = tuple(sorted(produced - consumed))
     return Entry(graph, outs, tuple(tensor_fp(ints[t]) for t in outs), frozenset(t for t in consumed if t < N))
@@ -162,7 +162,7 @@ def test_keep_last_yields_exactly_the_kept_widest_graphs():
 
 @pytest.fixture(scope="module")
 def wide_two():
-    import generator.run as run
+    import xflow.generator.run as run
 
     saved = run.WIDE_FROM
     run.WIDE_FROM = 2
@@ -193,9 +193,9 @@ def test_wide_run_pairs_the_widest_graphs_with_smaller_ones(wide_two, two):
 def test_common_subgraph_of_any_shape_prunes_a_smaller_identity_in_context():
     """split(concat(a, b)) == a ; b around two unchanged convs (outputs 1x4x3x3, not an input shape) is the
     2-op identity in a context: pruned, as the 4-op run showed it must be (it matched every pair of convs)."""
-    from generator.enumerate import APPLICATIONS, resolve
-    from generator.fingerprint import Pair
-    from generator.prune import CommonSubgraph
+    from xflow.generator.enumerate import APPLICATIONS, resolve
+    from xflow.generator.fingerprint import Pair
+    from xflow.generator.prune import CommonSubgraph
 
     app = next(a for a in APPLICATIONS if a.op == "conv" and a.params == {
         "strides": (2, 2), "padding": "valid", "act": "none", "group": "1"})
@@ -212,8 +212,8 @@ def test_common_subgraph_of_any_shape_prunes_a_smaller_identity_in_context():
 def test_a_walk_part_gives_the_same_graphs_after_other_parts_filled_the_fingerprint_cache():
     """A worker keeps the last op's fingerprint cache from one walk part to the next: a part walked after another
     (the cache full of the other's entries, some of them hits) yields the same graphs as on a fresh cache."""
-    from generator.enumerate import FingerprintCache, output_multisets
-    from generator.fingerprint import pack
+    from xflow.generator.enumerate import FingerprintCache, output_multisets
+    from xflow.generator.fingerprint import pack
 
     small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
     kept_fps = set(small[0].tolist())
@@ -237,9 +237,9 @@ def test_a_walk_part_gives_the_same_graphs_after_other_parts_filled_the_fingerpr
 def test_graphs_with_a_part_fewer_ops_compute_are_not_walked():
     """TASO's pruning while enumerating: a widest graph holding a part that fewer ops compute (a smaller rule
     rewrites it into a graph of fewer ops) is left out without being built; every other one is kept."""
-    from generator.enumerate import output_multisets
-    from generator.fingerprint import fps_of, int_values, pack
-    from generator.run import fewest_ops
+    from xflow.generator.enumerate import output_multisets
+    from xflow.generator.fingerprint import fps_of, int_values, pack
+    from xflow.generator.run import fewest_ops
 
     first = BY_OP["neg"][0].key  # neg(neg(x)) is x
 
@@ -276,8 +276,8 @@ def test_graphs_with_a_part_as_many_ops_compute_in_a_smaller_canonical_graph_are
     (the smallest code of as many ops) computes, and that is not that graph, is left out: the smaller rule between
     the two parts and the graph holding the canonical one give its rules. Only such graphs are left out, and
     matmul's associativity (two orders of two matmuls) leaves some out."""
-    from generator.fingerprint import fps_of, int_values, pack
-    from generator.run import fewest_ops, first_codes
+    from xflow.generator.fingerprint import fps_of, int_values, pack
+    from xflow.generator.run import fewest_ops, first_codes
 
     firsts = {a.key for a in BY_OP["matmul"]}
 
@@ -315,8 +315,8 @@ def test_a_widest_graph_whose_last_op_ends_a_part_fewer_ops_compute_beside_other
     """A graph of several outputs whose last op, with its ancestors, computes its output alone (nothing else reads
     their values) is that part beside the rest, sharing inputs only: when fewer ops compute the part's output, the
     graph with the smaller part has the same outputs and fewer ops, so the walk leaves the graph out."""
-    from generator.fingerprint import fps_of, int_values, pack
-    from generator.run import fewest_ops
+    from xflow.generator.fingerprint import fps_of, int_values, pack
+    from xflow.generator.run import fewest_ops
 
     firsts = {a.key for a in BY_OP["neg"]} | {a.key for a in BY_OP["relu"]}
 
@@ -355,7 +355,7 @@ def test_split_sizes_never_name_the_split_tensor_itself():
     """A 2-way split's pieces are each smaller than the tensor split, so a size expression over the split
     tensor's own dim (``(dim(x1, -1), dim(x1, -1))`` for a split of x1) can never be instantiated: it is not
     offered, while the other inputs' dims and a concat's pieces still are."""
-    from generator.generalize import Tensor, _size_choices
+    from xflow.generator.generalize import Tensor, _size_choices
 
     inputs = [Tensor("x1", 2), Tensor("x2", 2), Tensor("x3", 2)]
     found = {"x1": (4, 4), "x2": (4, 2), "x3": (4, 2)}
@@ -370,7 +370,7 @@ def test_split_sizes_are_only_those_giving_the_found_split():
     shapes satisfies: it is not offered. Nor is a source split variable of other sizes there (a source split of a
     conv's 8 channels into (4, 4) reused for the (2, 2) split of its 4-channel input: the variant can never be
     instantiated, and the generalized dedupe kept it in place of a good one)."""
-    from generator.generalize import Tensor, _size_choices
+    from xflow.generator.generalize import Tensor, _size_choices
 
     inputs = [Tensor("x1", 2), Tensor("x2", 2), Tensor("x3", 2)]
     found = {"x1": (4, 4), "x2": (4, 2), "x3": (4, 3)}
@@ -381,8 +381,8 @@ def test_split_sizes_are_only_those_giving_the_found_split():
 def test_memoized_evaluation_gives_every_tensor_the_plain_evaluation_does():
     """The pairing's checks evaluate through a memo keyed by canonical text (shared subexpressions computed
     once); a wrong hit would pair or prune the wrong graphs. A small limit makes the memo start over too."""
-    from generator.enumerate import IntEvaluator
-    from generator.fingerprint import FloatChecker, MemoEvaluator, expressions
+    from xflow.generator.enumerate import IntEvaluator
+    from xflow.generator.fingerprint import FloatChecker, MemoEvaluator, expressions
 
     graphs = [v.graph for v in enumerate_graphs(2, seed=0)][::29]
     for inputs, integer in ((IntEvaluator(0).inputs, True), (FloatChecker(0).inputs, False)):
@@ -401,8 +401,8 @@ def test_memoized_evaluation_with_a_subterm_replaced_gives_the_plain_evaluation(
     """The common-subgraph test evaluates a graph with a subterm replaced by a fresh tensor: the memo serves the ops
     that read nothing replaced, computes the rest, and keeps none of them (a wrong hit, or a replaced value kept
     under its usual text, would prune the wrong pairs)."""
-    from generator.enumerate import IntEvaluator
-    from generator.fingerprint import N_IN, MemoEvaluator, expressions
+    from xflow.generator.enumerate import IntEvaluator
+    from xflow.generator.fingerprint import N_IN, MemoEvaluator, expressions
 
     inputs = IntEvaluator(0).inputs
     memo, plain = MemoEvaluator(inputs, integer=True), MemoEvaluator(inputs, integer=True, limit=0)
@@ -428,11 +428,11 @@ def test_rules_emitted_in_chunks_are_those_one_dedupe_of_every_rule_keeps():
     rule names made unique first (the reverse of a pair can be another pair's rule: the later one is not emitted),
     the dedupe of the chunks' rules keeps what the dedupe of every rule, the first of each name, keeps, however
     the pairs are cut into chunks."""
-    from generator.fingerprint import Pair, has_ops, unpack_pair
-    from generator.generalize import canonical_key, dedupe
-    from generator.packed import unpack
-    from generator.run import _emissions, _emit, _pair_and_check
-    from generator.to_rules import pair_to_rule, rule_variables
+    from xflow.generator.fingerprint import Pair, has_ops, unpack_pair
+    from xflow.generator.generalize import canonical_key, dedupe
+    from xflow.generator.packed import unpack
+    from xflow.generator.run import _emissions, _emit, _pair_and_check
+    from xflow.generator.to_rules import pair_to_rule, rule_variables
 
     _, kept = _pair_and_check((0, False, Buckets(0).extend(enumerate_graphs(2, 0)).colliding_arrays(), 0))
     by_key: dict = {}
@@ -463,8 +463,8 @@ def test_rules_emitted_in_chunks_are_those_one_dedupe_of_every_rule_keeps():
 
 
 def test_checked_evaluation_has_no_values_where_a_shape_rule_rejects_the_operands():
-    from generator.enumerate import IntEvaluator
-    from generator.fingerprint import MemoEvaluator
+    from xflow.generator.enumerate import IntEvaluator
+    from xflow.generator.fingerprint import MemoEvaluator
 
     memo = MemoEvaluator(IntEvaluator(0).inputs, integer=True, check_shapes=True)
     assert memo.values((("matmul", Attrs(), (IDX["x1"], IDX["i1"])),)) is None  # (4, 4) @ (1, 4, 7, 7)
@@ -472,8 +472,8 @@ def test_checked_evaluation_has_no_values_where_a_shape_rule_rejects_the_operand
 
 
 def test_renaming_keys_of_a_pair_and_of_its_reverse():
-    from generator.fingerprint import Pair
-    from generator.prune import renaming_key, renaming_keys
+    from xflow.generator.fingerprint import Pair
+    from xflow.generator.prune import renaming_key, renaming_keys
 
     _, pairs = candidate_pairs(Buckets().extend(enumerate_graphs(2, seed=0)))
     for p in pairs[::50]:
@@ -486,9 +486,9 @@ def test_the_common_subgraph_test_draws_the_same_fresh_tensor_whatever_came_befo
     """The fresh tensor that replaces a common subterm depends on the seed and the subterm alone: drawn from one
     generator per part, it depended on the pairs checked before in that part, so the ≤ 3-op candidates changed
     with --jobs (the number of parts)."""
-    from generator.fingerprint import N_IN, Buckets, candidate_pairs, expressions
-    from generator.prune import CommonSubgraph
-    from generator.walk import enumerate_graphs
+    from xflow.generator.fingerprint import N_IN, Buckets, candidate_pairs, expressions
+    from xflow.generator.prune import CommonSubgraph
+    from xflow.generator.walk import enumerate_graphs
 
     pairs = candidate_pairs(Buckets(0).extend(enumerate_graphs(2, 0)))[1]
     with_common = [p for p in pairs if set(expressions(p.a.graph)[N_IN:]) & set(expressions(p.b.graph)[N_IN:])]
@@ -527,10 +527,10 @@ def test_the_last_op_tried_on_arrays_keeps_the_same_graphs_in_the_same_order(mon
     by one (the widest ones come in batches, after smaller ones the other walk yields between them), a last op of
     two outputs (split) included, with a cache of 8 slots (entries overwritten all the time) and with batches of a
     single prefix or a few."""
-    import generator.walk as walk_module
-    from generator.enumerate import output_multisets
-    from generator.fingerprint import pack
-    from generator.run import fewest_ops
+    import xflow.generator.walk as walk_module
+    from xflow.generator.enumerate import output_multisets
+    from xflow.generator.fingerprint import pack
+    from xflow.generator.run import fewest_ops
 
     small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
     tensors, counts = fewest_ops(*small)
@@ -579,7 +579,7 @@ def test_the_widest_walk_deals_its_first_ops_into_parts_of_equal_weight_heaviest
 def test_a_tensor_fingerprint_depends_on_its_values_and_shape_not_its_layout():
     """The walk hashes contiguous tensors in place: a strided view, its copy and (for a 0-d tensor) its
     one-element vector give the same fingerprint; another shape of the same bytes does not."""
-    from generator.enumerate import tensor_fp
+    from xflow.generator.enumerate import tensor_fp
 
     a = np.arange(24, dtype=np.int64).reshape(4, 6)
     assert tensor_fp(a[:, ::2]) == tensor_fp(np.ascontiguousarray(a[:, ::2]))
@@ -618,7 +618,7 @@ def test_colliding_rows_come_sorted_by_fingerprint_from_every_chunk():
 def test_fingerprint_arrays_answer_membership_as_python_sets_do():
     """The widest walk's workers hold the kept fingerprints and multiset hashes as sorted arrays
     (``SortedFingerprints``, ``MultisetFilter``): every membership answer is a set's, over the whole 64-bit range."""
-    from generator.enumerate import MultisetFilter, SortedFingerprints
+    from xflow.generator.enumerate import MultisetFilter, SortedFingerprints
 
     rng = np.random.default_rng(5)
     kept = np.unique(rng.integers(0, 2**64 - 1, 5_000, dtype=np.uint64, endpoint=True))
@@ -636,7 +636,7 @@ def test_fingerprint_arrays_answer_membership_as_python_sets_do():
 
 
 def test_a_kept_pair_travels_as_codes_and_decodes_to_itself():
-    from generator.fingerprint import Pair, pack_pair, unpack_pair
+    from xflow.generator.fingerprint import Pair, pack_pair, unpack_pair
 
     _, pairs = candidate_pairs(Buckets().extend(enumerate_graphs(2, seed=0)))
     for p in pairs[::40]:
@@ -650,8 +650,8 @@ def test_renaming_keys_are_the_minimum_over_every_renaming_of_the_families():
     """Renamings that differ only on unused inputs are tried once: the keys are those of all renamings."""
     from itertools import permutations, product
 
-    from generator.fingerprint import Pair
-    from generator.prune import _FAMILIES, _text, renaming_keys
+    from xflow.generator.fingerprint import Pair
+    from xflow.generator.prune import _FAMILIES, _text, renaming_keys
 
     names = [n for n, _, _, _ in INPUTS]
     families = [m for m in _FAMILIES.values() if len(m) > 1]
@@ -669,8 +669,8 @@ def test_renaming_keys_are_the_minimum_over_every_renaming_of_the_families():
 
 
 def test_fewest_ops_keeps_only_the_tensors_of_small_graphs_when_asked():
-    from generator.fingerprint import pack
-    from generator.run import fewest_ops
+    from xflow.generator.fingerprint import pack
+    from xflow.generator.run import fewest_ops
 
     small = pack([v for v in enumerate_graphs(2, seed=0) if v.inputs_used])
     tensors, counts = fewest_ops(*small)
@@ -687,7 +687,7 @@ def test_a_finished_walk_and_its_memos_are_freed_without_the_cyclic_collector():
     import gc
     import weakref
 
-    from generator.walk import GraphWalk
+    from xflow.generator.walk import GraphWalk
 
     paused = gc.isenabled()
     gc.disable()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from generator.redundancy import drop_compositions, find_compositions
+from xflow.generator.redundancy import drop_compositions, find_compositions
 
 T = "transpose[perm=(1, 0)]"
 
@@ -65,7 +65,7 @@ def test_lifted_rules_are_neither_tested_nor_used():
 
 
 def test_the_rule_file_step_leaves_compositions_out_unless_kept():
-    from generator.pipeline import split_compositions
+    from xflow.generator.pipeline import split_compositions
 
     rules = [TRANSPOSE_MATMUL, DOUBLE_TRANSPOSE, COMPOSED, NEW]
     kept, composed = split_compositions(rules, keep=False)
@@ -88,7 +88,7 @@ def test_parts_on_workers_give_the_same_report():
 
 
 def test_the_index_offers_the_rules_of_a_subterm_s_argument_heads_in_either_order_of_a_commutative_op():
-    from generator.redundancy import RuleIndex, parse_side, term_rule
+    from xflow.generator.redundancy import RuleIndex, parse_side, term_rule
 
     rules = [term_rule(rule(name, doc)) for name, doc in [
         ("a_relu_first", "add[](relu[](x1),x2) -> add[](x2,relu[](x1))"),
@@ -117,7 +117,7 @@ def test_a_reversible_last_step_is_met_backwards_from_the_goal_single_and_multi_
 
 
 def test_a_step_found_backwards_counts_only_if_it_is_a_forward_rewrite():
-    from generator.redundancy import parse_side, step_reaches, term_rule
+    from xflow.generator.redundancy import parse_side, step_reaches, term_rule
 
     fold = term_rule(rule("a_fold", "relu[](relu[](x1)) -> relu[](x1)"))
     assert step_reaches(fold, parse_side("add[](relu[](relu[](x1)),x2)"), "add[](relu[](x1),x2)")
@@ -128,8 +128,8 @@ def test_a_step_found_backwards_counts_only_if_it_is_a_forward_rewrite():
 def test_meeting_the_goal_finds_what_trying_every_rule_forwards_finds():
     """On the ≤ 2-op candidates (unverified: only their shapes matter here) the last step taken backwards from the
     goal drops the same rules as two forward levels."""
-    from generator.redundancy import MAX_STATES, CompositionIndexes, _side_text, composition, term_rule
-    from generator.run import generate
+    from xflow.generator.redundancy import MAX_STATES, CompositionIndexes, _side_text, composition, term_rule
+    from xflow.generator.run import generate
 
     terms = sorted((t for t in map(term_rule, generate(max_ops=2).rules) if t is not None), key=lambda r: r.order)
     indexes = CompositionIndexes.of(terms)
@@ -158,7 +158,7 @@ def test_rules_of_one_side_share_its_steps_and_get_the_same_paths():
     """On the ≤ 2-op candidates the first level of a left side and the last step into a right side, computed once for
     all the rules sharing the side (``SideCache``), give every rule the path it gets alone; the cache keeps a side
     only until its last rule is tested; the report does not depend on how the rules are cut into parts."""
-    from generator.redundancy import (
+    from xflow.generator.redundancy import (
         CompositionIndexes,
         SideCache,
         _side_text,
@@ -166,7 +166,8 @@ def test_rules_of_one_side_share_its_steps_and_get_the_same_paths():
         find_compositions,
         term_rule,
     )
-    from generator.run import generate
+    from xflow.generator.run import generate
+
     from xflow.tasks import LocalTaskExecutor
 
     candidates = generate(max_ops=2).rules

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from xflow.verifier.numeric import BACKEND_ENV, array_module, numeric_check, pick_backend
 
 from tests.test_ops import CASES, Shape, make_node_for, random_inputs
-from verifier.numeric import BACKEND_ENV, array_module, numeric_check, pick_backend
 from xflow.errors import XflowError
 from xflow.ops import OPS
 from xflow.rules import load_rules

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
+from xflow.verifier import AXIOMS, prove_rule, verify_rule
+
 from tests.rewrite_case import rewrite_case
-from verifier import AXIOMS, prove_rule, verify_rule
 from xflow.rules import load_rules
 
 RULES = os.path.join(os.path.dirname(__file__), "..", "rules")

@@ -8,10 +8,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from xflow.generator.lift import lift_candidate, lift_candidates
+from xflow.verifier.batch import verify_candidate
+from xflow.verifier.status import OutcomeStatus
 
-from generator.lift import lift_candidate, lift_candidates
-from verifier.batch import verify_candidate
-from verifier.status import OutcomeStatus
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.save import to_model_proto
 from xflow.ort import open_session

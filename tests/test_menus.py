@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from xflow.generator.enumerate import INPUTS, MENU_OPS, WEIGHT_INPUT
+from xflow.generator.fingerprint import Buckets, candidate_pairs, canonical_text
+from xflow.generator.walk import enumerate_graphs
 
-from generator.enumerate import INPUTS, MENU_OPS, WEIGHT_INPUT
-from generator.fingerprint import Buckets, candidate_pairs, canonical_text
-from generator.walk import enumerate_graphs
 from xflow.ops import OPS
 
 RULES = Path(__file__).resolve().parent.parent / "rules" / "new-menus.json"
@@ -63,7 +63,7 @@ def _conv_rule(dst_kernel: str) -> dict:
 
 
 def test_a_conv_group_becomes_a_variable_only_where_every_conv_reads_one_kernel():
-    from generator.group_variable import GROUP_VAR, with_group_variable
+    from xflow.generator.group_variable import GROUP_VAR, with_group_variable
 
     one_kernel = with_group_variable([_conv_rule("kd")])
     assert len(one_kernel) == 2 and one_kernel[1] == _conv_rule("kd")

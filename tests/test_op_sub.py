@@ -6,10 +6,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from xflow.generator.enumerate import MENU_OPS
+from xflow.verifier import AXIOMS, check_consistency, prove_rule
+from xflow.verifier.encode import ATTR_LAYOUT
 
-from generator.enumerate import MENU_OPS
-from verifier import AXIOMS, check_consistency, prove_rule
-from verifier.encode import ATTR_LAYOUT
 from xflow.onnx_io import graph_from_model
 from xflow.onnx_io.save import to_model_proto
 from xflow.ops import OPS, ShapeError

@@ -416,8 +416,8 @@ def _random_case(rng: np.random.Generator, op: str) -> tuple[list[Shape], Node] 
     """Shapes drawn by role (half the time one moved toward broadcasting: dims set to 1, leading dims dropped,
     another size or rank), attributes from the op table's sampling domain, repaired by the op's fit: a case
     xflow's shape rule accepts, or None."""
-    from verifier.axioms import _perturbed_shape
-    from verifier.numeric import _shape
+    from xflow.verifier.axioms import _perturbed_shape
+    from xflow.verifier.numeric import _shape
 
     entry = OPS[op]
     n = int(rng.integers(entry.min_inputs, min(entry.max_inputs, entry.min_inputs + 2) + 1))

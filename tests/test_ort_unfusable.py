@@ -14,8 +14,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from xflow.verifier import verify_rule
 
-from verifier import verify_rule
 from xflow.cost import GraphCoster
 from xflow.cost.cache import CostCache
 from xflow.cost.fusion import chain, head_of

@@ -135,7 +135,7 @@ def test_no_shipped_rules_is_an_error_not_a_copy(tmp_path, shipped):
 def test_the_wheel_carries_rules_license_and_types(tmp_path):
     """Built as pip builds it (a copy of the checkout, so no build folder is left in it): the distribution name is
     free on PyPI's side (``xflow`` is another project), the license is PEP 639's, the rule files are package data,
-    and only xflow, generator and verifier are installed."""
+    and only xflow is installed (the repository's generator/ and verifier/ as xflow.generator and xflow.verifier)."""
     source = tmp_path / "src"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
                                                                  ".pytest_cache", ".ruff_cache", ".hypothesis"))
@@ -152,6 +152,24 @@ def test_the_wheel_carries_rules_license_and_types(tmp_path):
     assert "xflow/rules/data/default.json" in shipped and shipped <= names
     assert "xflow/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert {n.split("/")[0] for n in names if "/" in n and ".dist-info" not in n} == {"xflow", "generator", "verifier"}
+    assert {n.split("/")[0] for n in names if "/" in n and ".dist-info" not in n} == {"xflow"}
+    assert {"xflow/generator/walk.py", "xflow/verifier/prove.py"} <= names
     assert "Name: xflow-opt\n" in metadata and "License-Expression: Apache-2.0\n" in metadata
     assert 'Requires-Dist: onnxruntime>=1.18; extra == "cpu"' in metadata  # never a core dependency
+    # installed from the wheel alone (no checkout around it): a zoo model is optimized with the shipped rules, and a
+    # user's rule file is proved first, by the verifier the wheel carries as xflow.verifier
+    site = tmp_path / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+                           str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    model = relu_model(tmp_path / "m.onnx")
+    proc = run_installed(site, "-c", "import xflow.rules, xflow.verifier.user_rules as v; "
+                                     "print(xflow.rules.default_rules_path()); print(v.__file__)")
+    assert proc.returncode == 0, proc.stderr
+    assert all(Path(line).is_relative_to(site) for line in proc.stdout.split()), proc.stdout
+    user_rules = tmp_path / "user.json"
+    shutil.copy(ROOT / "rules" / "identities.json", user_rules)
+    proc = run_installed(site, "-m", "xflow.cli", "optimize", model, str(tmp_path / "o.onnx"), "--rules",
+                         str(user_rules), "--report", "-", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outcome"] != "no-rules"

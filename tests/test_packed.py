@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from generator.candidate_file import load_candidates, save_candidates
-from generator.generalize import canonical_key, const_slots, dedupe
-from generator.packed import PackedRules, pack, unpack
-from generator.run import generate
+from xflow.generator.candidate_file import load_candidates, save_candidates
+from xflow.generator.generalize import canonical_key, const_slots, dedupe
+from xflow.generator.packed import PackedRules, pack, unpack
+from xflow.generator.run import generate
 
 
 @pytest.fixture(scope="module")

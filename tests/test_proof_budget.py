@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from xflow.verifier import numeric_check, prove_rule
+from xflow.verifier.batch import verify_candidate
+from xflow.verifier.status import OutcomeStatus
 
 from tests.rulebook import MATMUL_MERGE
-from verifier import numeric_check, prove_rule
-from verifier.batch import verify_candidate
-from verifier.status import OutcomeStatus
 from xflow.rules import parse_rule
 
 

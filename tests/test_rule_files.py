@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from xflow.verifier.batch import verify_candidate
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE, SPLIT_SPLIT_MERGE
 from tests.test_cli import CONV_BIAS_RELU_FOLD
 from tests.test_decision import RELU_ON_A_DOUBLED_COPY
-from verifier.batch import verify_candidate
 from xflow.cli import main
 from xflow.rules import default_rules_path, load_rules
 
@@ -123,7 +123,8 @@ def test_shipped_rules_are_not_proved_vacuously():
     """A proof says something only where the rule's hypotheses are consistent with its axioms: every tenth
     shipped rule (the whole file: ~150 s, run for each soundness change) is not vacuous within 200k units, and a
     rule whose where conditions contradict each other is."""
-    from verifier.prove import vacuous
+    from xflow.verifier.prove import vacuous
+
     from xflow.rules import parse_rule
 
     rules = load_rules(default_rules_path())

@@ -10,11 +10,11 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
+from xflow.generator.generalize import canonical_key, dedupe
+from xflow.generator.run import generate
+from xflow.verifier.batch import verify_candidate
+from xflow.verifier.status import OutcomeStatus
 
-from generator.generalize import canonical_key, dedupe
-from generator.run import generate
-from verifier.batch import verify_candidate
-from verifier.status import OutcomeStatus
 from xflow.cli import main
 from xflow.onnx_io import graph_from_model
 from xflow.rewrite.match import find_matches
@@ -197,8 +197,8 @@ def test_shipped_rules_merge_the_conv_batchnorm_branches_of_inception():
 
 
 def _entry(graph, seed: int = 0):
-    from generator.enumerate import INPUTS
-    from generator.fingerprint import Entry, fps_of, int_values
+    from xflow.generator.enumerate import INPUTS
+    from xflow.generator.fingerprint import Entry, fps_of, int_values
 
     n_in = len(INPUTS)
     values = int_values(graph, seed)
@@ -211,9 +211,10 @@ def _entry(graph, seed: int = 0):
 def test_matmul_merge_of_a_shared_input_is_proved_for_activations_of_any_rank():
     """x @ w1, x @ w2 -> split(x @ concat(w1, w2)): the general variant needs the concatenated kernels' ranks
     equal (a condition the target states), and must not use up the z3 budget of the pinned variants."""
-    from generator.enumerate import INPUTS
-    from generator.fingerprint import Pair
-    from generator.to_rules import pair_to_rule
+    from xflow.generator.enumerate import INPUTS
+    from xflow.generator.fingerprint import Pair
+    from xflow.generator.to_rules import pair_to_rule
+
     from xflow.ir import Attrs
 
     idx = {name: i for i, (name, _, _, _) in enumerate(INPUTS)}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+from xflow.generator.generalize import dedupe, final_name
+from xflow.generator.usefulness import match_counts
 
-from generator.generalize import dedupe, final_name
-from generator.usefulness import match_counts
 from xflow.onnx_io import graph_from_model
 
 # x @ w1, x @ w2 -> split(x @ concat(w1, w2)): BERT's Q/K/V projections, NasRNN's gates of one input

@@ -7,14 +7,14 @@ import warnings
 import numpy as np
 import pytest
 import z3
+from xflow.verifier import AXIOMS, check_consistency, encode_rule, numeric_check, prove_rule, verify_rule
+from xflow.verifier.axioms import FIRST_AXIS, Axiom, _same
+from xflow.verifier.encode import Unsupported, translate_expr
+from xflow.verifier.status import OutcomeStatus
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
 from tests.test_ops import _random_case
 from tests.test_verifier_speed import _Shapes
-from verifier import AXIOMS, check_consistency, encode_rule, numeric_check, prove_rule, verify_rule
-from verifier.axioms import FIRST_AXIS, Axiom, _same
-from verifier.encode import Unsupported, translate_expr
-from verifier.status import OutcomeStatus
 from xflow.ops import OPS
 from xflow.rules import Expr, ShapeEnv, parse_rule
 
@@ -305,8 +305,8 @@ def test_a_rule_true_where_its_target_is_well_formed_is_proved_and_applies_only_
 def test_a_proof_with_no_numeric_instance_is_unchecked_not_proved(monkeypatch):
     """z3 proves a rule whose sides never type-check together vacuously (its shape facts contradict each other);
     only a rule also checked on real instances counts as proved, as in ``verify-rules``."""
-    import verifier.numeric as numeric
-    import verifier.prove as prove
+    import xflow.verifier.numeric as numeric
+    import xflow.verifier.prove as prove
 
     rule = parse_rule(CONV_RELU_FOLD)
     assert verify_rule(rule).status == OutcomeStatus.PROVED
@@ -359,7 +359,7 @@ def test_an_encoding_reused_from_an_earlier_rule_is_the_rules_own():
     """The encoder reuses the terms and facts of an application it built for an earlier rule (``_APPLIED``): a rule
     differing in one attribute gets its own terms, and a rule encoded again gets exactly what a fresh encoder
     gives."""
-    from verifier import encode
+    from xflow.verifier import encode
 
     def shape(raw: dict) -> tuple[list[str], list[str]]:
         enc = encode_rule(parse_rule(raw))

@@ -7,11 +7,11 @@ import json
 from dataclasses import replace
 
 import pytest
+from xflow.verifier import AXIOMS, prove_rule
+from xflow.verifier.axioms import _relu
+from xflow.verifier.relevance import axioms_for, relevant_axioms
+from xflow.verifier.status import OutcomeStatus
 
-from verifier import AXIOMS, prove_rule
-from verifier.axioms import _relu
-from verifier.relevance import axioms_for, relevant_axioms
-from verifier.status import OutcomeStatus
 from xflow.rules import default_rules_path, parse_rule
 
 RELU_TWICE = {"name": "relu_twice", "inputs": {"x": "any"},
@@ -204,7 +204,7 @@ FALSE_BROADCAST_RULES = [
 @pytest.mark.parametrize("raw", [*FALSE_PADDING_RULES, *FALSE_BROADCAST_RULES], ids=lambda r: r["name"])
 def test_false_rules_of_the_padding_families_are_not_proved(raw):
     """Every axiom together does not prove them (and the numeric check refutes each)."""
-    from verifier import numeric_check
+    from xflow.verifier import numeric_check
 
     rule = parse_rule(raw)
     assert prove_rule(rule, rlimit=1_000_000, relevant_only=False).status != OutcomeStatus.PROVED

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from xflow.verifier import numeric_check, prove
+from xflow.verifier.batch import GENERATION_ROUNDS, verify_candidate
+from xflow.verifier.numeric import _fitted
+from xflow.verifier.prove import GENERATION_RLIMIT, ProofContext, prove_rule
+from xflow.verifier.status import OutcomeStatus
 
 from tests.rulebook import CONCAT_SPLIT_CANCEL, CONV_RELU_FOLD, MATMUL_MERGE
-from verifier import numeric_check, prove
-from verifier.batch import GENERATION_ROUNDS, verify_candidate
-from verifier.numeric import _fitted
-from verifier.prove import GENERATION_RLIMIT, ProofContext, prove_rule
-from verifier.status import OutcomeStatus
 from xflow.ops import OPS, ShapeError
 from xflow.ops.base import OpDef
 from xflow.rules import parse_rule
@@ -143,7 +143,7 @@ RARELY_VALID = {
 
 
 def test_a_rarely_valid_variant_is_drawn_longer_not_left_unchecked():
-    from verifier.batch import ATTEMPTS, Outcome, _checked
+    from xflow.verifier.batch import ATTEMPTS, Outcome, _checked
 
     rule = parse_rule(RARELY_VALID)
     found_on = RARELY_VALID["provenance"]["found_on"]

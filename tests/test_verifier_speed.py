@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import click
 import pytest
+from xflow.verifier import prove_rule
+from xflow.verifier.batch import verify_candidate
+from xflow.verifier.prove import DEFAULT_RLIMIT, GENERATION_RLIMIT
+from xflow.verifier.status import OutcomeStatus
 
-from verifier import prove_rule
-from verifier.batch import verify_candidate
-from verifier.prove import DEFAULT_RLIMIT, GENERATION_RLIMIT
-from verifier.status import OutcomeStatus
 from xflow.rules import parse_rule
 
 
@@ -164,7 +164,7 @@ def test_a_candidate_z3_leaves_unknown_is_checked_on_more_shapes():
     """The first check (6 instances) does not refute STRIDE_TO_1X1 and z3 spends its budget; the wider check
     (``WIDE_TRIALS`` more instances) finds a second kernel of 2x2 where the two sides differ, once z3's first round
     has not settled the candidate: the later rounds' budget is not spent on it."""
-    from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS
+    from xflow.verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS
 
     plain = verify_candidate(STRIDE_TO_1X1, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS)
     assert plain.status == OutcomeStatus.UNKNOWN, plain
@@ -204,7 +204,7 @@ BN_AFTER_A_FAILED_CALL = {
 def _fresh_process_outcomes() -> None:
     """Print generate-rules' outcome of BN_AFTER_A_FAILED_CALL without and with ``replay``, and verify-rules' with
     whether it needed more than its first rounds."""
-    from verifier.batch import ESCALATION, GENERATION_ROUNDS
+    from xflow.verifier.batch import ESCALATION, GENERATION_ROUNDS
 
     for replay in (False, True):
         outcome = verify_candidate(BN_AFTER_A_FAILED_CALL, rlimit=GENERATION_RLIMIT, rounds=GENERATION_ROUNDS,

@@ -4,10 +4,10 @@ the other one proved (each written rule is proved in its own right)."""
 
 from __future__ import annotations
 
-from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidates, verify_group
-from verifier.prove import GENERATION_RLIMIT
-from verifier.status import OutcomeStatus
-from verifier.theorem import same_theorem_groups, theorem_key
+from xflow.verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidates, verify_group
+from xflow.verifier.prove import GENERATION_RLIMIT
+from xflow.verifier.status import OutcomeStatus
+from xflow.verifier.theorem import same_theorem_groups, theorem_key
 
 
 def _rule(name: str, src: list, dst: list, inputs: dict, outputs: dict, where: tuple = ()) -> dict:
@@ -117,8 +117,7 @@ def test_outcome_statuses_are_enum_members_written_as_their_words():
     import json
 
     import pytest
-
-    from verifier.batch import _worst
+    from xflow.verifier.batch import _worst
 
     first, second = verify_group([MOVED_PADS, _reverse(MOVED_PADS, "moved_rev")], **SETTINGS)
     assert type(first.status) is OutcomeStatus and type(second.status) is OutcomeStatus

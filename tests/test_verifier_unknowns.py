@@ -5,12 +5,12 @@ numeric check that refutes candidates claiming strides or sizes the usual draws 
 from __future__ import annotations
 
 import pytest
+from xflow.verifier import prove_rule
+from xflow.verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidate
+from xflow.verifier.prove import GENERATION_RLIMIT
+from xflow.verifier.status import OutcomeStatus
 
 from tests.test_verifier_speed import _Shapes
-from verifier import prove_rule
-from verifier.batch import GENERATION_ROUNDS, WIDE_TRIALS, verify_candidate
-from verifier.prove import GENERATION_RLIMIT
-from verifier.status import OutcomeStatus
 from xflow.ops import OPS
 from xflow.rules import parse_rule
 
@@ -59,8 +59,7 @@ def test_conv_and_pool_facts_bound_variable_pads_and_strides():
     """A rule's variable pads are non-negative and its strides positive (what conv's and pooling's shape rules
     accept); literal ones give no fact."""
     import z3
-
-    from verifier.encode import encode_rule
+    from xflow.verifier.encode import encode_rule
 
     enc = encode_rule(parse_rule(PAD_INTO_PADS))
     text = " ".join(str(h) for h in enc.hypotheses)
@@ -153,7 +152,7 @@ def _stride_moved(op: str, kernel_size: int | None = None) -> dict:
 def test_a_stride_moved_across_a_1x1_conv_is_proved_from_the_window_arithmetic(op):
     """Equal output sizes pin the kernel k11 to 1x1 only through conv's output-size arithmetic (its output facts);
     with them and the stride-through-1x1 axioms the candidate is proved within the generation budget."""
-    from verifier.encode import encode_rule
+    from xflow.verifier.encode import encode_rule
 
     rule = parse_rule(_stride_moved(op))
     assert prove_rule(rule, GENERATION_RLIMIT).status == OutcomeStatus.PROVED
@@ -164,7 +163,7 @@ def test_a_stride_moved_across_a_1x1_conv_is_proved_from_the_window_arithmetic(o
 def test_a_stride_moved_across_a_3x3_conv_never_applies():
     """The same candidate with a 3x3 kernel pinned: its two outputs never have one size (the facts say so), so it
     is vacuous, where the 1x1 one is not."""
-    from verifier.prove import vacuous
+    from xflow.verifier.prove import vacuous
 
     assert vacuous(parse_rule(_stride_moved("maxpool", kernel_size=3)))
     assert not vacuous(parse_rule(_stride_moved("maxpool", kernel_size=1)))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 
 def test_a_worker_that_dies_costs_only_its_own_item():
+    from xflow.verifier.batch import run_guarded
+
     from tests._workers import double_or_die
-    from verifier.batch import run_guarded
 
     work = [1, 2, -1, 3, 4, 5]
     results: dict[int, int | None] = {}
@@ -26,8 +27,9 @@ class _Reads(list):
 def test_items_are_read_as_they_are_handed_out_not_all_at_once():
     """A pending item holds its work (a verifier task holds its candidates): a run of many items keeps only a few
     ahead of the workers, and still gives every result."""
+    from xflow.verifier.batch import SUBMIT_AHEAD, run_guarded
+
     from tests._workers import double_or_die
-    from verifier.batch import SUBMIT_AHEAD, run_guarded
 
     work = _Reads(range(1, 61))
     seen: dict[int, int | None] = {}

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import onnx
 import z3
+from xflow.verifier.encode import DIM, DTYPE, RANK, SCALAR_BITS, T, apply_op, float_bits, symbolic_code, z3_and, z3_max
 
-from verifier.encode import DIM, DTYPE, RANK, SCALAR_BITS, T, apply_op, float_bits, symbolic_code, z3_and, z3_max
 from xflow.ops import OPS
 from xflow.ops.attention import TO_HEADS, TO_HEADS_T
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from xflow.verifier.numeric import BACKEND_ENV, array_module, numeric_check
+from xflow.verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, ProofResult, prepare, prove_rule
+from xflow.verifier.status import WORST_FIRST, OutcomeStatus
+from xflow.verifier.theorem import TheoremKey, same_theorem_groups, theorem_key
 
-from verifier.numeric import BACKEND_ENV, array_module, numeric_check
-from verifier.prove import DEFAULT_GUARD_S, DEFAULT_RLIMIT, ProofContext, ProofResult, prepare, prove_rule
-from verifier.status import WORST_FIRST, OutcomeStatus
-from verifier.theorem import TheoremKey, same_theorem_groups, theorem_key
 from xflow.errors import XflowError
 from xflow.rules.model import RuleError, parse_rule
 from xflow.tasks import LocalTaskExecutor, TaskExecutor

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import z3
-
-from verifier.axioms import AXIOMS, Axiom, Z3Env, axiom_formulas, eval_z3
-from verifier.encode import T
-from verifier.prove import make_solver
+from xflow.verifier.axioms import AXIOMS, Axiom, Z3Env, axiom_formulas, eval_z3
+from xflow.verifier.encode import T
+from xflow.verifier.prove import make_solver
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import z3
+from xflow.verifier.axioms import AXIOMS, Axiom, axiom_formulas
+from xflow.verifier.encode import Unsupported, encode_rule
+from xflow.verifier.numeric import NumericResult, numeric_check
+from xflow.verifier.relevance import axioms_for
+from xflow.verifier.status import OutcomeStatus
 
-from verifier.axioms import AXIOMS, Axiom, axiom_formulas
-from verifier.encode import Unsupported, encode_rule
-from verifier.numeric import NumericResult, numeric_check
-from verifier.relevance import axioms_for
-from verifier.status import OutcomeStatus
 from xflow.rules.model import Rule
 
 #: z3 resource units for one rule (all its outputs together), when the caller does not say. Every shipped rule

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verifier.axioms import AXIOMS, Axiom, op_key
+from xflow.verifier.axioms import AXIOMS, Axiom, op_key
+
 from xflow.rules.model import Rule
 
 

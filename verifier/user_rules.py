@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from verifier.batch import ESCALATION, verify_candidate
+from xflow.verifier.batch import ESCALATION, verify_candidate
+
 from xflow.errors import XflowError
 from xflow.rules import Rule
 from xflow.rules.proof import unproved, with_proof_digest

@@ -9,9 +9,18 @@ simplify) -> select (finalists timed end to end) -> verify (outputs and A/B timi
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 __version__ = "0.1.0"
+
+# The rule generator and verifier are top-level folders of the repository (``generator/``, ``verifier/``) and
+# install as ``xflow.generator`` and ``xflow.verifier`` (setup.py maps them). In a checkout, where they sit beside
+# this package rather than in it, the repository's root is searched for them after this folder.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.path.isdir(os.path.join(__path__[0], "generator")) and \
+        os.path.isfile(os.path.join(_CHECKOUT, "generator", "__init__.py")):
+    __path__.append(_CHECKOUT)
 __all__ = ["optimize"]
 
 

@@ -30,9 +30,9 @@ def check(in_path: str, out_path: str, certificate_path: str | None, rules_path:
     Prints one line; exits 0 when OUT checks, 1 when it does not (naming the first step that fails and why),
     2 on bad input.
     """
-    from verifier.prove import prove_rule
     from xflow.check.check import check as check_models
     from xflow.rules import Rule
+    from xflow.verifier.prove import prove_rule
 
     def prove(rule: Rule) -> str | None:
         result = prove_rule(rule, rlimit=rlimit, guard_s=guard_s)

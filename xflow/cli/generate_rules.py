@@ -56,10 +56,10 @@ def generate_rules(max_ops: int, jobs: int, seed: int, out_path: str, rlimit: in
 
     Only proved rules are written. Prints the pruning and proof table at the end.
     """
-    from generator.pipeline import RuleFileOptions, write_rule_file
-    from generator.run import format_table
-    from verifier.batch import check_backend
+    from xflow.generator.pipeline import RuleFileOptions, write_rule_file
+    from xflow.generator.run import format_table
     from xflow.tasks import make_task_executor
+    from xflow.verifier.batch import check_backend
 
     if candidates_path is None and max_ops > MAX_ENUMERATED_OPS:
         raise click.BadParameter(f"{max_ops}: graphs are enumerated up to {MAX_ENUMERATED_OPS} ops (larger sizes "

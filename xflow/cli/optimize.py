@@ -167,9 +167,9 @@ def _proved_rules(rules_path: str | None, cost_db: str | None, quiet: bool, trus
     and with ``--trust-rules`` (the library then reads the file as it is)."""
     if rules_path is None or trust:
         return None
-    from verifier.user_rules import prove_unproved
     from xflow.files import check_distinct
     from xflow.rules import load_rules
+    from xflow.verifier.user_rules import prove_unproved
 
     check_distinct({"--rules": rules_path, "--cost-db": cost_db})  # before the rule file is read
     rules, proved = prove_unproved(load_rules(rules_path), rules_path)

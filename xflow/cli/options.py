@@ -27,19 +27,19 @@ THREADS_HELP = "ORT intra-op threads (default: all cores)."
 
 
 def _default_rlimit() -> int:
-    from verifier.prove import DEFAULT_RLIMIT
+    from xflow.verifier.prove import DEFAULT_RLIMIT
 
     return DEFAULT_RLIMIT
 
 
 def _generation_rlimit() -> int:
-    from verifier.prove import GENERATION_RLIMIT
+    from xflow.verifier.prove import GENERATION_RLIMIT
 
     return GENERATION_RLIMIT
 
 
 def _default_guard() -> float:
-    from verifier.prove import DEFAULT_GUARD_S
+    from xflow.verifier.prove import DEFAULT_GUARD_S
 
     return DEFAULT_GUARD_S
 

@@ -67,9 +67,9 @@ def rules_merge(inputs: tuple[str, ...], out_path: str, keep_independent_batchin
     of the result compose is left out unless ``--keep-compositions``."""
     import json
 
-    from generator.generalize import canonical_key, dedupe
-    from generator.pipeline import split_batching
-    from generator.redundancy import find_compositions
+    from xflow.generator.generalize import canonical_key, dedupe
+    from xflow.generator.pipeline import split_batching
+    from xflow.generator.redundancy import find_compositions
     from xflow.rules import load_rules, rules_from_json
     from xflow.rules.io import dump_rules
 

@@ -30,9 +30,9 @@ def verify_rules(rules_path: str, rlimit: int, guard_s: float, trials: int, seed
 
     Prints one line per rule that fails, with its reason, and a summary; exits 1 if any rule fails.
     """
-    from verifier.batch import verify_candidates
     from xflow.rules import load_rules
     from xflow.tasks import make_task_executor
+    from xflow.verifier.batch import verify_candidates
 
     check_distinct({"RULES.json": rules_path, "--report": report_path})
     rules = load_rules(rules_path)

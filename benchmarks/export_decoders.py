@@ -33,8 +33,8 @@ pasts of 0, 1, 127 and 1023, a prefill of 128 at batch 4; ``--no-check`` skips i
 a 2-layer Llama (2026-12-02, torch 2.13.0, onnxscript 0.7.2) it is slow (93 s under load for a 64-wide model), cannot
 convert to opset 17 (onnx's version converter fails on a node whose axes are not constant: the file stays at opset
 18), names the dims ``s10``, ``s70``, ... (the mask's batch a symbol apart from the ids' batch, each past value's
-length apart from its key's), and differs from torch by 0.59 at a left-padded prefill at batch 4; so the exports
-here are the legacy exporter's.
+length apart from its key's), and differs from torch by 0.59 at a left-padded prefill at batch 4 (not looked into
+further); so the exports here are the legacy exporter's.
 """
 
 from __future__ import annotations

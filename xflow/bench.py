@@ -1,6 +1,8 @@
 """``xflow bench``: zoo models and ONNX files, original vs xflow-optimized (and onnxsim, onnxslim, ORT's
-transformer optimizer where they apply), all timed in the same interleaved runs at ORT_ENABLE_ALL with spinning
-off. A peer whose outputs drift from the original's beyond tolerance is flagged and counts as 1.0x."""
+transformer optimizer, onnxscript's ``optimize_for_ort`` where they apply), all timed in the same interleaved runs
+at ORT_ENABLE_ALL with spinning off. A model with dynamic dims is timed at the first point of the shape plan
+``xflow optimize`` measures at (a decode step, batch 1 over a cache of 127, for a model with a KV cache). A peer
+whose outputs drift from the original's beyond tolerance is flagged and counts as 1.0x."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import onnx
 
 from xflow.cost.measured import device_name
 from xflow.errors import XflowError
+from xflow.ir.dims import free_symbols, is_static
+from xflow.onnx_io.shape_profile import ShapePlan, shape_plan
 from xflow.optimize import DEFAULTS, Decision, OptimizeOptions, optimize_file
 from xflow.ort import open_session
 from xflow.rules.naming import by_readable_name
@@ -34,6 +38,7 @@ XFLOW = "xflow"
 ONNXSIM = "onnxsim"
 ONNXSLIM = "onnxslim"
 ORT_TRANSFORMERS = "ort-transformers"
+ONNXSCRIPT = "onnxscript"  # onnxscript's optimize_for_ort (ORT's fusions as onnxscript rewrite rules)
 
 
 @dataclass
@@ -54,6 +59,7 @@ class BenchRow:
     nodes_opaque: int = 0  # nodes of the model outside xflow's algebra
     nodes_opaque_computing: int = 0  # of those, the ones computing at run time (no Constant, no folded shape node)
     drifted: list[str] = field(default_factory=list)  # peers whose outputs differ from the original's
+    timed_at: dict[str, int] = field(default_factory=dict)  # the dynamic dims' sizes it was timed and checked at
 
 
 @dataclass
@@ -73,6 +79,9 @@ class BenchSettings:
     # sessions per variant, all interleaved: a session's luck (where its buffers land) lasts its life and
     # moves one session of a model 1-12% from another, so each column is the median of its sessions' medians
     sessions_per_variant: int = 3
+    # ORT's transformer optimizer on a model with a KV cache (its gpt2 type) needs these; None: read from the graph
+    num_heads: int | None = None
+    hidden_size: int | None = None
 
 
 def onnxsim_available() -> bool:
@@ -112,17 +121,73 @@ def _looks_like_transformer(model: onnx.ModelProto) -> bool:
     return ("LayerNormalization" in ops or "ReduceMean" in ops) and "Softmax" in ops and "MatMul" in ops
 
 
-def _ort_transformers(model_path: str, out_path: str, provider: str) -> None:
+def attention_sizes(model: onnx.ModelProto, plan: ShapePlan) -> tuple[int, int] | None:
+    """(num_heads, hidden_size) of a decoder with a KV cache, read from its graph: the hidden size is the width of
+    the embedding table the token ids gather from, the head size the last dim of the cache inputs; None where the
+    graph does not say (no such Gather, cache inputs of different or unnamed head sizes, a width they do not divide)."""
+    if not plan.relations.caches:
+        return None
+    past = {c.past for c in plan.relations.caches}
+    head_dims = {int(dims[-1]) for dims in plan.input_dims.values()
+                 if dims and len(dims) == 4 and past & set(free_symbols(dims)) and is_static(dims[-1])}
+    tables = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    inputs = set(plan.input_dims)
+    widths = {tables[n.input[0]][1] for n in model.graph.node
+              if n.op_type == "Gather" and len(n.input) == 2 and n.input[1] in inputs
+              and len(tables.get(n.input[0], ())) == 2 and not any(a.name == "axis" and a.i != 0 for a in n.attribute)}
+    if len(head_dims) != 1 or len(widths) != 1:
+        return None
+    (head_dim,), (hidden,) = head_dims, widths
+    return (hidden // head_dim, hidden) if head_dim and hidden % head_dim == 0 else None
+
+
+def _ort_transformers(model_path: str, out_path: str, provider: str, model_type: str = "bert",
+                      num_heads: int = 0, hidden_size: int = 0) -> None:
     from onnxruntime.transformers import optimizer
 
     logging.disable(logging.WARNING)  # it warns about the model's producer name on stdout/stderr
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            optimized = optimizer.optimize_model(model_path, model_type="bert", use_gpu=provider == "cuda",
-                                                 opt_level=0)
+            optimized = optimizer.optimize_model(model_path, model_type=model_type, num_heads=num_heads,
+                                                 hidden_size=hidden_size, use_gpu=provider == "cuda", opt_level=0)
             optimized.save_model_to_file(out_path)
     finally:
         logging.disable(logging.NOTSET)
+
+
+def _onnxscript(model_path: str, out_path: str) -> str | None:
+    import onnx_ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    model = onnx_ir.load(model_path)
+    optimized, _fused = optimize_for_ort(model)
+    onnx_ir.save(optimized, out_path)
+    return None
+
+
+def _ort_transformers_peer(model: onnx.ModelProto, plan: ShapePlan, settings: BenchSettings
+                           ) -> tuple[dict[str, object] | None, str | None]:
+    """The keyword arguments ORT's transformer optimizer runs with on ``model`` (its bert type, or for a model with
+    a KV cache its gpt2 type with the attention sizes), or None and why it does not run."""
+    if not _looks_like_transformer(model):
+        return None, None
+    if not plan.relations.caches:
+        return {"model_type": "bert", "num_heads": settings.num_heads or 0,
+                "hidden_size": settings.hidden_size or 0}, None
+    found = attention_sizes(model, plan)
+    num_heads = settings.num_heads or (found[0] if found else None)
+    hidden = settings.hidden_size or (found[1] if found else None)
+    if num_heads is None or hidden is None:
+        return None, ("ORT transformer optimizer not run: its gpt2 type needs num_heads and hidden_size, which the "
+                      "graph does not tell (give --num-heads and --hidden-size)")
+    return {"model_type": "gpt2", "num_heads": num_heads, "hidden_size": hidden}, None
+
+
+def bench_point(model: onnx.ModelProto, path: str) -> tuple[ShapePlan, dict[str, int]]:
+    """The model's shape plan (``xflow optimize``'s defaults) and its first point, where the bench times and checks
+    (every dim static: no point)."""
+    plan = shape_plan(model, {}, {}, path)
+    return plan, (plan.points()[0] if plan.is_dynamic else {})
 
 
 def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
@@ -155,7 +220,12 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
     paths = {ORIGINAL: model_path, XFLOW: xflow_path}
     if not written and _same_graph(model_path, xflow_path):
         row.notes.append("xflow wrote the original back (timed as written, like every column)")
-    for peer, build in ((ONNXSIM, _onnxsim), (ONNXSLIM, _onnxslim)):
+    header = onnx.load(model_path, load_external_data=False)
+    plan, point = bench_point(header, model_path)
+    row.timed_at = dict(point)
+    if point:
+        row.notes.append(f"timed and checked at {plan.describe(point)}")
+    for peer, build in ((ONNXSIM, _onnxsim), (ONNXSLIM, _onnxslim), (ONNXSCRIPT, _onnxscript)):
         if not _installed(peer):
             row.notes.append(f"{peer} not installed (pip install 'xflow-opt[bench]')")
             continue
@@ -168,11 +238,17 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
             row.notes.append(problem)
         else:
             paths[peer] = peer_path
-    if _looks_like_transformer(onnx.load(model_path, load_external_data=False)):
+    ort_args, why_not = _ort_transformers_peer(header, plan, settings)
+    if why_not:
+        row.notes.append(why_not)
+    if ort_args is not None:
         ort_path = os.path.join(work, f"{label}.ort-transformers.onnx")
         try:
-            _ort_transformers(model_path, ort_path, settings.provider)
+            _ort_transformers(model_path, ort_path, settings.provider, **ort_args)  # type: ignore[arg-type]
             paths[ORT_TRANSFORMERS] = ort_path
+            if ort_args["model_type"] != "bert":
+                row.notes.append(f"ORT transformer optimizer run as {ort_args['model_type']} with num_heads "
+                                 f"{ort_args['num_heads']}, hidden_size {ort_args['hidden_size']}")
         except Exception as exc:  # noqa: BLE001 - a third-party tool failing is a figure, not our error
             row.notes.append(f"ORT transformer optimizer failed: {_first_line(exc)}")
     sessions = {}
@@ -183,7 +259,7 @@ def bench_model(label: str, model_path: str, work: str, settings: BenchSettings,
             if name in (ORIGINAL, XFLOW):
                 raise
             row.notes.append(f"{name}'s model does not load in ONNX Runtime: {_first_line(exc)}")
-    feeds = random_feeds(sessions[ORIGINAL], settings.seed)
+    feeds = random_feeds(sessions[ORIGINAL], settings.seed, plan.shapes_at(point) if point else None)
     for name, problem in output_drift(sessions, feeds).items():
         row.drifted.append(name)
         row.notes.append(f"{name} changes the outputs ({problem}): counted as 1.0x")
@@ -257,10 +333,10 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-VARIANTS = (XFLOW, ONNXSIM, ONNXSLIM, ORT_TRANSFORMERS)
+VARIANTS = (XFLOW, ONNXSIM, ONNXSLIM, ORT_TRANSFORMERS, ONNXSCRIPT)
 HEADER = ("| model | nodes before → after | computing outside the algebra | rules applied | search cold / warm (s) "
           "| original (ms) | xflow (ms) | xflow speedup | onnxsim speedup | onnxslim speedup "
-          "| ORT transformers speedup |")
+          "| ORT transformers speedup | onnxscript speedup |")
 COLUMNS = HEADER.count("|") - 1
 
 

@@ -32,6 +32,12 @@ from xflow.files import check_distinct
 @click.option("--sessions", type=click.IntRange(min=1), default=BENCH_DEFAULTS.sessions_per_variant, show_default=True,
               help="ORT sessions per variant, timed interleaved; a variant's latency is the median of its "
                    "sessions' medians (one session's luck lasts its life). Use 1 for models near memory limits.")
+@click.option("--num-heads", type=click.IntRange(min=1), default=None,
+              help="Attention heads, for ORT's transformer optimizer on a model with a KV cache (its gpt2 type "
+                   "needs them; default: read from the graph).")
+@click.option("--hidden-size", type=click.IntRange(min=1), default=None,
+              help="Hidden size, for ORT's transformer optimizer on a model with a KV cache (default: the width of "
+                   "the embedding table the token ids gather from).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
               help="Write the markdown table (command, machine, date, rows) to this file.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Every figure as JSON.")
@@ -39,13 +45,16 @@ from xflow.files import check_distinct
               help="Write a PNG bar chart of the speedups.")
 @user_errors
 def bench(models: tuple[str, ...], rules_path: str | None, provider: str, threads: int | None, small: bool,
-          budget: int, patience: int, time_limit: float, seconds: float, sessions: int, out_path: str | None,
+          budget: int, patience: int, time_limit: float, seconds: float, sessions: int, num_heads: int | None,
+          hidden_size: int | None, out_path: str | None,
           json_path: str | None, chart_path: str | None) -> None:
     """Benchmark xflow on zoo models (default: all) and ONNX files.
 
     For each model: nodes before/after, rules applied, search time with a cold and a warm cost cache,
-    and latency at ORT_ENABLE_ALL of the original, xflow's output (verified, never slower), onnxsim's
-    (when installed) and ORT's transformer optimizer's (transformer models), in the same interleaved runs.
+    and latency at ORT_ENABLE_ALL of the original, xflow's output (verified, never slower), onnxsim's,
+    onnxslim's and onnxscript's optimize_for_ort's (when installed) and ORT's transformer optimizer's
+    (transformer models; its gpt2 type for a model with a KV cache), in the same interleaved runs. A model with
+    dynamic dims is timed at the first size xflow optimize measures at (a decode step for a KV cache).
     """
     require_onnxruntime()
     from dataclasses import asdict
@@ -60,7 +69,7 @@ def bench(models: tuple[str, ...], rules_path: str | None, provider: str, thread
             check_writable(path)
     settings = BenchSettings(rules_path=rules_path, provider=provider, threads=threads, small=small, budget=budget,
                              patience=patience or None, time_limit=time_limit, seconds_per_model=seconds,
-                             sessions_per_variant=sessions)
+                             sessions_per_variant=sessions, num_heads=num_heads, hidden_size=hidden_size)
     if not onnxsim_available():
         click.echo("note: onnxsim is not installed, so it is left out (pip install 'xflow-opt[bench]')", err=True)
     click.echo(HEADER)

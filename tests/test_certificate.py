@@ -62,8 +62,8 @@ def test_written_model_carries_its_certificate_and_checks(inception_run):
     assert text is not None and json.loads(text) == json.loads(cert.read_text())
     certificate = json.loads(text)
     kinds = [step["kind"] for step in certificate["steps"]]
-    assert kinds.count("rule") >= 2 and "identity" in kinds  # the split simplifications, each a step
-    assert set(kinds[kinds.index("fold"):]) == {"fold", "identity"} and kinds.index("fold") == kinds.count("rule")
+    assert kinds.count("rule") >= 2 and "simplification" in kinds  # the split simplifications, each a step
+    assert set(kinds[kinds.index("fold"):]) == {"fold", "simplification"} and kinds.index("fold") == kinds.count("rule")
     assert certificate["steps"][kinds.index("fold")]["constants"], "the merged weights are folded constants"
     stated = {step["rule_sha256"] for step in certificate["steps"] if step["kind"] == "rule"}
     assert stated <= {rule_hash(r) for r in load_rules(rules)}
@@ -174,7 +174,7 @@ def test_a_doctored_split_simplification_is_refused_naming_its_step(inception_ru
     whole than the pieces had is refused at that step."""
     _folder, src, _rules, out, cert = inception_run
     certificate = json.loads(cert.read_text())
-    index, step = next((k, s) for k, s in enumerate(certificate["steps"], 1) if s["kind"] == "identity"
+    index, step = next((k, s) for k, s in enumerate(certificate["steps"], 1) if s["kind"] == "simplification"
                        and s["form"] == "elementwise_hoisted")
     node = next(n for n in step["added"] if n["op"] not in ("split", "concat"))
     node["op"] = "sigmoid" if node["op"] != "sigmoid" else "relu"

@@ -73,7 +73,7 @@ def test_each_form_certifies_and_replays_to_the_same_model(name):
     make, expected = MODELS[name]
     model = make()
     graph, certificate = _certified(model)
-    identities = [s for s in certificate["steps"] if s["kind"] == "identity"]
+    identities = [s for s in certificate["steps"] if s["kind"] == "simplification"]
     assert {s["form"] for s in identities} == expected
     replayed = replay(graph, json.loads(json.dumps(certificate)), {})
     want = to_model_proto(simplify_splits(fold_constants(graph)).graph)
@@ -82,7 +82,7 @@ def test_each_form_certifies_and_replays_to_the_same_model(name):
 
 def _refusal(certificate: dict, graph: Graph, edit) -> StepRefused:
     doctored = copy.deepcopy(certificate)
-    index = next(k for k, s in enumerate(doctored["steps"]) if s["kind"] == "identity")
+    index = next(k for k, s in enumerate(doctored["steps"]) if s["kind"] == "simplification")
     edit(doctored["steps"][index])
     with pytest.raises(StepRefused) as refused:
         replay(graph, doctored, {})
@@ -134,7 +134,7 @@ def test_a_simplification_over_a_dynamic_batch_checks_with_the_batch_as_a_symbol
     for value in (*model.graph.input, *model.graph.output):
         value.type.tensor_type.shape.dim[0].dim_param = "batch"
     graph, certificate = _certified(model)
-    assert any(s["kind"] == "identity" for s in certificate["steps"])
+    assert any(s["kind"] == "simplification" for s in certificate["steps"])
     replayed = replay(graph, certificate, {})
     assert replayed.graph.structural_hash == certificate["output"]["graph"]
 

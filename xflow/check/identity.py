@@ -18,7 +18,7 @@ from xflow.ir.graph import CycleError, topological_sort
 from xflow.ops import OPS
 from xflow.rewrite.simplify import Instance
 
-KIND = "identity"
+KIND = "simplification"
 
 
 def node_record(node: Node) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Replaying a certificate's steps on the input graph, each re-established as it is taken: the rule's match
 found again by the matcher (its conditions decided for every value of the symbolic dims), folded constants
-recomputed with the op table's kernels, each split simplification decided as terms (``identity``), the shape
+recomputed with the op table's kernels, each split simplification decided as terms (``xflow.check.identity``), the shape
 arithmetic's values recomputed as expressions of the dims (``xflow.rewrite.shapes.check_step``), and each
 graph's structural hash compared with the one stated. Used by
 ``xflow check`` and by ``xflow optimize --replay``; none of the search is involved."""

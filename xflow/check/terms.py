@@ -89,40 +89,15 @@ def _concrete(shape: Sequence[Any] | None, size: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _static(dim: Any, what: str) -> int:
-    if not isinstance(dim, int):
-        raise NotDecided(f"{what} is the symbolic dim {dim}")
-    return dim
-
-
 def _apply(node: Node, args: list[np.ndarray], types: Callable[[str], TensorType]) -> list[np.ndarray]:
     op, attrs = node.op, node.attrs
     spec = OPS[op]
-    if op == "split":
-        axis = attrs["axis"] % args[0].ndim
-        whole = _static(types(node.inputs[0]).shape[axis], "a split's axis")
-        sizes = list(attrs["split"])
-        if sum(sizes) != whole or len(sizes) != len(node.outputs):
-            raise NotDecided("a split's sizes do not cut its input")
-        return list(np.split(args[0], np.cumsum(sizes)[:-1], axis=axis))
-    if op == "concat":
-        axis = attrs["axis"] % args[0].ndim
-        for name in node.inputs:
-            _static(types(name).shape[axis], "a concat's axis")
-        return [np.concatenate(args, axis=axis)]
     key = (op, repr(sorted(attrs.items())))
-    if op == "matmul":
-        x, w = args
-        if x.ndim < 2 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
-            raise NotDecided("a matmul of other ranks than (..., m, k) @ (k, n)")
-        _static(types(node.inputs[1]).shape[0], "a matmul's contracted axis")
-        rows = np.empty(x.shape[:-1], dtype=object)
-        for index in np.ndindex(*x.shape[:-1]):
-            rows[index] = tuple(x[index])
-        cols = np.empty(w.shape[1], dtype=object)
-        for j in range(w.shape[1]):
-            cols[j] = tuple(w[:, j])
-        return [_elementwise(lambda r, c: (key, r, c), 2)(rows[..., None], cols)]
+    if spec.terms is not None:  # the op table says how its elements move or combine (split, concat, matmul)
+        try:
+            return spec.terms(args, attrs, [types(name).shape for name in node.inputs], key)
+        except ValueError as exc:
+            raise NotDecided(str(exc)) from None
     if spec.num_outputs(attrs) != 1:
         raise NotDecided(f"{op} has several outputs")
     if spec.elementwise:
@@ -137,7 +112,8 @@ def _apply(node: Node, args: list[np.ndarray], types: Callable[[str], TensorType
                 raise NotDecided(f"{op}'s parameters are not one per channel")
             params.append(p.reshape((1, -1) + (1,) * (x.ndim - 2)))
         return [_elementwise(lambda *a: (key, *a), len(args))(x, *params)]
-    raise NotDecided(f"{op} is not an op this check evaluates (split, concat, matmul, elementwise, per-channel)")
+    raise NotDecided(f"{op} is not an op this check evaluates (one with term rules in the op table, elementwise, "
+                     "per-channel)")
 
 
 def _elementwise(f: Callable[..., Any], arity: int) -> Callable[..., np.ndarray]:

@@ -72,6 +72,11 @@ Role = str
 #: Placement-feature families, in feature-column order; an op's ``family`` is one of them or "" (other).
 FAMILIES: tuple[str, ...] = ("convolution", "matrix", "elementwise", "activation", "pool", "norm", "layout")
 Kernel = Callable[[Any, Sequence[Any], Attrs], list[Any]]
+#: An op's output elements as terms of its input elements, for ``xflow.check.terms`` (which decides the split
+#: simplifications): (object arrays of the inputs' terms, attrs, the inputs' declared shapes, symbolic dims included,
+#: a tag naming the op and its attributes) -> the outputs' object arrays. ValueError where the op cannot be decided
+#: so (a symbolic dim along an axis it cuts or contracts, other ranks).
+TermRule = Callable[[Sequence[np.ndarray], Attrs, Sequence[Shape], Any], list[np.ndarray]]
 Decoder = Callable[[onnx.NodeProto, DecodeContext], list[Node] | None]
 Encoder = Callable[[Node, EncodeContext], list[onnx.NodeProto]]
 
@@ -196,6 +201,9 @@ class OpDef:
     # piece of a split along the channels they are that piece's slice, so the op on the pieces is the op on
     # the whole with those inputs concatenated
     channel_params: tuple[int, ...] = ()
+    # how the checker of split simplifications evaluates it (None: by its elementwise / channel_params flags, else
+    # not at all)
+    terms: TermRule | None = None
     z3_symbol: str = ""
     roles: tuple[Role, ...] = ()  # per input position; positions beyond are "any"
     facts: Facts | None = None  # z3 facts beside the shape rule (None: none)

@@ -153,13 +153,30 @@ def decode_gemm(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     return [Node(n.op, n.inputs, n.outputs, n.attrs, n.name, origin) for n in nodes]
 
 
+def _matmul_terms(args: Sequence[np.ndarray], attrs: Attrs, shapes: Sequence[Shape], tag: Any) -> list[np.ndarray]:
+    """A matmul's element is one term of its row of the left operand and its column of the right (``TermRule``):
+    (..., m, k) @ (k, n) with a static k only."""
+    x, w = args
+    if x.ndim < 2 or w.ndim != 2 or x.shape[-1] != w.shape[0]:
+        raise ValueError("a matmul of other ranks than (..., m, k) @ (k, n)")
+    if shapes[1] is None or not isinstance(shapes[1][0], int):
+        raise ValueError("a matmul's contracted axis is a symbolic dim")
+    rows = np.empty(x.shape[:-1], dtype=object)
+    for index in np.ndindex(*x.shape[:-1]):
+        rows[index] = tuple(x[index])
+    cols = np.empty(w.shape[1], dtype=object)
+    for j in range(w.shape[1]):
+        cols[j] = tuple(w[:, j])
+    return [np.frompyfunc(lambda r, c: (tag, r, c), 2, 1)(rows[..., None], cols)]
+
+
 MATMUL = OpDef(
     name="matmul", onnx_types=("MatMul", "Gemm"), min_inputs=2, max_inputs=2, attrs=(), shape=matmul_shape,
     kernel=_matmul, decode=decode_matmul, encode=simple_encoder("MatMul"),
     flops=lambda ins, outs, attrs: 2 * int(np.prod(outs[0], dtype=np.int64)) * ins[0][-1],
     doc="batched matrix multiply (numpy.matmul semantics, rank >= 2)", z3_symbol="matmul",
     roles=("matrix", "matrix"),
-    facts=matmul_facts, menu=Menu(arity=2), family="matrix", fit=matmul_fit)
+    facts=matmul_facts, menu=Menu(arity=2), family="matrix", fit=matmul_fit, terms=_matmul_terms)
 
 TRANSPOSE = OpDef(
     name="transpose", onnx_types=("Transpose",), min_inputs=1, max_inputs=1,

@@ -159,6 +159,28 @@ def _split(xp, a, attrs):
     return list(xp.split(a[0], bounds, axis=attrs["axis"]))
 
 
+def _static_axis(shapes: Sequence[Shape], axis: int, what: str) -> None:
+    """ValueError where an input's dim along ``axis`` is a symbol: the term check takes symbolic dims at two sizes,
+    which stands for all sizes only along the axes an op does not cut."""
+    for shape in shapes:
+        if shape is None or not isinstance(shape[axis % len(shape)], int):
+            raise ValueError(f"{what} is a symbolic dim")
+
+
+def _split_terms(args: Sequence[np.ndarray], attrs: Attrs, shapes: Sequence[Shape], tag: Any) -> list[np.ndarray]:
+    """A split moves elements: its pieces' terms are its input's, cut where the sizes say (``TermRule``)."""
+    _static_axis(shapes, attrs["axis"], "a split's axis")
+    if sum(attrs["split"]) != args[0].shape[attrs["axis"] % args[0].ndim]:
+        raise ValueError("a split's sizes do not cut its input")
+    return _split(np, args, attrs)
+
+
+def _concat_terms(args: Sequence[np.ndarray], attrs: Attrs, shapes: Sequence[Shape], tag: Any) -> list[np.ndarray]:
+    """A concat moves elements: its output's terms are its inputs', side by side (``TermRule``)."""
+    _static_axis(shapes, attrs["axis"], "a concat's axis")
+    return [np.concatenate(list(args), axis=attrs["axis"])]
+
+
 def decode_split(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None:
     """Split with sizes from the attribute (opset < 13), the constant input, or num_outputs."""
     shape = symbolic_shape(ctx, proto.input[0])
@@ -330,7 +352,8 @@ CONCAT = OpDef(
     attrs=(AXIS,),
     shape=concat_shape, kernel=lambda xp, a, attrs: [xp.concatenate(list(a), axis=attrs["axis"])],
     decode=decode_concat, encode=encode_concat, doc="concatenate along axis", z3_symbol="concat",
-    facts=concat_facts, menu=Menu(({"axis": 0}, {"axis": 1}), arity=2), family="layout", fit=concat_fit)
+    facts=concat_facts, menu=Menu(({"axis": 0}, {"axis": 1}), arity=2), family="layout", fit=concat_fit,
+    terms=_concat_terms)
 
 SPLIT = OpDef(
     name="split", onnx_types=("Split",), min_inputs=1, max_inputs=1,
@@ -338,7 +361,7 @@ SPLIT = OpDef(
     shape=split_shape, kernel=_split, decode=decode_split,
     encode=encode_split, num_outputs=lambda attrs: len(attrs["split"]), doc="split along axis into sizes",
     z3_symbol="split", facts=split_facts, menu=Menu(({"axis": 0}, {"axis": 1}), resolve=_menu_halves),
-    family="layout", fit=split_fit)
+    family="layout", fit=split_fit, terms=_split_terms)
 
 RESHAPE = OpDef(
     name="reshape", onnx_types=("Reshape",), min_inputs=1, max_inputs=1,

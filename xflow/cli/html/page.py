@@ -165,7 +165,7 @@ def _certificate(report: Any, certificate: Mapping[str, Any] | None) -> str:
 
 
 _KINDS = {"rule": ("rule application", "rule applications"), "fold": ("constant folding", "constant foldings"),
-          "identity": ("split simplification", "split simplifications"),
+          "simplification": ("split simplification", "split simplifications"),
           "shapes": ("shape-arithmetic fold/share/delete", "shape-arithmetic folds/shares/deletes")}
 
 

@@ -27,9 +27,9 @@ class NodeConstant(Constant):
     ``order``: the index of the node making each value of the source graph, shared by the graph's NodeConstants
     (where the writer puts the node back)."""
 
-    node: onnx.NodeProto | None = None
+    node: onnx.NodeProto | None = field(default=None, repr=False)
     index: int = 0
-    order: Mapping[str, int] = field(default_factory=dict)
+    order: Mapping[str, int] = field(default_factory=dict, repr=False)
 
 
 def node_value(node: onnx.NodeProto) -> onnx.TensorProto | None:

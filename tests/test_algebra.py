@@ -170,12 +170,14 @@ def test_optimize_counts_the_nodes_outside_the_algebra(tmp_path):
     assert f"{figures['nodes_before'] - 1} of {figures['nodes_before']} nodes in the algebra" in result.output
 
 
-def test_constant_nodes_are_opaque_but_do_not_compute_at_run_time(tmp_path):
-    """The report tells the nodes computing outside the algebra from Constant nodes, whose data the decoders
-    read (they stay in the IR only so that an unrewritten model saves losslessly)."""
+def test_constant_nodes_are_constants_or_opaque_nodes_that_do_not_compute_at_run_time(tmp_path):
+    """A Constant node something reads is a constant, as an initializer is (no node of the IR); one nothing
+    reads stays an opaque node (so that an unrewritten model saves losslessly), which the report tells from the
+    nodes computing outside the algebra."""
     model = transformer_block()
     scale = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32(2.0)))
-    model.graph.node.extend([helper.make_node("Softplus", ["y"], ["z"]), scale,
+    unread = helper.make_node("Constant", [], ["u"], value=numpy_helper.from_array(np.float32(3.0)))
+    model.graph.node.extend([helper.make_node("Softplus", ["y"], ["z"]), scale, unread,
                              helper.make_node("Mul", ["z", "c"], ["w"])])
     model.graph.output[0].name = "w"
     src, out, report = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "r.json"

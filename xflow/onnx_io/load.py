@@ -17,6 +17,7 @@ from onnx import numpy_helper
 from xflow.errors import XflowError, one_line
 from xflow.ir import FLOAT_DTYPES, OPAQUE, Attrs, Constant, Graph, ModelContext, Node, Origin, TensorType
 from xflow.ir.dims import Dim, concrete, dims_of, equal, free_symbols, is_static, parse_dim, symbol, symbol_sources
+from xflow.onnx_io.constant_nodes import node_constants
 from xflow.onnx_io.dim_relations import DimRelations, find_relations, solve_sizes
 from xflow.onnx_io.known_values import MAX_FOLDED_ELEMENTS, known_values
 from xflow.onnx_io.observe import observed_types
@@ -603,6 +604,11 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
         types[tensor.name] = constants[tensor.name].type
     # an initializer listed among the inputs is a default a caller may override: no rewrite folds or merges it
     overridable = frozenset(constants) & {vi.name for vi in model.graph.input}
+    # a Constant node's value is a constant as an initializer's is (the writer puts the node back)
+    from_nodes = node_constants(model.graph, constants, base_dir)
+    for name, const in from_nodes.items():
+        constants[name] = const
+        types[name] = const.type
     unknown = {name for n in model.graph.node for name in n.output
                if name and not (name in types and types[name].is_static)}
     if unknown:  # symbolic dims left by inference: a run of the static-shape model gives the exact ones
@@ -642,7 +648,9 @@ def _build_graph(model: onnx.ModelProto, base_dir: str, path: str, fold_shapes: 
                    and n.attribute[0].name == "value" and len(n.output) == 1}
     ctx = _Decoder(model, types, constants, const_nodes, _default_opset(model), base_dir, folded)
     nodes: list[Node] = []
-    for proto in model.graph.node:
+    for k, proto in enumerate(model.graph.node):
+        if proto.output and proto.output[0] in from_nodes and from_nodes[proto.output[0]].index == k:
+            continue
         decoded = _decode_node(proto, ctx)
         if decoded is None:
             decoded = [Node(OPAQUE, tuple(proto.input), tuple(proto.output), Attrs(), proto.name,

@@ -18,6 +18,7 @@ from onnx import numpy_helper
 from xflow.errors import XflowError
 from xflow.ir import Constant, Graph, Node, TensorType
 from xflow.ir.dims import SymbolSource, symbol_sources
+from xflow.onnx_io.constant_nodes import NodeConstant, with_constant_nodes, written_as_nodes
 from xflow.ops import DEFAULT_DOMAINS, DOMAIN_VERSIONS, OPS
 
 EXTERNAL_THRESHOLD = 1 << 30  # bytes of inline weights above which we write external data anyway
@@ -173,13 +174,15 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
     model = onnx.ModelProto()
     model.CopyFrom(graph.context.template)
     nodes, new_constants = encode_nodes(graph, reuse_protos)
-    model.graph.node.extend(nodes)
-    import_node_domains(model)
     used = {name for n in nodes for name in n.input} | set(graph.outputs)
     for n in graph.nodes:
         used.update(n.implicit)
+    as_nodes = written_as_nodes(graph.constants)  # a Constant node's value: written as the node it was
+    nodes = with_constant_nodes(nodes, as_nodes, used)
+    model.graph.node.extend(nodes)
+    import_node_domains(model)
     for name, const in graph.constants.items():
-        if name in used:
+        if name in used and name not in as_nodes:
             model.graph.initializer.append(_tensor_proto(name, const, deferred))
     for name, array in new_constants.items():
         model.graph.initializer.append(_tensor_proto(name, Constant.from_array(array), deferred))
@@ -195,7 +198,7 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
             if tensor.name not in listed:
                 model.graph.input.append(onnx.helper.make_tensor_value_info(
                     tensor.name, tensor.data_type, list(tensor.dims)))
-    live = set(graph.types) & ({o for n in graph.nodes for o in n.outputs})
+    live = set(graph.types) & ({o for n in graph.nodes for o in n.outputs} | (used & as_nodes.keys()))
     kept_info = [vi for vi in model.graph.value_info if vi.name in live]
     del model.graph.value_info[:]
     model.graph.value_info.extend(kept_info)
@@ -370,7 +373,7 @@ def save(graph: Graph, path: str, reuse_protos: bool = True, external_data: bool
     buffer, inline and new ones written from their source. Returns how many ONNX nodes the model written has."""
     external = bool(external_data) or (graph.context is not None and graph.context.external_data) or \
         any(c.is_external for c in graph.constants.values()) or \
-        sum(c.nbytes for c in graph.constants.values()) >= EXTERNAL_THRESHOLD
+        sum(c.nbytes for c in graph.constants.values() if not isinstance(c, NodeConstant)) >= EXTERNAL_THRESHOLD
     deferred: Deferred | None = {} if external else None
     model = to_model_proto(graph, reuse_protos, deferred)
     write_model_atomically(model, graph, path, force_external=external, deferred=deferred, scratch=scratch)

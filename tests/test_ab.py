@@ -171,3 +171,13 @@ def test_finalists_are_timed_from_memory_when_their_files_cannot_be_written(tmp_
     picked = select_by_latency(finalists, feeds, Sessions(threads=1, scratch=str(tmp_path / "gone")), rounds=15,
                                seconds=0.3)
     assert picked.index == 1 and all(m is not None for m in picked.medians)
+
+
+def test_the_screen_hands_on_every_finalist_its_luck_could_have_hidden():
+    """One session each cannot order finalists within a session's luck: those within 10% of the fastest screen
+    figure go on to the halving with it (at most three), the fastest two always, a clearly slower one never."""
+    from xflow.optimize.select import screened
+
+    assert screened({0: 0.183, 1: 0.158, 2: 0.160, 3: 0.147, 4: 0.193, 5: 0.150, 6: 0.1495, 7: 0.285}) == [3, 6, 5]
+    assert screened({0: 0.100, 1: 0.200, 2: 0.300}) == [0, 1]
+    assert screened({0: 0.100, 1: 0.105}) == [0, 1] and screened({}) == []

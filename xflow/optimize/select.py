@@ -20,9 +20,11 @@ from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker
 from xflow.runtime import screen, successive_halving
 
-#: Finalists the screen hands on to successive halving: the rest are dropped on one short timing each. The halving
-#: interleaves the sessions of every finalist it times, so this also bounds the sessions alive at once.
-SCREEN_KEEP = 2
+#: Finalists the screen hands on to successive halving: the fastest two, and up to ``SCREEN_MOST`` where more are
+#: within ``SCREEN_CLOSE`` of the fastest (one session's luck moves a model up to ~12% for its life, so a screen of
+#: one session each cannot order finalists closer than that); the rest are dropped on one short timing each. The
+#: halving interleaves the sessions of every finalist it times, so this also bounds the sessions alive at once.
+SCREEN_KEEP, SCREEN_MOST, SCREEN_CLOSE = 2, 3, 0.10
 
 
 @dataclass
@@ -82,6 +84,16 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], s
             shared.remove()
 
 
+def screened(figures: dict[int, float]) -> list[int]:
+    """The finalists the screen's figures (seconds, by finalist) hand on to the halving, fastest first: the fastest
+    ``SCREEN_KEEP``, and those within ``SCREEN_CLOSE`` of the fastest, at most ``SCREEN_MOST``."""
+    order = sorted(figures, key=figures.__getitem__)
+    if not order:
+        return []
+    close = [i for i in order if figures[i] <= figures[order[0]] * (1 + SCREEN_CLOSE)]
+    return order[:max(SCREEN_KEEP, min(SCREEN_MOST, len(close)))]
+
+
 def _time_finalists(finalists: list[Finalist], shared: SharedWeightsFiles | None, feeds: dict[str, np.ndarray],
                     sessions: Sessions, rounds: int, seconds: float) -> Picked:
     """``select_by_latency``'s timing, its sessions made from ``shared``'s files where written."""
@@ -93,7 +105,7 @@ def _time_finalists(finalists: list[Finalist], shared: SharedWeightsFiles | None
     alive = list(makers)
     if len(alive) > SCREEN_KEEP:
         figures = screen(makers, feeds)
-        alive = sorted(figures, key=figures.__getitem__)[:SCREEN_KEEP]
+        alive = screened(figures)
     opened: dict[int, Any] = {}
     for i in alive:
         try:

@@ -25,7 +25,7 @@ from xflow.ir import Graph
 from xflow.runtime import ABDecision, ABResult
 
 #: Part of every key: bumped when what a stored decision means changes (a new test over the pairs, other timing).
-FORMAT = "xflow.decision/2"  # 2: the A/B a group-sequential test, finalists screened first
+FORMAT = "xflow.decision/3"  # 2: the A/B a group-sequential test, finalists screened first; 3: close ones kept
 
 T = TypeVar("T")
 

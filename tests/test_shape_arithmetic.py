@@ -250,3 +250,23 @@ def test_two_nodes_said_equal_that_are_not_are_refused():
     record["shared"]["s2"] = "nz"  # the second Shape said to be the NonZero it reads
     with pytest.raises(StepRefused, match="not the same op on the same inputs"):
         replay(graph, certificate, {})
+
+
+def test_folded_values_are_written_in_one_order_whatever_order_they_are_found_in():
+    """A replay reads the folded values from the certificate (sorted by name) where the run found them in graph
+    order: both must write the model's initializers alike, or ``--replay`` is not byte-identical."""
+    from xflow.rewrite.shapes import apply_step
+
+    model = llama_decoder(DecoderConfig(layers=1))
+    sizes = {"batch": 1, "seq": 1, "past_seq": 3, "total_seq": 4}
+    for vi in (*model.graph.input, *model.graph.output):  # every dim fixed: the shape values fold
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                dim.dim_value = sizes[dim.dim_param]
+    graph = graph_from_model(model)
+    step = share_shapes(graph)
+    assert step is not None and len(step.constants) >= 2
+    forward = apply_step(graph, dict(step.constants), step.shared)[0]
+    backward = apply_step(graph, dict(reversed(list(step.constants.items()))), step.shared)[0]
+    assert list(forward.constants) == list(backward.constants)
+    assert to_model_proto(forward).SerializeToString() == to_model_proto(backward).SerializeToString()

@@ -437,8 +437,10 @@ def apply_step(graph: Graph, constants: Mapping[str, SymValue], shared: Mapping[
             continue
         kept.append(node)
         read.update(i for i in (*node.inputs, *node.implicit) if i)
+    # in the order of their names, so that a replay, which reads them from the certificate sorted, writes the
+    # model's initializers in the order the run wrote them
     made = graph.with_nodes(reversed(kept), constants={name: Constant.from_array(v.array())
-                                                      for name, v in constants.items()})
+                                                      for name, v in sorted(constants.items())})
     return made, tuple(sorted(removed))
 
 

@@ -181,3 +181,20 @@ def test_the_screen_hands_on_every_finalist_its_luck_could_have_hidden():
     assert screened({0: 0.183, 1: 0.158, 2: 0.160, 3: 0.147, 4: 0.193, 5: 0.150, 6: 0.1495, 7: 0.285}) == [3, 6, 5]
     assert screened({0: 0.100, 1: 0.200, 2: 0.300}) == [0, 1]
     assert screened({0: 0.100, 1: 0.105}) == [0, 1] and screened({}) == []
+
+
+def test_a_finalist_slower_at_another_profile_point_hands_over_to_the_next_by_time():
+    """Faster at the decode step and not at the prefill: the next finalists by end-to-end time are tried (at most
+    two, fastest first, none ORT refused, none the chosen graph again); for any other decision, none."""
+    from types import SimpleNamespace
+
+    from xflow.optimize.chain import runners_up
+    from xflow.optimize.decision import Decision
+    from xflow.optimize.select import Picked, Selected
+
+    finalists = [SimpleNamespace(graph=SimpleNamespace(structural_hash=h)) for h in ("a", "b", "c", "a", "d")]
+    selected = Selected(graph=None, chosen=finalists[0], picked=Picked(0, [0.10, 0.13, None, 0.11, 0.12]))
+    assert runners_up(selected, finalists, Decision.NOT_FASTER_AT_EVERY_POINT) == [finalists[4], finalists[1]]
+    for decision in (Decision.OPTIMIZED, Decision.NOT_FASTER, Decision.SIMPLER_NOT_SLOWER):
+        assert runners_up(selected, finalists, decision) == []
+    assert runners_up(Selected(graph=None, chosen=finalists[0]), finalists, Decision.NOT_FASTER_AT_EVERY_POINT) == []

@@ -214,5 +214,5 @@ def _finalists(finalized: Finalized, selected: Selected) -> list[dict[str, Any]]
         return []
     return [{"estimated_ms": f.cost * 1e3, "rewrites": len(f.steps), "nodes": len(f.graph.nodes),
              "measured_ms": (picked.medians[i] * 1e3 if picked.medians[i] is not None else None),
-             "chosen": i == picked.index, "completed": f.completed}
+             "chosen": f is selected.chosen, "completed": f.completed}  # a runner-up, where it was written
             for i, f in enumerate(finalized.finalists)]

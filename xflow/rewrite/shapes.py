@@ -215,27 +215,30 @@ def _concat(node: Node, proto: onnx.NodeProto, ins: Sequence[SymValue | None], a
 def _arithmetic(op: Callable[[Any, Any], Any | None]) -> Callable[..., SymValue | None]:
     def evaluate(node: Node, proto: onnx.NodeProto, ins: Sequence[SymValue | None], attrs: Mapping[str, Any],
                  dims_of: Callable[[str], tuple[Any, ...] | None]) -> SymValue | None:
-        a, b = ins
-        if a is None or b is None or a.dtype != b.dtype or a.dtype not in _INTS:
-            return None
-        spread = _broadcast(a, b)
+        spread = _int_pairs(ins)
         if spread is None:
             return None
-        shape, rows = spread
+        dtype, shape, rows = spread
         elems = [op(x, y) for x, y in rows]
-        return None if any(e is None for e in elems) else _value(a.dtype, shape, elems)
+        return None if any(e is None for e in elems) else _value(dtype, shape, elems)
     return evaluate
 
 
-def _equal(node: Node, proto: onnx.NodeProto, ins: Sequence[SymValue | None], attrs: Mapping[str, Any],
-           dims_of: Callable[[str], tuple[Any, ...] | None]) -> SymValue | None:
+def _int_pairs(ins: Sequence[SymValue | None]) -> tuple[Any, tuple[int, ...], list[tuple[Any, Any]]] | None:
+    """Two integer operands of one dtype, broadcast: (dtype, shape, the element pairs), or None."""
     a, b = ins
     if a is None or b is None or a.dtype != b.dtype or a.dtype not in _INTS:
         return None
     spread = _broadcast(a, b)
+    return None if spread is None else (a.dtype, *spread)
+
+
+def _equal(node: Node, proto: onnx.NodeProto, ins: Sequence[SymValue | None], attrs: Mapping[str, Any],
+           dims_of: Callable[[str], tuple[Any, ...] | None]) -> SymValue | None:
+    spread = _int_pairs(ins)
     if spread is None:
         return None
-    shape, rows = spread
+    _dtype, shape, rows = spread
     signs = [_sign(x - y) for x, y in rows]
     if any(s is None for s in signs):
         return None

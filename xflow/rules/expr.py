@@ -338,22 +338,17 @@ def _compile(node: ast.AST, source: str, sem: Semantics) -> Compiled:
                 return lambda env: fn(shape_of(env))
             at = sub(args[1])
             return lambda env: fn(shape_of(env), at(env))
-        case ast.Call(func=ast.Name(id=fname), args=args) if fname in _VALUE_FUNCS:
-            tensor, no_value, fn = args[0].id, sem["no value"], sem["value()"]  # type: ignore[attr-defined]
+        case ast.Call(func=ast.Name(id=fname), args=args) if fname in (*_VALUE_FUNCS, *_DTYPE_FUNCS):
+            # value(t) / dtype(t): what the environment knows of a constant input, or the semantics' "no value"
+            field_name, missing = ("values", "no value") if fname in _VALUE_FUNCS else ("dtypes", "no dtype")
+            tensor, absent, fn = args[0].id, sem[missing], sem[f"{fname}()"]  # type: ignore[attr-defined]
 
-            def value_of(env: ShapeEnv) -> Any:
-                if env.values is None or tensor not in env.values:
-                    return no_value(tensor, source)
-                return fn(env.values[tensor])
-            return value_of
-        case ast.Call(func=ast.Name(id=fname), args=args) if fname in _DTYPE_FUNCS:
-            tensor, no_dtype, fn = args[0].id, sem["no dtype"], sem["dtype()"]  # type: ignore[attr-defined]
-
-            def dtype_of(env: ShapeEnv) -> Any:
-                if env.dtypes is None or tensor not in env.dtypes:
-                    return no_dtype(tensor, source)
-                return fn(env.dtypes[tensor])
-            return dtype_of
+            def known(env: ShapeEnv) -> Any:
+                table = getattr(env, field_name)
+                if table is None or tensor not in table:
+                    return absent(tensor, source)
+                return fn(table[tensor])
+            return known
         case ast.Call(func=ast.Name(id=fname), args=args):
             fn, parts = sem[f"{fname}()"], [sub(a) for a in args]
             return lambda env: fn(*(p(env) for p in parts))

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 import xflow.runtime as runtime
 from tests.test_decision import RELU_ON_A_DOUBLED_COPY, CopiesLookFree, _relu_model
 from xflow.optimize import Decision, OptimizeOptions, optimize_file
-from xflow.optimize.size import model_size
+from xflow.optimize.size import ModelSize, model_size
 from xflow.runtime import NON_INFERIORITY_MARGIN, ABResult, decide_ab
 
 
@@ -141,3 +141,13 @@ def test_at_several_profile_points_each_must_be_faster_or_not_slower(tmp_path, m
                                    shape_profile={"batch": (1, 8)}, require_faster=require_faster)
     assert report.outcome == outcome and len(written.graph.node) == nodes
     assert [p["verdict"] for p in report.profile_points] == ["faster", "not-slower" if not require_faster else "slower"]
+
+
+def test_fewer_nodes_that_leave_small_folded_constants_are_simpler():
+    """Folding a computed Pad's pads or a shape into a constant adds a few bytes of int64 weights where it removes
+    nodes: simpler. Many more weights than that are not, nor are more nodes for fewer weights."""
+    size = ModelSize(nodes=1051, ops={}, bytes=9_009_324, weight_bytes=8_827_264)
+    assert ModelSize(214, {}, 8_878_010, 8_830_272).is_simpler_than(size)  # 837 nodes fewer, 3 KB of pads
+    assert not ModelSize(214, {}, 9_900_000, 8_827_264 + (1 << 20)).is_simpler_than(size)
+    assert not ModelSize(1052, {}, 8_000_000, 8_000_000).is_simpler_than(size)
+    assert ModelSize(1051, {}, 8_000_000, 8_000_000).is_simpler_than(size)

@@ -105,15 +105,21 @@ def sign_test(wins: int, rounds: int) -> float:
     return sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2 ** rounds
 
 
+#: The fewest timed rounds of a pair or a stage, however slow the model (``_rounds_for``).
+FEWEST_ROUNDS = 3
+
+
 def measure_ab(session_a, session_b, feeds: Mapping[str, np.ndarray], min_runs: int = 10,  # noqa: ANN001
                max_runs: int = 200, target_seconds: float = 3.0, warmup: int = 3,
-               undecided_seconds: float = 9.0) -> ABResult:
+               undecided_seconds: float = 9.0, fewest_runs: int = FEWEST_ROUNDS) -> ABResult:
     """Median latencies of two sessions over interleaved rounds (A then B, B then A, ...) after warm-up.
     At least ``min_runs`` rounds and about ``target_seconds``; while B's median is lower but the sign
-    test does not yet say B is faster, rounds go on up to ``undecided_seconds`` in all."""
-    for _ in range(warmup):
-        session_a.run(None, dict(feeds))
-        session_b.run(None, dict(feeds))
+    test does not yet say B is faster, rounds go on up to ``undecided_seconds`` in all. A model so slow that
+    ``min_runs`` rounds would take well over ``target_seconds`` is warmed up and timed less (``_rounds_for``,
+    down to ``fewest_runs`` rounds): what varies between its runs is small beside what varies between sessions,
+    which more pairs, not more rounds, average out."""
+    pair = {"a": session_a, "b": session_b}
+    min_runs = _rounds_for(pair, feeds, warmup, min_runs, fewest_runs, target_seconds)
     times_a: list[float] = []
     times_b: list[float] = []
 
@@ -135,6 +141,24 @@ def measure_ab(session_a, session_b, feeds: Mapping[str, np.ndarray], min_runs: 
             sess.run(None, dict(feeds))
             times.append(time.perf_counter() - t0)
     return result()
+
+
+def _rounds_for(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndarray], warmup: int, rounds: int,
+                fewest: int, seconds: float) -> int:
+    """Warm ``sessions`` up (``warmup`` rounds, each running every session once, stopping after the first round
+    that takes over half of ``seconds``) and say how many timed rounds to ask for: ``rounds``, or fewer (not below
+    ``fewest``) where that many would take more than ``seconds``, judged by the last warm-up round."""
+    last = 0.0
+    for _ in range(warmup):
+        t0 = time.perf_counter()
+        for session in sessions.values():
+            session.run(None, dict(feeds))
+        last = time.perf_counter() - t0
+        if last > seconds / 2:
+            break
+    if last <= 0:
+        return rounds
+    return max(min(fewest, rounds), min(rounds, math.ceil(seconds / last)))
 
 
 def signed_rank_p(diffs: Sequence[float]) -> float:
@@ -440,11 +464,10 @@ def measure_interleaved(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndar
 
 def interleaved_times(sessions: Mapping[Any, Any], feeds: Mapping[str, np.ndarray], min_runs: int,
                       seconds: float, warmup: int = 3) -> tuple[dict[Any, list[float]], int]:
-    """``measure_interleaved``'s timed runs themselves: seconds per run, per session."""
+    """``measure_interleaved``'s timed runs themselves: seconds per run, per session (a slow model's warm-up
+    shorter and its rounds fewer, as ``measure_ab``'s: ``_rounds_for``)."""
     names = list(sessions)
-    for _ in range(warmup):
-        for name in names:
-            sessions[name].run(None, dict(feeds))
+    min_runs = _rounds_for(sessions, feeds, warmup, min_runs, FEWEST_ROUNDS, seconds)
     times: dict[str, list[float]] = {name: [] for name in names}
     start = time.perf_counter()
     rounds = 0

@@ -457,7 +457,7 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
     The test of "faster" is the same with or without a margin: an identical copy passes it no more often. The plan
     reads the first pair's duration, the sum of both sides' runs, which swapping A and B leaves as it is: under the
     null it says nothing of the pairs' signs."""
-    timing = {"min_runs": 8, "target_seconds": 0.5, "undecided_seconds": 0.5} | timing
+    timing = {"min_runs": 5, "target_seconds": 0.3, "undecided_seconds": 0.3} | timing
     started = time.perf_counter()
     results = [measure_ab(session_a, session_b, feeds, **timing)]
     per_pair = time.perf_counter() - started
@@ -511,14 +511,20 @@ def median_latency(session, feeds: Mapping[str, np.ndarray], runs: int = 20, war
 
 
 def screen(makers: Mapping[int, Callable[[], Any]], feeds: Mapping[str, np.ndarray], runs: int = 3,
-           seconds: float = 0.25, warmup: int = 1) -> dict[int, float]:
+           seconds: float = 0.25, warmup: int = 1, budget_s: float | None = None, fewest: int = 3
+           ) -> dict[int, float]:
     """A cheap first timing of several models: each on one session of its own, made, run ``warmup`` times, timed
     over at least ``runs`` runs and about ``seconds``, and released before the next is made, so that one session is
     alive at a time (a finalist's session holds about its weights again in prepacked copies). Each model's median
     (s); a model whose session ORT refuses to make or run is left out. Runs are not interleaved: the figures are
-    good for dropping the clearly slower, and ``successive_halving`` decides between the rest."""
+    good for dropping the clearly slower, and ``successive_halving`` decides between the rest. With ``budget_s``,
+    no model is begun after that many seconds once ``fewest`` have figures: the rest are left out, so order
+    ``makers`` by what is likeliest to be fastest."""
     medians: dict[int, float] = {}
+    started = time.perf_counter()
     for i, make in makers.items():
+        if budget_s is not None and len(medians) >= fewest and time.perf_counter() - started > budget_s:
+            break  # the rest (later in ``makers``' order) are not timed
         try:
             session = make()
             for _ in range(warmup):

@@ -25,6 +25,9 @@ from xflow.runtime import screen, successive_halving
 #: one session each cannot order finalists closer than that); the rest are dropped on one short timing each. The
 #: halving interleaves the sessions of every finalist it times, so this also bounds the sessions alive at once.
 SCREEN_KEEP, SCREEN_MOST, SCREEN_CLOSE = 2, 3, 0.10
+#: Seconds the screen may spend before it stops beginning finalists (taken cheapest estimate first; it times at least
+#: ``SCREEN_MOST``): a 330 MB model's finalist costs about 2 s to make and time, and eight of them were half a run.
+SCREEN_BUDGET_S = 4.0
 
 
 @dataclass
@@ -64,14 +67,14 @@ def select(finalists: list[Finalist], original: OriginalRun | OriginalNotRunnabl
 
 
 def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], sessions: Sessions,
-                      rounds: int = 7, seconds: float = 2.0) -> Picked:
+                      rounds: int = 5, seconds: float = 1.0) -> Picked:
     """Time the finalists end to end on the original's inputs and pick the fastest: with more than ``SCREEN_KEEP``,
     each is first timed alone on one session (``screen``: a few runs, one session alive at a time) and only the
     fastest ``SCREEN_KEEP`` go on to successive halving (``successive_halving``, ``rounds`` rounds and about
     ``seconds`` a stage; the finalists worth telling apart are often within 2-3% of each other, about what one
     session's luck moves a model). A finalist the screen drops is reported with its screen figure. The chosen one
     is then verified and timed against the original as any other; a finalist ORT cannot run is not timed (and the
-    best one is still verified)."""
+    best one is still verified), nor are those the screen's budget leaves out (``SCREEN_BUDGET_S``)."""
     graphs = [finalist.graph for finalist in finalists]
     shared = None
     if sessions.scratch is not None and all(weights_in_memory(g) for g in graphs):
@@ -104,7 +107,8 @@ def _time_finalists(finalists: list[Finalist], shared: SharedWeightsFiles | None
     figures: dict[int, float] = {}
     alive = list(makers)
     if len(alive) > SCREEN_KEEP:
-        figures = screen(makers, feeds)
+        by_estimate = sorted(makers, key=lambda i: finalists[i].cost)  # stable: the search's best first on a tie
+        figures = screen({i: makers[i] for i in by_estimate}, feeds, budget_s=SCREEN_BUDGET_S, fewest=SCREEN_MOST)
         alive = screened(figures)
     opened: dict[int, Any] = {}
     for i in alive:

@@ -84,7 +84,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, diffs: list[float], planned: int, marg
 def test_a_seeded_simulation_of_identical_copies_keeps_at_most_the_level(monkeypatch):
     """Identical copies: each pair's log ratio drawn symmetric about 0 (session luck of 5% and heavy tails). The
     whole procedure, stops included, calls B faster about as often as the exact error says, at most 1 in 100; and the
-    non-inferiority test, at its own null (B exactly 1% slower), says "not slower" no more often."""
+    non-inferiority test, at its own null (B exactly 2% slower), says "not slower" at most its own level (0.05)."""
     rng = np.random.default_rng(62)
     trials, planned = 4000, 12
     exact = sequential_design(planned_looks(planned), 0.01).error
@@ -97,8 +97,10 @@ def test_a_seeded_simulation_of_identical_copies_keeps_at_most_the_level(monkeyp
         at_margin = _run(monkeypatch, list(draw - math.log1p(NON_INFERIORITY_MARGIN)), planned,
                          NON_INFERIORITY_MARGIN)
         not_slower += at_margin.b_is_not_slower()
-    # 4000 trials: a binomial count at the exact rate (0.96%) exceeds 1.5% with chance below 0.1%
-    assert faster / trials <= 0.015 and not_slower / trials <= 0.015
+    # 4000 trials: a binomial count at the exact rate (0.96%) exceeds 1.5% with chance below 0.1%; "not slower" is
+    # tested at its own level (0.05): at most 6% (at 5%, a count above 6% has chance below 0.2%)
+    ni_exact = sequential_design(planned_looks(planned), runtime.NON_INFERIORITY_LEVEL).error
+    assert faster / trials <= 0.015 and not_slower / trials <= 0.06 and ni_exact <= runtime.NON_INFERIORITY_LEVEL
     assert abs(faster / trials - exact) < 0.006
     assert pairs / trials < 7  # an identical copy is turned away after a few pairs (the first look is the 8th)
 
@@ -142,12 +144,12 @@ def test_the_p_value_is_below_the_level_exactly_when_a_bound_was_crossed():
 
 @pytest.mark.parametrize(("ratios", "faster", "not_slower", "pairs"), [
     ("+0.2 -0.3 +0.1 -0.1 +0.4 -0.2 0 +0.3 +0.1 -0.2 +0.1 0", False, True, 8),
-    ("-3 -3 -3 -3 -3 -3 -3 -3 -3 -3 -3 -3", False, False, 4),
+    ("-4 -4 -4 -4 -4 -4 -4 -4 -4 -4 -4 -4", False, False, 6),
     ("+4 +4 +4 +4 +4 +4 +4 +4 +4 +4 +4 +4", True, True, 8)])
 def test_not_slower_gets_the_same_sequential_treatment(monkeypatch, ratios, faster, not_slower, pairs):
     """With a margin, the shifted ratios are tested by the same design; the decision stops once both questions are
-    settled: a wash is "not slower" at the first look, where "faster" is already out of reach; 3% slower rules both
-    out after four pairs."""
+    settled: a wash is "not slower" at the first look, where "faster" is already out of reach; 4% slower rules both
+    out after six ("not slower" is tested at 0.05, whose bounds are wider)."""
     diffs = [math.log1p(float(r) / 100) for r in ratios.split()]
     result = _run(monkeypatch, diffs, 12, NON_INFERIORITY_MARGIN)
     assert (result.b_is_faster(), result.b_is_not_slower(), result.pairs) == (faster, not_slower, pairs)

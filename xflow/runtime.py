@@ -330,12 +330,15 @@ def _string_rank_sums(k: int, trim: int = 0) -> Any:
     return sum(((strings >> i) & 1) * (i + 1) for i in range(kept)) if kept else np.zeros(1 << k, dtype=np.int64)
 
 
-#: The non-inferiority margin of the A/B: the optimized model counts as "not slower" when its latency is at most
-#: this much above the original's (1%: 1.01x its time). Tested like "faster", over the session pairs: the same
-#: sequential signed-rank test at the same level on the pairs' log ratios shifted by log(1 + margin), that is of the
-#: null hypothesis "the optimized model is more than 1% slower". It is asked only of a simpler model (fewer nodes or
-#: weight bytes, ``xflow.optimize.size``).
-NON_INFERIORITY_MARGIN = 0.01
+#: The non-inferiority margin of the A/B and its level: the optimized model counts as "not slower" when its latency
+#: is at most this much above the original's (2%: 1.02x its time). Tested like "faster", over the session pairs: the
+#: same sequential signed-rank test, at ``NON_INFERIORITY_LEVEL``, on the pairs' log ratios shifted by
+#: log(1 + margin), that is of the null hypothesis "the optimized model is more than 2% slower". It is asked only of a
+#: simpler model (fewer nodes or weight bytes, ``xflow.optimize.size``), never of an identical copy, so the level of
+#: "faster" (what keeps copies out) is untouched. Why not 1% at 0.01: sessions of one model differ by 1-3% on this
+#: class of machine, and at that noise an equal model passed 1% at 0.01 in 12-54 of 100 seeded simulations of 12
+#: pairs; 2% at 0.05 passes it in 86-100 (at 2% and 1% noise), and writes a model 2% slower at most 5 in 100.
+NON_INFERIORITY_MARGIN, NON_INFERIORITY_LEVEL = 0.02, 0.05
 
 
 @dataclass(frozen=True)
@@ -403,17 +406,18 @@ class ABDecision:
     def not_slower_p(self) -> float | None:
         """The non-inferiority test's p: the chance of ratios this good if B were more than ``margin`` slower
         (None: no margin, not tested)."""
-        return None if self.margin is None else self.design().p_value(self.shifted_diffs)
+        return None if self.margin is None else self.design(NON_INFERIORITY_LEVEL).p_value(self.shifted_diffs)
 
     def b_is_faster(self, level: float | None = None) -> bool:
         """The pairs' ratios crossed a bound of the sequential test and the median pair's ratio is above 1."""
         return self.speedup > 1.0 and self.design(level).crossed(self.diffs) is not None
 
     def b_is_not_slower(self, level: float | None = None) -> bool:
-        """The median pair's ratio within ``margin``, and the shifted ratios crossed a bound of the sequential test:
-        B at most ``margin`` slower (always False without a margin)."""
+        """The median pair's ratio within ``margin``, and the shifted ratios crossed a bound of the sequential test
+        at ``level`` (default ``NON_INFERIORITY_LEVEL``): B at most ``margin`` slower (always False without a
+        margin)."""
         return (self.margin is not None and self.speedup > 1.0 / (1.0 + self.margin)
-                and self.design(level).crossed(self.shifted_diffs) is not None)
+                and self.design(level or NON_INFERIORITY_LEVEL).crossed(self.shifted_diffs) is not None)
 
     @property
     def settled(self) -> bool:
@@ -424,8 +428,9 @@ class ABDecision:
             return True
         if design.reachable(diffs):
             return False
-        return self.margin is None or design.crossed(self.shifted_diffs) is not None \
-            or not design.reachable(self.shifted_diffs)
+        tolerant = self.design(NON_INFERIORITY_LEVEL)
+        return self.margin is None or tolerant.crossed(self.shifted_diffs) is not None \
+            or not tolerant.reachable(self.shifted_diffs)
 
 
 #: Pairs of sessions a decision measures at most. Eight is the fewest with which B winning them all passes with

@@ -62,7 +62,7 @@ _D = OPTIMIZE_DEFAULTS
 @click.option("--keep-if-slower", is_flag=True, help="Write the optimized model even if it did not measure faster.")
 @click.option("--require-faster", is_flag=True,
               help="Write a rewrite only when it measures faster; by default one with fewer nodes or bytes is also "
-                   "written when it is not slower (at most 1% slower, one-sided test at p < 0.01).")
+                   "written when it is not slower (at most 2% slower, one-sided test at p < 0.05).")
 @click.option("--report", "report_path", type=click.Path(), default=None,
               help="Write every figure of the run to this JSON file ('-': to stdout, and the summary to stderr).")
 @click.option("--html", "html_path", type=click.Path(), default=None, metavar="FILE",
@@ -95,8 +95,8 @@ def optimize(in_path: str, out_path: str, rules_path: str | None, trust_rules: b
     The result is checked against the original on the same inputs with ONNX Runtime and timed against
     it (interleaved runs on up to 10-12 pairs of fresh sessions, fewer when the answer is clear). It is written
     when it is faster over the pairs (a sequential one-sided signed-rank test, p < 0.01 overall), or when it has
-    fewer nodes or bytes and is not slower (at most 1%
-    slower by the same test; not with --require-faster); otherwise the original is written and the run says so.
+    fewer nodes or bytes and is not slower (at most 2% slower by the same test at p < 0.05; not with
+    --require-faster); otherwise the original is written and the run says so.
     """
     require_onnxruntime()
     from xflow.files import check_output_file

@@ -28,6 +28,9 @@ SCREEN_KEEP, SCREEN_MOST, SCREEN_CLOSE = 2, 3, 0.10
 #: Seconds the screen may spend before it stops beginning finalists (taken cheapest estimate first; it times at least
 #: ``SCREEN_MOST``): a 330 MB model's finalist costs about 2 s to make and time, and eight of them were half a run.
 SCREEN_BUDGET_S = 4.0
+#: Finalists timed at all, the cheapest estimates first: the screen's budget reaches about this many on a model of
+#: 100-400 MB, and writing the files of the rest costs seconds (BERT-base: twelve finalists, 6 s of writing).
+SELECT_MOST = 8
 
 
 @dataclass
@@ -75,13 +78,15 @@ def select_by_latency(finalists: list[Finalist], feeds: dict[str, np.ndarray], s
     session's luck moves a model). A finalist the screen drops is reported with its screen figure. The chosen one
     is then verified and timed against the original as any other; a finalist ORT cannot run is not timed (and the
     best one is still verified), nor are those the screen's budget leaves out (``SCREEN_BUDGET_S``)."""
-    graphs = [finalist.graph for finalist in finalists]
+    # the cheapest estimates first (stable: the search's best first on a tie), at most SELECT_MOST of them
+    timed = sorted(range(len(finalists)), key=lambda i: finalists[i].cost)[:SELECT_MOST]
+    graphs = [finalists[i].graph for i in timed]
     shared = None
     if sessions.scratch is not None and all(weights_in_memory(g) for g in graphs):
         with contextlib.suppress(OSError):  # no room for the files: each session from bytes, as below
             shared = write_sharing_weights(graphs, sessions.scratch, "finalist")
     try:
-        return _time_finalists(finalists, shared, feeds, sessions, rounds, seconds)
+        return _time_finalists(finalists, timed, shared, feeds, sessions, rounds, seconds)
     finally:
         if shared is not None:
             shared.remove()
@@ -97,18 +102,18 @@ def screened(figures: dict[int, float]) -> list[int]:
     return order[:max(SCREEN_KEEP, min(SCREEN_MOST, len(close)))]
 
 
-def _time_finalists(finalists: list[Finalist], shared: SharedWeightsFiles | None, feeds: dict[str, np.ndarray],
-                    sessions: Sessions, rounds: int, seconds: float) -> Picked:
+def _time_finalists(finalists: list[Finalist], timed: list[int], shared: SharedWeightsFiles | None,
+                    feeds: dict[str, np.ndarray], sessions: Sessions, rounds: int, seconds: float) -> Picked:
     """``select_by_latency``'s timing, its sessions made from ``shared``'s files where written."""
+    # keyed by the finalist's index; in ``timed``'s order (the cheapest estimate first), which the screen keeps
     makers: dict[int, Callable[[], Any]] = {
-        i: functools.partial(sessions.open, shared.model_paths[i]) if shared is not None else
-        session_maker(sessions, finalist.graph, f"finalist{i}", lambda f=finalist: f.serialized)
-        for i, finalist in enumerate(finalists)}
+        i: functools.partial(sessions.open, shared.model_paths[k]) if shared is not None else
+        session_maker(sessions, finalists[i].graph, f"finalist{i}", lambda f=finalists[i]: f.serialized)
+        for k, i in enumerate(timed)}
     figures: dict[int, float] = {}
     alive = list(makers)
     if len(alive) > SCREEN_KEEP:
-        by_estimate = sorted(makers, key=lambda i: finalists[i].cost)  # stable: the search's best first on a tie
-        figures = screen({i: makers[i] for i in by_estimate}, feeds, budget_s=SCREEN_BUDGET_S, fewest=SCREEN_MOST)
+        figures = screen(makers, feeds, budget_s=SCREEN_BUDGET_S, fewest=SCREEN_MOST)
         alive = screened(figures)
     opened: dict[int, Any] = {}
     for i in alive:

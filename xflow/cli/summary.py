@@ -83,12 +83,13 @@ def latency_line(report: Any) -> str:
     """The measured latency, before -> after with the ratio (the original's alone when nothing was rewritten)."""
     if not report.steps and not shape_changes(report):
         return f"measured latency: {report.latency_before_ms:.3f} ms (model unchanged)"
-    # the ratio of the two figures printed (medians over the session pairs), so that the line reads as it says;
-    # the verdict quotes the median pair's ratio, what the A/B tests
-    ratio = report.latency_before_ms / report.latency_after_ms if report.latency_after_ms else report.speedup
-    pairs = f", medians over {report.session_pairs} session pairs" if report.session_pairs > 1 else ""
+    # each side's median over the pairs, and the ratio the A/B tests and the verdict quotes: the median pair's
+    # (the two medians come from different pairs, so their own ratio can point the other way)
+    if report.session_pairs > 1:
+        return (f"measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
+                f"(medians of {report.session_pairs} session pairs; the median pair: {ratio_words(report.speedup)})")
     return (f"measured latency: {report.latency_before_ms:.3f} ms -> {report.latency_after_ms:.3f} ms "
-            f"({ratio_words(ratio)}{pairs})")
+            f"({ratio_words(report.speedup)})")
 
 
 def timings_remembered(kinds: list[str]) -> str:

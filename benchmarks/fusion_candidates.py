@@ -181,6 +181,10 @@ def _identities() -> Iterator[dict[str, Any]]:
     past keys and values would be concatenated (GPT-2: 24) and which ONNX Runtime runs as a copy."""
     yield _rule("single_input_concat", {"x": "any"}, [node("concat", ["x"], "y", axis="?ax")], [],
                 {"x": [1, 2, 4, 3]}, [])
+    # a Cast to the type its input has (transformers' .to(torch.float32) of a float32 tensor: Llama's norms and
+    # softmax, 76 in a 12-layer export), which onnxslim and ONNX Runtime's optimizer delete
+    yield _rule("cast_same_type", {"x": "any"}, [node("cast", ["x"], "y", to="?t")], [], {"x": [1, 12, 8, 8]},
+                ["dtype(x) == t"])
 
 
 def _attentions() -> Iterator[dict[str, Any]]:
@@ -304,7 +308,7 @@ def main() -> None:
     only.add_argument("--rotaries", action="store_true", help="only rotary embedding as transformers' Llama exports "
                       "write it, into RotaryEmbedding")
     only.add_argument("--identities", action="store_true", help="only nodes that compute their input (a one-input "
-                      "Concat)")
+                      "Concat, a Cast to its input's type)")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
              else list(_denormal_lifts()) if args.denormal_lifts else list(_identities()) if args.identities

@@ -111,6 +111,31 @@ def test_a_constant_node_still_read_is_written_back_as_the_node() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_rewritten_model_writes_its_constant_nodes_as_initializers(tmp_path) -> None:
+    """A rewritten model is written as onnxsim and onnxslim write one: a Constant node still read after the
+    rewrites (a scale after the second norm) becomes an initializer of the same name and value; the model
+    computes the same, keeps its interface and checks; the report counts no Constant node after."""
+    model = _legacy_norms()
+    model.graph.node.extend([_const("scale", 0.5), make("Mul", ["y2", "scale"], ["z"])])
+    model.graph.output[0].name = "z"
+    src, out = str(tmp_path / "in.onnx"), str(tmp_path / "out.onnx")
+    onnx.save(model, src)
+    result = CliRunner().invoke(main, ["optimize", src, out, "--cost", "analytic", "--keep-if-slower",
+                                       "--report", str(tmp_path / "r.json")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    written = onnx.load(out)
+    assert "Constant" not in [n.op_type for n in written.graph.node]
+    scale = {t.name: t for t in written.graph.initializer}["scale"]
+    assert numpy_helper.to_array(scale).tolist() == 0.5
+    assert [o.name for o in written.graph.output] == ["z"] and written.graph.input == model.graph.input
+    x = np.random.default_rng(2).standard_normal((2, 3, 8)).astype(np.float32)
+    want = open_session(model.SerializeToString(), "cpu", 1).run(None, {"x": x})[0]
+    got = open_session(written.SerializeToString(), "cpu", 1).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    checked = CliRunner().invoke(main, ["check", src, out], catch_exceptions=False)
+    assert checked.exit_code == 0, checked.output
+
+
 def _constants_everywhere() -> onnx.ModelProto:
     """Constant nodes in each form, read and unread, one a graph output, one read only inside an If's branch,
     one inside the branch, with value_info for some; a Reshape whose shape is a Constant node."""

@@ -1,10 +1,12 @@
 """Nodes that compute their input (rules/identities.json): a one-input Concat, which transformers' exports write
-where a cache of past keys and values would be concatenated (GPT-2: 24 of them) and ONNX Runtime runs as a copy."""
+where a cache of past keys and values would be concatenated (GPT-2: 24 of them) and ONNX Runtime runs as a copy,
+and a Cast to the type its input has (Llama's `.to(torch.float32)` of float32 tensors)."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from xflow.verifier import AXIOMS, prove_rule, verify_rule
 
 from tests.rewrite_case import rewrite_case
@@ -13,19 +15,37 @@ from xflow.rules import load_rules
 RULES = os.path.join(os.path.dirname(__file__), "..", "rules")
 
 
-def _cancel_concat():
-    (rule,) = load_rules(os.path.join(RULES, "identities.json"))
+def _identity(op: str):
+    (rule,) = [r for r in load_rules(os.path.join(RULES, "identities.json")) if r.src[0].op == op]
     return rule
 
 
-def test_the_rule_is_shipped_and_proved_from_its_axiom_alone() -> None:
-    rule = _cancel_concat()
-    assert rule.readable_name == "cancel-concat" and not rule.dst
+def _cancel_concat():
+    return _identity("concat")
+
+
+@pytest.mark.parametrize(("op", "axiom"), [("concat", "concat_single"), ("cast", "cast_same_type")])
+def test_the_rule_is_shipped_and_proved_from_its_axiom_alone(op: str, axiom: str) -> None:
+    rule = _identity(op)
+    assert not rule.dst
     shipped = {r.name for r in load_rules(os.path.join(RULES, "default.json"))}
     assert rule.name in shipped
     assert verify_rule(rule).status == "proved"
-    without = tuple(a for a in AXIOMS if a.name != "concat_single")
+    without = tuple(a for a in AXIOMS if a.name != axiom)
     assert prove_rule(rule, axioms=without).status != "proved"
+
+
+def test_a_cast_to_its_inputs_type_goes_and_one_to_another_type_stays() -> None:
+    rule = _identity("cast")
+    text = """<ir_version: 8, opset_import: ["" : 17]>
+norm (float[2,3] x, float[2,3] w) => (float[2,3] y) {{
+    c = Cast <to = {to}> (x)
+    y = Mul(c, w)
+}}"""
+    rewrite_case(rule, text.format(to=1), text.format(to=1).replace("c = Cast <to = 1> (x)\n", "")
+                 .replace("Mul(c, w)", "Mul(x, w)"), tolerance=0)
+    to_half = text.format(to=10).replace("float[2,3] w", "float16[2,3] w").replace("float[2,3] y", "float16[2,3] y")
+    rewrite_case(rule, to_half, None)
 
 
 def _keys_text(concat_is_output: bool, concat: str = "present = Concat <axis = -2> (kt)") -> str:

@@ -152,3 +152,7 @@ def test_fewer_nodes_that_leave_small_folded_constants_are_simpler():
     assert not ModelSize(214, {}, 9_900_000, 8_827_264 + (1 << 20)).is_simpler_than(size)
     assert not ModelSize(1052, {}, 8_000_000, 8_000_000).is_simpler_than(size)
     assert ModelSize(1051, {}, 8_000_000, 8_000_000).is_simpler_than(size)
+    # Constant nodes written as initializers remove no work: the same computing nodes, the same weights
+    exported = ModelSize(nodes=1051, ops={"Constant": 538}, bytes=9_009_324, weight_bytes=8_827_264)
+    assert not ModelSize(513, {}, 9_000_000, 8_827_264).is_simpler_than(exported)
+    assert ModelSize(144, {}, 8_878_010, 8_830_272).is_simpler_than(exported)

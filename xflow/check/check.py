@@ -117,7 +117,7 @@ def _same_file_bytes(in_path: str, out_path: str, out_model: onnx.ModelProto) ->
 
 
 def _model_of(graph: Graph) -> onnx.ModelProto:
-    model = to_model_proto(graph)
+    model = to_model_proto(graph, constant_nodes=False)  # as the write pass writes a rewritten model
     if graph.context is not None and any(t.data_location == onnx.TensorProto.EXTERNAL
                                          for t in model.graph.initializer):
         onnx.load_external_data_for_model(model, graph.context.base_dir)

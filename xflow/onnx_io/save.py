@@ -164,11 +164,16 @@ def _fresh_node_name(name: str, taken: set[str]) -> str:
     raise AssertionError("unreachable")
 
 
-def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred | None = None) -> onnx.ModelProto:
+def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred | None = None,
+                   constant_nodes: bool = True) -> onnx.ModelProto:
     """Build a ModelProto for the graph; initializers that live in external files stay references.
 
     With ``deferred`` (a dict to fill), inline initializers of at least MIN_EXTERNAL_TENSOR bytes are
-    written as headers (name, type, dims) and their sources collected there, for the data file."""
+    written as headers (name, type, dims) and their sources collected there, for the data file. A source
+    ``Constant`` node's value is written back as that node (``constant_nodes``, so that an unchanged model
+    round-trips as it was), or as an initializer (``constant_nodes`` False: how a rewritten model is written, as
+    onnxsim and onnxslim write it; ONNX Runtime treats the two alike; IR versions below 4, whose initializers must
+    also be graph inputs, keep the nodes)."""
     if graph.context is None:
         raise ValueError("graph has no model context (it was not loaded from ONNX)")
     model = onnx.ModelProto()
@@ -177,7 +182,8 @@ def to_model_proto(graph: Graph, reuse_protos: bool = True, deferred: Deferred |
     used = {name for n in nodes for name in n.input} | set(graph.outputs)
     for n in graph.nodes:
         used.update(n.implicit)
-    as_nodes = written_as_nodes(graph.constants)  # a Constant node's value: written as the node it was
+    keep_nodes = constant_nodes or model.ir_version < 4
+    as_nodes = written_as_nodes(graph.constants) if keep_nodes else {}  # written as the node it was
     nodes = with_constant_nodes(nodes, as_nodes, used)
     model.graph.node.extend(nodes)
     import_node_domains(model)
@@ -363,19 +369,21 @@ def _clear_data(tensor: onnx.TensorProto) -> None:
 
 
 def save(graph: Graph, path: str, reuse_protos: bool = True, external_data: bool | None = None,
-         scratch: str | None = None) -> int:
+         scratch: str | None = None, constant_nodes: bool = True) -> int:
     """Write the graph to ``path`` atomically (temp file + rename; nothing left on failure). The temp
     files go in ``scratch`` (a run's folder in the same directory, see ``xflow.files``) or beside ``path``.
 
     Weights go to ``<path>.data`` when the source model kept them external, when ``external_data``
     is True, or when they add up to EXTERNAL_THRESHOLD bytes (well below protobuf's 2 GB limit). Then
     no weight is copied into the model proto: external ones are streamed from their files through one
-    buffer, inline and new ones written from their source. Returns how many ONNX nodes the model written has."""
+    buffer, inline and new ones written from their source; ``constant_nodes`` as ``to_model_proto``'s. Returns how
+    many ONNX nodes the model written has."""
     external = bool(external_data) or (graph.context is not None and graph.context.external_data) or \
         any(c.is_external for c in graph.constants.values()) or \
-        sum(c.nbytes for c in graph.constants.values() if not isinstance(c, NodeConstant)) >= EXTERNAL_THRESHOLD
+        sum(c.nbytes for c in graph.constants.values()
+            if not (constant_nodes and isinstance(c, NodeConstant))) >= EXTERNAL_THRESHOLD
     deferred: Deferred | None = {} if external else None
-    model = to_model_proto(graph, reuse_protos, deferred)
+    model = to_model_proto(graph, reuse_protos, deferred, constant_nodes)
     write_model_atomically(model, graph, path, force_external=external, deferred=deferred, scratch=scratch)
     return len(model.graph.node)
 

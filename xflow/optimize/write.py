@@ -51,5 +51,7 @@ def write(source: Source, graph: Graph | None, out_path: str, scratch: str,
         if certificate is not None and certificate_path is not None:
             write_json(certificate_path, certificate, scratch)
         graph = with_certificate(graph, certificate)
-    nodes = save(graph if graph is not None else source.graph, out_path, scratch=scratch)
+    # a rewritten model's Constant nodes as initializers; the original re-encoded as it was
+    nodes = save(graph if graph is not None else source.graph, out_path, scratch=scratch,
+                 constant_nodes=graph is None)
     return Written(graph=graph, modified=graph is not None, nodes=nodes, copied=False)

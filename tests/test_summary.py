@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import onnx
 import pytest
@@ -14,8 +15,8 @@ from click.testing import CliRunner
 from tests.test_cli import write_rules
 from tests.test_keep_simpler import _script, transpose_pair_model
 from xflow.cli import main
-from xflow.cli.summary import ratio_words, readable_bytes
-from xflow.optimize import OptimizeOptions, optimize_file
+from xflow.cli.summary import ratio_words, readable_bytes, verdict
+from xflow.optimize import Decision, OptimizeOptions, optimize_file
 
 DEVELOPER_DETAIL = ("search:", "in the algebra", "estimate", "cost cache", "signed-rank p", "session pairs, ")
 
@@ -93,3 +94,22 @@ def test_sizes_and_ratios_read_as_the_peers_print_them():
     assert readable_bytes(12_000) == "12.00 KB" and readable_bytes(3_500_000_000) == "3.50 GB"
     assert ratio_words(1.5) == "1.50x faster" and ratio_words(0.8) == "1.25x slower"
     assert ratio_words(1.001) == "as fast (1.00x)"
+
+
+def _two_point_report(outcome: str, second: str) -> SimpleNamespace:
+    """A decoder's report as the verify pass fills it: faster at the decode step, ``second`` at the prefill."""
+    points = [{"point": {"past_seq": 127}, "verdict": "faster"},
+              {"point": {"seq": 128, "past_seq": 0}, "verdict": second}]
+    return SimpleNamespace(outcome=outcome, decision=Decision(outcome).describe(True), verified=True,
+                           latency_before_ms=24.1, latency_after_ms=22.1, steps=[{}], shapes_folded=0,
+                           shapes_shared=0, shapes_deleted=0, nodes_before=2647, nodes_after=1641, speedup=1.08,
+                           session_pairs=8, rank_test_p=0.004, not_slower_p=0.2, profile_points=points)
+
+
+def test_a_verdict_over_two_profile_points_names_the_point_each_part_is_about():
+    written = verdict(_two_point_report("simpler-not-slower", "not-slower"))
+    assert "1.08x faster at the first profile point and within 2% of the original's time at seq=128 past_seq=0" \
+        in written
+    kept = verdict(_two_point_report("kept-original-not-faster-at-every-point", "slower"))
+    assert kept.startswith("the original, ") and "1.08x faster at the first profile point" in kept
+    assert kept.endswith("but neither faster nor within 2% of its time at seq=128 past_seq=0")

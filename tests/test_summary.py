@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tests.test_cli import write_rules
 from tests.test_keep_simpler import _script, transpose_pair_model
 from xflow.cli import main
-from xflow.cli.summary import ratio_words, readable_bytes, verdict
+from xflow.cli.summary import _point_verdict, ratio_words, readable_bytes, verdict
 from xflow.optimize import Decision, OptimizeOptions, optimize_file
 
 DEVELOPER_DETAIL = ("search:", "in the algebra", "estimate", "cost cache", "signed-rank p", "session pairs, ")
@@ -113,3 +113,8 @@ def test_a_verdict_over_two_profile_points_names_the_point_each_part_is_about():
     kept = verdict(_two_point_report("kept-original-not-faster-at-every-point", "slower"))
     assert kept.startswith("the original, ") and "1.08x faster at the first profile point" in kept
     assert kept.endswith("but neither faster nor within 2% of its time at seq=128 past_seq=0")
+    # each other point's line says what the A/B found there, in the same words
+    assert [_point_verdict(e, True) for e in _two_point_report("simpler-not-slower", "not-slower").profile_points] \
+        == ["faster", "within 2%"]
+    assert _point_verdict({"verdict": "slower"}, True) == "neither faster nor within 2%"
+    assert _point_verdict({"verdict": "slower"}, False) == "not faster"

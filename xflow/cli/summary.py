@@ -27,7 +27,7 @@ def print_summary(report: Any, verbose: bool = False, err: bool = False) -> None
     for entry in report.profile_points[1:]:
         point = _point_words(entry["point"])
         echo(f"  at {point}: {entry['latency_before_ms']:.3f} ms -> {entry['latency_after_ms']:.3f} ms "
-             f"({entry.get('verdict', 'faster' if entry['faster'] else 'slower')})")
+             f"({_point_verdict(entry, report.not_slower_p is not None)})")
     if getattr(report, "decisions_from_cache", None):
         echo(f"  {timings_remembered(report.decisions_from_cache)}")
     if report.rules_applied:
@@ -153,6 +153,17 @@ def verdict(report: Any) -> str:
         return (f"the original, {report.decision}: the rewrites measured {ratio_words(report.speedup)}"
                 f"{',' + within + ',' if within else ''} over {report.session_pairs} session pairs")
     return f"the original, {report.decision}"
+
+
+def _point_verdict(entry: dict[str, Any], margin_tested: bool) -> str:
+    """What the A/B found at one profile point, in words: "faster", "within 2%", or "not faster" (and not within the
+    margin, where a simpler model was tested for it)."""
+    verdict = entry.get("verdict", "faster" if entry.get("faster") else "slower")
+    if verdict == "faster":
+        return "faster"
+    if verdict == "not-slower":
+        return f"within {NON_INFERIORITY_MARGIN:.0%}"
+    return f"neither faster nor within {NON_INFERIORITY_MARGIN:.0%}" if margin_tested else "not faster"
 
 
 def _point_words(point: dict[str, int]) -> str:

@@ -199,11 +199,14 @@ def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any
     from xflow.onnx_io.widen import float64_session, widened_external
 
     try:
-        shell = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
-        weight_bytes = 8 * sum(elements(t) for t in shell.graph.initializer)
+        # read once: a file's inline weights come with its graph; only external ones are read after the size check
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model, load_external_data=False)
+        weight_bytes = 8 * sum(elements(t) for t in proto.graph.initializer)
         if weight_bytes > MAX_REFERENCE_BYTES:
             return None, f"the original ({weight_bytes >> 20} MB of weights in float64 is too large for a copy)"
-        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(model)
+        if not isinstance(model, onnx.ModelProto) and any(t.data_location == onnx.TensorProto.EXTERNAL
+                                                          for t in proto.graph.initializer):
+            onnx.load_external_data_for_model(proto, os.path.dirname(os.path.abspath(model)))
     except Exception as exc:  # noqa: BLE001 - the original loaded before; anything here only costs the reference
         return None, f"the original (no float64 copy: {type(exc).__name__})"
     maker = sessions if sessions is not None else Sessions()
@@ -252,8 +255,10 @@ def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: F
         drawn = random_feeds(session_a, seed + k, input_shapes)
         return positive_feeds(drawn) if k == EXTRA_DRAWS else drawn
 
+    # before the float64 copy is opened: reading the model's graph again costs its weights once more for a moment
+    scaled_integers = arithmetic_inputs(model)
     reference_session, reference = float64_reference(model, sessions)
-    draws = scale_draws(session_a, seed, input_shapes, feeds if users_feeds else None, arithmetic_inputs(model))
+    draws = scale_draws(session_a, seed, input_shapes, feeds if users_feeds else None, scaled_integers)
     try:
         verdict = check_equivalence(session_a, session_b, feeds, inputs_label, draw, reference_session, reference)
         check_at_scales(session_a, session_b, draws, verdict, reference_session)

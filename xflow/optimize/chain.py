@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from xflow import heap
 from xflow.cost.base import CostModel
 from xflow.optimize import costing, finalize, load, report, search, select, verify
 from xflow.optimize.decision import Decision
@@ -42,6 +43,7 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     memo = remembered(model)  # the measured decisions the cost cache keeps (the same cache, the same model)
     searched = search.search(source.graph, rules, coster, options.search,
                              progress.search if progress is not None else None)
+    heap.trim()  # each pass hands back what it freed: the next one's sessions need not stand on top of it
     run_original = checks.measure or (searched.modified and checks.verify)
     if run_original:
         enter(progress, "running the original")
@@ -50,9 +52,11 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     if searched.modified:
         enter(progress, "finalists: completing, folding constants")
     finalized = finalize.finalize(searched, checks.measure, probe)
+    heap.trim()
     if len(finalized.finalists) > 1 and checks.measure:
         enter(progress, f"timing {len(finalized.finalists)} finalists end to end")
     selected = select.select(finalized.finalists, ran, sessions, memo)
+    heap.trim()
     _say_why_nothing(searched, selected, source, say)
     checked = verify.Checked(source, ran, selected.chosen, checks, options.inputs, no_rules=not searched.rules,
                              memo=memo)

@@ -20,6 +20,7 @@ from xflow.optimize.passes import PassResult
 from xflow.optimize.search import Searched
 from xflow.ort import Sessions
 from xflow.rewrite import Match, find_matches, fold_constants
+from xflow.rewrite.fold import FoldMemo
 from xflow.rewrite.shapes import ShapeStep, share_shapes
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule
@@ -99,16 +100,17 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
     values applied at every match whose values ``probe`` finds denormal (every match without a probe;
     ``_value_sweep``); each folded and simplified. None when nothing is left."""
     lifting = [rule for rule in rules if rule.gain_in_values] if measure else []
+    memo = FoldMemo()  # the finalists share the model's constants: a fold they share is made and held once
     if not result.steps:
         lifted = _value_sweep(Branch(result.graph, result.best_cost, ()), lifting, coster, probe)
         if lifted is not None:
-            return [_finalist(lifted, True)]
+            return [_finalist(lifted, True, memo)]
         # no rule applies: the input with its shape arithmetic folded, shared and deleted, where it has any
-        plain = _finalist(Branch(result.graph, result.best_cost, ()))
+        plain = _finalist(Branch(result.graph, result.best_cost, ()), memo=memo)
         return [plain] if plain.shaped is not None else []
     best = Branch(result.graph, result.best_cost, result.steps)
     if not measure:
-        return [_finalist(best)]  # nothing will time the others
+        return [_finalist(best, memo=memo)]  # nothing will time the others
     sources = [best]
     seen = {result.graph.hash_sum}
     for alt in result.branches:
@@ -116,7 +118,7 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
             continue
         seen.add(alt.graph.hash_sum)
         sources.append(alt)
-    found = [_finalist(source) for source in sources]
+    found = [_finalist(source, memo=memo) for source in sources]
     # each first sweep from the input alone (one rule at every match): a rule whose measured gain is real
     # end to end stays separable from one whose estimated gain is not, when the search's best graph mixes
     # the two (an Add -> Sum that escapes a slow ORT fusion beside matmul merges the estimate flatters)
@@ -126,7 +128,7 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
              and sweep.cost <= FINALIST_SPREAD * result.best_cost][:ROOT_SWEEP_FINALISTS]
     for sweep in taken:
         seen.add(sweep.graph.hash_sum)
-        found.append(_finalist(sweep))
+        found.append(_finalist(sweep, memo=memo))
     # ... and the best graph with each such sweep's rule applied at every match left: the two gains, when
     # both are real, add up end to end
     best_rules = {s.rule for s in best.steps}
@@ -137,17 +139,17 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
         if combined is None or combined.graph.hash_sum in seen:
             continue
         seen.add(combined.graph.hash_sum)
-        found.append(_finalist(Branch(combined.graph, combined.cost, best.steps + combined.steps), True))
+        found.append(_finalist(Branch(combined.graph, combined.cost, best.steps + combined.steps), True, memo))
     for source in sources:
         path_rules = [by_name[name] for name in dict.fromkeys(s.rule for s in source.steps) if name in by_name]
         completed = complete_sweeps(source.graph, source.cost, path_rules, coster)
         if completed is None or completed.graph.hash_sum in seen or completed.cost > FINALIST_SPREAD * result.best_cost:
             continue
         seen.add(completed.graph.hash_sum)
-        found.append(_finalist(Branch(completed.graph, completed.cost, source.steps + completed.steps), True))
+        found.append(_finalist(Branch(completed.graph, completed.cost, source.steps + completed.steps), True, memo))
     lifted = _value_sweep(best, lifting, coster, probe)
     if lifted is not None and lifted.graph.hash_sum not in seen:
-        found.append(_finalist(lifted, True))
+        found.append(_finalist(lifted, True, memo))
     return _distinct(found)
 
 
@@ -184,8 +186,8 @@ def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
     return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else None
 
 
-def _finalist(source: Branch, completed: bool = False) -> Finalist:
-    folded = fold_constants(source.graph)
+def _finalist(source: Branch, completed: bool = False, memo: FoldMemo | None = None) -> Finalist:
+    folded = fold_constants(source.graph, memo=memo)
     simplified = simplify_splits(folded)
     return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded,
                     _shaped(simplified.graph))

@@ -3,8 +3,9 @@ the check inputs, made once per run (the reference of verify, select and the den
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,11 +135,26 @@ class OriginalNotRunnable(XflowError):
 
 @dataclass
 class OriginalRun:
-    """The original model's ORT session, the inputs and its outputs on them (made once per run)."""
+    """The original model's ORT session, the inputs and its outputs on them (made once per run). ``held`` is the
+    session while this object holds it: ``hand_over`` passes it to a caller that lets it go when done (the A/B's first
+    pair), and ``session`` then makes a fresh one with ``reopen``."""
 
-    session: Any
     feeds: dict[str, np.ndarray]
     outputs: list[Any]
+    reopen: Callable[[], Any]
+    held: Any = None
+
+    @property
+    def session(self) -> Any:
+        """The original's session (made again if it was handed over)."""
+        if self.held is None:
+            self.held = self.reopen()
+        return self.held
+
+    def hand_over(self) -> Any:
+        """The session, no longer held here: its taker alone decides when its weights are released."""
+        session, self.held = self.session, None
+        return session
 
 
 def run_original(source: Source, inputs: InputSettings, sessions: Sessions) -> OriginalRun:
@@ -148,7 +164,8 @@ def run_original(source: Source, inputs: InputSettings, sessions: Sessions) -> O
     try:
         session = sessions.open(source.runnable)
         feeds = read_inputs(inputs.npz) if inputs.npz else random_feeds(session, inputs.seed, source.measuring)
-        return OriginalRun(session, feeds, session.run(None, feeds))
+        outputs = session.run(None, feeds)
+        return OriginalRun(feeds, outputs, functools.partial(sessions.open, source.runnable), session)
     except XflowError:
         raise
     except Exception as exc:  # ORT raises its own types (Fail, InvalidGraph, NotImplemented, ...)

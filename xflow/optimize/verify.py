@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from xflow import heap
 from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equivalence, verify_against_original
 from xflow.errors import XflowError, one_line
 from xflow.ir import Graph
-from xflow.onnx_io import to_model_proto
+from xflow.onnx_io.stream import write_model_file
 from xflow.optimize.decision import Decision
 from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun, Source
@@ -109,6 +110,7 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
         figures = VerifyFigures()
         if checks.verify:
             refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
+            heap.trim()  # the float64 copy's session and runs, freed: not kept under the A/B's sessions
             if refused is not None:  # the original is written: no figures of a model not written
                 return Verified(graph=None, decision=refused)
         decision = Decision.OPTIMIZED
@@ -122,20 +124,18 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
 
 @contextlib.contextmanager
 def _candidate_file(graph: Graph, sessions: Sessions) -> Iterator[str | None]:
-    """The candidate written once as one model file in the run's scratch folder, removed on exit, for its sessions
-    to be read from as the original's are (from its file): its weights are then not held in memory as bytes for
-    the whole pass. None where there is no scratch folder, the file cannot be written, or the weights do not fit one
-    protobuf (``session_maker`` writes those with external data for each session)."""
+    """The candidate written once as one model file in the run's scratch folder (a weight at a time:
+    ``write_model_file``), removed on exit, for its sessions to be read from as the original's are (from its file,
+    weights inline: one mapped from a data file runs up to a few % slower): its weights are then not held in memory
+    as bytes for the whole pass. None where there is no scratch folder, the file cannot be written, or the weights
+    do not fit one protobuf (``session_maker`` writes those with external data for each session)."""
     if sessions.scratch is None or not fits_in_memory(graph):
         yield None
         return
     path = os.path.join(sessions.scratch, "candidate.onnx")
     try:
-        with open(path, "wb") as f:
-            f.write(to_model_proto(graph).SerializeToString())
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.remove(path)
+        write_model_file(graph, path)
+    except OSError:  # nothing is left behind
         yield None
         return
     try:
@@ -189,15 +189,19 @@ def _decide(checked: Checked, original: OriginalRun, handed: list[Any], make_can
     # lets go of its first pair before its fresh ones, one session's weights fewer alive); a dynamic model's other
     # points time it again
     candidate = handed[0] if source.dynamic is not None else None
-    ab = _ab(checked, original.session, handed.pop(), original.feeds, fresh, margin)
+    # a static model's first pair is handed over, the original's session too (made again if a later finalist is
+    # verified): decide_ab then holds two sessions at a time, not four
+    first_pair = [original.hand_over() if source.dynamic is None else original.session, handed.pop()]
+    ab = _ab(checked, first_pair, original.feeds, fresh, margin)
     figures.latency_before_ms, figures.latency_after_ms = ab.a_median * 1e3, ab.b_median * 1e3
     figures.speedup, figures.timed_runs = ab.speedup, ab.runs
     figures.session_pairs, figures.faster_pairs, figures.rank_test_p = ab.pairs, ab.b_wins, ab.p_value
     figures.simpler, figures.not_slower_p = simpler, ab.not_slower_p
     figures.pairs_ms = [[r.a_median * 1e3, r.b_median * 1e3] for r in ab.results]
     first = _verdict(ab)
-    others = time_other_points(source, original.session, candidate, fresh, checked.inputs.seed, figures, margin,
-                               first, checked) if first != SLOWER else {}
+    others = {} if first == SLOWER or source.dynamic is None else \
+        time_other_points(source, original.session, candidate, fresh, checked.inputs.seed, figures, margin, first,
+                          checked)
     # "Faster" must be more than one lucky session, which a longer run does not reproduce: decide_ab asks
     # it of pairs of fresh sessions (a signed-rank test over them), and at every profile point; so does "not slower".
     verdicts = [first, *others.values()]
@@ -278,12 +282,14 @@ def check_other_sizes(source: Source, session: Any, candidate: Any, seed: int, f
     return None
 
 
-def _ab(checked: Checked | None, session: Any, candidate: Any, feeds: Mapping[str, np.ndarray],
+def _ab(checked: Checked | None, first_pair: list[Any], feeds: Mapping[str, np.ndarray],
         fresh: Callable[[str], Any], margin: float | None) -> ABDecision:
-    """``decide_ab`` of the original and the candidate on ``feeds``; with ``checked.memo``, as the cost cache
-    remembers it from an earlier run with these graphs, inputs and settings (else timed and remembered)."""
+    """``decide_ab`` of the original and the candidate on ``feeds``, starting from ``first_pair`` (their sessions,
+    taken out of the list: where the caller holds them no longer, decide_ab releases them after the first pair);
+    with ``checked.memo``, as the cost cache remembers it from an earlier run with these graphs, inputs and settings
+    (else timed and remembered)."""
     def timed() -> ABDecision:
-        return decide_ab(session, candidate, feeds, fresh, margin=margin)
+        return decide_ab(first_pair.pop(0), first_pair.pop(0), feeds, fresh, margin=margin)
     if checked is None or checked.memo is None or checked.chosen is None:
         return timed()
     return checked.memo.ab(checked.source.graph, checked.chosen.graph, feeds, margin, timed)
@@ -308,7 +314,7 @@ def time_other_points(source: Source, session: Any, candidate: Any, fresh: Calla
         feeds = _point_feeds(source, session, point, seed)
         if feeds is None:
             continue
-        ab = _ab(checked, session, candidate, feeds, fresh, margin)
+        ab = _ab(checked, [session, candidate], feeds, fresh, margin)
         verdicts[plan.describe(point)] = verdict = _verdict(ab)
         figures.profile_points.append({"point": point, "latency_before_ms": ab.a_median * 1e3,
                                        "latency_after_ms": ab.b_median * 1e3, "faster": verdict is FASTER,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from xflow import heap
 from xflow.files import run_folder
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -91,6 +92,7 @@ class Sessions:
                 opts.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
                                               "1024")
         source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+        heap.trim()  # what sessions released before this one is handed back, not kept beside its weights
         providers = [PROVIDERS[self.provider]] + (["CPUExecutionProvider"]
                                                   if self.provider != "cpu" and cpu_fallback else [])
         return ort.InferenceSession(source, sess_options=opts, providers=providers)

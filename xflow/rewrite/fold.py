@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -12,12 +13,24 @@ from xflow.ir import Constant, Graph, Node
 from xflow.ops import OPS
 
 
-def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
+@dataclass
+class FoldMemo:
+    """What earlier ``fold_constants`` calls folded, for graphs that share their constants (the finalists of one
+    run, each a rewrite of the same model): the same node on the same constants gives the same arrays, computed and
+    held once, not once per finalist (ConvNeXt-tiny's layer scales folded into its weights: 150 MB over its
+    finalists). Keyed by the node's op and attributes and the identity of each input: a ``Constant`` object, or an
+    array this memo holds; ``held`` keeps those objects alive while their ids key ``results``."""
+
+    results: dict[tuple, list[np.ndarray]] = field(default_factory=dict)
+    held: list[object] = field(default_factory=list)
+
+
+def fold_constants(graph: Graph, max_bytes: int = 1 << 31, memo: FoldMemo | None = None) -> Graph:
     """Evaluate every new op-table node whose inputs are all constants with the reference kernel
     (numpy) and replace it by initializers. Nodes from the source model are left alone: folding the
     user's own constant subgraphs is not ours to do; but where such a node passes a constant on (an
     Identity of a tied weight, as exports write every bias), its value is known, and a new node reading
-    it folds as if it read the constant."""
+    it folds as if it read the constant. With ``memo``, a node folded before on the same inputs reuses its arrays."""
     constants: dict[str, Constant] = {}
     values: dict[str, np.ndarray] = {}
     forwarded: dict[str, str] = {}  # a source node's output that is its input, unchanged -> that constant
@@ -37,14 +50,22 @@ def fold_constants(graph: Graph, max_bytes: int = 1 << 31) -> Graph:
                                for o in node.outputs) > max_bytes:
             kept.append(node)
             continue
-        arrays = [values[i] if i in values else graph.constants[forwarded.get(i, i)].value()
-                  for i in node.inputs if i]
-        results = OPS[node.op].evaluate(np, arrays, node.attrs)
+        sources = [values[i] if i in values else graph.constants[forwarded.get(i, i)] for i in node.inputs if i]
+        key = (node.op, node.attrs, tuple(id(x) for x in sources), tuple(graph.types[o] for o in node.outputs))
+        results = memo.results.get(key) if memo is not None else None
+        if results is None:
+            arrays = [x if isinstance(x, np.ndarray) else x.value() for x in sources]
+            results = [np.asarray(array, dtype=graph.types[name].np_dtype)
+                       for name, array in zip(node.outputs, OPS[node.op].evaluate(np, arrays, node.attrs),
+                                              strict=True)]
+            del arrays  # let the inputs go before the next node reads its own (large weights)
+            if memo is not None:
+                memo.results[key] = results
+                memo.held.extend(sources)
         for name, array in zip(node.outputs, results, strict=True):
-            array = np.asarray(array, dtype=graph.types[name].np_dtype)
             values[name] = array
             constants[name] = Constant.from_array(array)
-        del arrays, results  # let the inputs go before the next node reads its own (large weights)
+        del sources, results
     if not constants:
         return graph
     return graph.with_nodes(_share_equal(kept, constants, graph.constants), constants=constants)

@@ -177,14 +177,18 @@ def _denormal_lifts() -> Iterator[dict[str, Any]]:
 
 
 def _identities() -> Iterator[dict[str, Any]]:
-    """Nodes that compute their input: a one-input Concat, which transformers' exports write where a cache of
-    past keys and values would be concatenated (GPT-2: 24) and which ONNX Runtime runs as a copy."""
+    """Nodes that compute their input: an Identity, a Cast to its own type, a one-input Concat, which
+    transformers' exports write where a cache of past keys and values would be concatenated (GPT-2: 24) and which
+    ONNX Runtime runs as a copy."""
     yield _rule("single_input_concat", {"x": "any"}, [node("concat", ["x"], "y", axis="?ax")], [],
                 {"x": [1, 2, 4, 3]}, [])
     # a Cast to the type its input has (transformers' .to(torch.float32) of a float32 tensor: Llama's norms and
     # softmax, 76 in a 12-layer export), which onnxslim and ONNX Runtime's optimizer delete
     yield _rule("cast_same_type", {"x": "any"}, [node("cast", ["x"], "y", to="?t")], [], {"x": [1, 12, 8, 8]},
                 ["dtype(x) == t"])
+    # an Identity, which exports write where one weight is read by several layers (ALBERT's shared layers: 66),
+    # and which ONNX Runtime and onnxslim delete
+    yield _rule("identity", {"x": "any"}, [node("identity", ["x"], "y")], [], {"x": [1, 12, 8, 8]}, [])
 
 
 def _attentions() -> Iterator[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Nodes that compute their input (rules/identities.json): a one-input Concat, which transformers' exports write
 where a cache of past keys and values would be concatenated (GPT-2: 24 of them) and ONNX Runtime runs as a copy,
-and a Cast to the type its input has (Llama's `.to(torch.float32)` of float32 tensors)."""
+a Cast to the type its input has (Llama's `.to(torch.float32)` of float32 tensors), and an Identity (ALBERT reads
+each shared layer's weights through one: 66)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def _cancel_concat():
     return _identity("concat")
 
 
-@pytest.mark.parametrize(("op", "axiom"), [("concat", "concat_single"), ("cast", "cast_same_type")])
+@pytest.mark.parametrize(("op", "axiom"), [("concat", "concat_single"), ("cast", "cast_same_type"),
+                                               ("identity", "identity_elim")])
 def test_the_rule_is_shipped_and_proved_from_its_axiom_alone(op: str, axiom: str) -> None:
     rule = _identity(op)
     assert not rule.dst
@@ -78,3 +80,36 @@ def test_a_two_input_concat_is_not_matched() -> None:
     # now the keys twice along the sequence: not an identity
     twice = _keys_text(False, "present = Concat <axis = -2> (kt, kt)").replace("float[1,2,5,5] y", "float[1,2,5,10] y")
     rewrite_case(_cancel_concat(), twice, None, constants=("scale",))
+
+
+def test_identities_over_a_shared_weight_go_in_every_finalist_though_no_estimate_gains() -> None:
+    """ONNX Runtime deletes an Identity when it loads the model, so the search's costs see no gain in removing one;
+    the finalize pass removes every node a rule with no right-hand side matches (the model that keeps them is not
+    the simpler one), and the rewritten model reads the weight itself."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from xflow.cost import AnalyticCost, GraphCoster
+    from xflow.onnx_io import graph_from_model, to_model_proto
+    from xflow.optimize.finalize import finalists
+    from xflow.search import SearchLimits, backtracking_search
+
+    weight = numpy_helper.from_array(np.eye(8, dtype=np.float32), "W")
+    nodes = [helper.make_node("Identity", ["W"], ["w1"]), helper.make_node("Identity", ["W"], ["w2"]),
+             helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])]
+    model = helper.make_model(helper.make_graph(
+        nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [weight]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    graph = graph_from_model(model)
+    rules = load_rules(os.path.join(RULES, "identities.json"))
+    coster = GraphCoster(AnalyticCost())
+    result = backtracking_search(graph, [], coster, SearchLimits(budget=50))  # as if no estimate gained
+    (only,) = finalists(result, False, coster, rules)
+    written = to_model_proto(only.graph)
+    assert [n.op_type for n in written.graph.node] == ["MatMul", "MatMul"]
+    assert [list(n.input) for n in written.graph.node] == [["x", "W"], ["h", "W"]]
+    assert {s.rule for s in only.steps} == {_identity("identity").name}
+    onnx.checker.check_model(written)

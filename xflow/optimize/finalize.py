@@ -101,16 +101,21 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
     ``_value_sweep``); each folded and simplified. None when nothing is left."""
     lifting = [rule for rule in rules if rule.gain_in_values] if measure else []
     memo = FoldMemo()  # the finalists share the model's constants: a fold they share is made and held once
+    deleting = [rule for rule in rules if not rule.dst]  # a node that computes its input: Identity, ...
+
+    def finalist(source: Branch, completed: bool = False) -> Finalist:
+        return _finalist(_without_copies(source, deleting, coster), completed, memo)
     if not result.steps:
         lifted = _value_sweep(Branch(result.graph, result.best_cost, ()), lifting, coster, probe)
         if lifted is not None:
-            return [_finalist(lifted, True, memo)]
-        # no rule applies: the input with its shape arithmetic folded, shared and deleted, where it has any
-        plain = _finalist(Branch(result.graph, result.best_cost, ()), memo=memo)
-        return [plain] if plain.shaped is not None else []
+            return [finalist(lifted, True)]
+        # no rule applies: the input without its copies and with its shape arithmetic folded, shared and deleted,
+        # where it has any
+        plain = finalist(Branch(result.graph, result.best_cost, ()))
+        return [plain] if plain.shaped is not None or plain.steps else []
     best = Branch(result.graph, result.best_cost, result.steps)
     if not measure:
-        return [_finalist(best, memo=memo)]  # nothing will time the others
+        return [finalist(best)]  # nothing will time the others
     sources = [best]
     seen = {result.graph.hash_sum}
     for alt in result.branches:
@@ -118,7 +123,7 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
             continue
         seen.add(alt.graph.hash_sum)
         sources.append(alt)
-    found = [_finalist(source, memo=memo) for source in sources]
+    found = [finalist(source) for source in sources]
     # each first sweep from the input alone (one rule at every match): a rule whose measured gain is real
     # end to end stays separable from one whose estimated gain is not, when the search's best graph mixes
     # the two (an Add -> Sum that escapes a slow ORT fusion beside matmul merges the estimate flatters)
@@ -128,7 +133,7 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
              and sweep.cost <= FINALIST_SPREAD * result.best_cost][:ROOT_SWEEP_FINALISTS]
     for sweep in taken:
         seen.add(sweep.graph.hash_sum)
-        found.append(_finalist(sweep, memo=memo))
+        found.append(finalist(sweep))
     # ... and the best graph with each such sweep's rule applied at every match left: the two gains, when
     # both are real, add up end to end
     best_rules = {s.rule for s in best.steps}
@@ -139,17 +144,17 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
         if combined is None or combined.graph.hash_sum in seen:
             continue
         seen.add(combined.graph.hash_sum)
-        found.append(_finalist(Branch(combined.graph, combined.cost, best.steps + combined.steps), True, memo))
+        found.append(finalist(Branch(combined.graph, combined.cost, best.steps + combined.steps), True))
     for source in sources:
         path_rules = [by_name[name] for name in dict.fromkeys(s.rule for s in source.steps) if name in by_name]
         completed = complete_sweeps(source.graph, source.cost, path_rules, coster)
         if completed is None or completed.graph.hash_sum in seen or completed.cost > FINALIST_SPREAD * result.best_cost:
             continue
         seen.add(completed.graph.hash_sum)
-        found.append(_finalist(Branch(completed.graph, completed.cost, source.steps + completed.steps), True, memo))
+        found.append(finalist(Branch(completed.graph, completed.cost, source.steps + completed.steps), True))
     lifted = _value_sweep(best, lifting, coster, probe)
     if lifted is not None and lifted.graph.hash_sum not in seen:
-        found.append(_finalist(lifted, True, memo))
+        found.append(finalist(lifted, True))
     return _distinct(found)
 
 
@@ -184,6 +189,16 @@ def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
 
     swept = complete_sweeps(source.graph, source.cost, rules, coster, rounds=1, min_matches=1, keep=keep)
     return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else None
+
+
+def _without_copies(source: Branch, deleting: list[Rule], coster: GraphCoster) -> Branch:
+    """``source`` with every node that computes its own input removed, by the proved rules that say so
+    (``deleting``: no nodes on their right-hand side; identity(x) -> x, a Cast to its input's type, a one-input
+    Concat) at every match, whatever the estimates: ONNX Runtime deletes such nodes when it loads a model, so they
+    cost nothing measurable and the search never takes them, but a model that keeps them is not the simpler one
+    (ALBERT's shared layers read each weight through an Identity: 66)."""
+    swept = complete_sweeps(source.graph, source.cost, deleting, coster, min_matches=1) if deleting else None
+    return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else source
 
 
 def _finalist(source: Branch, completed: bool = False, memo: FoldMemo | None = None) -> Finalist:

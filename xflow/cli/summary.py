@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from xflow.optimize.decision import Decision
+from xflow.optimize.select import SELECT_TIE
 from xflow.runtime import NON_INFERIORITY_MARGIN
 
 
@@ -188,9 +189,12 @@ def _print_details(report: Any, echo: Callable[[str], None]) -> None:
         chosen = next(i for i, f in enumerate(report.finalists) if f["chosen"]) + 1
         completed = sum(1 for f in report.finalists if f.get("completed"))
         which = f", {completed} of them completions of another's rules" if completed else ""
+        figures = [f["measured_ms"] for f in report.finalists if f["measured_ms"] is not None]
+        chosen_ms = report.finalists[chosen - 1]["measured_ms"]
+        why = "the fastest of the last stage" if chosen_ms is None or not figures or chosen_ms <= min(figures) else \
+            f"the one with the fewest nodes of those within {SELECT_TIE:.0%} of the fastest"
         echo(f"  finalists: {len(report.finalists)} graphs timed end to end by successive halving{which}; kept "
-             f"#{chosen}, the fastest of the last stage (ms; a graph dropped at an earlier stage was timed on "
-             f"fewer sessions): {timed}")
+             f"#{chosen}, {why} (ms; a graph dropped at an earlier stage was timed on fewer sessions): {timed}")
         estimated = ", ".join(f"#{i + 1} {f['estimated_ms']:.3f}" for i, f in enumerate(report.finalists))
         echo(f"  their estimated costs: {estimated} ms")
     if report.splits_folded or report.elementwise_hoisted or report.channelwise_hoisted:

@@ -105,14 +105,17 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
 
     def finalist(source: Branch, completed: bool = False) -> Finalist:
         return _finalist(_without_copies(source, deleting, coster), completed, memo)
+    reducing = [rule for rule in rules if rule.dst and len(rule.dst) < len(rule.src)] if measure else []
     if not result.steps:
         lifted = _value_sweep(Branch(result.graph, result.best_cost, ()), lifting, coster, probe)
         if lifted is not None:
             return [finalist(lifted, True)]
-        # no rule applies: the input without its copies and with its shape arithmetic folded, shared and deleted,
-        # where it has any
+        # no rule lowers the estimate: the input without its copies and with its shape arithmetic folded, shared and
+        # deleted, where it has any, and the input with every rule that removes nodes applied (``_fewer_nodes``)
         plain = finalist(Branch(result.graph, result.best_cost, ()))
-        return [plain] if plain.shaped is not None or plain.steps else []
+        found = [plain] if plain.shaped is not None or plain.steps else []
+        fewer = _fewer_nodes(Branch(result.graph, result.best_cost, ()), reducing, coster)
+        return _distinct(found + [finalist(fewer, True)]) if fewer is not None else found
     best = Branch(result.graph, result.best_cost, result.steps)
     if not measure:
         return [finalist(best)]  # nothing will time the others
@@ -154,8 +157,21 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
         found.append(finalist(Branch(completed.graph, completed.cost, source.steps + completed.steps), True))
     lifted = _value_sweep(best, lifting, coster, probe)
     if lifted is not None and lifted.graph.hash_sum not in seen:
+        seen.add(lifted.graph.hash_sum)
         found.append(finalist(lifted, True))
+    fewer = _fewer_nodes(best, reducing, coster)
+    if fewer is not None and fewer.graph.hash_sum not in seen:
+        found.append(finalist(fewer, True))
     return _distinct(found)
+
+
+def _fewer_nodes(source: Branch, reducing: list[Rule], coster: GraphCoster) -> Branch | None:
+    """``source`` with every rule that removes nodes (``reducing``: fewer on the right-hand side, a Pad into the
+    Conv after it, a Transpose pair cancelled) applied at every match, whatever the estimates: the simplest graph
+    these rules reach from it, a finalist that select prefers where it times as fast as the fastest
+    (``select.SELECT_TIE``; MobileNet-v2's depthwise Convs read 13 Pads the estimates keep). None: no match."""
+    swept = complete_sweeps(source.graph, source.cost, reducing, coster, min_matches=1) if reducing else None
+    return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else None
 
 
 def _distinct(found: list[Finalist]) -> list[Finalist]:

@@ -16,6 +16,7 @@ from xflow.optimize.finalize import Finalist
 from xflow.optimize.load import OriginalNotRunnable, OriginalRun
 from xflow.optimize.passes import PassResult
 from xflow.optimize.remembered import Remembered
+from xflow.optimize.size import graph_size
 from xflow.ort import Sessions
 from xflow.ort.graphs import session_maker
 from xflow.runtime import screen, successive_halving
@@ -31,6 +32,10 @@ SCREEN_BUDGET_S = 4.0
 #: Finalists timed at all, the cheapest estimates first: the screen's budget reaches about this many on a model of
 #: 100-400 MB, and writing the files of the rest costs seconds (BERT-base: twelve finalists, 6 s of writing).
 SELECT_MOST = 8
+#: Finalists whose end-to-end figure is within this of the fastest one's are as fast as the halving can tell apart
+#: (one session's luck moves a model by more): of those, the one with the fewest computing nodes is chosen, the
+#: simpler model, which the A/B writes where it is not slower than the original.
+SELECT_TIE = 0.01
 
 
 @dataclass
@@ -126,4 +131,13 @@ def _time_finalists(finalists: list[Finalist], timed: list[int], shared: SharedW
         return Picked(0, [None] * len(finalists))
     fastest, halved = successive_halving({i: makers[i] for i in opened}, opened, feeds, rounds, seconds)
     figures |= halved
-    return Picked(fastest, [figures.get(i) for i in range(len(finalists))])
+    return Picked(simplest_of_the_fastest(fastest, halved, finalists), [figures.get(i) for i in range(len(finalists))])
+
+
+def simplest_of_the_fastest(fastest: int, figures: dict[int, float], finalists: list[Finalist]) -> int:
+    """Of the finalists whose ``figures`` (s, by finalist) are within ``SELECT_TIE`` of ``fastest``'s, the one with
+    the fewest computing nodes (ties: the faster figure)."""
+    tied = [i for i, figure in figures.items() if figure <= figures[fastest] * (1 + SELECT_TIE)]
+    if len(tied) < 2:
+        return fastest
+    return min(tied, key=lambda i: (graph_size(finalists[i].graph).computing_nodes, figures[i]))

@@ -1,8 +1,10 @@
 """Slicing with constant parameters (ONNX ``Slice``; attributes before opset 10, constant inputs after).
 
-The parameters are resolved against the static input at load: ``starts``, ``stops`` and ``steps`` per
-input axis as Python's ``slice(...).indices`` gives them (a stop of -1 with a negative step means "past
-index 0"), so the op's meaning needs no clamping rules."""
+The parameters are resolved against the input at load: ``starts``, ``stops`` and ``steps`` per input axis as
+Python's ``slice(...).indices`` gives them (a stop of -1 with a negative step means "past index 0"), so the op's
+meaning needs no clamping rules. An axis the Slice leaves whole may have a dynamic dim (a decoder's batch and
+sequence beside the head size it halves): its triple is ``(0, WHOLE, 1)``, the whole axis at any size; an axis it
+cuts needs a static dim."""
 
 from __future__ import annotations
 
@@ -12,18 +14,28 @@ import numpy as np
 import onnx
 
 from xflow.ir import Attrs, Node, Shape
+from xflow.ir.dims import is_static
 from xflow.ops._forms import attr_or_input, decoded
 from xflow.ops.base import AttrSpec, DecodeContext, EncodeContext, OpDef, ShapeError, symbolic_shape
 
 _INT64_MIN = int(np.iinfo(np.int64).min)
+_INT64_MAX = int(np.iinfo(np.int64).max)
+#: The stop of an axis kept whole whatever its size (a dynamic dim): ``(0, WHOLE, 1)``.
+WHOLE = 1 << 62
 
 
-def _ranges(x: Shape, attrs: Attrs) -> list[range]:
+def _ranges(x: Shape, attrs: Attrs) -> list[range | None]:
+    """Each axis's range (None: a whole axis of a dynamic dim)."""
     starts, stops, steps = attrs["starts"], attrs["stops"], attrs["steps"]
     if not len(starts) == len(stops) == len(steps) == len(x):
         raise ShapeError(f"slice: parameters {starts}, {stops}, {steps} do not match rank {len(x)}")
-    out = []
+    out: list[range | None] = []
     for dim, start, stop, step in zip(x, starts, stops, steps, strict=True):
+        if (start, stop, step) == (0, WHOLE, 1):
+            out.append(range(0, dim, 1) if is_static(dim) else None)
+            continue
+        if not is_static(dim):
+            raise ShapeError(f"slice: ({start}, {stop}, {step}) cuts a dynamic dim ({dim})")
         # the values slice(...).indices(dim) gives: within [0, dim] going forward, [-1, dim - 1] backward
         low, high = (0, dim) if step > 0 else (-1, dim - 1)
         if step == 0 or not (low <= start <= high and low <= stop <= high):
@@ -33,12 +45,14 @@ def _ranges(x: Shape, attrs: Attrs) -> list[range]:
 
 
 def slice_shape(shapes: Sequence[Shape], attrs: Attrs) -> list[Shape]:
-    """One dim per axis: the length of that axis's range."""
-    return [tuple(len(r) for r in _ranges(tuple(shapes[0]), attrs))]
+    """One dim per axis: the length of that axis's range (a whole dynamic axis: its dim)."""
+    x = tuple(shapes[0])
+    return [tuple(dim if r is None else len(r) for dim, r in zip(x, _ranges(x, attrs), strict=True))]
 
 
 def _slice(xp, a, attrs):
-    index = tuple(slice(r.start, r.stop if r.stop >= 0 else None, r.step) for r in _ranges(a[0].shape, attrs))
+    index = tuple(slice(None) if r is None else slice(r.start, r.stop if r.stop >= 0 else None, r.step)
+                  for r in _ranges(a[0].shape, attrs))
     return [a[0][index].copy()]
 
 
@@ -59,14 +73,18 @@ def decode_slice(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None
     steps_list = steps.reshape(-1).tolist() if steps is not None else [1] * len(starts)
     if not len(starts) == len(ends) == len(axes_list) == len(steps_list) or 0 in steps_list:
         return None
-    resolved = [(0, d, 1) for d in shape]
+    resolved = [(0, d, 1) if is_static(d) else (0, WHOLE, 1) for d in shape]
     seen = set()
     for start, end, axis, step in zip(starts, ends, axes_list, steps_list, strict=True):
         if not -len(shape) <= axis < len(shape) or axis % len(shape) in seen:
             return None
         axis %= len(shape)
         seen.add(axis)
-        resolved[axis] = slice(int(start), int(end), int(step)).indices(shape[axis])
+        if not is_static(shape[axis]):
+            if (int(start), int(step)) != (0, 1) or int(end) < _INT64_MAX // 2:
+                return None  # a cut of a dynamic dim: its bounds depend on the size
+            continue  # [0:end] of any size with an end past every size: the whole axis
+        resolved[axis] = slice(int(start), int(end), int(step)).indices(int(shape[axis]))
     return decoded(proto, SLICE, proto.input[:1], {"starts": tuple(r[0] for r in resolved),
                                                    "stops": tuple(r[1] for r in resolved),
                                                    "steps": tuple(r[2] for r in resolved)})
@@ -74,10 +92,12 @@ def decode_slice(proto: onnx.NodeProto, ctx: DecodeContext) -> list[Node] | None
 
 def encode_slice(node: Node, ctx: EncodeContext) -> list[onnx.NodeProto]:
     """ONNX Slice over every axis (constant inputs from opset 10, attributes before); a backward stop of -1
-    ("past index 0") is written as INT64_MIN, which ONNX clamps to the same place."""
+    ("past index 0") is written as INT64_MIN and a whole dynamic axis's stop as INT64_MAX, which ONNX clamps to the
+    same places."""
     name = node.name or ctx.fresh_name("Slice")
     starts, stops, steps = node.attrs["starts"], node.attrs["stops"], node.attrs["steps"]
-    params = {"starts": list(starts), "ends": [s if s >= 0 else _INT64_MIN for s in stops],
+    ends = [_INT64_MAX if s == WHOLE else s if s >= 0 else _INT64_MIN for s in stops]
+    params = {"starts": list(starts), "ends": ends,
               "axes": list(range(len(starts)))}
     if ctx.opset < 10:
         if any(s != 1 for s in steps):

@@ -104,17 +104,17 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
     deleting = [rule for rule in rules if not rule.dst]  # a node that computes its input: Identity, ...
 
     def finalist(source: Branch, completed: bool = False) -> Finalist:
-        return _finalist(_without_copies(source, deleting, coster), completed, memo)
+        return _finalist(_applied_everywhere(source, deleting, coster) or source, completed, memo)
     reducing = [rule for rule in rules if rule.dst and len(rule.dst) < len(rule.src)] if measure else []
     if not result.steps:
         lifted = _value_sweep(Branch(result.graph, result.best_cost, ()), lifting, coster, probe)
         if lifted is not None:
             return [finalist(lifted, True)]
         # no rule lowers the estimate: the input without its copies and with its shape arithmetic folded, shared and
-        # deleted, where it has any, and the input with every rule that removes nodes applied (``_fewer_nodes``)
+        # deleted, where it has any, and the input with every rule that removes nodes applied
         plain = finalist(Branch(result.graph, result.best_cost, ()))
         found = [plain] if plain.shaped is not None or plain.steps else []
-        fewer = _fewer_nodes(Branch(result.graph, result.best_cost, ()), reducing, coster)
+        fewer = _applied_everywhere(Branch(result.graph, result.best_cost, ()), reducing, coster)
         return _distinct(found + [finalist(fewer, True)]) if fewer is not None else found
     best = Branch(result.graph, result.best_cost, result.steps)
     if not measure:
@@ -159,18 +159,22 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
     if lifted is not None and lifted.graph.hash_sum not in seen:
         seen.add(lifted.graph.hash_sum)
         found.append(finalist(lifted, True))
-    fewer = _fewer_nodes(best, reducing, coster)
+    fewer = _applied_everywhere(best, reducing, coster)
     if fewer is not None and fewer.graph.hash_sum not in seen:
         found.append(finalist(fewer, True))
     return _distinct(found)
 
 
-def _fewer_nodes(source: Branch, reducing: list[Rule], coster: GraphCoster) -> Branch | None:
-    """``source`` with every rule that removes nodes (``reducing``: fewer on the right-hand side, a Pad into the
-    Conv after it, a Transpose pair cancelled) applied at every match, whatever the estimates: the simplest graph
-    these rules reach from it, a finalist that select prefers where it times as fast as the fastest
-    (``select.SELECT_TIE``; MobileNet-v2's depthwise Convs read 13 Pads the estimates keep). None: no match."""
-    swept = complete_sweeps(source.graph, source.cost, reducing, coster, min_matches=1) if reducing else None
+def _applied_everywhere(source: Branch, rules: list[Rule], coster: GraphCoster) -> Branch | None:
+    """``source`` with each of ``rules`` applied at every match, whatever the estimates (None: no match). Two kinds
+    go so: rules that delete a node computing its own input (no right-hand side: an Identity, a Cast to its input's
+    type, a one-input Concat), in every finalist, and rules that remove nodes (fewer on the right: a Pad into the
+    Conv after it, a Transpose pair cancelled), in one more finalist made from the best graph. ONNX Runtime deletes
+    or fuses such nodes when it loads a model, so no measured cost falls when one goes and the search keeps them,
+    but a model that keeps them is not the simpler one (ALBERT's shared layers read each weight through an Identity:
+    66; MobileNet-v2's depthwise Convs read 13 Pads); select prefers the simpler of finalists that time alike
+    (``select.SELECT_TIE``)."""
+    swept = complete_sweeps(source.graph, source.cost, rules, coster, min_matches=1) if rules else None
     return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else None
 
 
@@ -205,16 +209,6 @@ def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
 
     swept = complete_sweeps(source.graph, source.cost, rules, coster, rounds=1, min_matches=1, keep=keep)
     return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else None
-
-
-def _without_copies(source: Branch, deleting: list[Rule], coster: GraphCoster) -> Branch:
-    """``source`` with every node that computes its own input removed, by the proved rules that say so
-    (``deleting``: no nodes on their right-hand side; identity(x) -> x, a Cast to its input's type, a one-input
-    Concat) at every match, whatever the estimates: ONNX Runtime deletes such nodes when it loads a model, so they
-    cost nothing measurable and the search never takes them, but a model that keeps them is not the simpler one
-    (ALBERT's shared layers read each weight through an Identity: 66)."""
-    swept = complete_sweeps(source.graph, source.cost, deleting, coster, min_matches=1) if deleting else None
-    return Branch(swept.graph, swept.cost, source.steps + swept.steps) if swept is not None else source
 
 
 def _finalist(source: Branch, completed: bool = False, memo: FoldMemo | None = None) -> Finalist:

@@ -13,8 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from xflow import heap
-
 #: The scales inputs are drawn at (``random_feeds``): ``unit`` is every run's own draw (floats in [-1, 1],
 #: integers in [0, 2)); the others are the equivalence check's extra draws, so that a rewrite true only on
 #: small inputs (clip(x, -1, 1) -> x) cannot pass: ``wide`` floats normal with standard deviation 8 and
@@ -475,7 +473,6 @@ def decide_ab(session_a, session_b, feeds: Mapping[str, np.ndarray],  # noqa: AN
         made = {side: fresh(side) for side in (("a", "b") if first_a else ("b", "a"))}
         results.append(measure_ab(made["a"], made["b"], feeds, **timing))
         del made  # released before the next pair is made: two pairs of a large model need not fit at once
-        heap.trim()  # and their runs' buffers handed back, not kept under the next pair
     return ABDecision(tuple(results), planned, level, margin)
 
 

@@ -189,6 +189,10 @@ def _identities() -> Iterator[dict[str, Any]]:
     # an Identity, which exports write where one weight is read by several layers (ALBERT's shared layers: 66),
     # and which ONNX Runtime and onnxslim delete
     yield _rule("identity", {"x": "any"}, [node("identity", ["x"], "y")], [], {"x": [1, 12, 8, 8]}, [])
+    # a product with a constant one (Whisper's attention scales Q and K by 1.0 after splitting the heads: 24 Muls
+    # in its export), which onnxslim deletes
+    yield _rule("scalar_mul_by_one", {"x": "any", "o": "const"}, [node("smul", ["x", "o"], "y")], [],
+                {"x": [1, 6, 8, 8], "o": []}, ["value(o) == 1"])
 
 
 def _attentions() -> Iterator[dict[str, Any]]:
@@ -312,7 +316,7 @@ def main() -> None:
     only.add_argument("--rotaries", action="store_true", help="only rotary embedding as transformers' Llama exports "
                       "write it, into RotaryEmbedding")
     only.add_argument("--identities", action="store_true", help="only nodes that compute their input (a one-input "
-                      "Concat, a Cast to its input's type)")
+                      "Concat, a Cast to its input's type, an Identity, a product with one)")
     args = parser.parse_args()
     found = (list(_unfusable_forms()) if args.only_unfusable else list(_folded_scales()) if args.folded_scales
              else list(_denormal_lifts()) if args.denormal_lifts else list(_identities()) if args.identities

@@ -1,7 +1,7 @@
 """Nodes that compute their input (rules/identities.json): a one-input Concat, which transformers' exports write
 where a cache of past keys and values would be concatenated (GPT-2: 24 of them) and ONNX Runtime runs as a copy,
-a Cast to the type its input has (Llama's `.to(torch.float32)` of float32 tensors), and an Identity (ALBERT reads
-each shared layer's weights through one: 66)."""
+a Cast to the type its input has (Llama's `.to(torch.float32)` of float32 tensors), an Identity (ALBERT reads
+each shared layer's weights through one: 66), and a product with a constant one (Whisper's attention: 24)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _cancel_concat():
 
 
 @pytest.mark.parametrize(("op", "axiom"), [("concat", "concat_single"), ("cast", "cast_same_type"),
-                                               ("identity", "identity_elim")])
+                                               ("identity", "identity_elim"), ("smul", "smul_one")])
 def test_the_rule_is_shipped_and_proved_from_its_axiom_alone(op: str, axiom: str) -> None:
     rule = _identity(op)
     assert not rule.dst
@@ -50,6 +50,31 @@ norm (float[2,3] x, float[2,3] w) => (float[2,3] y) {{
                  .replace("Mul(c, w)", "Mul(x, w)"), tolerance=0)
     to_half = text.format(to=10).replace("float[2,3] w", "float16[2,3] w").replace("float[2,3] y", "float16[2,3] y")
     rewrite_case(rule, to_half, None)
+
+
+@pytest.mark.parametrize("one", ["float one = {1.0}", "float[1] one = {1.0}"])
+def test_a_product_with_a_constant_one_goes(one: str) -> None:
+    """Whisper's attention multiplies Q and K by 1.0 after splitting the heads (24 Muls); x * 1 is x exactly."""
+    text = f"""<ir_version: 8, opset_import: ["" : 17]>
+scale (float[1,6,8,8] x) => (float[1,6,8,8] y) <{one}> {{
+    s = Mul(x, one)
+    y = Relu(s)
+}}"""
+    rewrite_case(_identity("smul"), text, text.replace("    s = Mul(x, one)\n", "").replace("Relu(s)", "Relu(x)"),
+                 tolerance=0)
+    rewrite_case(_identity("smul"), text.replace("Mul(x, one)", "Mul(one, x)"),
+                 text.replace("    s = Mul(x, one)\n", "").replace("Relu(s)", "Relu(x)"), tolerance=0)
+
+
+@pytest.mark.parametrize("scale", ["<float one = {2.0}>", "<float one = {-1.0}>", ""])
+def test_a_product_with_another_constant_or_an_input_stays(scale: str) -> None:
+    extra = "" if scale else ", float one"
+    text = f"""<ir_version: 8, opset_import: ["" : 17]>
+scale (float[1,6,8,8] x{extra}) => (float[1,6,8,8] y) {scale} {{
+    s = Mul(x, one)
+    y = Relu(s)
+}}"""
+    rewrite_case(_identity("smul"), text, None)
 
 
 def _keys_text(concat_is_output: bool, concat: str = "present = Concat <axis = -2> (kt)") -> str:

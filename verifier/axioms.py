@@ -1531,6 +1531,11 @@ def _build() -> list[Axiom]:
         L("div_one_reciprocal", _div("o", "y"), _un("reciprocal", "y"), ("o", "y"), (),
           lambda rng: {"o": np.array(1.0), "y": np.abs(_same("y")(rng)["y"]) + 0.1},
           guard=lambda v: v.And(v.scalar_is("o", 1.0), v.rank("o") == 0)),
+        # a tensor times a one-element constant holding one is the tensor, exactly (IEEE: x * 1 is x, -0, inf and
+        # NaN too); Whisper's attention scales Q and K by 1.0 after splitting the heads
+        L("smul_one", _smul("x", "o"), "x", ("x", "o"), (),
+          lambda rng: {"x": _same("x")(rng)["x"], "o": np.array(1.0)},
+          guard=lambda v: v.scalar_is("o", 1.0)),
         # a cast to the type a tensor already has is the tensor (transformers' .to(input_dtype) on float32)
         L("cast_same_type", ("cast", {"to": P("t")}, "x"), "x", ("x",), ("t",),
           _cast_gen,

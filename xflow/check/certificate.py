@@ -25,6 +25,7 @@ import onnx
 from xflow.errors import XflowError
 from xflow.ir import Graph, Node
 from xflow.rewrite import Match, MatchTracer, apply_match, find_matches
+from xflow.rewrite.evaluate import EvaluatedStep
 from xflow.rewrite.shapes import ShapeStep
 from xflow.rewrite.simplify import Simplified
 from xflow.rules import Rule, default_rules_path
@@ -136,6 +137,7 @@ class Derived:
     folded: Graph
     simplified: Simplified
     shaped: ShapeStep | None = None  # the shape arithmetic folded, shared and deleted (None: none was)
+    evaluated: EvaluatedStep | None = None  # then the constant subgraphs evaluated (None: none were)
 
 
 def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: Derived,
@@ -168,6 +170,9 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: D
     if derived.shaped is not None:
         steps.append(derived.shaped.record())
         result = derived.shaped.graph
+    if derived.evaluated is not None:
+        steps.append(derived.evaluated.record())
+        result = derived.evaluated.graph
     return {"format": FORMAT,
             "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file),
                       # the shipped file is found where the checking machine has it

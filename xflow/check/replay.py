@@ -1,7 +1,8 @@
 """Replaying a certificate's steps on the input graph, each re-established as it is taken: the rule's match
 found again by the matcher (its conditions decided for every value of the symbolic dims), folded constants
 recomputed with the op table's kernels, each split simplification decided as terms (``xflow.check.identity``), the shape
-arithmetic's values recomputed as expressions of the dims (``xflow.rewrite.shapes.check_step``), and each
+arithmetic's values recomputed as expressions of the dims (``xflow.rewrite.shapes.check_step``), the constant
+subgraphs' values recomputed by ONNX Runtime bit for bit (``xflow.rewrite.evaluate.check_step``), and each
 graph's structural hash compared with the one stated. Used by
 ``xflow check`` and by ``xflow optimize --replay``; none of the search is involved."""
 
@@ -22,7 +23,7 @@ from xflow.check.identity import KIND as IDENTITY
 from xflow.check.identity import apply_identity
 from xflow.errors import XflowError
 from xflow.ir import Graph
-from xflow.rewrite import MatchTracer, apply_match, fold_constants
+from xflow.rewrite import MatchTracer, apply_match, evaluate, fold_constants
 from xflow.rewrite.shapes import check_step
 from xflow.rules import Rule, default_rules_path, load_rules
 
@@ -93,6 +94,11 @@ def replay(graph: Graph, certificate: Mapping[str, Any], rules: Mapping[str, Rul
                 graph = check_step(graph, step)
             except ValueError as exc:
                 raise StepRefused(index, f"shape arithmetic: {exc}") from None
+        elif kind == evaluate.KIND:
+            try:  # recomputed by ONNX Runtime from the nodes that compute them in this graph
+                graph = evaluate.check_step(graph, step)
+            except ValueError as exc:
+                raise StepRefused(index, f"constant subgraphs: {exc}") from None
         else:
             raise StepRefused(index, f"unknown kind of step {kind!r}")
     if certificate.get("output", {}).get("graph") != graph.structural_hash:

@@ -20,6 +20,7 @@ from xflow.optimize.passes import PassResult
 from xflow.optimize.search import Searched
 from xflow.ort import Sessions
 from xflow.rewrite import Match, find_matches, fold_constants
+from xflow.rewrite.evaluate import EvaluatedStep, evaluate_constants
 from xflow.rewrite.fold import FoldMemo
 from xflow.rewrite.shapes import ShapeStep, share_shapes
 from xflow.rewrite.simplify import Simplified, simplify_splits
@@ -53,10 +54,15 @@ class Finalist:
     folded: Graph | None = None
     # the shape arithmetic of the simplified graph folded, shared and deleted (None: nothing to do)
     shaped: ShapeStep | None = None
+    # then the constant subgraphs left evaluated (None: none)
+    evaluated: EvaluatedStep | None = None
 
     @property
     def graph(self) -> Graph:
-        """The finalist's graph, folded and simplified, its shape arithmetic folded, shared and deleted."""
+        """The finalist's graph, folded and simplified, its shape arithmetic folded, shared and deleted, its
+        constant subgraphs evaluated."""
+        if self.evaluated is not None:
+            return self.evaluated.graph
         return self.shaped.graph if self.shaped is not None else self.simplified.graph
 
     @functools.cached_property
@@ -113,7 +119,7 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
         # no rule lowers the estimate: the input without its copies and with its shape arithmetic folded, shared and
         # deleted, where it has any, and the input with every rule that removes nodes applied
         plain = finalist(Branch(result.graph, result.best_cost, ()))
-        found = [plain] if plain.shaped is not None or plain.steps else []
+        found = [plain] if plain.shaped is not None or plain.evaluated is not None or plain.steps else []
         fewer = _applied_everywhere(Branch(result.graph, result.best_cost, ()), reducing, coster)
         return _distinct(found + [finalist(fewer, True)]) if fewer is not None else found
     best = Branch(result.graph, result.best_cost, result.steps)
@@ -214,8 +220,9 @@ def _value_sweep(source: Branch, rules: list[Rule], coster: GraphCoster,
 def _finalist(source: Branch, completed: bool = False, memo: FoldMemo | None = None) -> Finalist:
     folded = fold_constants(source.graph, memo=memo)
     simplified = simplify_splits(folded)
-    return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded,
-                    _shaped(simplified.graph))
+    shaped = _shaped(simplified.graph)
+    return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded, shaped,
+                    _evaluated(shaped.graph if shaped is not None else simplified.graph))
 
 
 def _shaped(graph: Graph) -> ShapeStep | None:
@@ -231,3 +238,17 @@ def _shaped(graph: Graph) -> ShapeStep | None:
         return None
     return step
 
+
+
+def _evaluated(graph: Graph) -> EvaluatedStep | None:
+    """``graph``'s constant subgraphs evaluated (``evaluate_constants``), where the graph made can be written
+    (None: nothing changes, or it cannot)."""
+    step = evaluate_constants(graph)
+    if step is None:
+        return None
+    try:
+        encode_nodes(step.graph)
+    except ValueError as exc:  # an encoder cannot write a node without its original's computed input
+        _log.info("constant subgraphs left as they are: %s", exc)
+        return None
+    return step

@@ -166,7 +166,8 @@ def _certificate(report: Any, certificate: Mapping[str, Any] | None) -> str:
 
 _KINDS = {"rule": ("rule application", "rule applications"), "fold": ("constant folding", "constant foldings"),
           "simplification": ("split simplification", "split simplifications"),
-          "shapes": ("shape-arithmetic fold/share/delete", "shape-arithmetic folds/shares/deletes")}
+          "shapes": ("shape-arithmetic fold/share/delete", "shape-arithmetic folds/shares/deletes"),
+          "evaluated": ("constant-subgraph evaluation", "constant-subgraph evaluations")}
 
 
 def _kind_words(kind: str, n: int) -> str:

@@ -27,6 +27,7 @@ from xflow.ir import Graph, Node
 from xflow.rewrite import Match, MatchTracer, apply_match, find_matches
 from xflow.rewrite.evaluate import EvaluatedStep
 from xflow.rewrite.shapes import ShapeStep
+from xflow.rewrite.share import SharedStep
 from xflow.rewrite.simplify import Simplified
 from xflow.rules import Rule, default_rules_path
 from xflow.rules.proof import content_digest
@@ -138,6 +139,7 @@ class Derived:
     simplified: Simplified
     shaped: ShapeStep | None = None  # the shape arithmetic folded, shared and deleted (None: none was)
     evaluated: EvaluatedStep | None = None  # then the constant subgraphs evaluated (None: none were)
+    shared: SharedStep | None = None  # then equal constants and repeated nodes shared (None: none were)
 
 
 def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: Derived,
@@ -173,6 +175,9 @@ def certify(source: Graph, matches: Sequence[Match], rules_file: str, derived: D
     if derived.evaluated is not None:
         steps.append(derived.evaluated.record())
         result = derived.evaluated.graph
+    if derived.shared is not None:
+        steps.append(derived.shared.record())
+        result = derived.shared.graph
     return {"format": FORMAT,
             "rules": {"path": str(Path(rules_file).resolve()), "sha256": file_hash(rules_file),
                       # the shipped file is found where the checking machine has it

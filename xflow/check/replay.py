@@ -23,7 +23,7 @@ from xflow.check.identity import KIND as IDENTITY
 from xflow.check.identity import apply_identity
 from xflow.errors import XflowError
 from xflow.ir import Graph
-from xflow.rewrite import MatchTracer, apply_match, evaluate, fold_constants
+from xflow.rewrite import MatchTracer, apply_match, evaluate, fold_constants, share
 from xflow.rewrite.shapes import check_step
 from xflow.rules import Rule, default_rules_path, load_rules
 
@@ -99,6 +99,11 @@ def replay(graph: Graph, certificate: Mapping[str, Any], rules: Mapping[str, Rul
                 graph = evaluate.check_step(graph, step)
             except ValueError as exc:
                 raise StepRefused(index, f"constant subgraphs: {exc}") from None
+        elif kind == share.KIND:
+            try:
+                graph = share.check_step(graph, step)
+            except ValueError as exc:
+                raise StepRefused(index, f"shared values: {exc}") from None
         else:
             raise StepRefused(index, f"unknown kind of step {kind!r}")
     if certificate.get("output", {}).get("graph") != graph.structural_hash:

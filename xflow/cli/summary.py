@@ -39,6 +39,9 @@ def print_summary(report: Any, verbose: bool = False, err: bool = False) -> None
     if report.constants_evaluated:
         echo(f"  constant subgraphs: {report.constants_evaluated} values computed once (ONNX Runtime), "
              f"{report.constant_nodes_deleted} nodes deleted")
+    if report.values_shared:
+        echo(f"  repeated values: {report.values_shared} read through an equal one, "
+             f"{report.shared_nodes_deleted} nodes deleted")
     if report.verified:
         worst = max(report.max_abs_diff.values(), default=0.0)
         echo(f"  outputs match the original (max abs diff {worst:.2e}; compared with {report.verify_reference} "

@@ -7,6 +7,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import onnx
 
@@ -23,6 +24,7 @@ from xflow.rewrite import Match, find_matches, fold_constants
 from xflow.rewrite.evaluate import EvaluatedStep, evaluate_constants
 from xflow.rewrite.fold import FoldMemo
 from xflow.rewrite.shapes import ShapeStep, share_shapes
+from xflow.rewrite.share import SharedStep, share_values
 from xflow.rewrite.simplify import Simplified, simplify_splits
 from xflow.rules import Rule
 from xflow.search import Branch, SearchReport, Step, complete_sweeps
@@ -31,6 +33,8 @@ _log = logging.getLogger(__name__)
 
 #: Which of the named values of a graph hold denormals when it runs on the original's inputs (None: not known).
 Probe = Callable[[Graph, Sequence[str]], "frozenset[str] | None"]
+
+T = TypeVar("T", EvaluatedStep, SharedStep)
 
 #: Branches estimated dearer than this times the best graph are not timed.
 FINALIST_SPREAD = 1.5
@@ -56,11 +60,15 @@ class Finalist:
     shaped: ShapeStep | None = None
     # then the constant subgraphs left evaluated (None: none)
     evaluated: EvaluatedStep | None = None
+    # then equal constants and repeated nodes shared (None: none)
+    shared: SharedStep | None = None
 
     @property
     def graph(self) -> Graph:
         """The finalist's graph, folded and simplified, its shape arithmetic folded, shared and deleted, its
-        constant subgraphs evaluated."""
+        constant subgraphs evaluated, its repeated values shared."""
+        if self.shared is not None:
+            return self.shared.graph
         if self.evaluated is not None:
             return self.evaluated.graph
         return self.shaped.graph if self.shaped is not None else self.simplified.graph
@@ -119,7 +127,8 @@ def finalists(result: SearchReport, measure: bool, coster: GraphCoster, rules: l
         # no rule lowers the estimate: the input without its copies and with its shape arithmetic folded, shared and
         # deleted, where it has any, and the input with every rule that removes nodes applied
         plain = finalist(Branch(result.graph, result.best_cost, ()))
-        found = [plain] if plain.shaped is not None or plain.evaluated is not None or plain.steps else []
+        found = [plain] if plain.steps or any(s is not None for s in (plain.shaped, plain.evaluated, plain.shared)) \
+            else []
         fewer = _applied_everywhere(Branch(result.graph, result.best_cost, ()), reducing, coster)
         return _distinct(found + [finalist(fewer, True)]) if fewer is not None else found
     best = Branch(result.graph, result.best_cost, result.steps)
@@ -221,8 +230,11 @@ def _finalist(source: Branch, completed: bool = False, memo: FoldMemo | None = N
     folded = fold_constants(source.graph, memo=memo)
     simplified = simplify_splits(folded)
     shaped = _shaped(simplified.graph)
-    return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded, shaped,
-                    _evaluated(shaped.graph if shaped is not None else simplified.graph))
+    evaluated = _written(evaluate_constants(shaped.graph if shaped is not None else simplified.graph))
+    shared = _written(share_values(evaluated.graph if evaluated is not None else
+                                   shaped.graph if shaped is not None else simplified.graph))
+    return Finalist(simplified, source.cost, source.steps, completed, source.graph, folded, shaped, evaluated,
+                    shared)
 
 
 def _shaped(graph: Graph) -> ShapeStep | None:
@@ -240,15 +252,14 @@ def _shaped(graph: Graph) -> ShapeStep | None:
 
 
 
-def _evaluated(graph: Graph) -> EvaluatedStep | None:
-    """``graph``'s constant subgraphs evaluated (``evaluate_constants``), where the graph made can be written
-    (None: nothing changes, or it cannot)."""
-    step = evaluate_constants(graph)
+def _written(step: T | None) -> T | None:
+    """``step`` where the graph it makes can be written (None: there is no step, or an encoder cannot write a node
+    of its graph without its original's computed input)."""
     if step is None:
         return None
     try:
         encode_nodes(step.graph)
-    except ValueError as exc:  # an encoder cannot write a node without its original's computed input
-        _log.info("constant subgraphs left as they are: %s", exc)
+    except ValueError as exc:
+        _log.info("%s left out: %s", type(step).__name__, exc)
         return None
     return step

@@ -92,6 +92,10 @@ class OptimizeReport(VerifyFigures):
     # then the constant subgraphs left (``xflow.rewrite.evaluate``): values made initializers, nodes deleted
     constants_evaluated: int = 0
     constant_nodes_deleted: int = 0
+    # then equal constants and repeated nodes (``xflow.rewrite.share``): values read through an equal one, nodes
+    # deleted
+    values_shared: int = 0
+    shared_nodes_deleted: int = 0
     bytes_before: int = 0  # the input model's size: its proto and the external data it points at (weights included)
     bytes_after: int = 0  # the same of the model written
     # nodes of the IR before and after (a Gemm is a matmul and an add there, a fused Conv+Relu two nodes), and
@@ -142,6 +146,7 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
     simplified = chosen.simplified if chosen is not None else None
     shaped = chosen.shaped if chosen is not None else None
     evaluated = chosen.evaluated if chosen is not None else None
+    shared = chosen.shared if chosen is not None else None
     measured = _measured(passes.searched.coster.model)
     stats = measured.stats if measured is not None else None
     before = source.size if source.size is not None else _unknown_size(source)
@@ -172,6 +177,7 @@ def assemble(passes: Passes, output_label: str) -> OptimizeReport:
         shapes_deleted=len(shaped.removed) if shaped else 0,
         constants_evaluated=len(evaluated.values) if evaluated else 0,
         constant_nodes_deleted=len(evaluated.removed) if evaluated else 0,
+        values_shared=len(shared.shared) if shared else 0, shared_nodes_deleted=len(shared.removed) if shared else 0,
         finalists=_finalists(passes.finalized, passes.selected),
         cost_db=str(measured.cache.path) if measured is not None and measured.cache is not None else None,
         cost_db_hits=stats.cache_hits if stats else 0, cost_db_misses=stats.cache_misses if stats else 0,

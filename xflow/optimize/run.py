@@ -121,7 +121,8 @@ def _certificate(source: load.Source, chosen: Finalist | None, rules_file: str, 
     if chosen is None or not options.output.certificate:
         return None
     assert chosen.unfolded is not None and chosen.folded is not None  # finalize's finalists know them
-    derived = Derived(chosen.unfolded, chosen.folded, chosen.simplified, chosen.shaped, chosen.evaluated)
+    derived = Derived(chosen.unfolded, chosen.folded, chosen.simplified, chosen.shaped, chosen.evaluated,
+                      chosen.shared)
     try:
         return certify(source.graph, rule_matches(chosen.steps), rules_file, derived, options.inputs.shapes)
     except XflowError as exc:

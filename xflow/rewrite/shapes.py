@@ -289,7 +289,7 @@ _OPS: dict[str, Callable[..., SymValue | None]] = {
 
 #: deterministic ops whose output is a function of their inputs and attributes alone: two such nodes with equal
 #: attributes on the same inputs compute one value (the rotary Range and the causal-mask Slice every layer repeats)
-_PURE = frozenset(_OPS) | {
+PURE = frozenset(_OPS) | {
     "Range", "ConstantOfShape", "Expand", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Or", "And", "Not",
     "Neg", "Tile", "Transpose", "Reshape", "CumSum", "Min", "Max", "Abs", "Mod", "Trilu", "Sqrt", "Reciprocal",
     "Pow", "Softmax", "Sigmoid", "Tanh", "Exp", "Log", "Erf", "ReduceMean", "ReduceSum", "ReduceProd",
@@ -381,7 +381,7 @@ def _candidates(graph: Graph, values: Mapping[str, SymValue]) -> dict[str, Node]
     """The shape nodes whose value is known and may be replaced: by output name (graph outputs and values a
     subgraph reads keep their nodes)."""
     captured = _captured(graph)
-    return {n.outputs[0]: n for n in graph.nodes if _proto(n, _PURE) is not None
+    return {n.outputs[0]: n for n in graph.nodes if _proto(n, PURE) is not None
             and n.outputs[0] not in graph.output_set and n.outputs[0] not in captured}
 
 
@@ -426,7 +426,7 @@ def apply_step(graph: Graph, constants: Mapping[str, SymValue], shared: Mapping[
     nodes: list[Node] = []
     removed: list[str] = []
     for node in graph.nodes:
-        if _proto(node, _PURE) is not None and node.outputs[0] in replaced:
+        if _proto(node, PURE) is not None and node.outputs[0] in replaced:
             removed.append(_label(node))
             continue
         if any(i in shared for i in node.inputs):
@@ -435,7 +435,7 @@ def apply_step(graph: Graph, constants: Mapping[str, SymValue], shared: Mapping[
     read = set(graph.outputs)
     kept: list[Node] = []
     for node in reversed(nodes):  # readers come after what they read: one pass backwards deletes whole chains
-        if _proto(node, _PURE) is not None and not (set(node.outputs) & read):
+        if _proto(node, PURE) is not None and not (set(node.outputs) & read):
             removed.append(_label(node))
             continue
         kept.append(node)

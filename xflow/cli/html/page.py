@@ -167,7 +167,8 @@ def _certificate(report: Any, certificate: Mapping[str, Any] | None) -> str:
 _KINDS = {"rule": ("rule application", "rule applications"), "fold": ("constant folding", "constant foldings"),
           "simplification": ("split simplification", "split simplifications"),
           "shapes": ("shape-arithmetic fold/share/delete", "shape-arithmetic folds/shares/deletes"),
-          "evaluated": ("constant-subgraph evaluation", "constant-subgraph evaluations")}
+          "evaluated": ("constant-subgraph evaluation", "constant-subgraph evaluations"),
+          "shared": ("sharing of repeated values", "sharings of repeated values")}
 
 
 def _kind_words(kind: str, n: int) -> str:

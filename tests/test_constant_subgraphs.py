@@ -118,3 +118,27 @@ def test_optimize_writes_the_mask_as_a_value_and_check_recomputes_it(tmp_path):
     assert json.loads(carried(written))["steps"][-1]["kind"] == KIND
     checked = CliRunner().invoke(main, ["check", str(src), str(out)], catch_exceptions=False)
     assert checked.exit_code == 0, checked.output
+
+
+def test_a_scalar_stays_a_scalar():
+    """``Range`` takes scalars: a Squeeze of a one-element constant evaluated is written of rank 0 (the ONNX suite's
+    expanded Attention functions compute their Range bounds so)."""
+    nodes = [helper.make_node("Squeeze", ["one_v", "axes"], ["one"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "rf"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "one_v"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero")]
+    graph = helper.make_graph(nodes, "range", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                                               helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    step = evaluate_constants(graph_from_model(model))
+    assert step is not None and step.values["one"].shape == ()
+    written = to_model_proto(step.graph, constant_nodes=False)
+    (one,) = [t for t in written.graph.initializer if t.name == "one"]
+    assert list(one.dims) == []
+    feeds = {"x": np.zeros(4, np.float32), "n": np.array(4, np.int64)}
+    assert np.array_equal(open_session(written.SerializeToString()).run(None, feeds)[0], np.arange(4.0))

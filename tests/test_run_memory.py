@@ -3,6 +3,9 @@ held once, and the original's session handed over to the A/B rather than kept be
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import onnx
 import pytest
@@ -101,3 +104,75 @@ def test_handing_the_heap_back_keeps_what_is_alive():
     del dropped
     heap.trim()
     assert kept.sum() == 1 << 20
+
+
+def test_a_released_original_is_made_again_only_when_asked_for():
+    made: list[object] = []
+    run = OriginalRun({}, [], lambda: made.append(object()) or made[-1], object())
+    run.release()
+    assert run.held is None and not made
+    assert run.session is made[0]
+
+
+class _Counting:
+    """A session that counts its runs (and answers with its feeds doubled)."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    def run(self, names, feeds):
+        self.runs += 1
+        return [2 * np.asarray(feeds["x"])]
+
+
+def test_the_float64_reference_is_recorded_then_released_and_opened_again_for_other_inputs():
+    from xflow.equivalence import RecordedReference
+
+    first, second = _Counting(), _Counting()
+    opened: list[_Counting] = []
+    recorded = RecordedReference(first, lambda: opened.append(second) or second)
+    known = [{"x": np.arange(3.0)}, {"x": np.ones(3)}]
+    recorded.record(known)
+    assert recorded.session is None and first.runs == 2  # released once its outputs are kept
+    for feeds in known:  # answered from the record, the copy not opened again
+        np.testing.assert_array_equal(recorded.run(None, {"x": feeds["x"].copy()})[0], 2 * feeds["x"])
+    assert not opened
+    np.testing.assert_array_equal(recorded.run(None, {"x": np.zeros(3)})[0], np.zeros(3))
+    assert opened == [second] and second.runs == 1
+
+
+def test_a_reference_refusing_an_input_refuses_it_again_when_asked():
+    from xflow.equivalence import RecordedReference
+
+    class Refusing:
+        def run(self, names, feeds):
+            raise RuntimeError("no kernel")
+    recorded = RecordedReference(Refusing(), lambda: None)
+    recorded.record([{"x": np.ones(2)}])
+    with pytest.raises(RuntimeError, match="no kernel"):
+        recorded.run(None, {"x": np.ones(2)})
+
+
+def test_the_optimize_run_times_its_finalists_without_the_original_s_session(monkeypatch):
+    """select needs the original's inputs only: its session is let go before the finalists' sessions are made."""
+    from xflow.optimize import chain, select
+
+    seen: list[object] = []
+    real = select.select
+
+    def watching(finalists, original, sessions, memo=None):
+        seen.append((len(finalists), original.held))
+        return real(finalists, original, sessions, memo)
+    monkeypatch.setattr(chain.select, "select", watching)
+    from click.testing import CliRunner
+
+    from xflow.cli import main
+    with tempfile.TemporaryDirectory() as folder:
+        src = os.path.join(folder, "in.onnx")
+        made = CliRunner().invoke(main, ["zoo", "bert", src, "--small"], catch_exceptions=False)
+        assert made.exit_code == 0, made.output
+        result = CliRunner().invoke(main, ["optimize", src, os.path.join(folder, "out.onnx"), "-q"],
+                                    catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert seen and all(held is None for count, held in seen if count > 1), seen
+    assert any(count > 1 for count, _ in seen), seen

@@ -113,3 +113,12 @@ def test_optimize_writes_one_mask_and_check_re_derives_it(tmp_path):
     assert json.loads(carried(written))["steps"][-1]["kind"] == KIND
     checked = CliRunner().invoke(main, ["check", str(src), str(out)], catch_exceptions=False)
     assert checked.exit_code == 0, checked.output
+
+
+def test_a_scalar_and_a_one_element_vector_are_not_one_constant():
+    model = _layers()
+    for init in model.graph.initializer:
+        if init.name == "zero1":
+            init.CopyFrom(numpy_helper.from_array(np.array([0.0], np.float32), "zero1"))
+    step = share_values(graph_from_model(model))
+    assert "zero1" not in step.shared and "bias1" not in step.shared

@@ -235,6 +235,93 @@ def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any
     return (session, what) if session is not None else (None, f"the original ({what})")
 
 
+#: The most bytes of float64 outputs a recorded reference keeps (beyond them the copy stays open instead)
+MAX_RECORDED_BYTES = 64 << 20
+
+
+def _feeds_key(feeds: Feeds) -> tuple[Any, ...]:
+    """Inputs by content: name, dtype, shape and a digest of each array's bytes."""
+    import hashlib
+
+    return tuple((name, a.dtype.str, a.shape, hashlib.blake2b(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                                                              digest_size=16).digest())
+                 for name, a in sorted((k, np.asarray(v)) for k, v in feeds.items()))
+
+
+class RecordedReference:
+    """The float64 copy's outputs recorded on the inputs the check is known to run (``record``), then the copy
+    released: its weights, twice the model's, are then not resident beside the optimized model's session. Asked
+    for inputs it was not run on (the extra draws a non-finite output asks for), it opens the copy again
+    (``reopen``). Its ``run`` answers as the session's would, a refusal included."""
+
+    def __init__(self, session: Any, reopen: Callable[[], Any | None]) -> None:
+        self.session = session
+        self.reopen = reopen
+        self.outputs: dict[tuple[Any, ...], list[Any] | Exception] = {}
+
+    def record(self, inputs: Sequence[Feeds]) -> None:
+        """Run the copy on each of ``inputs`` (float64 feeds) and keep its outputs; release the copy after, unless
+        they would hold more than ``MAX_RECORDED_BYTES`` (then it stays open, as without recording)."""
+        from xflow import heap
+
+        held = 0
+        for feeds in inputs:
+            key = _feeds_key(feeds)
+            try:
+                found: list[Any] | Exception = self.session.run(None, dict(feeds))
+            except Exception as exc:  # noqa: BLE001 - the copy refused these inputs: said again when asked
+                found = exc
+            held += sum(np.asarray(a).nbytes for a in found) if isinstance(found, list) else 0
+            if held > MAX_RECORDED_BYTES:
+                self.outputs.clear()
+                return
+            self.outputs[key] = found
+        self.session = None
+        heap.trim()  # the copy's weights and buffers, handed back before the optimized model's session is made
+
+    def run(self, names: Any, feeds: Feeds) -> list[Any]:
+        """The copy's outputs on ``feeds``: recorded, or run now (the copy opened again if it was released)."""
+        found = self.outputs.get(_feeds_key(feeds))
+        if found is None:
+            if self.session is None:
+                self.session = self.reopen()
+                if self.session is None:
+                    raise RuntimeError("the float64 copy cannot be opened again")
+            return self.session.run(names, dict(feeds))
+        if isinstance(found, Exception):
+            raise found
+        return list(found)
+
+
+@dataclass
+class PreparedCheck:
+    """What the equivalence check needs before the optimized model's session exists: the draws at the other scales,
+    the original's float64 copy's outputs on those and on the run's inputs (``RecordedReference``; None: there is no
+    copy), and what the reference is, in words."""
+
+    draws: list[tuple[str, Feeds]]
+    reference: Any | None
+    label: str
+
+
+def prepare_check(model: Any, session_a: Any, feeds: Feeds, seed: int = 0,
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None, sessions: Sessions | None = None,
+                  users_feeds: bool = False) -> PreparedCheck:
+    """The draws and the float64 reference of ``verify_against_original``, the reference run on ``feeds`` and the
+    draws and released (so that a caller that makes the optimized model's session after this never holds the copy
+    beside it)."""
+    # before the float64 copy is opened: reading the model's graph again costs its weights once more for a moment
+    scaled_integers = arithmetic_inputs(model)
+    reference_session, reference = float64_reference(model, sessions)
+    draws = scale_draws(session_a, seed, input_shapes, feeds if users_feeds else None, scaled_integers)
+    if reference_session is None:
+        return PreparedCheck(draws, None, reference)
+    recorded = RecordedReference(reference_session, lambda: float64_reference(model, sessions)[0])
+    del reference_session
+    recorded.record([_as_float64(feeds), *(_as_float64(d) for _, d in draws)])
+    return PreparedCheck(draws, recorded, reference)
+
+
 def positive_feeds(feeds: Feeds) -> dict[str, np.ndarray]:
     """``feeds`` with every float made positive (|x|, zeros moved to 0.5): the last draw, for models whose
     outputs are NaN on negative inputs (log, sqrt, pow)."""
@@ -244,21 +331,22 @@ def positive_feeds(feeds: Feeds) -> dict[str, np.ndarray]:
 
 def verify_against_original(model: Any, session_a: Any, session_b: Any, feeds: Feeds, inputs_label: str,
                             seed: int = 0, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                            sessions: Sessions | None = None, users_feeds: bool = False) -> EquivalenceReport:
+                            sessions: Sessions | None = None, users_feeds: bool = False,
+                            prepared: PreparedCheck | None = None) -> EquivalenceReport:
     """``check_equivalence`` of the original ``model`` (a path or a ModelProto, run by ``session_a``) and the
     optimized model (``session_b``) on ``feeds``, against the original's float64 copy where ORT can run one.
     Other inputs, when needed, are seeded random draws; the last one is made positive. Then the check goes on
-    at the other scales (``check_at_scales``), and, for the user's own ``feeds``, in their range."""
+    at the other scales (``check_at_scales``), and, for the user's own ``feeds``, in their range. ``prepared``:
+    the draws and reference ``prepare_check`` made with these arguments before ``session_b`` existed."""
     from xflow.runtime import random_feeds
 
     def draw(k: int) -> Feeds:
         drawn = random_feeds(session_a, seed + k, input_shapes)
         return positive_feeds(drawn) if k == EXTRA_DRAWS else drawn
 
-    # before the float64 copy is opened: reading the model's graph again costs its weights once more for a moment
-    scaled_integers = arithmetic_inputs(model)
-    reference_session, reference = float64_reference(model, sessions)
-    draws = scale_draws(session_a, seed, input_shapes, feeds if users_feeds else None, scaled_integers)
+    if prepared is None:
+        prepared = prepare_check(model, session_a, feeds, seed, input_shapes, sessions, users_feeds)
+    draws, reference_session, reference = prepared.draws, prepared.reference, prepared.label
     try:
         verdict = check_equivalence(session_a, session_b, feeds, inputs_label, draw, reference_session, reference)
         check_at_scales(session_a, session_b, draws, verdict, reference_session)

@@ -55,6 +55,9 @@ def run_passes(source: load.Source, output_label: str, options: OptimizeOptions,
     heap.trim()
     if len(finalized.finalists) > 1 and checks.measure:
         enter(progress, f"timing {len(finalized.finalists)} finalists end to end")
+        if isinstance(ran, load.OriginalRun):
+            ran.release()  # select needs its inputs only: its finalists' sessions do not stand beside the original's
+            heap.trim()
     selected = select.select(finalized.finalists, ran, sessions, memo)
     heap.trim()
     _say_why_nothing(searched, selected, source, say)

@@ -151,6 +151,10 @@ class OriginalRun:
             self.held = self.reopen()
         return self.held
 
+    def release(self) -> None:
+        """Let the session go (``session`` makes a fresh one when it is asked for again)."""
+        self.held = None
+
     def hand_over(self) -> Any:
         """The session, no longer held here: its taker alone decides when its weights are released."""
         session, self.held = self.session, None

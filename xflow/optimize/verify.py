@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 
 from xflow import heap
-from xflow.equivalence import EquivalenceError, NonFiniteReference, check_equivalence, verify_against_original
+from xflow.equivalence import (
+    EquivalenceError,
+    NonFiniteReference,
+    PreparedCheck,
+    check_equivalence,
+    prepare_check,
+    verify_against_original,
+)
 from xflow.errors import XflowError, one_line
 from xflow.ir import Graph
 from xflow.onnx_io.stream import write_model_file
@@ -93,6 +100,11 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
         problem = original.problem if original is not None else "the original was not run"
         say(f"{problem}: the rewrites cannot be verified, so the model is {source.kept_as}")
         return Verified(graph=None, decision=Decision.CANNOT_RUN)
+    inputs = checked.inputs
+    # the float64 reference's outputs first, its copy released: its weights and the candidate's are never resident
+    # together (Swin-tiny: 224 MB of float64 weights beside two sessions of 107 MB)
+    prepared = prepare_check(source.runnable, original.session, original.feeds, inputs.seed, source.measuring,
+                             sessions, users_feeds=bool(inputs.npz)) if checks.verify else None
     with _candidate_file(chosen.graph, sessions) as path:
         try:
             # from a file written once (or, without one, bytes serialized for verify alone): not through the
@@ -109,7 +121,7 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
                                                  f"{one_line(exc)}") from None
         figures = VerifyFigures()
         if checks.verify:
-            refused = _compare_outputs(checked, original, candidate, sessions, figures, say)
+            refused = _compare_outputs(checked, original, candidate, sessions, figures, say, prepared)
             heap.trim()  # the float64 copy's session and runs, freed: not kept under the A/B's sessions
             if refused is not None:  # the original is written: no figures of a model not written
                 return Verified(graph=None, decision=refused)
@@ -146,14 +158,15 @@ def _candidate_file(graph: Graph, sessions: Sessions) -> Iterator[str | None]:
 
 
 def _compare_outputs(checked: Checked, original: OriginalRun, candidate: Any, sessions: Sessions,
-                     figures: VerifyFigures, say: Callable[[str], None]) -> Decision | None:
+                     figures: VerifyFigures, say: Callable[[str], None],
+                     prepared: PreparedCheck | None = None) -> Decision | None:
     """The outputs against the original's, at the run's inputs and then at the other sizes; the decision to keep
     the original when they cannot be compared or differ at other sizes (None: they match)."""
     source, inputs = checked.source, checked.inputs
     try:
         compared = verify_against_original(source.runnable, original.session, candidate, original.feeds,
                                            inputs.label, inputs.seed, source.measuring, sessions,
-                                           users_feeds=bool(inputs.npz))
+                                           users_feeds=bool(inputs.npz), prepared=prepared)
     except EquivalenceError as exc:
         raise EquivalenceError(source.label, f"optimized model is not equivalent, nothing written: {exc.problem}") \
             from None

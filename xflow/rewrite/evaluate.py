@@ -216,7 +216,8 @@ def apply_values(graph: Graph, values: Mapping[str, np.ndarray]) -> tuple[Graph,
         kept.append(node)
         read.update(_reads(node, available))
     # in the order of their names, as a replay reads them from the certificate
-    constants = {name: Constant.from_array(np.ascontiguousarray(values[name])) for name in sorted(values)}
+    # (np.ascontiguousarray would make a scalar a one-element vector)
+    constants = {name: Constant.from_array(np.require(values[name], requirements="C")) for name in sorted(values)}
     made = graph.with_nodes(reversed(kept), constants=constants)
     return made, tuple(sorted(removed))
 

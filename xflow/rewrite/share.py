@@ -74,11 +74,11 @@ def _constant_key(graph: Graph, name: str) -> tuple[Any, ...] | None:
     const = graph.constants[name]
     if const.type.shape is None or const.nbytes > MAX_BYTES:
         return None
-    array = np.ascontiguousarray(const.value())
+    array = np.asarray(const.value())
     if array.dtype.hasobject:
         return None
-    return ("constant", array.dtype.str, array.shape, hashlib.blake2b(array.reshape(-1).view(np.uint8),
-                                                                      digest_size=16).digest())
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)  # a flat copy only where it is not contiguous
+    return ("constant", array.dtype.str, array.shape, hashlib.blake2b(data, digest_size=16).digest())
 
 
 def _node_key(node: Node, shared: Mapping[str, str]) -> tuple[Any, ...]:
@@ -114,7 +114,7 @@ def share_values(graph: Graph) -> SharedStep | None:
             continue
         shared.update(zip(node.outputs, earlier.outputs, strict=True))
     made, removed = apply_step(graph, shared)
-    if not removed and len(made.constants) == len(graph.constants):
+    if not removed and not any(name in graph.constants and name not in made.constants for name in shared):
         return None  # nothing goes (the readers of a copy are written as their original nodes, which read it)
     return SharedStep(shared, removed, made)
 
@@ -147,9 +147,10 @@ def check_step(graph: Graph, step: Mapping[str, Any]) -> Graph:
         if target in stated:
             raise ValueError(f"{name} -> {target}: {target} is itself shared")
         if name in graph.constants:
-            if target not in graph.constants or not graph.is_constant(name) or not graph.is_constant(target) \
-                    or not np.array_equal(graph.constants[name].value(), graph.constants[target].value()) \
-                    or graph.constants[name].value().dtype != graph.constants[target].value().dtype:
+            a, b = graph.constants[name].value(), graph.constants.get(target)
+            b = b.value() if b is not None else None
+            if b is None or not graph.is_constant(name) or not graph.is_constant(target) or a.dtype != b.dtype \
+                    or np.shape(a) != np.shape(b) or not np.array_equal(a, b):
                 raise ValueError(f"{name} and {target} are not equal constants")
             continue
         node, earlier = graph.producers.get(name), graph.producers.get(target)

@@ -144,7 +144,9 @@ def _run(graph: Graph, nodes: list[Node], outputs: list[str]) -> dict[str, np.nd
     optimizations, one thread); None when it cannot make or run that model."""
     import onnxruntime as ort
 
-    sub = Graph(tuple(nodes), (), tuple(outputs), graph.types, graph.constants, graph.context).pruned()
+    needed = _ancestors(nodes, outputs)  # not the rest: a constant Transpose of a weight nothing small derives from
+    sub = Graph(tuple(n for n in nodes if id(n) in needed), (), tuple(outputs), graph.types, graph.constants,
+                graph.context)
     try:
         model = _model(sub)
         options = ort.SessionOptions()
@@ -162,6 +164,18 @@ def _run(graph: Graph, nodes: list[Node], outputs: list[str]) -> dict[str, np.nd
         if array.dtype != declared.np_dtype or tuple(array.shape) != tuple(declared.shape):
             return None  # what the model declares wins: a disagreement is not ours to settle
         found[name] = array
+    return found
+
+
+def _ancestors(nodes: list[Node], outputs: list[str]) -> set[int]:
+    """ids of the nodes of ``nodes`` (in graph order) that ``outputs`` are computed from."""
+    producer = {o: n for n in nodes for o in n.outputs}
+    wanted, found = set(outputs), set()
+    for node in reversed(nodes):
+        if wanted & set(node.outputs):
+            found.add(id(node))
+            wanted.update(i for i in (*node.inputs, *(node.origin.proto.input if node.origin is not None else ()))
+                          if i in producer)
     return found
 
 

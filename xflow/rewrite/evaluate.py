@@ -7,12 +7,13 @@ without them, but it is the simpler model to ship, as onnxsim and onnxslim write
 the rewrites made, with the op table's kernels; this folds the rest, with ONNX Runtime, the engine the model was
 exported for, so the values are those the original computes.
 
-Only ops whose result ONNX defines exactly are evaluated (``EXACT``: data movement, comparisons, selection, integer
-arithmetic and the IEEE-rounded four operations), never transcendental ones (Exp, Sin, Erf, Pow: their values are
-the kernel's), so the values do not depend on the machine and ``check_step`` recomputes them bit for bit anywhere.
-A value larger than ``MAX_BYTES`` stays computed (an Expand of a scalar into a large tensor would grow the file), and
-so do graph outputs and values a subgraph reads. A model with control flow is left as it is: a value made an
-initializer lets ONNX Runtime pick If branches at load and check the branch not taken against it."""
+Only ops whose result ONNX defines exactly are evaluated (``xflow.ops.standard_facts.EXACT``: data movement,
+comparisons, selection, integer arithmetic and the IEEE-rounded four operations), never transcendental ones (Exp,
+Sin, Erf, Pow: their values are the kernel's), so the values do not depend on the machine and ``check_step``
+recomputes them bit for bit anywhere. A value larger than ``MAX_BYTES`` stays computed (an Expand of a scalar into a
+large tensor would grow the file), and so do graph outputs and values a subgraph reads. A model with control flow is
+left as it is: a value made an initializer lets ONNX Runtime pick If branches at load and check the branch not taken
+against it."""
 
 from __future__ import annotations
 
@@ -28,18 +29,10 @@ from onnx import numpy_helper
 from xflow.ir import Graph, Node
 from xflow.ir.tensor import Constant
 from xflow.ops import DEFAULT_DOMAINS, OPS
+from xflow.ops.standard_facts import EXACT
 
 #: the certificate's name for the step
 KIND = "evaluated"
-
-#: ONNX ops whose result ONNX defines exactly, whatever the kernel: data movement, comparisons and selection,
-#: integer arithmetic and the IEEE-rounded four operations (one rounding each)
-EXACT = frozenset({
-    "Abs", "Add", "And", "Cast", "Ceil", "Concat", "ConstantOfShape", "Div", "Equal", "Expand", "Flatten", "Floor",
-    "Gather", "GatherElements", "GatherND", "Greater", "GreaterOrEqual", "Identity", "IsInf", "IsNaN", "Less",
-    "LessOrEqual", "Max", "Min", "Mod", "Mul", "Neg", "Not", "OneHot", "Or", "Pad", "Range", "Reshape", "Shape",
-    "Sign", "Size", "Slice", "Split", "Squeeze", "Sub", "Tile", "Transpose", "Trilu", "Unsqueeze", "Where", "Xor",
-})
 
 #: the most bytes one evaluated value may hold (a mask of a 448-token decoder is 784 KiB of float32)
 MAX_BYTES = 1 << 20

@@ -21,17 +21,13 @@ import onnx
 
 from xflow.ir import Graph, Node
 from xflow.ops import DEFAULT_DOMAINS
-from xflow.rewrite.evaluate import EXACT
-from xflow.rewrite.shapes import PURE
+from xflow.ops.standard_facts import DETERMINISTIC
 
 #: the certificate's name for the step
 KIND = "shared"
 
 #: the most bytes a constant compared with the others may hold
 MAX_BYTES = 1 << 20
-
-#: standard ONNX ops whose outputs are a function of their inputs and attributes alone
-DETERMINISTIC = PURE | EXACT | {"Erf", "Sin", "Cos", "Log", "Softplus", "Relu", "Gelu", "MatMul", "Gemm"}
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,7 @@ def verify(checked: Checked, sessions: Sessions, say: Callable[[str], None], out
         figures = VerifyFigures()
         if checks.verify:
             refused = _compare_outputs(checked, original, candidate, sessions, figures, say, prepared)
+            prepared = None  # the float64 outputs (and a copy kept open for large ones) not held under the A/B
             heap.trim()  # the float64 copy's session and runs, freed: not kept under the A/B's sessions
             if refused is not None:  # the original is written: no figures of a model not written
                 return Verified(graph=None, decision=refused)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from xflow.digest import feeds_digest
 from xflow.errors import XflowError
 from xflow.ort import Sessions
 
@@ -239,15 +240,6 @@ def float64_reference(model: Any, sessions: Sessions | None = None) -> tuple[Any
 MAX_RECORDED_BYTES = 64 << 20
 
 
-def _feeds_key(feeds: Feeds) -> tuple[Any, ...]:
-    """Inputs by content: name, dtype, shape and a digest of each array's bytes."""
-    import hashlib
-
-    return tuple((name, a.dtype.str, a.shape, hashlib.blake2b(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
-                                                              digest_size=16).digest())
-                 for name, a in sorted((k, np.asarray(v)) for k, v in feeds.items()))
-
-
 class RecordedReference:
     """The float64 copy's outputs recorded on the inputs the check is known to run (``record``), then the copy
     released: its weights, twice the model's, are then not resident beside the optimized model's session. Asked
@@ -257,7 +249,7 @@ class RecordedReference:
     def __init__(self, session: Any, reopen: Callable[[], Any | None]) -> None:
         self.session = session
         self.reopen = reopen
-        self.outputs: dict[tuple[Any, ...], list[Any] | Exception] = {}
+        self.outputs: dict[str, list[Any] | Exception] = {}
 
     def record(self, inputs: Sequence[Feeds]) -> None:
         """Run the copy on each of ``inputs`` (float64 feeds) and keep its outputs; release the copy after, unless
@@ -266,7 +258,7 @@ class RecordedReference:
 
         held = 0
         for feeds in inputs:
-            key = _feeds_key(feeds)
+            key = feeds_digest(feeds)
             try:
                 found: list[Any] | Exception = self.session.run(None, dict(feeds))
             except Exception as exc:  # noqa: BLE001 - the copy refused these inputs: said again when asked
@@ -281,7 +273,7 @@ class RecordedReference:
 
     def run(self, names: Any, feeds: Feeds) -> list[Any]:
         """The copy's outputs on ``feeds``: recorded, or run now (the copy opened again if it was released)."""
-        found = self.outputs.get(_feeds_key(feeds))
+        found = self.outputs.get(feeds_digest(feeds))
         if found is None:
             if self.session is None:
                 self.session = self.reopen()

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 
+from xflow.digest import array_hash
 from xflow.errors import XflowError
 from xflow.ir import Graph, Node
 from xflow.rewrite import Match, MatchTracer, apply_match, find_matches
@@ -53,15 +53,6 @@ def file_hash(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def array_hash(array: np.ndarray) -> str:
-    """sha256 of an array's bytes in C order, without copying a contiguous one (a merged weight can be hundreds
-    of MB)."""
-    contiguous = np.ascontiguousarray(array)
-    if contiguous.dtype.hasobject:
-        return hashlib.sha256(contiguous.tobytes()).hexdigest()
-    return hashlib.sha256(contiguous.reshape(-1).view(np.uint8)).hexdigest()
-
-
 def plain(value: Any) -> Any:
     """A value as JSON states it: tuples as lists, ints, floats and strings as they are, anything else (a dim
     over symbols) as its text."""
@@ -75,8 +66,8 @@ def plain(value: Any) -> Any:
 
 
 def node_label(node: Node) -> str:
-    """How a step names a matched node: its name, or its first output's."""
-    return node.name or node.outputs[0]
+    """How a step names a matched node: its name, or its first output's (``Node.label``)."""
+    return node.label
 
 
 def match_record(graph: Graph, match: Match) -> dict[str, Any]:

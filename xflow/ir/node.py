@@ -54,6 +54,11 @@ class Node:
             return f"{p.domain}::{p.op_type}" if p.domain not in ("", "ai.onnx") else p.op_type
         return self.op
 
+    @property
+    def label(self) -> str:
+        """How steps and messages name the node: its name, or its first output's."""
+        return self.name or self.outputs[0]
+
     def signature(self) -> tuple:
         """Structural identity without names: op, attributes and, for opaque nodes, the proto bytes."""
         return self._signature

@@ -21,6 +21,7 @@ import numpy as np
 
 from xflow.cost.base import CostModel
 from xflow.cost.cache import CostCache
+from xflow.digest import feeds_digest
 from xflow.ir import Graph
 from xflow.runtime import ABDecision, ABResult
 
@@ -37,17 +38,6 @@ def graph_identity(graph: Graph) -> str:
     types = sorted((name, str(t)) for name, t in graph.types.items())
     text = repr((graph.structural_hash, tuple(graph.inputs), tuple(graph.outputs), types))
     return hashlib.blake2b(text.encode(), digest_size=20).hexdigest()
-
-
-def feeds_digest(feeds: Mapping[str, np.ndarray]) -> str:
-    """The inputs a timing ran on: each one's name, dtype, shape and bytes (so the seed, ``--inputs`` and the profile
-    point are all in it)."""
-    digest = hashlib.blake2b(digest_size=20)
-    for name in sorted(feeds):
-        array = np.ascontiguousarray(feeds[name])
-        digest.update(repr((name, array.dtype.str, array.shape)).encode())
-        digest.update(array.reshape(-1).view(np.uint8) if not array.dtype.hasobject else array.tobytes())
-    return digest.hexdigest()
 
 
 @dataclass

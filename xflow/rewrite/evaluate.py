@@ -17,7 +17,6 @@ against it."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from xflow.digest import array_hash
 from xflow.ir import Graph, Node
 from xflow.ir.tensor import Constant
 from xflow.ops import DEFAULT_DOMAINS, OPS
@@ -49,20 +49,9 @@ class EvaluatedStep:
     def record(self) -> dict[str, Any]:
         """What the certificate states of the step: each value's dtype, shape and sha256 of its bytes."""
         return {"kind": KIND,
-                "values": {name: {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": _digest(a)}
+                "values": {name: {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": array_hash(a)}
                            for name, a in sorted(self.values.items())},
                 "removed": list(self.removed), "graph": self.graph.structural_hash}
-
-
-def _digest(array: np.ndarray) -> str:
-    contiguous = np.ascontiguousarray(array)
-    if contiguous.dtype.hasobject:
-        return hashlib.sha256(contiguous.tobytes()).hexdigest()
-    return hashlib.sha256(contiguous.reshape(-1).view(np.uint8)).hexdigest()
-
-
-def _label(node: Node) -> str:
-    return node.name or node.outputs[0]
 
 
 def _exact(node: Node) -> bool:
@@ -218,7 +207,7 @@ def apply_values(graph: Graph, values: Mapping[str, np.ndarray]) -> tuple[Graph,
     removed: list[str] = []
     for node in reversed(graph.nodes):  # readers come after what they read: one pass backwards
         if id(node) in members and (all(o in values for o in node.outputs) or not (set(node.outputs) & read)):
-            removed.append(_label(node))
+            removed.append(node.label)
             continue
         kept.append(node)
         read.update(_reads(node, available))
@@ -243,7 +232,7 @@ def check_step(graph: Graph, step: Mapping[str, Any]) -> Graph:
         raise ValueError("ONNX Runtime cannot compute the values stated")
     for name, claim in stated.items():
         array = values[name]
-        if [array.dtype.str, list(array.shape), _digest(array)] != \
+        if [array.dtype.str, list(array.shape), array_hash(array)] != \
                 [claim.get("dtype"), claim.get("shape"), claim.get("sha256")]:
             raise ValueError(f"{name} recomputed differs from the value stated")
     made, removed = apply_values(graph, values)

@@ -369,10 +369,6 @@ class ShapeStep:
                 "graph": self.graph.structural_hash}
 
 
-def _label(node: Node) -> str:
-    return node.name or node.outputs[0]
-
-
 def _captured(graph: Graph) -> set[str]:
     return {name for n in graph.nodes for name in n.implicit}
 
@@ -427,7 +423,7 @@ def apply_step(graph: Graph, constants: Mapping[str, SymValue], shared: Mapping[
     removed: list[str] = []
     for node in graph.nodes:
         if _proto(node, PURE) is not None and node.outputs[0] in replaced:
-            removed.append(_label(node))
+            removed.append(node.label)
             continue
         if any(i in shared for i in node.inputs):
             node = dataclasses.replace(node, inputs=tuple(shared.get(i, i) for i in node.inputs))
@@ -436,7 +432,7 @@ def apply_step(graph: Graph, constants: Mapping[str, SymValue], shared: Mapping[
     kept: list[Node] = []
     for node in reversed(nodes):  # readers come after what they read: one pass backwards deletes whole chains
         if _proto(node, PURE) is not None and not (set(node.outputs) & read):
-            removed.append(_label(node))
+            removed.append(node.label)
             continue
         kept.append(node)
         read.update(i for i in (*node.inputs, *node.implicit) if i)

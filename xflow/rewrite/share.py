@@ -45,10 +45,6 @@ class SharedStep:
                 "graph": self.graph.structural_hash}
 
 
-def _label(node: Node) -> str:
-    return node.name or node.outputs[0]
-
-
 def _deterministic(node: Node) -> bool:
     """A node whose outputs are a function of its inputs and attributes: an op-table node, or a standard ONNX
     node of a ``DETERMINISTIC`` op without subgraphs."""
@@ -123,7 +119,7 @@ def apply_step(graph: Graph, shared: Mapping[str, str]) -> tuple[Graph, tuple[st
     removed: list[str] = []
     for node in graph.nodes:
         if node.outputs and all(o in shared for o in node.outputs):
-            removed.append(_label(node))
+            removed.append(node.label)
             continue
         if any(i in shared for i in node.inputs):
             node = dataclasses.replace(node, inputs=tuple(shared.get(i, i) for i in node.inputs))
